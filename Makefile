@@ -1,0 +1,43 @@
+# icegroup: set-up, demo, tests. Every target installs what it needs, so a fresh clone works.
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+export DAGSTER_HOME ?= $(CURDIR)/.dagster
+export ICEGROUP_HOME ?= $(CURDIR)
+PYTEST_ARGS ?=
+
+.PHONY: system venv demo test lint unit ui chaos clean
+
+system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
+	@bash infra/install_system.sh
+
+$(STAMP): pyproject.toml
+	@bash infra/install_venv.sh "$(PYTHON)" "$(VENV)"
+	@touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: system venv ## the demo: source table, group, consume, append, consume, describe, verify
+	@mkdir -p $(DAGSTER_HOME)
+	$(PY) -m infra.demo
+
+lint: venv ## ruff, mypy and the import-direction contracts
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+unit: venv ## the fast tier only
+	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
+
+test: system venv lint ## every tier this machine can run
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+ui: system venv ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
+	@mkdir -p $(DAGSTER_HOME)
+	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
+
+clean: ## remove the lake, the Dagster instance and the venv
+	rm -rf .lake .dagster $(VENV)

@@ -1,0 +1,84 @@
+"""Pure lease assignment: which pending shards go to which new Borrower, within max_borrowers.
+
+Rules, each for a guarantee:
+- a stream is held by one lease at a time, so shards of a stream commit in snapshot order;
+- a lease holds shards of one replay window, so each Borrower run is one sink partition;
+- the oldest window is served first, and streams are spread over free slots by rows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+
+from iceberg.groups import GroupConfig
+from iceberg.shards import Shard
+from iceberg.state import GroupState, Lease
+
+
+def make_lease_id(group: str, epoch: int, shard_ids: list[str]) -> str:
+    """Deterministic: the same shards in the same epoch always make the same lease."""
+    key = f"{group}|{epoch}|{','.join(sorted(shard_ids))}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+def stream_heads(state: GroupState, max_shards: int) -> dict[str, list[Shard]]:
+    """Per free stream, its next run of pending shards: same window, in order, at most max_shards."""
+    busy = {stream for lease in state.leases.values() for stream in lease.streams}
+    leased = state.leased_shard_ids()
+    heads: dict[str, list[Shard]] = {}
+    closed: set[str] = set()
+    for shard in sorted(state.shards.values(), key=lambda s: (s.to_sequence, s.stream)):
+        if shard.stream in busy or shard.stream in closed or shard.shard_id in leased:
+            continue
+        run = heads.setdefault(shard.stream, [])
+        if run and (run[0].window_start_ms != shard.window_start_ms or len(run) >= max_shards):
+            closed.add(shard.stream)
+            continue
+        run.append(shard)
+    return heads
+
+
+def assign_leases(
+    state: GroupState,
+    group: GroupConfig,
+    now_ms: int,
+    sink_snapshot: int | None,
+    owner_run_id: str | None = None,
+) -> list[Lease]:
+    """New leases for the free borrower slots; existing leases are never touched."""
+    slots = group.max_borrowers - len(state.leases)
+    if slots <= 0:
+        return []
+    by_window: dict[int, dict[str, list[Shard]]] = defaultdict(dict)
+    for stream, run in stream_heads(state, group.lease_max_shards).items():
+        by_window[run[0].window_start_ms][stream] = run
+    leases: list[Lease] = []
+    for window in sorted(by_window):
+        if slots <= 0:
+            break
+        streams = by_window[window]
+        bins: list[list[str]] = [[] for _ in range(min(slots, len(streams)))]
+        loads = [0] * len(bins)
+        for stream in sorted(streams, key=lambda s: (-sum(x.rows for x in streams[s]), s)):
+            target = loads.index(min(loads))
+            bins[target].append(stream)
+            loads[target] += sum(x.rows for x in streams[stream])
+        for members in bins:
+            shards = sorted((x for s in members for x in streams[s]), key=lambda x: (x.to_sequence, x.stream))
+            shard_ids = [x.shard_id for x in shards]
+            leases.append(
+                Lease(
+                    lease_id=make_lease_id(group.name, state.epoch, shard_ids),
+                    epoch=state.epoch,
+                    window_start_ms=window,
+                    shard_ids=shard_ids,
+                    streams=sorted(members),
+                    granted_at_ms=now_ms,
+                    deadline_ms=now_ms + group.lease_timeout_s * 1000,
+                    sink_snapshot_at_grant=sink_snapshot,
+                    owner_run_id=owner_run_id,
+                )
+            )
+        slots -= len(bins)
+    return leases

@@ -1,0 +1,203 @@
+"""Consumer group definitions: YAML in, validated ``GroupConfig`` out.
+
+Validation happens when the file is loaded, so a bad group never reaches a Leader tick or a Spark job.
+Every error names the group, the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import re
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.expressions.parser import parse as parse_filter
+
+from iceberg.errors import ConfigError
+from iceberg.lakehouse import format_validation_error
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+TRANSFORM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+CRON_FIELD_RE = re.compile(r"^[0-9*/,\-A-Za-z?]+$")
+START_HELP = "allowed: earliest, latest, {snapshot_id: <id>} or {timestamp: <ISO-8601>}"
+
+
+class StartAtSnapshot(BaseModel):
+    """Start with this source snapshot, inclusive."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    snapshot_id: int = Field(description="First source snapshot to consume (inclusive).")
+
+
+class StartAtTimestamp(BaseModel):
+    """Start with the first source snapshot committed at or after this time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    timestamp: datetime = Field(description="ISO-8601 time; snapshots committed at or after it are consumed.")
+
+    @field_validator("timestamp")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+StartPosition = Literal["earliest", "latest"] | StartAtSnapshot | StartAtTimestamp
+
+
+class ShardCaps(BaseModel):
+    """Upper bounds for one shard; a shard is closed before a snapshot would push it past any cap."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_files: int = Field(default=64, ge=1, description="Data files per shard.")
+    max_bytes: int = Field(default=256 * 1024 * 1024, ge=1, description="Data file bytes per shard.")
+    max_rows: int = Field(default=5_000_000, ge=1, description="Source rows per shard.")
+
+
+class GroupConfig(BaseModel):
+    """One consumer group: what it reads, how it transforms, where it writes, and how it shares work."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Group name: lower case letters, digits and _, starting with a letter.")
+    source: str = Field(description="Source table as namespace.table in the lakehouse catalog.")
+    sink: str = Field(description="Sink table as namespace.table; created by the first Borrower.")
+    transform: str = Field(
+        default="spark_jobs.transforms:identity",
+        description="Import path module:function of a DataFrame -> DataFrame transform.",
+    )
+    filter: str | None = Field(
+        default=None,
+        description="Optional row filter in Iceberg expression syntax, e.g. \"region = 'eu' and amount > 0\".",
+    )
+    max_borrowers: int = Field(default=2, ge=1, description="Borrower runs that may hold leases at once.")
+    shard_caps: ShardCaps = Field(default_factory=ShardCaps, description="Size caps of one shard.")
+    lease_max_shards: int = Field(default=16, ge=1, description="Shards granted in one lease at most.")
+    lease_timeout_s: int = Field(
+        default=1800, ge=10, description="Seconds after which a granted lease is re-granted to a new run."
+    )
+    start: StartPosition = Field(default="earliest", description=f"Where a new group starts; {START_HELP}.")
+    non_append: Literal["fail", "skip"] = Field(
+        default="fail",
+        description="What to do with overwrite/delete source snapshots: fail (stop with an error) or skip.",
+    )
+    replay_window: Literal["hour", "day"] = Field(
+        default="day", description="Width of the sink's time partitions, by source commit time."
+    )
+    window_start: date = Field(
+        default=date(2025, 1, 1), description="First day of the sink's partitions; no source commit is older."
+    )
+    schedule: str | None = Field(
+        default=None,
+        description="Cron expression; when set, the group consumes until caught up on this schedule "
+        "instead of on every Leader sensor tick.",
+    )
+    max_snapshots_per_tick: int = Field(
+        default=500, ge=1, description="Source snapshots one Leader tick plans at most, to keep ticks short."
+    )
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError("use lower case letters, digits and _, starting with a letter (max 63)")
+        return value
+
+    @field_validator("source", "sink")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        if not TABLE_RE.match(value):
+            raise ValueError(f"{value!r} is not namespace.table; write it like demo.events")
+        return value
+
+    @field_validator("transform")
+    @classmethod
+    def _transform(cls, value: str) -> str:
+        if not TRANSFORM_RE.match(value):
+            raise ValueError(f"{value!r} is not an import path; write it as package.module:function")
+        return value
+
+    @field_validator("filter")
+    @classmethod
+    def _filter(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_row_filter(value)
+        return value
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _start(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("earliest", "latest"):
+            raise ValueError(f"{value!r} is not a start position; {START_HELP}")
+        if isinstance(value, dict) and set(value) not in ({"snapshot_id"}, {"timestamp"}):
+            raise ValueError(f"{value!r} is not a start position; {START_HELP}")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is not None:
+            fields = value.split()
+            if len(fields) != 5 or not all(CRON_FIELD_RE.match(f) for f in fields):
+                raise ValueError(f"{value!r} is not a 5-field cron expression such as '0 2 * * *'")
+        return value
+
+    @model_validator(mode="after")
+    def _sink_is_not_source(self) -> GroupConfig:
+        if self.sink.lower() == self.source.lower():
+            raise ValueError("sink: must differ from source, or the group would consume its own output")
+        return self
+
+    @property
+    def row_filter(self) -> BooleanExpression | None:
+        """The filter as a pyiceberg expression."""
+        return parse_row_filter(self.filter) if self.filter else None
+
+
+def parse_row_filter(text: str) -> BooleanExpression:
+    """Parse a row filter, turning the parser's error into one that says what syntax is expected."""
+    try:
+        return parse_filter(text)
+    except Exception as exc:
+        raise ValueError(
+            f"{text!r} does not parse ({exc}); use Iceberg expression syntax such as "
+            "\"region = 'eu' and amount > 10\""
+        ) from exc
+
+
+def load_groups(path: Path) -> dict[str, GroupConfig]:
+    """Load and validate every group in a YAML file of the form ``groups: [ {name: ..., ...}, ... ]``."""
+    if not path.is_file():
+        raise ConfigError(f"group config {path} does not exist; create it or pass another path")
+    data = yaml.safe_load(path.read_text()) or {}
+    return parse_groups(data, source=str(path))
+
+
+def parse_groups(data: Any, source: str) -> dict[str, GroupConfig]:
+    """Validate already-parsed YAML; errors from every group are reported together."""
+    if not isinstance(data, dict) or not isinstance(data.get("groups", []), list):
+        raise ConfigError(f"{source}: expected a mapping with a 'groups' list")
+    unknown = set(data) - {"groups"}
+    if unknown:
+        raise ConfigError(f"{source}: unknown top-level keys {sorted(unknown)}; only 'groups' is allowed")
+    groups: dict[str, GroupConfig] = {}
+    problems: list[str] = []
+    for index, raw in enumerate(data.get("groups", [])):
+        label = f"groups[{index}]"
+        if isinstance(raw, dict) and isinstance(raw.get("name"), str):
+            label = f"group {raw['name']!r}"
+        try:
+            group = GroupConfig.model_validate(raw)
+        except ValidationError as exc:
+            problems.append(format_validation_error(exc, source=f"{source}: {label}"))
+            continue
+        if group.name in groups:
+            problems.append(f"{source}: {label}: name: defined twice; give each group its own name")
+            continue
+        groups[group.name] = group
+    if problems:
+        raise ConfigError("\n".join(problems))
+    return groups

@@ -1,0 +1,159 @@
+"""One lakehouse config that both pyiceberg and Spark are built from.
+
+The catalog database is shared: pyiceberg's ``SqlCatalog`` and Spark's ``JdbcCatalog`` run the same
+compare-and-swap on one row, provided both use the same catalog name. Keeping a single
+``LakehouseConfig`` as the source of both sides is what keeps them pointed at the same tables.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from iceberg.errors import ConfigError
+
+ENV_CONFIG = "ICEGROUP_LAKEHOUSE"
+ENV_HOME = "ICEGROUP_HOME"
+ENV_OVERRIDES = {
+    "ICEGROUP_CATALOG_URI": "catalog_uri",
+    "ICEGROUP_WAREHOUSE": "warehouse",
+    "ICEGROUP_SPARK_MASTER": "spark_master",
+    "ICEGROUP_ICEBERG_PACKAGES": "iceberg_packages",
+}
+
+
+class LakehouseConfig(BaseModel):
+    """Where the catalog and the warehouse are, and how Spark reaches them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    catalog_name: str = Field(
+        default="lake",
+        description="Catalog name; must be the same for pyiceberg and Spark or they see different tables.",
+    )
+    catalog_uri: str = Field(
+        description="SQLAlchemy URL of the catalog database, e.g. sqlite:////abs/catalog.db or "
+        "postgresql+psycopg2://user:pw@host:5432/db.",
+    )
+    warehouse: str = Field(description="Warehouse root: an absolute path or a file:// URI.")
+    spark_master: str = Field(default="local[*]", description="Spark master URL for Borrowers.")
+    iceberg_packages: str | None = Field(
+        default=None,
+        description="Maven coordinates for spark.jars.packages; when unset, the runtime jar from the "
+        "pinned snowpark-connect-deps-iceberg wheel is used (no Maven access needed).",
+    )
+    spark_conf: dict[str, str] = Field(
+        default_factory=dict, description="Extra Spark settings, applied last."
+    )
+
+    @field_validator("catalog_uri")
+    @classmethod
+    def _uri_parses(cls, value: str) -> str:
+        try:
+            url = make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(
+                f"{value!r} is not a SQLAlchemy URL; use sqlite:////abs/path.db or "
+                "postgresql+psycopg2://user:pw@host:5432/db"
+            ) from exc
+        if url.get_backend_name() not in ("sqlite", "postgresql"):
+            raise ValueError(f"backend {url.get_backend_name()!r} is not supported; use sqlite or postgresql")
+        return value
+
+    @property
+    def warehouse_uri(self) -> str:
+        """The warehouse as a URI, the form Spark's catalog expects."""
+        if "://" in self.warehouse:
+            return self.warehouse
+        return Path(self.warehouse).resolve().as_uri()
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        """Properties for ``SqlCatalog``; WAL plus a busy timeout keep SQLite usable by two engines."""
+        uri = self.catalog_uri
+        if make_url(uri).get_backend_name() == "sqlite" and "timeout=" not in uri:
+            uri = f"{uri}{'&' if '?' in uri else '?'}timeout=30"
+        return {"uri": uri, "warehouse": self.warehouse_uri}
+
+    def jdbc(self) -> tuple[str, dict[str, str]]:
+        """The same catalog database as a JDBC URL plus driver properties, for Spark's JdbcCatalog."""
+        url = make_url(self.catalog_uri)
+        if url.get_backend_name() == "sqlite":
+            return f"jdbc:sqlite:{url.database}", {"busy_timeout": "30000", "journal_mode": "WAL"}
+        props: dict[str, str] = {}
+        if url.username:
+            props["user"] = url.username
+        if url.password:
+            props["password"] = str(url.password)
+        return f"jdbc:postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database}", props
+
+    def catalog(self) -> Catalog:
+        """Open the pyiceberg catalog; a SQLite file is created in WAL mode.
+
+        WAL lets Spark's pooled JDBC connections read while pyiceberg writes; in the default rollback
+        journal an idle JDBC read transaction makes every pyiceberg commit fail with "database is locked".
+        """
+        url = make_url(self.catalog_uri)
+        if url.get_backend_name() == "sqlite" and url.database:
+            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+            with sqlite3.connect(url.database, timeout=30) as connection:
+                connection.execute("PRAGMA journal_mode=WAL")
+        if "://" not in self.warehouse:
+            Path(self.warehouse).mkdir(parents=True, exist_ok=True)
+        return SqlCatalog(self.catalog_name, **self.pyiceberg_properties())
+
+
+def embedded_default(home: Path) -> dict[str, str]:
+    """The embedded stack: catalog ``lake`` in ``.lake/catalog.db``, warehouse ``.lake/warehouse``."""
+    lake = home.resolve() / ".lake"
+    return {"catalog_uri": f"sqlite:///{lake / 'catalog.db'}", "warehouse": str(lake / "warehouse")}
+
+
+def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = None) -> LakehouseConfig:
+    """Build the config from the embedded default, then a YAML file, then ``ICEGROUP_*`` variables.
+
+    Later sources win, so a deployment can point both engines at PostgreSQL with one variable.
+    """
+    env = os.environ if env is None else env
+    home = Path(env.get(ENV_HOME, "."))
+    values: dict[str, Any] = embedded_default(home)
+    path = path or (Path(env[ENV_CONFIG]) if env.get(ENV_CONFIG) else None)
+    if path is not None:
+        values.update(_read_yaml(path))
+    values.update({field: env[var] for var, field in ENV_OVERRIDES.items() if env.get(var)})
+    try:
+        return LakehouseConfig(**values)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source=str(path or "environment"))) from exc
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    if not path.is_file():
+        raise ConfigError(f"lakehouse config {path} does not exist; create it or unset {ENV_CONFIG}")
+    data = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of lakehouse fields")
+    return data
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """Render pydantic errors as ``source: field.path: message`` lines a user can act on."""
+    lines = []
+    for err in exc.errors():
+        where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        message = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            message = "unknown field; remove it or check its spelling"
+        elif err["type"] == "missing":
+            message = "field required"
+        lines.append(f"{source}: {where}: {message}")
+    return "\n".join(lines)

@@ -1,0 +1,103 @@
+"""Lineage carried by every sink commit: row columns plus snapshot summary properties.
+
+Progress lives in the sink commit itself (as Flink's ``flink.max-committed-checkpoint-id`` does), so
+data and progress commit together and the registry can always be rebuilt from sink history.
+Property keys are lower case: Spark lower-cases write options.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from iceberg.shards import Shard
+
+COL_GROUP = "_ig_group"
+COL_LEASE = "_ig_lease"
+COL_SHARD = "_ig_shard"
+COL_EPOCH = "_ig_epoch"
+LINEAGE_COLUMNS = (COL_GROUP, COL_LEASE, COL_SHARD, COL_EPOCH)
+
+KEY_GROUP = "icegroup.group"
+KEY_SOURCE = "icegroup.source"
+KEY_LEASE = "icegroup.lease"
+KEY_EPOCH = "icegroup.epoch"
+KEY_ATTEMPT = "icegroup.attempt"
+KEY_SHARDS = "icegroup.shards"
+
+
+@dataclass(frozen=True)
+class ShardRange:
+    """The part of a shard that lineage needs: where it came from in the source."""
+
+    shard_id: str
+    stream: str
+    from_snapshot: int | None
+    to_snapshot: int
+    snapshots: tuple[int, ...]
+
+
+@dataclass(frozen=True)
+class SinkCommit:
+    """One sink snapshot written by a Borrower, decoded from its summary."""
+
+    snapshot_id: int
+    timestamp_ms: int
+    group: str
+    source: str
+    lease_id: str
+    epoch: int
+    attempt: int
+    shards: tuple[ShardRange, ...]
+    added_records: int
+
+
+def commit_properties(group: str, source: str, lease_id: str, epoch: int, attempt: int, shard: Shard) -> dict[str, str]:
+    """Summary properties for the commit of one shard."""
+    shards = [
+        {
+            "id": shard.shard_id,
+            "stream": shard.stream,
+            "from": shard.from_snapshot,
+            "to": shard.to_snapshot,
+            "snapshots": shard.snapshots,
+        }
+    ]
+    return {
+        KEY_GROUP: group,
+        KEY_SOURCE: source,
+        KEY_LEASE: lease_id,
+        KEY_EPOCH: str(epoch),
+        KEY_ATTEMPT: str(attempt),
+        KEY_SHARDS: json.dumps(shards, separators=(",", ":")),
+    }
+
+
+def parse_commit(
+    snapshot_id: int, timestamp_ms: int, properties: Mapping[str, str], added_records: int
+) -> SinkCommit | None:
+    """Decode a sink snapshot's summary; None for snapshots icegroup did not write."""
+    if KEY_GROUP not in properties or KEY_SHARDS not in properties:
+        return None
+    shards = tuple(
+        ShardRange(
+            shard_id=item["id"],
+            stream=item["stream"],
+            from_snapshot=item["from"],
+            to_snapshot=item["to"],
+            snapshots=tuple(item.get("snapshots", [])),
+        )
+        for item in json.loads(properties[KEY_SHARDS])
+    )
+    return SinkCommit(
+        snapshot_id=snapshot_id,
+        timestamp_ms=timestamp_ms,
+        group=properties[KEY_GROUP],
+        source=properties.get(KEY_SOURCE, ""),
+        lease_id=properties.get(KEY_LEASE, ""),
+        epoch=int(properties.get(KEY_EPOCH, "0")),
+        attempt=int(properties.get(KEY_ATTEMPT, "0")),
+        shards=shards,
+        added_records=added_records,
+    )

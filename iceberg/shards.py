@@ -1,0 +1,164 @@
+"""Shards: immutable units of work, and the pure function that cuts them.
+
+A shard is (stream, from-snapshot exclusive, to-snapshot inclusive) plus the data files that the
+append snapshots in that range added to the stream. Cutting is deterministic: the same inputs give
+the same shards with the same ids, so a Leader that dies mid-tick and plans again cuts nothing new.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import defaultdict
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from iceberg.groups import ShardCaps
+
+Window = Literal["hour", "day"]
+HOUR_MS = 3_600_000
+DAY_MS = 24 * HOUR_MS
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    """What planning needs of one source snapshot; read from table metadata only."""
+
+    snapshot_id: int
+    parent_id: int | None
+    sequence_number: int
+    timestamp_ms: int
+    schema_id: int | None
+    operation: str
+
+
+@dataclass(frozen=True)
+class FileEntry:
+    """One data file that an append snapshot added to a stream."""
+
+    stream: str
+    snapshot_id: int
+    path: str
+    record_count: int
+    size_bytes: int
+
+
+class Shard(BaseModel):
+    """An immutable unit of work; cut once by the Leader and never re-cut."""
+
+    model_config = ConfigDict(frozen=True)
+
+    shard_id: str = Field(description="Deterministic 16-hex id; also the sink's fencing key.")
+    stream: str = Field(description="Stream key: partition spec id and partition path.")
+    from_snapshot: int | None = Field(description="Exclusive start; None means the table's first snapshot.")
+    to_snapshot: int = Field(description="Inclusive end.")
+    to_sequence: int = Field(description="Sequence number of to_snapshot; orders shards in a stream.")
+    schema_id: int | None = Field(description="Schema id shared by every snapshot in the shard.")
+    window_start_ms: int = Field(description="Start of the replay window all its snapshots fall in.")
+    snapshots: list[int] = Field(description="Source snapshots in the range that added files here.")
+    files: list[str] = Field(description="Data files the shard consists of.")
+    rows: int = Field(description="Source rows in those files, before the group's filter.")
+    bytes: int = Field(description="Size of those files.")
+
+
+def window_start_ms(timestamp_ms: int, window: Window) -> int:
+    """Floor a commit time to its hour or day (UTC)."""
+    width = HOUR_MS if window == "hour" else DAY_MS
+    return timestamp_ms - timestamp_ms % width
+
+
+def window_label(start_ms: int, window: Window) -> str:
+    """The window as Dagster's time-window partition key (UTC)."""
+    moment = datetime.fromtimestamp(start_ms / 1000, tz=UTC)
+    return moment.strftime("%Y-%m-%d-%H:%M" if window == "hour" else "%Y-%m-%d")
+
+
+def make_shard_id(group: str, epoch: int, stream: str, from_snapshot: int | None, to_snapshot: int) -> str:
+    """16 hex characters: short enough that Iceberg's column bounds keep it exact (no truncation)."""
+    key = f"{group}|{epoch}|{stream}|{from_snapshot}|{to_snapshot}"
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
+
+
+@dataclass
+class _Open:
+    from_snapshot: int | None
+    snapshot: SnapshotInfo
+    window: int
+    snapshots: list[int]
+    files: list[FileEntry]
+
+    def would_exceed(self, more: list[FileEntry], caps: ShardCaps) -> bool:
+        files = len(self.files) + len(more)
+        rows = sum(f.record_count for f in self.files) + sum(f.record_count for f in more)
+        size = sum(f.size_bytes for f in self.files) + sum(f.size_bytes for f in more)
+        return files > caps.max_files or rows > caps.max_rows or size > caps.max_bytes
+
+
+def cut_shards(
+    *,
+    group: str,
+    epoch: int,
+    snapshots: Iterable[SnapshotInfo],
+    files: Iterable[FileEntry],
+    stream_cursors: Mapping[str, int | None],
+    plan_from: int | None,
+    caps: ShardCaps,
+    window: Window,
+) -> list[Shard]:
+    """Cut the files of the planned snapshots into shards, stream by stream.
+
+    ``snapshots`` are the append snapshots of the planned range, oldest first. ``stream_cursors``
+    gives, per known stream, the end of its last shard; a stream seen for the first time starts at
+    ``plan_from``, since it had no files before it. A shard closes before a snapshot that would cross
+    a schema change, a replay-window boundary or a cap. A single snapshot larger than a cap becomes a
+    shard of its own: shards are cut on snapshot boundaries only.
+    """
+    ordered = list(snapshots)
+    by_stream: dict[str, dict[int, list[FileEntry]]] = defaultdict(lambda: defaultdict(list))
+    for entry in files:
+        by_stream[entry.stream][entry.snapshot_id].append(entry)
+    shards: list[Shard] = []
+    for stream in sorted(by_stream):
+        cursor = stream_cursors.get(stream, plan_from)
+        current: _Open | None = None
+        for snap in ordered:
+            added = by_stream[stream].get(snap.snapshot_id)
+            if not added:
+                continue
+            win = window_start_ms(snap.timestamp_ms, window)
+            if current is not None and (
+                current.snapshot.schema_id != snap.schema_id
+                or current.window != win
+                or current.would_exceed(added, caps)
+            ):
+                shards.append(_close(group, epoch, stream, current))
+                cursor = current.snapshot.snapshot_id
+                current = None
+            if current is None:
+                current = _Open(cursor, snap, win, [], [])
+            current.snapshot = snap
+            current.snapshots.append(snap.snapshot_id)
+            current.files.extend(added)
+        if current is not None:
+            shards.append(_close(group, epoch, stream, current))
+    return sorted(shards, key=lambda s: (s.to_sequence, s.stream))
+
+
+def _close(group: str, epoch: int, stream: str, open_shard: _Open) -> Shard:
+    last = open_shard.snapshot
+    return Shard(
+        shard_id=make_shard_id(group, epoch, stream, open_shard.from_snapshot, last.snapshot_id),
+        stream=stream,
+        from_snapshot=open_shard.from_snapshot,
+        to_snapshot=last.snapshot_id,
+        to_sequence=last.sequence_number,
+        schema_id=last.schema_id,
+        window_start_ms=open_shard.window,
+        snapshots=list(open_shard.snapshots),
+        files=[f.path for f in open_shard.files],
+        rows=sum(f.record_count for f in open_shard.files),
+        bytes=sum(f.size_bytes for f in open_shard.files),
+    )

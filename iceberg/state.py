@@ -1,0 +1,110 @@
+"""A group's durable state, as kept in the registry, and the pure transitions on it.
+
+The state is one document: stream positions, shards cut but not yet committed, and leases in
+flight. Transitions are pure functions so the protocol can be unit-tested without a catalog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from pydantic import BaseModel, Field
+
+from iceberg.shards import Shard
+
+
+class Lease(BaseModel):
+    """Shards granted to one Borrower run; the id is deterministic, the attempt counts re-grants."""
+
+    lease_id: str = Field(description="16-hex id derived from group, epoch and shard ids.")
+    epoch: int = Field(description="Group epoch at grant; a reset makes older leases stale.")
+    window_start_ms: int = Field(description="Replay window that all of its shards fall in.")
+    shard_ids: list[str] = Field(description="Shards in commit order.")
+    streams: list[str] = Field(description="Streams the lease holds; a stream is in one lease at most.")
+    attempt: int = Field(default=0, description="0 for the first grant, +1 for each re-grant.")
+    granted_at_ms: int = Field(description="When this attempt was granted.")
+    deadline_ms: int = Field(description="After this, a run still holding the lease is treated as dead.")
+    sink_snapshot_at_grant: int | None = Field(
+        description="Sink head when first granted; commits are validated from here, so a second commit "
+        "of the same shard fails."
+    )
+    owner_run_id: str | None = Field(
+        default=None, description="Run executing the lease in-process; None for a launched Borrower run."
+    )
+
+
+class StreamState(BaseModel):
+    """Progress of the group on one stream."""
+
+    position: int | None = Field(description="Source snapshot through which the stream is committed.")
+    position_sequence: int = Field(default=0, description="Sequence number of the position snapshot.")
+    committed_shards: int = Field(default=0, description="Shards committed so far.")
+    committed_rows: int = Field(default=0, description="Source rows in committed shards.")
+
+
+class GroupState(BaseModel):
+    """Everything the Leader must remember about a group between ticks."""
+
+    group: str
+    source: str
+    sink: str
+    epoch: int = 0
+    start_position: int | None = Field(description="Resolved start: the snapshot consumption begins after.")
+    planned_through: int | None = Field(description="Source snapshot through which shards have been cut.")
+    planned_sequence: int = 0
+    sink_cursor: int | None = Field(default=None, description="Last sink snapshot reconciled.")
+    streams: dict[str, StreamState] = Field(default_factory=dict)
+    shards: dict[str, Shard] = Field(default_factory=dict, description="Cut and not yet committed.")
+    leases: dict[str, Lease] = Field(default_factory=dict, description="Granted and not yet done.")
+    leases_done: int = 0
+
+    def stream_cursors(self) -> dict[str, int | None]:
+        """Where the next shard of each stream starts: its last cut shard, else its position."""
+        cursors: dict[str, int | None] = {name: s.position for name, s in self.streams.items()}
+        for shard in sorted(self.shards.values(), key=lambda s: s.to_sequence):
+            cursors[shard.stream] = shard.to_snapshot
+        return cursors
+
+    def leased_shard_ids(self) -> set[str]:
+        """Shards that some lease in flight holds."""
+        return {sid for lease in self.leases.values() for sid in lease.shard_ids}
+
+    def is_idle(self) -> bool:
+        """Nothing cut and waiting, nothing in flight."""
+        return not self.shards and not self.leases
+
+
+def add_shards(state: GroupState, shards: Iterable[Shard], through: int, through_sequence: int) -> GroupState:
+    """Record newly cut shards and move the planning cursor; re-adding a known shard is a no-op."""
+    new = state.model_copy(deep=True)
+    for shard in shards:
+        new.shards.setdefault(shard.shard_id, shard)
+        new.streams.setdefault(
+            shard.stream, StreamState(position=shard.from_snapshot, position_sequence=0)
+        )
+    new.planned_through = through
+    new.planned_sequence = through_sequence
+    return new
+
+
+def apply_commits(state: GroupState, committed: Iterable[str]) -> tuple[GroupState, list[Shard]]:
+    """Mark shards committed, advance stream positions and retire leases with nothing left.
+
+    Shards are applied in sequence order so a position only ever moves forward.
+    """
+    wanted = set(committed)
+    new = state.model_copy(deep=True)
+    done = sorted((s for s in new.shards.values() if s.shard_id in wanted), key=lambda s: s.to_sequence)
+    for shard in done:
+        stream = new.streams.setdefault(shard.stream, StreamState(position=shard.from_snapshot))
+        if shard.to_sequence > stream.position_sequence:
+            stream.position = shard.to_snapshot
+            stream.position_sequence = shard.to_sequence
+        stream.committed_shards += 1
+        stream.committed_rows += shard.rows
+        del new.shards[shard.shard_id]
+    for lease_id, lease in list(new.leases.items()):
+        if not any(sid in new.shards for sid in lease.shard_ids):
+            del new.leases[lease_id]
+            new.leases_done += 1
+    return new, done

@@ -1,0 +1,44 @@
+"""Small helpers over pyiceberg tables that several modules share."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from iceberg.errors import SourceError
+
+
+def load_source(catalog: Catalog, identifier: str, field: str = "source") -> Table:
+    """Load a table a group reads, with an error that names the config field."""
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError as exc:
+        raise SourceError(
+            f"{field}: table {identifier!r} does not exist in catalog {catalog.name!r}; "
+            "create it or correct the group's source"
+        ) from exc
+
+
+def load_optional(catalog: Catalog, identifier: str) -> Table | None:
+    """Load a table that may not exist yet, such as a sink before its first commit."""
+    try:
+        return catalog.load_table(identifier)
+    except NoSuchTableError:
+        return None
+
+
+def walk_back(table: Table, stop_at: int | None) -> Iterator[Snapshot]:
+    """Snapshots of main from the head back to, not including, ``stop_at`` (metadata only).
+
+    Stops early at the root or at a parent that is no longer in the metadata (expired).
+    """
+    snapshot = table.current_snapshot()
+    while snapshot is not None and snapshot.snapshot_id != stop_at:
+        yield snapshot
+        if snapshot.parent_snapshot_id is None:
+            return
+        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)

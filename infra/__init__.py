@@ -1,0 +1,1 @@
+"""Setting up and starting the stack: installers, the embedded demo."""

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what Spark needs from Debian when it is missing: a Java runtime and the JDBC driver jars.
+# Stops with a message naming what to install where it cannot (no apt-get, or not root).
+set -euo pipefail
+
+need=()
+# A JDK, not just a JRE: javac builds the small SQLite JDBC shim in spark_jobs/jdbc.
+if ! command -v java >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
+  need+=(openjdk-17-jdk-headless)
+fi
+[ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
+[ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
+  need+=(python3-venv)
+fi
+build_shim() { bash "$(dirname "$0")/../spark_jobs/jdbc/build.sh"; }
+if [ ${#need[@]} -eq 0 ]; then
+  build_shim
+  exit 0
+fi
+
+if ! command -v apt-get >/dev/null 2>&1 || [ "$(id -u)" -ne 0 ]; then
+  echo "icegroup needs: ${need[*]}" >&2
+  echo "Install them (Debian: sudo apt-get install ${need[*]}; any Java 17 runtime works), then re-run." >&2
+  exit 1
+fi
+echo "installing from Debian: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+if ! apt-get install -y -qq --no-install-recommends "${need[@]}"; then
+  # Newer Debian releases ship another default JDK; Spark 3.5 runs on it too.
+  apt-get install -y -qq --no-install-recommends "${need[@]/openjdk-17-jdk-headless/default-jdk-headless}"
+fi
+build_shim

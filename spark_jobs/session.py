@@ -1,0 +1,88 @@
+"""SparkSession setup from the one lakehouse config, so Spark sees the catalog pyiceberg sees."""
+
+from __future__ import annotations
+
+from importlib.resources import files
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+from sqlalchemy.engine import make_url
+
+from iceberg.errors import ConfigError
+from iceberg.lakehouse import LakehouseConfig
+
+RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
+DRIVER_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/share/java/postgresql.jar"}
+SQLITE_SHIM = Path(__file__).parent / "jdbc" / "icegroup-sqlite-jdbc.jar"
+
+
+def runtime_jar() -> Path:
+    """The Iceberg Spark runtime shipped in the pinned snowpark-connect-deps-iceberg wheel."""
+    jar = Path(str(files("snowpark_connect_deps_iceberg") / "jars" / RUNTIME_JAR))
+    if not jar.is_file():
+        raise ConfigError(
+            f"iceberg_packages: unset, and {RUNTIME_JAR} is not in the snowpark-connect-deps-iceberg wheel; "
+            "reinstall with `make venv`, or set ICEGROUP_ICEBERG_PACKAGES to Maven coordinates"
+        )
+    return jar
+
+
+def driver_jars(lakehouse: LakehouseConfig) -> list[Path]:
+    """The JDBC driver for the catalog database (from Debian), plus icegroup's SQLite shim."""
+    backend = make_url(lakehouse.catalog_uri).get_backend_name()
+    jar = Path(DRIVER_JARS[backend])
+    if not jar.is_file():
+        package = "libxerial-sqlite-jdbc-java" if backend == "sqlite" else "libpostgresql-jdbc-java"
+        raise ConfigError(f"catalog_uri: Spark needs {jar} for {backend}; install it with apt-get install {package}")
+    if backend != "sqlite":
+        return [jar]
+    if not SQLITE_SHIM.is_file():
+        raise ConfigError(f"catalog_uri: Spark on SQLite needs {SQLITE_SHIM}; build it with `make system`")
+    return [jar, SQLITE_SHIM]
+
+
+def spark_jdbc_url(lakehouse: LakehouseConfig) -> str:
+    """The catalog's JDBC URL as Spark opens it; SQLite goes through the shim driver."""
+    url, _ = lakehouse.jdbc()
+    return url.replace("jdbc:sqlite:", "jdbc:icegroup-sqlite:", 1)
+
+
+def spark_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
+    """Every Spark setting icegroup needs; pure, so it is unit-tested without a JVM."""
+    name = lakehouse.catalog_name
+    _, jdbc_props = lakehouse.jdbc()
+    prefix = f"spark.sql.catalog.{name}"
+    conf = {
+        "spark.master": lakehouse.spark_master,
+        "spark.app.name": "icegroup-borrower",
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "4",
+        "spark.sql.session.timeZone": "UTC",
+        "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        prefix: "org.apache.iceberg.spark.SparkCatalog",
+        f"{prefix}.type": "jdbc",
+        f"{prefix}.uri": spark_jdbc_url(lakehouse),
+        f"{prefix}.warehouse": lakehouse.warehouse_uri,
+        f"{prefix}.jdbc.schema-version": "V1",
+        f"{prefix}.cache-enabled": "false",
+    }
+    conf.update({f"{prefix}.jdbc.{key}": value for key, value in jdbc_props.items()})
+    jars = [str(jar) for jar in driver_jars(lakehouse)]
+    if lakehouse.iceberg_packages:
+        conf["spark.jars.packages"] = lakehouse.iceberg_packages
+    else:
+        jars.insert(0, str(runtime_jar()))
+    conf["spark.jars"] = ",".join(jars)
+    conf.update(lakehouse.spark_conf)
+    return conf
+
+
+def get_session(lakehouse: LakehouseConfig) -> SparkSession:
+    """Create, or reuse within this process, the Borrower's SparkSession."""
+    builder = SparkSession.builder
+    for key, value in spark_conf(lakehouse).items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session

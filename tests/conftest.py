@@ -1,0 +1,56 @@
+"""Shared fixtures: a throw-away lakehouse per test session."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog import Catalog
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig, load_lakehouse
+
+_names = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def lakehouse(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConfig:
+    """An embedded lakehouse (SQLite catalog, local warehouse) in a temporary folder."""
+    home = tmp_path_factory.mktemp("lakehome")
+    return load_lakehouse(env={"ICEGROUP_HOME": str(home)})
+
+
+@pytest.fixture
+def catalog(lakehouse: LakehouseConfig) -> Catalog:
+    """A fresh pyiceberg catalog handle on the session's lakehouse."""
+    return lakehouse.catalog()
+
+
+@pytest.fixture
+def ns() -> str:
+    """A namespace of its own for each test, so tests never see each other's tables."""
+    return f"t{next(_names)}"
+
+
+@pytest.fixture
+def make_group(ns: str) -> Iterator[type[GroupConfig]]:
+    """Build a GroupConfig for this test's namespace with overrides."""
+
+    def build(**overrides: object) -> GroupConfig:
+        fields: dict[str, object] = {
+            "name": f"g_{ns}",
+            "source": f"{ns}.events",
+            "sink": f"{ns}.events_out",
+            "transform": "spark_jobs.transforms:identity",
+        }
+        fields.update(overrides)
+        return GroupConfig.model_validate(fields)
+
+    yield build  # type: ignore[misc]
+
+
+def repo_root() -> Path:
+    """The checkout the tests run from."""
+    return Path(__file__).resolve().parents[1]
