@@ -8,7 +8,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster
 export ICEGROUP_HOME ?= $(CURDIR)
 PYTEST_ARGS ?=
 
-.PHONY: system venv demo test lint unit ui chaos clean
+.PHONY: system venv instance demo test lint unit ui clean
 
 system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
 	@bash infra/install_system.sh
@@ -19,8 +19,11 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
-demo: system venv ## the demo: source table, group, consume, append, consume, describe, verify
+instance: ## the local Dagster instance the demo, the CLI and the UI share
 	@mkdir -p $(DAGSTER_HOME)
+	@[ -f $(DAGSTER_HOME)/dagster.yaml ] || cp infra/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
+
+demo: system venv instance ## the demo: source table, group, consume, append, consume, describe, verify
 	$(PY) -m infra.demo
 
 lint: venv ## ruff, mypy and the import-direction contracts
@@ -35,8 +38,7 @@ unit: venv ## the fast tier only
 test: system venv lint ## every tier this machine can run
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-ui: system venv ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
-	@mkdir -p $(DAGSTER_HOME)
+ui: system venv instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 clean: ## remove the lake, the Dagster instance and the venv

@@ -47,10 +47,12 @@ def consume(
     progress: Callable[[str], None] = print,
     max_wait_s: float = 600.0,
     poll_s: float = 1.0,
+    until_caught_up: bool = True,
 ) -> ConsumeSummary:
     """Tick and execute this process's leases until the group is caught up with the source head.
 
     Leases held by other live Borrowers are waited for, up to ``max_wait_s`` without progress.
+    With ``until_caught_up=False`` it stops after one round: one tick and the leases it granted.
     A Borrower error propagates: the run fails, and the next tick re-grants the lease.
     """
     executed: dict[tuple[str, int], RunState] = {}
@@ -93,6 +95,8 @@ def consume(
             summary.reports.append(report)
             if on_lease is not None:
                 on_lease(lease, report)
+        if not until_caught_up:
+            return summary
         if mine or result.new_shards or result.committed:
             idle_since = time.monotonic()
         elif time.monotonic() - idle_since > max_wait_s:

@@ -1,0 +1,159 @@
+"""The ``icegroup`` command: list groups, describe one, consume one through the Dagster instance."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import dagster as dg
+
+from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path
+from iceberg.describe import GroupView, describe_group
+from iceberg.errors import IcegroupError
+from iceberg.groups import GroupConfig, load_groups
+from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``icegroup`` console script."""
+    args = parser().parse_args(argv)
+    if args.groups:
+        os.environ[ENV_GROUPS] = str(Path(args.groups).resolve())
+    if args.lakehouse:
+        os.environ[ENV_CONFIG] = str(Path(args.lakehouse).resolve())
+    try:
+        lakehouse = load_lakehouse()
+        groups = load_groups(groups_path())
+        result: int = args.run(args, lakehouse, groups)
+        return result
+    except IcegroupError as exc:
+        print(f"icegroup: error: {exc}", file=sys.stderr)
+        return 2
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    top = argparse.ArgumentParser(prog="icegroup", description="Consumer groups for Apache Iceberg tables.")
+    top.add_argument("--groups", help=f"group definitions YAML (default: ${ENV_GROUPS} or the packaged one)")
+    top.add_argument("--lakehouse", help=f"lakehouse config YAML (default: ${ENV_CONFIG} or .lake/ in ${ENV_HOME})")
+    sub = top.add_subparsers(required=True, metavar="COMMAND")
+
+    listing = sub.add_parser("list", help="list the groups and their lag")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(run=cmd_list)
+
+    describe = sub.add_parser("describe", help="per stream: position, head, lag, leases in flight")
+    describe.add_argument("group")
+    describe.add_argument("--json", action="store_true", help="print JSON")
+    describe.set_defaults(run=cmd_describe)
+
+    consume = sub.add_parser("consume", help="run the Leader and Borrowers headless, as a Dagster run")
+    consume.add_argument("group")
+    consume.add_argument("--until-caught-up", action="store_true", help="repeat until the source head is committed")
+    consume.add_argument("--max-wait", type=float, default=600.0, help="seconds to wait on leases held elsewhere")
+    consume.set_defaults(run=cmd_consume)
+    return top
+
+
+def pick(groups: dict[str, GroupConfig], name: str) -> GroupConfig:
+    """The named group, or an error listing the defined ones."""
+    if name not in groups:
+        raise IcegroupError(f"group {name!r} is not defined in {groups_path()}; defined: {sorted(groups) or 'none'}")
+    return groups[name]
+
+
+def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup list``."""
+    catalog = lakehouse.catalog()
+    rows = []
+    for group in groups.values():
+        view = describe_group(catalog, group)
+        rows.append(
+            {
+                "group": group.name,
+                "source": group.source,
+                "sink": group.sink,
+                "leader": f"schedule {group.schedule}" if group.schedule else "sensor",
+                "max_borrowers": group.max_borrowers,
+                "streams": len(view.streams),
+                "lag_rows": view.lag_rows,
+                "leases_in_flight": view.leases_in_flight,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return 0
+    print(table(rows, list(rows[0]) if rows else ["group"]))
+    return 0
+
+
+def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup describe GROUP``."""
+    view = describe_group(lakehouse.catalog(), pick(groups, args.group))
+    if args.json:
+        print(json.dumps(view.as_dict(), indent=2, default=str))
+    else:
+        print(render(view))
+    return 0
+
+
+def render(view: GroupView) -> str:
+    """``describe`` as text: a header, then one line per stream."""
+    head = (
+        f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}\n"
+        f"source head {view.source_head}  planned through {view.planned_through}  "
+        f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
+        f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
+    )
+    rows = [
+        {
+            "stream": s.stream,
+            "position": s.position,
+            "head": s.head,
+            "lag_snapshots": s.lag_snapshots,
+            "lag_rows": s.lag_rows,
+            "committed_rows": s.committed_rows,
+            "leases": ",".join(s.leases) or "-",
+        }
+        for s in view.streams
+    ]
+    columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "committed_rows", "leases"]
+    return f"{head}\n{table(rows, columns)}"
+
+
+def table(rows: list[dict[str, object]], columns: list[str]) -> str:
+    """Left-aligned columns, upper-case headers."""
+    cells = [[c.upper() for c in columns]] + [[str(row.get(c, "")) for c in columns] for row in rows]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
+    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in cells)
+
+
+def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance."""
+    group = pick(groups, args.group)
+    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(os.environ.get(ENV_HOME, ".")).resolve() / ".dagster")))
+    home.mkdir(parents=True, exist_ok=True)
+    job = build_definitions(groups, lakehouse.catalog_name).get_job_def(f"{group.name}_consume")
+    run_config = {
+        "loggers": {"console": {"config": {"log_level": "INFO"}}},
+        "ops": {
+            f"{group.name}_consume_op": {
+                "config": {"until_caught_up": args.until_caught_up, "max_wait_s": args.max_wait}
+            }
+        }
+    }
+    with dg.DagsterInstance.get() as instance:
+        try:
+            result = job.execute_in_process(run_config=run_config, instance=instance)
+        except dg.DagsterExecutionStepExecutionError as exc:
+            cause = exc.__cause__
+            if isinstance(cause, IcegroupError):
+                raise cause from None
+            raise
+    print(f"run {result.run_id}: {'success' if result.success else 'failure'} (instance {home})")
+    print(render(describe_group(lakehouse.catalog(), group)))
+    return 0 if result.success else 1

@@ -1,0 +1,61 @@
+"""The code location: for each group, source and sink assets, a Borrower job, and a Leader.
+
+Groups come from ``dagster_project/groups.yaml``, or the file named by ``ICEGROUP_GROUPS``. They are
+read when Dagster loads the location, never at import.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import dagster as dg
+
+from dagster_project.assets import sink_asset, source_spec
+from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, consume_schedule
+from dagster_project.resources import IcegroupResource
+from dagster_project.sensors import leader_sensor
+from iceberg.groups import GroupConfig, load_groups
+from iceberg.lakehouse import load_lakehouse
+
+ENV_GROUPS = "ICEGROUP_GROUPS"
+DEFAULT_GROUPS = Path(__file__).with_name("groups.yaml")
+
+
+def groups_path() -> Path:
+    """Where the group definitions are read from."""
+    return Path(os.environ.get(ENV_GROUPS) or DEFAULT_GROUPS)
+
+
+def build_definitions(groups: dict[str, GroupConfig], catalog_name: str) -> dg.Definitions:
+    """Definitions for the given groups; separate from loading so tests can pass their own groups."""
+    specs: dict[dg.AssetKey, dg.AssetSpec] = {}
+    assets: list[dg.AssetsDefinition] = []
+    jobs: list[dg.JobDefinition | UnresolvedAssetJobDefinition] = []
+    sensors: list[dg.SensorDefinition] = []
+    schedules: list[dg.ScheduleDefinition] = []
+    for group in groups.values():
+        spec = source_spec(group, catalog_name)
+        specs[spec.key] = spec
+        sink = sink_asset(group, catalog_name)
+        assets.append(sink)
+        borrower = borrower_job(group, sink)
+        consume = consume_job(group, catalog_name)
+        jobs += [borrower, consume]
+        if group.schedule:
+            schedules.append(consume_schedule(group, consume, group.schedule))
+        else:
+            sensors.append(leader_sensor(group, borrower))
+    return dg.Definitions(
+        assets=[*specs.values(), *assets],
+        jobs=jobs,
+        sensors=sensors,
+        schedules=schedules,
+        resources={"icegroup": IcegroupResource()},
+    )
+
+
+@dg.definitions
+def defs() -> dg.Definitions:
+    """Load the groups file and build the location."""
+    return build_definitions(load_groups(groups_path()), load_lakehouse().catalog_name)

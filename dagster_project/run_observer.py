@@ -1,0 +1,48 @@
+"""Liveness from the Dagster instance: map a lease to the state of the run that holds it."""
+
+from __future__ import annotations
+
+import dagster as dg
+
+from dagster_project.tags import TAG_ATTEMPT, TAG_GROUP, TAG_LEASE
+from iceberg.leader import RunObserver
+from iceberg.liveness import RunState
+from iceberg.state import Lease
+
+STATES = {
+    dg.DagsterRunStatus.QUEUED: RunState.QUEUED,
+    dg.DagsterRunStatus.NOT_STARTED: RunState.QUEUED,
+    dg.DagsterRunStatus.STARTING: RunState.QUEUED,
+    dg.DagsterRunStatus.MANAGED: RunState.RUNNING,
+    dg.DagsterRunStatus.STARTED: RunState.RUNNING,
+    dg.DagsterRunStatus.CANCELING: RunState.RUNNING,
+    dg.DagsterRunStatus.SUCCESS: RunState.SUCCEEDED,
+    dg.DagsterRunStatus.FAILURE: RunState.FAILED,
+    dg.DagsterRunStatus.CANCELED: RunState.CANCELED,
+}
+
+
+def observe_runs(instance: dg.DagsterInstance, group: str) -> RunObserver:
+    """A lease held in-process is its owner run's state; otherwise the run tagged with lease+attempt.
+
+    A run that failed but that Dagster will retry counts as still running.
+    """
+
+    def observe(lease: Lease) -> RunState:
+        if lease.owner_run_id is not None:
+            run = instance.get_run_by_id(lease.owner_run_id)
+            return STATES[run.status] if run is not None else RunState.FAILED
+        runs = instance.get_runs(
+            filters=dg.RunsFilter(
+                tags={TAG_GROUP: group, TAG_LEASE: lease.lease_id, TAG_ATTEMPT: str(lease.attempt)}
+            ),
+            limit=1,
+        )
+        if not runs:
+            return RunState.MISSING
+        run = runs[0]
+        if run.status == dg.DagsterRunStatus.FAILURE and run.tags.get("dagster/will_retry") == "true":
+            return RunState.RUNNING
+        return STATES[run.status]
+
+    return observe

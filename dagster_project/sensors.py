@@ -1,0 +1,62 @@
+"""The Leader: one sensor per group, running one registry-CAS tick per evaluation."""
+
+import dagster as dg
+
+from dagster_project.jobs import UnresolvedAssetJobDefinition
+from dagster_project.resources import IcegroupResource
+from dagster_project.run_observer import observe_runs
+from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
+from iceberg.errors import ConfigError, RegistryConflict
+from iceberg.groups import GroupConfig
+from iceberg.leader import tick
+from iceberg.shards import window_label
+from iceberg.state import Lease
+
+
+def run_request(group: GroupConfig, lease: Lease) -> dg.RunRequest:
+    """One Borrower run per lease attempt; the run key makes a repeated launch of it a no-op."""
+    window = window_label(lease.window_start_ms, group.replay_window)
+    if window < group.window_start.isoformat():
+        raise ConfigError(
+            f"group {group.name!r}: window_start: {group.window_start} is after source data committed in "
+            f"window {window}; set window_start to {window[:10]} or earlier"
+        )
+    return dg.RunRequest(
+        run_key=f"{group.name}:{lease.lease_id}#{lease.attempt}",
+        partition_key=window,
+        tags={
+            TAG_GROUP: group.name,
+            TAG_LEASE: lease.lease_id,
+            TAG_EPOCH: str(lease.epoch),
+            TAG_ATTEMPT: str(lease.attempt),
+        },
+    )
+
+
+def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
+    """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, launch Borrowers."""
+
+    @dg.sensor(
+        name=f"{group.name}_leader",
+        job=job,
+        minimum_interval_seconds=30,
+        default_status=dg.DefaultSensorStatus.RUNNING,
+        description=f"Leader of consumer group {group.name}: cuts shards of {group.source} and grants "
+        f"leases to at most {group.max_borrowers} Borrower runs.",
+    )
+    def leader(context: dg.SensorEvaluationContext, icegroup: IcegroupResource) -> dg.SensorResult | dg.SkipReason:
+        try:
+            result = tick(icegroup.catalog(), group, observe_runs(context.instance, group.name))
+        except RegistryConflict as exc:
+            context.log.info(f"{group.name}: backing off: {exc}")
+            return dg.SkipReason(f"another Leader committed first: {exc}")
+        context.log.info(
+            f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
+            f"{len(result.committed)} committed, {result.regranted} re-granted, {len(result.launch)} to launch"
+        )
+        if not result.launch:
+            state = "caught up" if result.caught_up else f"{len(result.state.leases)} leases in flight"
+            return dg.SkipReason(f"{group.name}: nothing to launch ({state})")
+        return dg.SensorResult(run_requests=[run_request(group, lease) for lease in result.launch])
+
+    return leader

@@ -1,0 +1,120 @@
+"""What ``icegroup describe`` shows: per stream, position, head, lag and leases in flight.
+
+Read-only: it plans the not-yet-planned snapshots the way a tick would, but commits nothing.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from pyiceberg.catalog import Catalog
+
+from iceberg.groups import GroupConfig
+from iceberg.leader import initial_state
+from iceberg.planning import plan_increment
+from iceberg.registry import load_state
+from iceberg.tables import load_source
+
+
+@dataclass
+class StreamView:
+    """One stream of the group."""
+
+    stream: str
+    position: int | None
+    head: int | None
+    lag_snapshots: int
+    lag_rows: int
+    committed_shards: int
+    committed_rows: int
+    leases: list[str] = field(default_factory=list)
+
+
+@dataclass
+class GroupView:
+    """The whole group, as ``describe`` prints it."""
+
+    group: str
+    source: str
+    sink: str
+    epoch: int
+    source_head: int | None
+    planned_through: int | None
+    pending_shards: int
+    leases_in_flight: int
+    leases_done: int
+    unplanned_snapshots: int
+    streams: list[StreamView]
+
+    @property
+    def lag_rows(self) -> int:
+        """Rows appended to the source that the group has not committed yet."""
+        return sum(s.lag_rows for s in self.streams)
+
+    @property
+    def lag_snapshots(self) -> int:
+        """Source snapshots with rows the group has not committed yet (counted once per stream)."""
+        return sum(s.lag_snapshots for s in self.streams)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form, for ``--json``."""
+        data = asdict(self)
+        data["lag_rows"] = self.lag_rows
+        data["lag_snapshots"] = self.lag_snapshots
+        return data
+
+
+def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
+    """Describe a group from its registry, plus a dry-run plan of what arrived since the last tick."""
+    source = load_source(catalog, group.source)
+    state = load_state(catalog, group.name).state or initial_state(source, group)
+    lag_snaps: dict[str, set[int]] = defaultdict(set)
+    lag_rows: dict[str, int] = defaultdict(int)
+    heads: dict[str, tuple[int, int]] = {}
+    for shard in state.shards.values():
+        lag_snaps[shard.stream].update(shard.snapshots)
+        lag_rows[shard.stream] += shard.rows
+        heads[shard.stream] = max(heads.get(shard.stream, (0, 0)), (shard.to_sequence, shard.to_snapshot))
+    plan = plan_increment(source, state.planned_through, group.model_copy(update={"non_append": "skip"}))
+    sequence = {s.snapshot_id: s.sequence_number for s in plan.appends}
+    for entry in plan.files:
+        lag_snaps[entry.stream].add(entry.snapshot_id)
+        lag_rows[entry.stream] += entry.record_count
+        heads[entry.stream] = max(heads.get(entry.stream, (0, 0)), (sequence[entry.snapshot_id], entry.snapshot_id))
+    leases_by_stream: dict[str, list[str]] = defaultdict(list)
+    for lease in state.leases.values():
+        for stream in lease.streams:
+            leases_by_stream[stream].append(f"{lease.lease_id}#{lease.attempt}")
+    names = sorted(set(state.streams) | set(lag_snaps))
+    streams = []
+    for name in names:
+        progress = state.streams.get(name)
+        position = progress.position if progress else state.start_position
+        streams.append(
+            StreamView(
+                stream=name,
+                position=position,
+                head=heads[name][1] if name in heads else position,
+                lag_snapshots=len(lag_snaps[name]),
+                lag_rows=lag_rows[name],
+                committed_shards=progress.committed_shards if progress else 0,
+                committed_rows=progress.committed_rows if progress else 0,
+                leases=leases_by_stream[name],
+            )
+        )
+    head = source.current_snapshot()
+    return GroupView(
+        group=group.name,
+        source=group.source,
+        sink=group.sink,
+        epoch=state.epoch,
+        source_head=head.snapshot_id if head else None,
+        planned_through=state.planned_through,
+        pending_shards=len(state.shards),
+        leases_in_flight=len(state.leases),
+        leases_done=state.leases_done,
+        unplanned_snapshots=len(plan.appends) + plan.remaining,
+        streams=streams,
+    )
