@@ -21,13 +21,11 @@ from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakeho
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``icegroup`` console script."""
     args = parser().parse_args(argv)
-    if args.groups:
-        os.environ[ENV_GROUPS] = str(Path(args.groups).resolve())
-    if args.lakehouse:
-        os.environ[ENV_CONFIG] = str(Path(args.lakehouse).resolve())
+    args.lakehouse = Path(args.lakehouse).resolve() if args.lakehouse else None
+    args.groups = groups_path(args.groups)
     try:
-        lakehouse = load_lakehouse()
-        groups = load_groups(groups_path())
+        lakehouse = load_lakehouse(args.lakehouse)
+        groups = load_groups(args.groups)
         result: int = args.run(args, lakehouse, groups)
         return result
     except IcegroupError as exc:
@@ -59,10 +57,10 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def pick(groups: dict[str, GroupConfig], name: str) -> GroupConfig:
+def pick(groups: dict[str, GroupConfig], name: str, source: Path) -> GroupConfig:
     """The named group, or an error listing the defined ones."""
     if name not in groups:
-        raise IcegroupError(f"group {name!r} is not defined in {groups_path()}; defined: {sorted(groups) or 'none'}")
+        raise IcegroupError(f"group {name!r} is not defined in {source}; defined: {sorted(groups) or 'none'}")
     return groups[name]
 
 
@@ -93,7 +91,7 @@ def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[
 
 def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup describe GROUP``."""
-    view = describe_group(lakehouse.catalog(), pick(groups, args.group))
+    view = describe_group(lakehouse.catalog(), pick(groups, args.group, args.groups))
     if args.json:
         print(json.dumps(view.as_dict(), indent=2, default=str))
     else:
@@ -109,7 +107,7 @@ def render(view: GroupView) -> str:
         f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
         f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
     )
-    rows = [
+    rows: list[dict[str, object]] = [
         {
             "stream": s.stream,
             "position": s.position,
@@ -132,21 +130,27 @@ def table(rows: list[dict[str, object]], columns: list[str]) -> str:
     return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in cells)
 
 
+def dagster_home() -> Path:
+    """``$DAGSTER_HOME``, else ``.dagster`` under ``$ICEGROUP_HOME``: the instance ``make ui`` shows."""
+    home = Path(os.environ.get("DAGSTER_HOME") or Path(os.environ.get(ENV_HOME, ".")) / ".dagster").resolve()
+    home.mkdir(parents=True, exist_ok=True)
+    return home
+
+
 def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance."""
-    group = pick(groups, args.group)
-    home = Path(os.environ.setdefault("DAGSTER_HOME", str(Path(os.environ.get(ENV_HOME, ".")).resolve() / ".dagster")))
-    home.mkdir(parents=True, exist_ok=True)
-    job = build_definitions(groups, lakehouse.catalog_name).get_job_def(f"{group.name}_consume")
+    group = pick(groups, args.group, args.groups)
+    home = dagster_home()
+    job = build_definitions(groups, lakehouse.catalog_name, args.lakehouse).resolve_job_def(f"{group.name}_consume")
     run_config = {
         "loggers": {"console": {"config": {"log_level": "INFO"}}},
         "ops": {
             f"{group.name}_consume_op": {
                 "config": {"until_caught_up": args.until_caught_up, "max_wait_s": args.max_wait}
             }
-        }
+        },
     }
-    with dg.DagsterInstance.get() as instance:
+    with dg.DagsterInstance.from_config(str(home)) as instance:
         try:
             result = job.execute_in_process(run_config=run_config, instance=instance)
         except dg.DagsterExecutionStepExecutionError as exc:

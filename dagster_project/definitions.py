@@ -22,13 +22,15 @@ ENV_GROUPS = "ICEGROUP_GROUPS"
 DEFAULT_GROUPS = Path(__file__).with_name("groups.yaml")
 
 
-def groups_path() -> Path:
-    """Where the group definitions are read from."""
-    return Path(os.environ.get(ENV_GROUPS) or DEFAULT_GROUPS)
+def groups_path(explicit: str | None = None) -> Path:
+    """Where the group definitions are read from: an explicit path, ``ICEGROUP_GROUPS``, or the default."""
+    return Path(explicit or os.environ.get(ENV_GROUPS) or DEFAULT_GROUPS)
 
 
-def build_definitions(groups: dict[str, GroupConfig], catalog_name: str) -> dg.Definitions:
-    """Definitions for the given groups; separate from loading so tests can pass their own groups."""
+def build_definitions(
+    groups: dict[str, GroupConfig], catalog_name: str, lakehouse_config: Path | None = None
+) -> dg.Definitions:
+    """Definitions for the given groups; separate from loading so the CLI and tests pass their own."""
     specs: dict[dg.AssetKey, dg.AssetSpec] = {}
     assets: list[dg.AssetsDefinition] = []
     jobs: list[dg.JobDefinition | UnresolvedAssetJobDefinition] = []
@@ -51,7 +53,7 @@ def build_definitions(groups: dict[str, GroupConfig], catalog_name: str) -> dg.D
         jobs=jobs,
         sensors=sensors,
         schedules=schedules,
-        resources={"icegroup": IcegroupResource()},
+        resources={"icegroup": IcegroupResource(lakehouse_config=str(lakehouse_config) if lakehouse_config else None)},
     )
 
 

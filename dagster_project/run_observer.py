@@ -33,9 +33,7 @@ def observe_runs(instance: dg.DagsterInstance, group: str) -> RunObserver:
             run = instance.get_run_by_id(lease.owner_run_id)
             return STATES[run.status] if run is not None else RunState.FAILED
         runs = instance.get_runs(
-            filters=dg.RunsFilter(
-                tags={TAG_GROUP: group, TAG_LEASE: lease.lease_id, TAG_ATTEMPT: str(lease.attempt)}
-            ),
+            filters=dg.RunsFilter(tags={TAG_GROUP: group, TAG_LEASE: lease.lease_id, TAG_ATTEMPT: str(lease.attempt)}),
             limit=1,
         )
         if not runs:

@@ -3,7 +3,8 @@
 Rules, each for a guarantee:
 - a stream is held by one lease at a time, so shards of a stream commit in snapshot order;
 - a lease holds shards of one replay window, so each Borrower run is one sink partition;
-- the oldest window is served first, and streams are spread over free slots by rows.
+- the oldest window is served first, streams are spread over free slots by rows, and no lease
+  holds more than ``lease_max_shards`` shards.
 """
 
 from __future__ import annotations
@@ -58,14 +59,18 @@ def assign_leases(
         if slots <= 0:
             break
         streams = by_window[window]
-        bins: list[list[str]] = [[] for _ in range(min(slots, len(streams)))]
+        bins: list[list[Shard]] = [[] for _ in range(min(slots, len(streams)))]
         loads = [0] * len(bins)
         for stream in sorted(streams, key=lambda s: (-sum(x.rows for x in streams[s]), s)):
-            target = loads.index(min(loads))
-            bins[target].append(stream)
-            loads[target] += sum(x.rows for x in streams[stream])
+            open_bins = [i for i, b in enumerate(bins) if len(b) < group.lease_max_shards]
+            if not open_bins:
+                break
+            target = min(open_bins, key=lambda i: (loads[i], i))
+            run = streams[stream][: group.lease_max_shards - len(bins[target])]
+            bins[target].extend(run)
+            loads[target] += sum(x.rows for x in run)
         for members in bins:
-            shards = sorted((x for s in members for x in streams[s]), key=lambda x: (x.to_sequence, x.stream))
+            shards = sorted(members, key=lambda x: (x.to_sequence, x.stream))
             shard_ids = [x.shard_id for x in shards]
             leases.append(
                 Lease(
@@ -73,7 +78,7 @@ def assign_leases(
                     epoch=state.epoch,
                     window_start_ms=window,
                     shard_ids=shard_ids,
-                    streams=sorted(members),
+                    streams=sorted({x.stream for x in shards}),
                     granted_at_ms=now_ms,
                     deadline_ms=now_ms + group.lease_timeout_s * 1000,
                     sink_snapshot_at_grant=sink_snapshot,

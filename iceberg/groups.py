@@ -11,13 +11,12 @@ from datetime import UTC, date, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.parser import parse as parse_filter
 
 from iceberg.errors import ConfigError
-from iceberg.lakehouse import format_validation_error
+from iceberg.lakehouse import format_validation_error, read_yaml_mapping
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -162,18 +161,16 @@ def parse_row_filter(text: str) -> BooleanExpression:
     try:
         return parse_filter(text)
     except Exception as exc:
+        reason = str(exc).splitlines()[0][:160]
         raise ValueError(
-            f"{text!r} does not parse ({exc}); use Iceberg expression syntax such as "
+            f"{text!r} does not parse ({reason}); use Iceberg expression syntax such as "
             "\"region = 'eu' and amount > 10\""
         ) from exc
 
 
 def load_groups(path: Path) -> dict[str, GroupConfig]:
     """Load and validate every group in a YAML file of the form ``groups: [ {name: ..., ...}, ... ]``."""
-    if not path.is_file():
-        raise ConfigError(f"group config {path} does not exist; create it or pass another path")
-    data = yaml.safe_load(path.read_text()) or {}
-    return parse_groups(data, source=str(path))
+    return parse_groups(read_yaml_mapping(path, what="group config", unset="ICEGROUP_GROUPS"), source=str(path))
 
 
 def parse_groups(data: Any, source: str) -> dict[str, GroupConfig]:

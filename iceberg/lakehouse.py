@@ -52,9 +52,7 @@ class LakehouseConfig(BaseModel):
         description="Maven coordinates for spark.jars.packages; when unset, the runtime jar from the "
         "pinned snowpark-connect-deps-iceberg wheel is used (no Maven access needed).",
     )
-    spark_conf: dict[str, str] = Field(
-        default_factory=dict, description="Extra Spark settings, applied last."
-    )
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, applied last.")
 
     @field_validator("catalog_uri")
     @classmethod
@@ -68,6 +66,8 @@ class LakehouseConfig(BaseModel):
             ) from exc
         if url.get_backend_name() not in ("sqlite", "postgresql"):
             raise ValueError(f"backend {url.get_backend_name()!r} is not supported; use sqlite or postgresql")
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            raise ValueError("an in-memory SQLite catalog cannot be shared with Spark; name a file")
         return value
 
     @property
@@ -89,7 +89,7 @@ class LakehouseConfig(BaseModel):
         url = make_url(self.catalog_uri)
         if url.get_backend_name() == "sqlite":
             return f"jdbc:sqlite:{url.database}", {"busy_timeout": "30000", "journal_mode": "WAL"}
-        props: dict[str, str] = {}
+        props = {key: str(value) for key, value in url.query.items()}
         if url.username:
             props["user"] = url.username
         if url.password:
@@ -126,34 +126,49 @@ def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = Non
     env = os.environ if env is None else env
     home = Path(env.get(ENV_HOME, "."))
     values: dict[str, Any] = embedded_default(home)
+    origins: dict[str, str] = {}
     path = path or (Path(env[ENV_CONFIG]) if env.get(ENV_CONFIG) else None)
     if path is not None:
-        values.update(_read_yaml(path))
-    values.update({field: env[var] for var, field in ENV_OVERRIDES.items() if env.get(var)})
+        from_file = read_yaml_mapping(path, what="lakehouse config", unset=ENV_CONFIG)
+        values.update(from_file)
+        origins.update(dict.fromkeys(from_file, str(path)))
+    for var, field in ENV_OVERRIDES.items():
+        if env.get(var):
+            values[field] = env[var]
+            origins[field] = var
     try:
         return LakehouseConfig(**values)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc, source=str(path or "environment"))) from exc
+        raise ConfigError(format_validation_error(exc, source="lakehouse defaults", origins=origins)) from exc
 
 
-def _read_yaml(path: Path) -> dict[str, Any]:
+def read_yaml_mapping(path: Path, what: str, unset: str) -> dict[str, Any]:
+    """A YAML file whose top level is a mapping; any problem is a ``ConfigError`` naming the file."""
     if not path.is_file():
-        raise ConfigError(f"lakehouse config {path} does not exist; create it or unset {ENV_CONFIG}")
-    data = yaml.safe_load(path.read_text()) or {}
+        raise ConfigError(f"{what} {path} does not exist; create it or unset {unset}")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
     if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping of lakehouse fields")
+        raise ConfigError(f"{path}: the top level must be a mapping")
     return data
 
 
-def format_validation_error(exc: ValidationError, source: str) -> str:
-    """Render pydantic errors as ``source: field.path: message`` lines a user can act on."""
+def format_validation_error(exc: ValidationError, source: str, origins: Mapping[str, str] | None = None) -> str:
+    """Render pydantic errors as ``source: field.path: message`` lines a user can act on.
+
+    ``origins`` maps a top-level field to where its value came from (a file, a variable); that
+    place replaces ``source`` so the message sends the user to what to fix.
+    """
     lines = []
     for err in exc.errors():
         where = ".".join(str(part) for part in err["loc"]) or "(top level)"
+        origin = (origins or {}).get(str(err["loc"][0]), source) if err["loc"] else source
         message = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             message = "unknown field; remove it or check its spelling"
         elif err["type"] == "missing":
             message = "field required"
-        lines.append(f"{source}: {where}: {message}")
+        lines.append(f"{origin}: {where}: {message}")
     return "\n".join(lines)

@@ -72,9 +72,7 @@ def plan_increment(table: Table, after: int | None, group: GroupConfig) -> Plan:
     for info in batch:
         if info.operation == APPEND:
             appends.append(info)
-        elif info.operation == REPLACE:
-            skipped.append(info)
-        elif group.non_append == "skip":
+        elif info.operation == REPLACE or group.non_append == "skip":
             skipped.append(info)
         else:
             raise SourceError(

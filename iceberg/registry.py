@@ -15,7 +15,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException, NamespaceAlreadyExistsError, TableAlreadyExistsError
+from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
@@ -57,15 +57,8 @@ def registry_identifier(group: str) -> str:
 
 
 def _open(catalog: Catalog, group: str) -> Table:
-    try:
-        catalog.create_namespace(NAMESPACE)
-    except NamespaceAlreadyExistsError:
-        pass
-    identifier = registry_identifier(group)
-    try:
-        return catalog.create_table(identifier, schema=SCHEMA, properties=PROPERTIES)
-    except TableAlreadyExistsError:
-        return catalog.load_table(identifier)
+    catalog.create_namespace_if_not_exists(NAMESPACE)
+    return catalog.create_table_if_not_exists(registry_identifier(group), schema=SCHEMA, properties=PROPERTIES)
 
 
 def load_state(catalog: Catalog, group: str) -> Loaded:

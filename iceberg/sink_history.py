@@ -35,9 +35,7 @@ def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommi
         if summary is None:
             continue
         props = summary.additional_properties
-        commit = parse_commit(
-            snapshot.snapshot_id, snapshot.timestamp_ms, props, int(props.get("added-records", "0"))
-        )
+        commit = parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, props, int(props.get("added-records", "0")))
         if commit is not None and commit.group == group:
             commits.append(commit)
     commits.reverse()
@@ -50,6 +48,4 @@ def read_sink_history(catalog: Catalog, sink: str, group: str, since: int | None
     if table is None:
         return SinkHistory(head=None, commits=[])
     head = table.current_snapshot()
-    return SinkHistory(
-        head=head.snapshot_id if head else None, commits=group_commits(table, group, since)
-    )
+    return SinkHistory(head=head.snapshot_id if head else None, commits=group_commits(table, group, since))

@@ -79,9 +79,7 @@ def add_shards(state: GroupState, shards: Iterable[Shard], through: int, through
     new = state.model_copy(deep=True)
     for shard in shards:
         new.shards.setdefault(shard.shard_id, shard)
-        new.streams.setdefault(
-            shard.stream, StreamState(position=shard.from_snapshot, position_sequence=0)
-        )
+        new.streams.setdefault(shard.stream, StreamState(position=shard.from_snapshot, position_sequence=0))
     new.planned_through = through
     new.planned_sequence = through_sequence
     return new

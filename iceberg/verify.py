@@ -43,18 +43,18 @@ def verify_group(catalog: Catalog, group: GroupConfig, key: str, after_snapshot:
     source = load_source(catalog, group.source)
     row_filter = group.row_filter or AlwaysTrue()
     if after_snapshot is None:
-        scan = source.scan(row_filter=row_filter, selected_fields=(key,))
+        rows = source.scan(row_filter=row_filter, selected_fields=(key,)).to_arrow()
     else:
-        scan = source.incremental_append_scan(
+        rows = source.incremental_append_scan(
             from_snapshot_id_exclusive=after_snapshot, row_filter=row_filter, selected_fields=(key,)
-        )
-    expected = Counter(scan.to_arrow().column(key).to_pylist())
+        ).to_arrow()
+    expected = Counter(rows.column(key).to_pylist())
     sink = load_optional(catalog, group.sink)
     found: Counter[object] = Counter()
     if sink is not None and sink.current_snapshot() is not None:
-        rows = sink.scan(selected_fields=(key, COL_GROUP)).to_arrow()
-        rows = rows.filter(pc.equal(rows.column(COL_GROUP), group.name))
-        found = Counter(rows.column(key).to_pylist())
+        out = sink.scan(selected_fields=(key, COL_GROUP)).to_arrow()
+        out = out.filter(pc.equal(out.column(COL_GROUP), group.name))
+        found = Counter(out.column(key).to_pylist())
     return Verification(
         expected=sum(expected.values()),
         found=sum(found.values()),

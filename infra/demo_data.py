@@ -7,7 +7,6 @@ from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NamespaceAlreadyExistsError
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -27,11 +26,7 @@ SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=Identi
 
 def create_source(catalog: Catalog, identifier: str) -> Table:
     """Create the events table partitioned by region; an existing one is returned as it is."""
-    namespace = identifier.rsplit(".", 1)[0]
-    try:
-        catalog.create_namespace(namespace)
-    except NamespaceAlreadyExistsError:
-        pass
+    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
     return catalog.create_table_if_not_exists(identifier, schema=SCHEMA, partition_spec=SPEC)
 
 

@@ -23,8 +23,15 @@ from iceberg.shards import Shard
 from iceberg.sink_history import read_sink_history
 from iceberg.state import Lease
 from iceberg.tables import load_source, walk_back
+from spark_jobs.session import activate
 from spark_jobs.shard_reader import read_shard
-from spark_jobs.sink_writer import AlreadyCommitted, check_sink_schema, commit_shard, ensure_sink, with_lineage
+from spark_jobs.sink_writer import (
+    AlreadyCommitted,
+    check_sink_schema,
+    commit_shard,
+    ensure_sink,
+    with_lineage,
+)
 from spark_jobs.transforms import load_transform
 
 log = logging.getLogger(__name__)
@@ -75,6 +82,7 @@ def run_lease(
     progress: Callable[[str], None] = log.info,
 ) -> LeaseReport:
     """Commit every shard of the lease that is not in the sink yet, in order."""
+    activate(spark)
     catalog = lakehouse.catalog()
     transform = load_transform(group.transform)
     report = LeaseReport(
@@ -119,4 +127,3 @@ def run_lease(
             report.rows_out += commit.added_records
             report.sink_snapshots.append(commit.snapshot_id)
     return report
-

@@ -86,3 +86,13 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def activate(spark: SparkSession) -> None:
+    """Make ``spark`` the JVM thread's active session.
+
+    Spark resolves catalogs through a thread-local SQLConf. A Borrower that runs on another thread
+    than the one that created the session (thread pools, Dagster's executors) would otherwise see no
+    ``spark.sql.catalog.*`` settings and fail to find the lakehouse catalog.
+    """
+    spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]

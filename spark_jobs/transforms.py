@@ -23,7 +23,7 @@ def load_transform(path: str) -> Transform:
     function = getattr(module, attr, None)
     if not callable(function):
         raise ConfigError(f"transform: {module_name!r} has no function {attr!r}; check the import path")
-    return function  # type: ignore[no-any-return]
+    return function
 
 
 def identity(df: DataFrame) -> DataFrame:

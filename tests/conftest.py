@@ -16,10 +16,15 @@ _names = itertools.count()
 
 
 @pytest.fixture(scope="session")
-def lakehouse(tmp_path_factory: pytest.TempPathFactory) -> LakehouseConfig:
+def lake_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The folder whose .lake/ holds the session's catalog and warehouse."""
+    return tmp_path_factory.mktemp("lakehome")
+
+
+@pytest.fixture(scope="session")
+def lakehouse(lake_home: Path) -> LakehouseConfig:
     """An embedded lakehouse (SQLite catalog, local warehouse) in a temporary folder."""
-    home = tmp_path_factory.mktemp("lakehome")
-    return load_lakehouse(env={"ICEGROUP_HOME": str(home)})
+    return load_lakehouse(env={"ICEGROUP_HOME": str(lake_home)})
 
 
 @pytest.fixture

@@ -1,0 +1,57 @@
+"""Driving a group in tests: Leader ticks and Borrowers, without Dagster."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+from pyspark.sql import SparkSession
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import TickResult, tick
+from iceberg.liveness import RunState
+from iceberg.state import Lease
+from spark_jobs.borrower import LeaseReport, run_lease
+
+
+def quiet(_: str) -> None:
+    """Progress sink that drops messages."""
+
+
+def drive(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    borrowers: int = 1,
+    max_ticks: int = 50,
+    observe: Callable[[Lease], RunState] | None = None,
+) -> tuple[list[TickResult], list[LeaseReport]]:
+    """Tick until caught up; each tick's leases run on up to ``borrowers`` threads at once.
+
+    Leases that a tick hands out are run to completion before the next tick, so the runs are
+    SUCCEEDED when it looks; a lease that is still held would be reported as running.
+    """
+    catalog = lakehouse.catalog()
+    finished: dict[tuple[str, int], RunState] = {}
+
+    def default_observe(lease: Lease) -> RunState:
+        return finished.get((lease.lease_id, lease.attempt), RunState.MISSING)
+
+    ticks: list[TickResult] = []
+    reports: list[LeaseReport] = []
+    for _ in range(max_ticks):
+        result = tick(catalog, group, observe or default_observe)
+        ticks.append(result)
+        if result.caught_up:
+            return ticks, reports
+
+        def execute(lease: Lease, result: TickResult = result) -> LeaseReport:
+            shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
+            report = run_lease(spark, lakehouse, group, lease, shards, progress=quiet)
+            finished[(lease.lease_id, lease.attempt)] = RunState.SUCCEEDED
+            return report
+
+        with ThreadPoolExecutor(max_workers=borrowers) as pool:
+            reports.extend(pool.map(execute, result.launch))
+    raise AssertionError(f"group {group.name} not caught up after {max_ticks} ticks")

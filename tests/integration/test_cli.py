@@ -1,0 +1,116 @@
+"""The icegroup command: consume through a Dagster instance, describe and list, clear errors."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from dagster_project.cli import main
+from dagster_project.tags import TAG_GROUP
+from iceberg.groups import GroupConfig
+from iceberg.verify import verify_group
+from infra.demo_data import append_batches, create_source
+
+pytestmark = [pytest.mark.spark, pytest.mark.dagster]
+
+
+@pytest.fixture
+def groups_file(tmp_path: Path, make_group: type[GroupConfig]) -> Path:
+    """A groups YAML with this test's group."""
+    group = make_group(shard_caps={"max_files": 2}, lease_max_shards=1)
+    path = tmp_path / "groups.yaml"
+    path.write_text(
+        yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True) | {"name": group.name}]})
+    )
+    return path
+
+
+@pytest.fixture
+def env(lake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """ICEGROUP_HOME at the test lakehouse and a fresh DAGSTER_HOME; returns the latter."""
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    return dagster_home
+
+
+def test_consume_until_caught_up_runs_through_the_instance(
+    spark: SparkSession,
+    env: Path,
+    groups_file: Path,
+    catalog: Catalog,
+    make_group: type[GroupConfig],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 5, 12)
+
+    assert main(["--groups", str(groups_file), "consume", group.name, "--until-caught-up"]) == 0
+
+    assert verify_group(catalog, group, key="event_id").ok
+    out = capsys.readouterr().out
+    assert "success" in out and "lag 0 snapshots / 0 rows" in out
+    with dg.DagsterInstance.get() as instance:
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: group.name}))
+        assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS]
+        records = instance.fetch_materializations(dg.AssetKey(["lake", *group.sink.split(".")]), limit=100).records
+        assert len(records) >= 5
+        assert all(r.asset_materialization is not None and r.asset_materialization.partition for r in records)
+
+
+def test_consume_without_until_caught_up_does_one_round(
+    spark: SparkSession, env: Path, groups_file: Path, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 5, 12)
+
+    assert main(["--groups", str(groups_file), "consume", group.name]) == 0
+
+    check = verify_group(catalog, group, key="event_id")
+    assert 0 < check.found < check.expected and check.duplicates == 0
+
+
+def test_describe_and_list_report_lag_as_json(
+    env: Path,
+    groups_file: Path,
+    catalog: Catalog,
+    make_group: type[GroupConfig],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 3, 9)
+
+    assert main(["--groups", str(groups_file), "describe", group.name, "--json"]) == 0
+    described = json.loads(capsys.readouterr().out)
+    assert described["lag_rows"] == 27 and described["lag_snapshots"] == 9
+    assert sorted(s["stream"] for s in described["streams"]) == [
+        "0:region=apac",
+        "0:region=eu",
+        "0:region=us",
+    ]
+    assert main(["--groups", str(groups_file), "list", "--json"]) == 0
+    (listed,) = json.loads(capsys.readouterr().out)
+    assert listed["group"] == group.name and listed["lag_rows"] == 27
+
+
+def test_unknown_group_and_missing_source_are_clear_errors(
+    env: Path, groups_file: Path, make_group: type[GroupConfig], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["--groups", str(groups_file), "describe", "nope"]) == 2
+    assert "group 'nope' is not defined" in capsys.readouterr().err
+    assert main(["--groups", str(groups_file), "consume", make_group().name]) == 2
+    assert "does not exist" in capsys.readouterr().err
+
+
+def test_bad_group_file_names_the_field(env: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "bad.yaml"
+    path.write_text("groups:\n  - {name: g, source: a.b, sink: a.c, max_borrowers: 0}\n")
+    assert main(["--groups", str(path), "list"]) == 2
+    assert "group 'g': max_borrowers" in capsys.readouterr().err

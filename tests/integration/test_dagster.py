@@ -1,0 +1,120 @@
+"""The Dagster side: definitions load, the Leader sensor requests Borrower runs, the runs materialize."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from dagster_project.definitions import build_definitions, defs
+from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
+from iceberg.groups import GroupConfig
+from iceberg.registry import load_state
+from iceberg.shards import window_label
+from iceberg.verify import verify_group
+from infra.demo_data import append_batches, create_source
+
+pytestmark = [pytest.mark.spark, pytest.mark.dagster]
+
+
+@pytest.fixture
+def instance(lake_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dg.DagsterInstance]:
+    """A temporary Dagster instance, with the resource pointed at the test lakehouse."""
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    with dg.instance_for_test() as test_instance:
+        yield test_instance
+
+
+def test_packaged_definitions_load() -> None:
+    loaded = defs()
+    loaded.get_repository_def().load_all_definitions()
+    assert loaded.resolve_sensor_def("demo_leader") is not None
+    assert loaded.resolve_job_def("demo_borrower") is not None
+    sink = loaded.resolve_assets_def(dg.AssetKey(["lake", "demo", "events_enriched"]))
+    assert dg.AssetKey(["lake", "demo", "events"]) in sink.dependency_keys
+    assert isinstance(sink.partitions_def, dg.DailyPartitionsDefinition)
+    assert sink.descriptions_by_key[sink.key]
+
+
+def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[GroupConfig]) -> None:
+    group = make_group(schedule="0 2 * * *", replay_window="hour")
+    built = build_definitions({group.name: group}, "lake")
+    schedule = built.resolve_schedule_def(f"{group.name}_schedule")
+    assert schedule.cron_schedule == "0 2 * * *"
+    assert schedule.job_name == f"{group.name}_consume"
+    assert not list(built.sensors or [])
+    sink = built.resolve_assets_def(dg.AssetKey(["lake", *group.sink.split(".")]))
+    assert isinstance(sink.partitions_def, dg.HourlyPartitionsDefinition)
+
+
+def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
+    spark: SparkSession, instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=2)
+    append_batches(create_source(catalog, group.source), 4, 30)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    job = built.resolve_job_def(f"{group.name}_borrower")
+
+    first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+    assert isinstance(first, dg.SensorResult)
+    requests = first.run_requests or []
+    assert len(requests) == 2
+    leases = load_state(catalog, group.name).state.leases  # type: ignore[union-attr]
+    for request in requests:
+        assert request.tags[TAG_GROUP] == group.name
+        assert request.tags[TAG_LEASE] in leases
+        assert request.tags[TAG_EPOCH] == "0" and request.tags[TAG_ATTEMPT] == "0"
+        assert request.run_key == f"{group.name}:{request.tags[TAG_LEASE]}#0"
+        assert request.partition_key == window_label(leases[request.tags[TAG_LEASE]].window_start_ms, "day")
+
+    for request in requests:
+        result = job.execute_in_process(instance=instance, partition_key=request.partition_key, tags=request.tags)
+        assert result.success
+        (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
+        meta = materialization.metadata
+        assert meta["lease"].value == request.tags[TAG_LEASE]
+        assert meta["rows_in"].value == meta["rows_out"].value > 0
+        assert {"source_from_snapshot", "source_to_snapshot", "lag_rows", "lag_snapshots"} <= set(meta)
+
+    second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+    assert isinstance(second, dg.SkipReason) and "caught up" in str(second.skip_message)
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_failed_borrower_run_is_regranted_as_the_next_attempt(
+    instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 1, 6)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+    assert isinstance(first, dg.SensorResult)
+    (request,) = first.run_requests or []
+    failed = instance.create_run_for_job(built.resolve_job_def(f"{group.name}_borrower"), tags=request.tags)
+    instance.report_run_failed(failed)
+
+    again = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+    assert isinstance(again, dg.SensorResult)
+    (retry,) = again.run_requests or []
+    assert retry.tags[TAG_LEASE] == request.tags[TAG_LEASE]
+    assert retry.tags[TAG_ATTEMPT] == "1"
+    assert retry.run_key != request.run_key
+
+
+def test_a_run_without_a_lease_fails_with_an_explanation(
+    instance: dg.DagsterInstance, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    built = build_definitions({group.name: group}, "lake")
+    result = built.resolve_job_def(f"{group.name}_borrower").execute_in_process(
+        instance=instance, partition_key="2026-01-01", raise_on_error=False
+    )
+    assert not result.success
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert failure is not None and "carries no icegroup/lease tag" in failure.message

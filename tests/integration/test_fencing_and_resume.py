@@ -1,0 +1,119 @@
+"""A lease commits each shard once: re-runs add nothing, a second commit is refused, a new attempt resumes."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
+from iceberg.lineage import commit_properties
+from iceberg.liveness import RunState
+from iceberg.verify import verify_group
+from infra.demo_data import append_batches, create_source
+from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
+from spark_jobs.shard_reader import read_shard
+from spark_jobs.sink_writer import AlreadyCommitted, commit_shard, with_lineage
+from tests.integration.helpers import drive, quiet
+
+pytestmark = pytest.mark.spark
+
+
+def single_stream_group(make_group: type[GroupConfig]) -> GroupConfig:
+    """One borrower and one file per shard, so a lease holds several shards of a stream in order."""
+    return make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4)
+
+
+def sink_snapshot_count(catalog: Catalog, group: GroupConfig) -> int:
+    """How many snapshots the sink has."""
+    return len(catalog.load_table(group.sink).snapshots())
+
+
+def test_rerunning_a_committed_lease_adds_nothing(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = single_stream_group(make_group)
+    append_batches(create_source(catalog, group.source), 3, 9)
+    first = tick(catalog, group, lambda lease: RunState.MISSING)
+    lease = first.launch[0]
+    shards = [first.state.shards[sid] for sid in lease.shard_ids]
+
+    done = run_lease(spark, lakehouse, group, lease, shards, progress=quiet)
+    snapshots = sink_snapshot_count(catalog, group)
+    again = run_lease(spark, lakehouse, group, lease, shards, progress=quiet)
+
+    assert len(done.committed) == len(shards) and not done.resumed
+    assert again.committed == [] and again.resumed == [s.shard_id for s in shards]
+    assert sink_snapshot_count(catalog, group) == snapshots
+    assert verify_group(catalog, group, key="event_id").missing == 27 - sum(s.rows for s in shards)
+    assert verify_group(catalog, group, key="event_id").duplicates == 0
+
+
+def test_second_commit_of_a_shard_is_refused_at_commit_time(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    """The check that matters is the commit's own validation, not the Borrower's look at history."""
+    group = single_stream_group(make_group)
+    source = create_source(catalog, group.source)
+    append_batches(source, 1, 9)
+    result = tick(catalog, group, lambda lease: RunState.MISSING)
+    lease = result.launch[0]
+    shard = result.state.shards[lease.shard_ids[0]]
+    root = catalog.load_table(group.source).snapshots()[0].snapshot_id
+    sink_table = f"{lakehouse.catalog_name}.{group.sink}"
+    run_lease(spark, lakehouse, group, lease, [shard], progress=quiet)
+    snapshots = sink_snapshot_count(catalog, group)
+
+    rows = with_lineage(
+        read_shard(spark, f"{lakehouse.catalog_name}.{group.source}", shard, root, None),
+        group.name,
+        lease.lease_id,
+        shard.shard_id,
+        lease.epoch,
+    )
+    props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+    with pytest.raises(AlreadyCommitted):
+        commit_shard(rows, sink_table, shard.shard_id, lease.sink_snapshot_at_grant, props)
+
+    assert sink_snapshot_count(catalog, group) == snapshots
+    check = verify_group(catalog, group, key="event_id")
+    assert check.found == shard.rows and check.duplicates == 0
+
+
+def test_a_new_attempt_resumes_after_the_last_committed_shard(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = single_stream_group(make_group)
+    append_batches(create_source(catalog, group.source), 3, 9)
+    first = tick(catalog, group, lambda lease: RunState.MISSING)
+    lease = first.launch[0]
+    shards = [first.state.shards[sid] for sid in lease.shard_ids]
+    assert len(shards) >= 2
+    run_lease(spark, lakehouse, group, lease, shards[:1], progress=quiet)
+
+    second = tick(catalog, group, lambda lease: RunState.FAILED)
+    regranted = second.state.leases[lease.lease_id]
+    assert regranted.attempt == 1 and second.regranted == 1
+    assert [s.shard_id for s in second.committed] == [shards[0].shard_id]
+    lease1, pending = fetch_lease(lakehouse, group.name, lease.lease_id, attempt=1)
+    report = run_lease(spark, lakehouse, group, lease1, [first.state.shards[sid] for sid in lease.shard_ids])
+
+    assert report.resumed == [shards[0].shard_id]
+    assert report.committed == [s.shard_id for s in shards[1:]]
+    assert [s.shard_id for s in pending] == [s.shard_id for s in shards[1:]]
+    drive(spark, lakehouse, group)
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_stale_attempt_is_refused_before_it_reads(
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = single_stream_group(make_group)
+    append_batches(create_source(catalog, group.source), 1, 9)
+    lease = tick(catalog, group, lambda lease: RunState.MISSING).launch[0]
+    tick(catalog, group, lambda lease: RunState.FAILED)
+
+    with pytest.raises(StaleLease, match="attempt 1"):
+        fetch_lease(lakehouse, group.name, lease.lease_id, attempt=0)

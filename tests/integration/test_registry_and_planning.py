@@ -1,0 +1,123 @@
+"""The registry is a CAS, and planning reads only what arrived after the position (real catalog, no Spark)."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.table.snapshots import Snapshot
+
+from iceberg.errors import RegistryConflict, SourceError
+from iceberg.groups import GroupConfig
+from iceberg.leader import initial_state, tick
+from iceberg.liveness import RunState
+from iceberg.planning import plan_increment
+from iceberg.registry import commit_state, load_state
+from infra.demo_data import append_batches, create_source
+
+
+def missing(_: object) -> RunState:
+    """Observer for tests where no Borrower ever ran."""
+    return RunState.MISSING
+
+
+def test_registry_state_round_trips(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 6)
+    result = tick(catalog, group, missing)
+    assert load_state(catalog, group.name).state == result.state
+
+
+def test_a_stale_registry_write_loses_the_cas(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, 1, 6)
+    tick(catalog, group, missing)
+    first, second = load_state(catalog, group.name), load_state(catalog, group.name)
+    assert first.state is not None and second.state is not None
+
+    commit_state(first, first.state.model_copy(update={"leases_done": 1}))
+    with pytest.raises(RegistryConflict, match="another Leader committed first"):
+        commit_state(second, second.state.model_copy(update={"leases_done": 2}))
+
+    final = load_state(catalog, group.name).state
+    assert final is not None and final.leases_done == 1
+
+
+def test_two_leaders_on_the_same_state_cannot_both_grant(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    """Interleave two ticks at the registry: the slower one's CAS fails and nothing of it is kept."""
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 6)
+    slow = load_state(catalog, group.name)
+    winner = tick(catalog, group, missing)
+    assert winner.launch
+
+    source = catalog.load_table(group.source)
+    state = initial_state(source, group)
+    with pytest.raises(RegistryConflict):
+        commit_state(slow, state)
+    assert load_state(catalog, group.name).state == winner.state
+
+
+def test_planning_opens_only_the_new_snapshots(
+    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, 20, 3)
+    position = catalog.load_table(group.source).current_snapshot()
+    assert position is not None
+    append_batches(catalog.load_table(group.source), 3, 3)
+    opened: list[int] = []
+    real = Snapshot.manifests
+
+    def spy(self: Snapshot, io: object) -> object:
+        opened.append(self.snapshot_id)
+        return real(self, io)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(Snapshot, "manifests", spy)
+    plan = plan_increment(catalog.load_table(group.source), position.snapshot_id, group)
+
+    assert len(plan.appends) == 3 and len(opened) == 3
+    assert position.snapshot_id not in opened
+    assert sum(f.record_count for f in plan.files) == 9
+
+
+def test_planning_is_capped_per_tick(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = make_group(max_snapshots_per_tick=4)
+    append_batches(create_source(catalog, group.source), 10, 3)
+    plan = plan_increment(catalog.load_table(group.source), None, group)
+    assert len(plan.appends) == 4 and plan.remaining == 6
+
+
+def test_overwrite_snapshot_fails_by_default_and_is_skipped_on_request(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, 6)
+    catalog.load_table(group.source).delete("event_id = 1")
+    append_batches(catalog.load_table(group.source), 1, 6)
+
+    with pytest.raises(SourceError, match="non_append: skip"):
+        plan_increment(catalog.load_table(group.source), None, group)
+    plan = plan_increment(catalog.load_table(group.source), None, make_group(non_append="skip"))
+    assert len(plan.appends) == 3 and len(plan.skipped) == 1
+
+
+def test_an_expired_position_stops_the_group_with_the_remedy(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 6)
+    position = tick(catalog, group, missing).state.planned_through
+    append_batches(catalog.load_table(group.source), 2, 6)
+    table = catalog.load_table(group.source)
+    old = [s.snapshot_id for s in table.snapshots()][:2]
+    table.maintenance.expire_snapshots().by_ids(old).commit()
+
+    with pytest.raises(SourceError, match=f"position {position} .* no longer in its history.*Reset"):
+        tick(catalog, group, missing)
+
+
+def test_an_unknown_source_table_names_the_field(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = make_group(source="nowhere.events")
+    with pytest.raises(SourceError, match=r"source: table 'nowhere\.events' does not exist"):
+        tick(catalog, group, missing)

@@ -1,0 +1,70 @@
+"""The CLI's text output: table() and render()."""
+
+from __future__ import annotations
+
+from dagster_project.cli import render, table
+from iceberg.describe import GroupView, StreamView
+
+
+def view() -> GroupView:
+    return GroupView(
+        group="orders",
+        source="demo.events",
+        sink="demo.events_out",
+        epoch=2,
+        source_head=109,
+        planned_through=107,
+        pending_shards=3,
+        leases_in_flight=1,
+        leases_done=4,
+        unplanned_snapshots=2,
+        streams=[
+            StreamView("0/region=eu", 101, 109, 3, 120, 2, 40, ["0123456789abcdef#1"]),
+            StreamView("0/region=us", 100, 104, 2, 30, 0, 0, []),
+        ],
+    )
+
+
+def test_table_aligns_columns_under_upper_case_headers() -> None:
+    rows: list[dict[str, object]] = [{"group": "orders", "lag_rows": 5}, {"group": "x", "lag_rows": 12345}]
+
+    assert table(rows, ["group", "lag_rows"]) == "GROUP   LAG_ROWS\norders  5\nx       12345"
+
+
+def test_table_follows_the_column_order_and_leaves_missing_cells_empty() -> None:
+    rows: list[dict[str, object]] = [{"b": 1, "a": 2}, {"a": 3}]
+
+    assert table(rows, ["a", "b"]).splitlines() == ["A  B", "2  1", "3"]
+
+
+def test_table_without_rows_is_the_header() -> None:
+    assert table([], ["group"]) == "GROUP"
+
+
+def test_render_header_has_group_positions_and_lag_totals() -> None:
+    header = render(view()).splitlines()[:2]
+
+    assert header[0] == "group orders: demo.events -> demo.events_out  epoch 2"
+    assert "source head 109" in header[1]
+    assert "planned through 107" in header[1]
+    assert "pending shards 3" in header[1]
+    assert "leases in flight 1" in header[1]
+    assert "leases done 4" in header[1]
+    assert header[1].endswith("lag 5 snapshots / 150 rows")
+
+
+def test_render_has_one_line_per_stream() -> None:
+    lines = render(view()).splitlines()[2:]
+
+    assert lines[0].split() == [
+        "STREAM",
+        "POSITION",
+        "HEAD",
+        "LAG_SNAPSHOTS",
+        "LAG_ROWS",
+        "COMMITTED_ROWS",
+        "LEASES",
+    ]
+    assert lines[1].split() == ["0/region=eu", "101", "109", "3", "120", "40", "0123456789abcdef#1"]
+    assert lines[2].split() == ["0/region=us", "100", "104", "2", "30", "0", "-"]
+    assert len(lines) == 3

@@ -1,0 +1,333 @@
+"""load_lakehouse and LakehouseConfig, plus the Spark settings derived from them (no JVM started)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iceberg.errors import ConfigError
+from iceberg.lakehouse import LakehouseConfig, load_lakehouse
+from spark_jobs.session import DRIVER_JARS, RUNTIME_JAR, SQLITE_SHIM, spark_conf, spark_jdbc_url
+
+PG_URI = "postgresql+psycopg2://user:pw@host:5433/db"
+
+
+def write(path: Path, text: str) -> Path:
+    path.write_text(text)
+    return path
+
+
+def sqlite_lakehouse(tmp_path: Path, **fields: object) -> LakehouseConfig:
+    values: dict[str, object] = {
+        "catalog_uri": f"sqlite:///{tmp_path / 'catalog.db'}",
+        "warehouse": str(tmp_path / "warehouse"),
+    }
+    values.update(fields)
+    return LakehouseConfig.model_validate(values)
+
+
+# load_lakehouse
+
+
+def test_embedded_default_lives_under_icegroup_home(tmp_path: Path) -> None:
+    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)})
+
+    lake = tmp_path.resolve() / ".lake"
+    assert lakehouse.catalog_name == "lake"
+    assert lakehouse.catalog_uri == f"sqlite:///{lake / 'catalog.db'}"
+    assert lakehouse.warehouse == str(lake / "warehouse")
+    assert lakehouse.spark_master == "local[*]"
+    assert lakehouse.iceberg_packages is None
+    assert lakehouse.spark_conf == {}
+
+
+def test_embedded_default_resolves_a_relative_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": "."})
+
+    assert lakehouse.catalog_uri == f"sqlite:///{tmp_path.resolve() / '.lake' / 'catalog.db'}"
+
+
+def test_yaml_file_overrides_the_default(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "lakehouse.yaml",
+        f"catalog_name: shared\ncatalog_uri: {PG_URI}\nwarehouse: s3://bucket/wh\n"
+        "spark_master: spark://master:7077\nspark_conf: {spark.executor.memory: 2g}\n",
+    )
+
+    lakehouse = load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)})
+
+    assert lakehouse.catalog_name == "shared"
+    assert lakehouse.catalog_uri == PG_URI
+    assert lakehouse.warehouse == "s3://bucket/wh"
+    assert lakehouse.spark_master == "spark://master:7077"
+    assert lakehouse.spark_conf == {"spark.executor.memory": "2g"}
+
+
+def test_yaml_file_keeps_defaults_for_fields_it_does_not_set(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "spark_master: local[2]\n")
+
+    lakehouse = load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)})
+
+    assert lakehouse.spark_master == "local[2]"
+    assert lakehouse.catalog_uri == f"sqlite:///{tmp_path.resolve() / '.lake' / 'catalog.db'}"
+
+
+def test_yaml_file_is_found_through_icegroup_lakehouse(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "catalog_name: from_env_file\n")
+
+    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path), "ICEGROUP_LAKEHOUSE": str(path)})
+
+    assert lakehouse.catalog_name == "from_env_file"
+
+
+def test_environment_overrides_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "catalog_uri: sqlite:////file/catalog.db\nwarehouse: /file/wh\n")
+    env = {
+        "ICEGROUP_HOME": str(tmp_path),
+        "ICEGROUP_CATALOG_URI": PG_URI,
+        "ICEGROUP_WAREHOUSE": "s3://bucket/env",
+        "ICEGROUP_SPARK_MASTER": "spark://env:7077",
+        "ICEGROUP_ICEBERG_PACKAGES": "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2",
+    }
+
+    lakehouse = load_lakehouse(path, env=env)
+
+    assert lakehouse.catalog_uri == PG_URI
+    assert lakehouse.warehouse == "s3://bucket/env"
+    assert lakehouse.spark_master == "spark://env:7077"
+    assert lakehouse.iceberg_packages == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"
+
+
+def test_empty_environment_variable_does_not_override(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "warehouse: /file/wh\n")
+
+    lakehouse = load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path), "ICEGROUP_WAREHOUSE": ""})
+
+    assert lakehouse.warehouse == "/file/wh"
+
+
+@pytest.mark.parametrize(
+    ("uri", "allowed"),
+    [
+        pytest.param("not a url", "is not a SQLAlchemy URL", id="not-a-url"),
+        pytest.param("mysql://user:pw@host/db", "use sqlite or postgresql", id="mysql"),
+    ],
+)
+def test_bad_catalog_uri_in_file_names_catalog_uri(tmp_path: Path, uri: str, allowed: str) -> None:
+    path = write(tmp_path / "lakehouse.yaml", f"catalog_uri: {uri}\n")
+
+    with pytest.raises(ConfigError) as info:
+        load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)})
+
+    assert str(info.value).startswith(f"{path}: catalog_uri: ")
+    assert allowed in str(info.value)
+
+
+def test_bad_catalog_uri_in_environment_names_catalog_uri(tmp_path: Path) -> None:
+    env = {"ICEGROUP_HOME": str(tmp_path), "ICEGROUP_CATALOG_URI": "mysql://host/db"}
+
+    with pytest.raises(ConfigError, match=r"^ICEGROUP_CATALOG_URI: catalog_uri: backend 'mysql' is not supported"):
+        load_lakehouse(env=env)
+
+
+def test_bad_environment_value_is_not_blamed_on_the_file(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "spark_master: local[2]\n")
+    env = {"ICEGROUP_HOME": str(tmp_path), "ICEGROUP_CATALOG_URI": "mysql://host/db"}
+
+    with pytest.raises(ConfigError) as info:
+        load_lakehouse(path, env=env)
+
+    assert "ICEGROUP_CATALOG_URI" in str(info.value)
+
+
+def test_unknown_field_in_yaml_is_rejected(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "warehous: /data/wh\n")
+
+    with pytest.raises(ConfigError, match=r"warehous: unknown field; remove it or check its spelling"):
+        load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)})
+
+
+def test_missing_yaml_file_is_a_config_error(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="does not exist"):
+        load_lakehouse(tmp_path / "nope.yaml", env={"ICEGROUP_HOME": str(tmp_path)})
+
+
+def test_yaml_top_level_must_be_a_mapping(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "- catalog_uri\n")
+
+    with pytest.raises(ConfigError, match="top level must be a mapping"):
+        load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)})
+
+
+def test_malformed_yaml_is_a_config_error(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "catalog_uri: [sqlite\n")
+
+    with pytest.raises(ConfigError):
+        load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)})
+
+
+# LakehouseConfig
+
+
+def test_jdbc_for_sqlite_points_at_the_same_file(tmp_path: Path) -> None:
+    url, props = sqlite_lakehouse(tmp_path).jdbc()
+
+    assert url == f"jdbc:sqlite:{tmp_path / 'catalog.db'}"
+    assert props == {"busy_timeout": "30000", "journal_mode": "WAL"}
+
+
+def test_jdbc_for_postgresql_carries_host_port_database_and_credentials(tmp_path: Path) -> None:
+    url, props = sqlite_lakehouse(tmp_path, catalog_uri=PG_URI).jdbc()
+
+    assert url == "jdbc:postgresql://host:5433/db"
+    assert props == {"user": "user", "password": "pw"}
+
+
+def test_jdbc_for_postgresql_defaults_port_and_omits_missing_credentials(tmp_path: Path) -> None:
+    url, props = sqlite_lakehouse(tmp_path, catalog_uri="postgresql://host/db").jdbc()
+
+    assert url == "jdbc:postgresql://host:5432/db"
+    assert props == {}
+
+
+def test_jdbc_password_is_url_decoded(tmp_path: Path) -> None:
+    _, props = sqlite_lakehouse(tmp_path, catalog_uri="postgresql://user:p%40ss@host/db").jdbc()
+
+    assert props["password"] == "p@ss"
+
+
+def test_jdbc_for_postgresql_keeps_connection_options(tmp_path: Path) -> None:
+    url, props = sqlite_lakehouse(tmp_path, catalog_uri="postgresql://host/db?sslmode=require").jdbc()
+
+    assert "sslmode=require" in url or props.get("sslmode") == "require"
+
+
+def test_pyiceberg_properties_add_a_busy_timeout_for_sqlite(tmp_path: Path) -> None:
+    lakehouse = sqlite_lakehouse(tmp_path)
+
+    props = lakehouse.pyiceberg_properties()
+
+    assert props == {"uri": f"{lakehouse.catalog_uri}?timeout=30", "warehouse": lakehouse.warehouse_uri}
+
+
+def test_pyiceberg_properties_append_timeout_to_an_existing_query(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}?check_same_thread=false"
+
+    props = sqlite_lakehouse(tmp_path, catalog_uri=uri).pyiceberg_properties()
+
+    assert props["uri"] == f"{uri}&timeout=30"
+
+
+def test_pyiceberg_properties_keep_an_explicit_timeout(tmp_path: Path) -> None:
+    uri = f"sqlite:///{tmp_path / 'catalog.db'}?timeout=5"
+
+    assert sqlite_lakehouse(tmp_path, catalog_uri=uri).pyiceberg_properties()["uri"] == uri
+
+
+def test_pyiceberg_properties_leave_postgresql_untouched(tmp_path: Path) -> None:
+    assert sqlite_lakehouse(tmp_path, catalog_uri=PG_URI).pyiceberg_properties()["uri"] == PG_URI
+
+
+def test_warehouse_uri_of_a_plain_path_is_a_file_uri(tmp_path: Path) -> None:
+    lakehouse = sqlite_lakehouse(tmp_path, warehouse=str(tmp_path / "wh"))
+
+    assert lakehouse.warehouse_uri == (tmp_path / "wh").resolve().as_uri()
+    assert lakehouse.warehouse_uri.startswith("file:///")
+
+
+def test_warehouse_uri_resolves_a_relative_path(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    assert sqlite_lakehouse(tmp_path, warehouse="wh").warehouse_uri == (tmp_path.resolve() / "wh").as_uri()
+
+
+@pytest.mark.parametrize("warehouse", ["s3://bucket/wh", "file:///data/wh"])
+def test_warehouse_uri_keeps_a_uri(tmp_path: Path, warehouse: str) -> None:
+    assert sqlite_lakehouse(tmp_path, warehouse=warehouse).warehouse_uri == warehouse
+
+
+# spark_conf
+
+
+def test_spark_conf_for_sqlite_points_the_catalog_at_the_shim(tmp_path: Path) -> None:
+    lakehouse = sqlite_lakehouse(tmp_path)
+
+    conf = spark_conf(lakehouse)
+
+    prefix = "spark.sql.catalog.lake"
+    assert conf[prefix] == "org.apache.iceberg.spark.SparkCatalog"
+    assert conf[f"{prefix}.type"] == "jdbc"
+    assert conf[f"{prefix}.uri"] == f"jdbc:icegroup-sqlite:{tmp_path / 'catalog.db'}"
+    assert conf[f"{prefix}.warehouse"] == lakehouse.warehouse_uri
+    assert conf[f"{prefix}.jdbc.schema-version"] == "V1"
+    assert conf[f"{prefix}.cache-enabled"] == "false"
+    assert conf[f"{prefix}.jdbc.busy_timeout"] == "30000"
+    assert conf[f"{prefix}.jdbc.journal_mode"] == "WAL"
+    assert conf["spark.sql.session.timeZone"] == "UTC"
+    assert "IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
+
+
+def test_spark_conf_for_sqlite_ships_runtime_driver_and_shim_jars(tmp_path: Path) -> None:
+    jars = spark_conf(sqlite_lakehouse(tmp_path))["spark.jars"].split(",")
+
+    assert jars[0].endswith(f"/{RUNTIME_JAR}")
+    assert Path(jars[0]).is_file()
+    assert DRIVER_JARS["sqlite"] in jars
+    assert DRIVER_JARS["sqlite"] == "/usr/share/java/sqlite-jdbc.jar"
+    assert str(SQLITE_SHIM) in jars
+    assert len(jars) == 3
+
+
+def test_spark_conf_without_packages_does_not_set_jars_packages(tmp_path: Path) -> None:
+    assert "spark.jars.packages" not in spark_conf(sqlite_lakehouse(tmp_path))
+
+
+def test_spark_conf_with_packages_uses_them_instead_of_the_runtime_jar(tmp_path: Path) -> None:
+    coords = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"
+
+    conf = spark_conf(sqlite_lakehouse(tmp_path, iceberg_packages=coords))
+
+    assert conf["spark.jars.packages"] == coords
+    assert RUNTIME_JAR not in conf["spark.jars"]
+    assert DRIVER_JARS["sqlite"] in conf["spark.jars"].split(",")
+
+
+def test_spark_conf_keys_follow_the_catalog_name(tmp_path: Path) -> None:
+    conf = spark_conf(sqlite_lakehouse(tmp_path, catalog_name="shared"))
+
+    assert conf["spark.sql.catalog.shared.type"] == "jdbc"
+    assert not any(key.startswith("spark.sql.catalog.lake") for key in conf)
+
+
+def test_spark_conf_for_postgresql_passes_credentials(tmp_path: Path) -> None:
+    conf = spark_conf(sqlite_lakehouse(tmp_path, catalog_uri=PG_URI))
+
+    prefix = "spark.sql.catalog.lake"
+    assert conf[f"{prefix}.uri"] == "jdbc:postgresql://host:5433/db"
+    assert conf[f"{prefix}.jdbc.user"] == "user"
+    assert conf[f"{prefix}.jdbc.password"] == "pw"
+    assert f"{prefix}.jdbc.busy_timeout" not in conf
+    jars = conf["spark.jars"].split(",")
+    assert DRIVER_JARS["postgresql"] in jars
+    assert str(SQLITE_SHIM) not in jars
+
+
+def test_spark_conf_extra_settings_are_applied_last(tmp_path: Path) -> None:
+    extra = {"spark.sql.shuffle.partitions": "64", "spark.executor.memory": "2g"}
+
+    conf = spark_conf(sqlite_lakehouse(tmp_path, spark_conf=extra))
+
+    assert conf["spark.sql.shuffle.partitions"] == "64"
+    assert conf["spark.executor.memory"] == "2g"
+
+
+def test_spark_conf_uses_the_configured_master(tmp_path: Path) -> None:
+    assert spark_conf(sqlite_lakehouse(tmp_path, spark_master="local[2]"))["spark.master"] == "local[2]"
+
+
+def test_spark_jdbc_url_rewrites_only_sqlite(tmp_path: Path) -> None:
+    assert spark_jdbc_url(sqlite_lakehouse(tmp_path)) == f"jdbc:icegroup-sqlite:{tmp_path / 'catalog.db'}"
+    assert spark_jdbc_url(sqlite_lakehouse(tmp_path, catalog_uri=PG_URI)) == "jdbc:postgresql://host:5433/db"

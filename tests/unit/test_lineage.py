@@ -1,0 +1,81 @@
+"""Sink commit lineage: commit_properties and parse_commit round-trip."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from iceberg.lineage import KEY_SHARDS, ShardRange, SinkCommit, commit_properties, parse_commit
+from iceberg.shards import Shard
+
+
+def shard(from_snapshot: int | None = 100) -> Shard:
+    return Shard(
+        shard_id="0123456789abcdef",
+        stream="0/region=eu",
+        from_snapshot=from_snapshot,
+        to_snapshot=103,
+        to_sequence=7,
+        schema_id=0,
+        window_start_ms=1_767_225_600_000,
+        snapshots=[101, 103],
+        files=["wh/a.parquet"],
+        rows=12,
+        bytes=1200,
+    )
+
+
+@pytest.mark.parametrize("from_snapshot", [100, None], ids=["from-snapshot", "from-start"])
+def test_commit_properties_round_trip(from_snapshot: int | None) -> None:
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard(from_snapshot))
+
+    commit = parse_commit(555, 1_767_225_601_000, properties, added_records=9)
+
+    assert commit == SinkCommit(
+        snapshot_id=555,
+        timestamp_ms=1_767_225_601_000,
+        group="orders",
+        source="demo.events",
+        lease_id="fedcba9876543210",
+        epoch=3,
+        attempt=2,
+        shards=(ShardRange("0123456789abcdef", "0/region=eu", from_snapshot, 103, (101, 103)),),
+        added_records=9,
+    )
+
+
+def test_commit_properties_are_lower_case_string_keys_and_values() -> None:
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard())
+
+    assert all(key == key.lower() and key.startswith("icegroup.") for key in properties)
+    assert all(isinstance(value, str) for value in properties.values())
+
+
+def test_commit_properties_hold_one_shard() -> None:
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard())
+
+    assert [item["id"] for item in json.loads(properties[KEY_SHARDS])] == ["0123456789abcdef"]
+
+
+@pytest.mark.parametrize(
+    "summary",
+    [
+        pytest.param({}, id="empty"),
+        pytest.param({"added-records": "9", "spark.app.id": "local-1"}, id="plain-spark-append"),
+        pytest.param({"icegroup.group": "orders"}, id="no-shards"),
+        pytest.param({"icegroup.shards": "[]"}, id="no-group"),
+    ],
+)
+def test_parse_commit_ignores_snapshots_icegroup_did_not_write(summary: dict[str, str]) -> None:
+    assert parse_commit(1, 0, summary, added_records=0) is None
+
+
+def test_parse_commit_defaults_missing_optional_keys() -> None:
+    summary = {"icegroup.group": "orders", "icegroup.shards": '[{"id":"s","stream":"a","from":null,"to":5}]'}
+
+    commit = parse_commit(1, 0, summary, added_records=0)
+
+    assert commit is not None
+    assert (commit.source, commit.lease_id, commit.epoch, commit.attempt) == ("", "", 0, 0)
+    assert commit.shards == (ShardRange("s", "a", None, 5, ()),)
