@@ -1,0 +1,99 @@
+"""The Leader sensor under a real Dagster daemon: runs launched as subprocesses, each a cold Spark."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+import yaml
+
+from dagster_project.tags import TAG_ATTEMPT, TAG_GROUP, TAG_LEASE
+from iceberg.groups import load_groups
+from iceberg.lakehouse import load_lakehouse
+from iceberg.registry import load_state
+from iceberg.verify import verify_group
+from infra.demo_data import append_batches, create_source
+from tests.conftest import repo_root
+
+pytestmark = [pytest.mark.demo, pytest.mark.dagster]
+GROUP = {"name": "live", "source": "live.events", "sink": "live.events_out", "max_borrowers": 3}
+
+
+def free_port() -> int:
+    """A port nobody listens on right now."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def reset_signals() -> None:
+    """Background shells here may hand down ignored SIGTERM/SIGINT; the server must honour them."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Path]:
+    """`dagster dev` over workspace.yaml with a one-group file; yields ICEGROUP_HOME."""
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    shutil.copy(repo_root() / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")
+    (tmp_path / "groups.yaml").write_text(yaml.safe_dump({"groups": [GROUP]}))
+    append_batches(
+        create_source(load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)}).catalog(), GROUP["source"]), 2, 30
+    )
+    env = {
+        **os.environ,
+        "ICEGROUP_HOME": str(tmp_path),
+        "ICEGROUP_GROUPS": str(tmp_path / "groups.yaml"),
+        "DAGSTER_HOME": str(dagster_home),
+    }
+    command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
+    server = subprocess.Popen(
+        [*command, "-p", str(free_port())],
+        cwd=repo_root(),
+        env=env,
+        stdout=(tmp_path / "dev.log").open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        preexec_fn=reset_signals,
+    )
+    try:
+        yield tmp_path
+    finally:
+        os.killpg(server.pid, signal.SIGTERM)
+        try:
+            server.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(server.pid, signal.SIGKILL)
+            server.wait()
+
+
+def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
+    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(daemon)})
+    group = load_groups(daemon / "groups.yaml")["live"]
+    catalog = lakehouse.catalog()
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        state = load_state(catalog, group.name).state
+        if state is not None and state.leases_done and state.is_idle():
+            break
+        time.sleep(3)
+    else:
+        pytest.fail("not caught up in 300 s; see " + str(daemon / "dev.log"))
+
+    assert verify_group(catalog, group, key="event_id").ok
+    with dg.DagsterInstance.from_config(str(daemon / "dagster")) as instance:
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: "live"}))
+    assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    assert len({r.tags[TAG_LEASE] for r in runs}) == len(runs) == state.leases_done
+    assert all(r.tags[TAG_ATTEMPT] == "0" and r.tags["dagster/sensor_name"] == "live_leader" for r in runs)
