@@ -8,7 +8,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster
 export ICEGROUP_HOME ?= $(CURDIR)
 PYTEST_ARGS ?=
 
-.PHONY: system venv instance demo test lint unit ui clean
+.PHONY: system venv instance demo test lint unit bench ui clean
 
 system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
 	@bash infra/install_system.sh
@@ -37,6 +37,9 @@ unit: venv ## the fast tier only
 
 test: system venv lint ## every tier this machine can run
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+bench: venv ## Leader planning benchmark; records tests/benchmarks/results/leader_planning.json
+	$(PY) -m tests.benchmarks.bench_leader
 
 ui: system venv instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

@@ -1,0 +1,98 @@
+"""Leader planning cost: does a tick stay proportional to the new snapshots, not to history?
+
+Arms, side by side in one run on the same tables (JMH-style: 1 warm-up, then measured repeats):
+- ``icegroup``: ``plan_increment`` for a fixed gap of new snapshots (what a Leader tick plans);
+- ``baseline``: pyiceberg's own ``incremental_append_scan(...).plan_files()`` for the same gap;
+- ``idle_tick``: a whole Leader tick of a caught-up group (registry load, sink check, empty plan).
+Each is measured at two history sizes. Reported as ratios (icegroup / baseline, and large history /
+small history), because absolute times on a shared 2-core machine are noise.
+
+Run: ``make bench`` (writes tests/benchmarks/results/leader_planning.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import load_lakehouse
+from iceberg.leader import tick
+from iceberg.liveness import RunState
+from iceberg.planning import plan_increment
+from infra.demo_data import append_batches, create_source
+
+HISTORIES = (50, 400)
+GAP = 10
+REPEATS = 7
+RESULTS = Path(__file__).parent / "results" / "leader_planning.json"
+
+
+def measure(fn: Callable[[], object]) -> float:
+    """Median milliseconds of REPEATS runs after one warm-up."""
+    fn()
+    samples = []
+    for _ in range(REPEATS):
+        started = time.perf_counter()
+        fn()
+        samples.append((time.perf_counter() - started) * 1000)
+    return statistics.median(samples)
+
+
+def main() -> int:
+    """Build the tables, run the arms, print and record the ratios."""
+    home = Path(tempfile.mkdtemp(prefix="icegroup-bench-"))
+    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    rows: dict[int, dict[str, float]] = {}
+    for history in HISTORIES:
+        name = f"h{history}"
+        source = create_source(catalog, f"{name}.events")
+        append_batches(source, history, 3)
+        table = catalog.load_table(f"{name}.events")
+        position = table.current_snapshot()
+        append_batches(table, GAP, 3)
+        table = catalog.load_table(f"{name}.events")
+        after = position.snapshot_id if position else None
+        group = GroupConfig(name=name, source=f"{name}.events", sink=f"{name}.out")
+        rows[history] = {
+            "icegroup_plan_ms": measure(
+                lambda table=table, after=after, group=group: plan_increment(table, after, group)
+            ),
+            "baseline_plan_ms": measure(
+                lambda table=table, after=after: list(
+                    table.incremental_append_scan(from_snapshot_id_exclusive=after).plan_files()
+                )
+            ),
+        }
+        tick_group = GroupConfig(name=f"{name}_tick", source=f"{name}.events", sink=f"{name}.tick_out", start="latest")
+        tick(catalog, tick_group, lambda lease: RunState.MISSING)
+        rows[history]["idle_tick_ms"] = measure(lambda g=tick_group: tick(catalog, g, lambda lease: RunState.MISSING))
+    small, large = rows[HISTORIES[0]], rows[HISTORIES[-1]]
+    report = {
+        "what": f"plan a gap of {GAP} new snapshots; histories {HISTORIES}; median of {REPEATS} after warm-up",
+        "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
+        "arms_ms": {str(h): {k: round(v, 1) for k, v in r.items()} for h, r in rows.items()},
+        "ratios": {
+            f"icegroup_vs_baseline_at_{h}": round(r["icegroup_plan_ms"] / r["baseline_plan_ms"], 2)
+            for h, r in rows.items()
+        }
+        | {
+            "icegroup_growth_large_vs_small_history": round(large["icegroup_plan_ms"] / small["icegroup_plan_ms"], 2),
+            "baseline_growth_large_vs_small_history": round(large["baseline_plan_ms"] / small["baseline_plan_ms"], 2),
+            "idle_tick_growth_large_vs_small_history": round(large["idle_tick_ms"] / small["idle_tick_ms"], 2),
+        },
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
