@@ -6,7 +6,7 @@ from dagster_project.jobs import UnresolvedAssetJobDefinition
 from dagster_project.resources import IcegroupResource
 from dagster_project.run_observer import observe_runs
 from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
-from iceberg.errors import ConfigError, RegistryConflict
+from iceberg.errors import RegistryConflict
 from iceberg.groups import GroupConfig
 from iceberg.leader import tick
 from iceberg.shards import window_label
@@ -15,15 +15,9 @@ from iceberg.state import Lease
 
 def run_request(group: GroupConfig, lease: Lease) -> dg.RunRequest:
     """One Borrower run per lease attempt; the run key makes a repeated launch of it a no-op."""
-    window = window_label(lease.window_start_ms, group.replay_window)
-    if window < group.window_start.isoformat():
-        raise ConfigError(
-            f"group {group.name!r}: window_start: {group.window_start} is after source data committed in "
-            f"window {window}; set window_start to {window[:10]} or earlier"
-        )
     return dg.RunRequest(
         run_key=f"{group.name}:{lease.lease_id}#{lease.attempt}",
-        partition_key=window,
+        partition_key=window_label(lease.window_start_ms, group.replay_window),
         tags={
             TAG_GROUP: group.name,
             TAG_LEASE: lease.lease_id,

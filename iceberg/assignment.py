@@ -26,11 +26,10 @@ def make_lease_id(group: str, epoch: int, shard_ids: list[str]) -> str:
 def stream_heads(state: GroupState, max_shards: int) -> dict[str, list[Shard]]:
     """Per free stream, its next run of pending shards: same window, in order, at most max_shards."""
     busy = {stream for lease in state.leases.values() for stream in lease.streams}
-    leased = state.leased_shard_ids()
     heads: dict[str, list[Shard]] = {}
     closed: set[str] = set()
     for shard in sorted(state.shards.values(), key=lambda s: (s.to_sequence, s.stream)):
-        if shard.stream in busy or shard.stream in closed or shard.shard_id in leased:
+        if shard.stream in busy or shard.stream in closed:
             continue
         run = heads.setdefault(shard.stream, [])
         if run and (run[0].window_start_ms != shard.window_start_ms or len(run) >= max_shards):
@@ -65,11 +64,11 @@ def assign_leases(
             open_bins = [i for i, b in enumerate(bins) if len(b) < group.lease_max_shards]
             if not open_bins:
                 break
-            target = min(open_bins, key=lambda i: (loads[i], i))
+            target = min(open_bins, key=lambda i: (loads[i], len(bins[i]), i))
             run = streams[stream][: group.lease_max_shards - len(bins[target])]
             bins[target].extend(run)
             loads[target] += sum(x.rows for x in run)
-        for members in bins:
+        for members in (b for b in bins if b):
             shards = sorted(members, key=lambda x: (x.to_sequence, x.stream))
             shard_ids = [x.shard_id for x in shards]
             leases.append(
@@ -85,5 +84,5 @@ def assign_leases(
                     owner_run_id=owner_run_id,
                 )
             )
-        slots -= len(bins)
+        slots -= sum(1 for b in bins if b)
     return leases

@@ -11,6 +11,8 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from datetime import time as dt_time
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -21,7 +23,7 @@ from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp
 from iceberg.liveness import LeaseAction, RunState, lease_action, regrant
 from iceberg.planning import plan_increment
 from iceberg.registry import commit_state, load_state
-from iceberg.shards import Shard, cut_shards
+from iceberg.shards import Shard, cut_shards, window_label
 from iceberg.sink_history import read_sink_history
 from iceberg.state import GroupState, Lease, add_shards, apply_commits
 from iceberg.tables import load_source, walk_back
@@ -40,7 +42,6 @@ class TickResult:
     committed: list[Shard] = field(default_factory=list)
     new_shards: int = 0
     regranted: int = 0
-    committed_registry: bool = False
     source_head: int | None = None
     elapsed_ms: float = 0.0
 
@@ -76,19 +77,28 @@ def resolve_start(table: Table, group: GroupConfig) -> int | None:
 
 def initial_state(table: Table, group: GroupConfig) -> GroupState:
     """State of a group that has never ticked."""
+    if table.format_version < 2:
+        raise SourceError(
+            f"group {group.name!r}: source {group.source!r} is an Iceberg format-version 1 table, whose "
+            "snapshots carry no sequence numbers to order streams by; upgrade it with "
+            "ALTER TABLE ... SET TBLPROPERTIES ('format-version'='2')"
+        )
     position = resolve_start(table, group)
-    sequence = 0
-    if position is not None:
-        snapshot = table.snapshot_by_id(position)
-        sequence = snapshot.sequence_number or 0 if snapshot else 0
     return GroupState(
-        group=group.name,
-        source=group.source,
-        sink=group.sink,
-        start_position=position,
-        planned_through=position,
-        planned_sequence=sequence,
+        group=group.name, source=group.source, sink=group.sink, start_position=position, planned_through=position
     )
+
+
+def check_windows(group: GroupConfig, shards: list[Shard]) -> None:
+    """Every shard must fall in a sink partition; checked before anything is committed."""
+    first = int(datetime.combine(group.window_start, dt_time(), tzinfo=UTC).timestamp() * 1000)
+    early = [s for s in shards if s.window_start_ms < first]
+    if early:
+        raise SourceError(
+            f"group {group.name!r}: window_start: {group.window_start} is after source snapshot "
+            f"{early[0].to_snapshot}, so its rows have no sink partition; set window_start to "
+            f"{window_label(early[0].window_start_ms, 'day')} or earlier"
+        )
 
 
 def tick(
@@ -109,13 +119,17 @@ def tick(
     history = read_sink_history(catalog, group.sink, group.name, before.sink_cursor)
     state, committed = apply_commits(before, history.shard_ids())
     state.sink_cursor = history.head if history.head is not None else state.sink_cursor
+    progressed = {c.lease_id for c in history.commits}
+    for lease_id, lease in state.leases.items():
+        if lease_id in progressed:
+            state.leases[lease_id] = lease.model_copy(update={"deadline_ms": now_ms + group.lease_timeout_s * 1000})
 
     launch: list[Lease] = []
     regranted = 0
     for lease_id, lease in list(state.leases.items()):
         action = lease_action(lease, observed.get(lease_id, RunState.MISSING), now_ms)
         if action is LeaseAction.REGRANT:
-            state.leases[lease_id] = regrant(lease, now_ms, group.lease_timeout_s, owner_run_id)
+            state.leases[lease_id] = regrant(lease, now_ms, group.lease_timeout_s, owner_run_id, history.head)
             launch.append(state.leases[lease_id])
             regranted += 1
             log.warning("group %s: re-granting lease %s as attempt %d", group.name, lease_id, lease.attempt + 1)
@@ -123,6 +137,8 @@ def tick(
             launch.append(lease)
 
     plan = plan_increment(source, state.planned_through, group)
+    if plan.skipped:
+        log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(plan.skipped))
     new_shards: list[Shard] = []
     if plan.through is not None:
         new_shards = cut_shards(
@@ -135,15 +151,15 @@ def tick(
             caps=group.shard_caps,
             window=group.replay_window,
         )
-        state = add_shards(state, new_shards, plan.through.snapshot_id, plan.through.sequence_number)
+        check_windows(group, new_shards)
+        state = add_shards(state, new_shards, plan.through.snapshot_id)
 
     grants = assign_leases(state, group, now_ms, history.head, owner_run_id)
     for lease in grants:
         state.leases[lease.lease_id] = lease
     launch.extend(grants)
 
-    changed = loaded.state is None or state != before
-    if changed:
+    if loaded.state is None or state != before:
         commit_state(loaded, state)
     head = source.current_snapshot()
     return TickResult(
@@ -152,7 +168,6 @@ def tick(
         committed=committed,
         new_shards=len(new_shards),
         regranted=regranted,
-        committed_registry=changed,
         source_head=head.snapshot_id if head else None,
         elapsed_ms=(time.perf_counter() - started) * 1000,
     )

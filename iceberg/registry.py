@@ -72,8 +72,8 @@ def load_state(catalog: Catalog, group: str) -> Loaded:
     return Loaded(state=GroupState.model_validate_json(rows[0]["state"]), table=table)
 
 
-def commit_state(loaded: Loaded, state: GroupState) -> int:
-    """Replace the state iff the registry is still at ``loaded.token``; returns the new token."""
+def commit_state(loaded: Loaded, state: GroupState) -> None:
+    """Replace the state iff the registry is still at ``loaded.token``."""
     row = pa.Table.from_pylist(
         [
             {
@@ -94,7 +94,3 @@ def commit_state(loaded: Loaded, state: GroupState) -> int:
             f"registry of group {state.group!r} moved past snapshot {loaded.token} while this Leader "
             f"worked ({exc}); another Leader committed first"
         ) from exc
-    token = loaded.token
-    if token is None:
-        raise RegistryConflict(f"registry of group {state.group!r} has no snapshot after a commit")
-    return token

@@ -51,7 +51,6 @@ class GroupState(BaseModel):
     epoch: int = 0
     start_position: int | None = Field(description="Resolved start: the snapshot consumption begins after.")
     planned_through: int | None = Field(description="Source snapshot through which shards have been cut.")
-    planned_sequence: int = 0
     sink_cursor: int | None = Field(default=None, description="Last sink snapshot reconciled.")
     streams: dict[str, StreamState] = Field(default_factory=dict)
     shards: dict[str, Shard] = Field(default_factory=dict, description="Cut and not yet committed.")
@@ -65,23 +64,18 @@ class GroupState(BaseModel):
             cursors[shard.stream] = shard.to_snapshot
         return cursors
 
-    def leased_shard_ids(self) -> set[str]:
-        """Shards that some lease in flight holds."""
-        return {sid for lease in self.leases.values() for sid in lease.shard_ids}
-
     def is_idle(self) -> bool:
         """Nothing cut and waiting, nothing in flight."""
         return not self.shards and not self.leases
 
 
-def add_shards(state: GroupState, shards: Iterable[Shard], through: int, through_sequence: int) -> GroupState:
+def add_shards(state: GroupState, shards: Iterable[Shard], through: int) -> GroupState:
     """Record newly cut shards and move the planning cursor; re-adding a known shard is a no-op."""
     new = state.model_copy(deep=True)
     for shard in shards:
         new.shards.setdefault(shard.shard_id, shard)
         new.streams.setdefault(shard.stream, StreamState(position=shard.from_snapshot, position_sequence=0))
     new.planned_through = through
-    new.planned_sequence = through_sequence
     return new
 
 

@@ -31,14 +31,23 @@ def load_optional(catalog: Catalog, identifier: str) -> Table | None:
         return None
 
 
+def oldest_snapshot_id(table: Table) -> int | None:
+    """The oldest snapshot still reachable from main's head."""
+    oldest = None
+    for snapshot in walk_back(table, None):
+        oldest = snapshot.snapshot_id
+    return oldest
+
+
 def walk_back(table: Table, stop_at: int | None) -> Iterator[Snapshot]:
     """Snapshots of main from the head back to, not including, ``stop_at`` (metadata only).
 
     Stops early at the root or at a parent that is no longer in the metadata (expired).
     """
+    by_id = {s.snapshot_id: s for s in table.snapshots()}
     snapshot = table.current_snapshot()
     while snapshot is not None and snapshot.snapshot_id != stop_at:
         yield snapshot
         if snapshot.parent_snapshot_id is None:
             return
-        snapshot = table.snapshot_by_id(snapshot.parent_snapshot_id)
+        snapshot = by_id.get(snapshot.parent_snapshot_id)

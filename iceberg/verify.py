@@ -16,7 +16,7 @@ from iceberg.tables import load_optional, load_source
 
 @dataclass(frozen=True)
 class Verification:
-    """Source rows the group must have consumed against the rows found in the sink, by key."""
+    """Source rows the group must have consumed against the rows found in the sink, counted per key."""
 
     expected: int
     found: int
@@ -58,7 +58,7 @@ def verify_group(catalog: Catalog, group: GroupConfig, key: str, after_snapshot:
     return Verification(
         expected=sum(expected.values()),
         found=sum(found.values()),
-        duplicates=sum(n - 1 for n in found.values() if n > 1),
-        missing=sum(1 for k in expected if k not in found),
-        unexpected=sum(1 for k in found if k not in expected),
+        duplicates=sum(max(n - expected[k], 0) for k, n in found.items() if k in expected),
+        missing=sum(max(n - found[k], 0) for k, n in expected.items()),
+        unexpected=sum(n for k, n in found.items() if k not in expected),
     )

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from iceberg.errors import IcegroupError
+from iceberg.errors import IcegroupError, SinkError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.lineage import commit_properties
@@ -22,7 +22,7 @@ from iceberg.registry import load_state
 from iceberg.shards import Shard
 from iceberg.sink_history import read_sink_history
 from iceberg.state import Lease
-from iceberg.tables import load_source, walk_back
+from iceberg.tables import load_source, oldest_snapshot_id
 from spark_jobs.session import activate
 from spark_jobs.shard_reader import read_shard
 from spark_jobs.sink_writer import (
@@ -73,6 +73,15 @@ def fetch_lease(lakehouse: LakehouseConfig, group: str, lease_id: str, attempt: 
     return lease, [state.shards[sid] for sid in lease.shard_ids if sid in state.shards]
 
 
+def ensure_still_held(lakehouse: LakehouseConfig, group: str, lease: Lease) -> None:
+    """Stop before a commit if the lease has been re-granted or finished meanwhile.
+
+    This narrows the window for a replaced attempt; the commit's own validation is what makes a
+    late commit of the same shard fail.
+    """
+    fetch_lease(lakehouse, group, lease.lease_id, lease.attempt)
+
+
 def run_lease(
     spark: SparkSession,
     lakehouse: LakehouseConfig,
@@ -94,7 +103,7 @@ def run_lease(
     )
     done = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant).shard_ids()
     source = load_source(catalog, group.source)
-    root = list(walk_back(source, None))[-1].snapshot_id
+    root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in shards) else None
     source_table = f"{lakehouse.catalog_name}.{group.source}"
     sink_table = f"{lakehouse.catalog_name}.{group.sink}"
     sink_ready = False
@@ -112,9 +121,16 @@ def run_lease(
             check_sink_schema(spark, sink_table, out)
             sink_ready = True
         props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+        ensure_still_held(lakehouse, group.name, lease)
         try:
             commit_shard(out, sink_table, shard.shard_id, lease.sink_snapshot_at_grant, props)
-        except AlreadyCommitted:
+        except AlreadyCommitted as exc:
+            history = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant)
+            if shard.shard_id not in history.shard_ids():
+                raise SinkError(
+                    f"sink: the commit of shard {shard.shard_id} failed validation, yet no commit of it is in "
+                    f"{group.sink}'s history; refusing to skip it ({exc.__cause__})"
+                ) from exc
             report.fenced.append(shard.shard_id)
             progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
             continue

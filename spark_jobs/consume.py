@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
+from iceberg.errors import RegistryConflict
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import RunObserver, TickResult, tick
@@ -66,7 +67,12 @@ def consume(
     summary = ConsumeSummary()
     idle_since = time.monotonic()
     while True:
-        result = tick(catalog, group, observe, owner_run_id=owner_run_id)
+        try:
+            result = tick(catalog, group, observe, owner_run_id=owner_run_id)
+        except RegistryConflict as exc:
+            progress(f"{group.name}: backing off: {exc}")
+            time.sleep(poll_s)
+            continue
         summary.ticks += 1
         summary.last_tick = result
         if result.caught_up:

@@ -10,7 +10,9 @@ from iceberg.shards import Shard
 FILE_COLUMN = "_file"
 
 
-def read_shard(spark: SparkSession, table: str, shard: Shard, root_snapshot: int, row_filter: str | None) -> DataFrame:
+def read_shard(
+    spark: SparkSession, table: str, shard: Shard, root_snapshot: int | None, row_filter: str | None
+) -> DataFrame:
     """Rows the shard's files hold, restricted by the group's filter.
 
     Both ends of the range are pinned, so a re-run reads the same rows. The range also holds other
@@ -20,6 +22,8 @@ def read_shard(spark: SparkSession, table: str, shard: Shard, root_snapshot: int
     """
     reader = spark.read.format("iceberg")
     if shard.from_snapshot is None:
+        if root_snapshot is None:
+            raise ValueError(f"shard {shard.shard_id} starts at the table's first snapshot; pass its id")
         parts = [reader.option("snapshot-id", str(root_snapshot)).load(table).select("*", FILE_COLUMN)]
         if shard.to_snapshot != root_snapshot:
             parts.append(_incremental(spark, table, root_snapshot, shard.to_snapshot))

@@ -15,7 +15,7 @@ from iceberg.verify import verify_group
 from infra.demo_data import append_batches, create_source
 from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
 from spark_jobs.shard_reader import read_shard
-from spark_jobs.sink_writer import AlreadyCommitted, commit_shard, with_lineage
+from spark_jobs.sink_writer import AlreadyCommitted, MixedShardFiles, commit_shard, with_lineage
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -98,11 +98,11 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
     assert regranted.attempt == 1 and second.regranted == 1
     assert [s.shard_id for s in second.committed] == [shards[0].shard_id]
     lease1, pending = fetch_lease(lakehouse, group.name, lease.lease_id, attempt=1)
-    report = run_lease(spark, lakehouse, group, lease1, [first.state.shards[sid] for sid in lease.shard_ids])
-
-    assert report.resumed == [shards[0].shard_id]
-    assert report.committed == [s.shard_id for s in shards[1:]]
     assert [s.shard_id for s in pending] == [s.shard_id for s in shards[1:]]
+    assert lease1.sink_snapshot_at_grant == catalog.load_table(group.sink).current_snapshot().snapshot_id
+    report = run_lease(spark, lakehouse, group, lease1, pending)
+
+    assert report.committed == [s.shard_id for s in shards[1:]]
     drive(spark, lakehouse, group)
     assert verify_group(catalog, group, key="event_id").ok
 
@@ -117,3 +117,22 @@ def test_a_stale_attempt_is_refused_before_it_reads(
 
     with pytest.raises(StaleLease, match="attempt 1"):
         fetch_lease(lakehouse, group.name, lease.lease_id, attempt=0)
+
+
+def test_a_compacted_sink_stops_the_borrower_with_a_clear_error_and_nothing_skipped(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=3)
+    append_batches(create_source(catalog, group.source), 2, 30)
+    drive(spark, lakehouse, group)
+    spark.sql(
+        f"CALL {lakehouse.catalog_name}.system.rewrite_data_files("
+        f"table => '{group.sink}', options => map('min-input-files', '2', 'rewrite-all', 'true'))"
+    ).collect()
+    append_batches(catalog.load_table(group.source), 1, 30)
+
+    with pytest.raises(MixedShardFiles, match="mixing rows of several shards"):
+        drive(spark, lakehouse, group)
+
+    check = verify_group(catalog, group, key="event_id")
+    assert check.duplicates == 0 and check.unexpected == 0

@@ -12,7 +12,7 @@ from iceberg.leader import initial_state, tick
 from iceberg.liveness import RunState
 from iceberg.planning import plan_increment
 from iceberg.registry import commit_state, load_state
-from infra.demo_data import append_batches, create_source
+from infra.demo_data import SCHEMA, append_batches, create_source
 
 
 def missing(_: object) -> RunState:
@@ -121,3 +121,21 @@ def test_an_unknown_source_table_names_the_field(catalog: Catalog, make_group: t
     group = make_group(source="nowhere.events")
     with pytest.raises(SourceError, match=r"source: table 'nowhere\.events' does not exist"):
         tick(catalog, group, missing)
+
+
+def test_a_format_v1_source_is_refused_with_the_upgrade(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = make_group()
+    catalog.create_namespace_if_not_exists(group.source.split(".")[0])
+    catalog.create_table(group.source, schema=SCHEMA, properties={"format-version": "1"})
+    with pytest.raises(SourceError, match=r"format-version 1 table.*'format-version'='2'"):
+        tick(catalog, group, missing)
+
+
+def test_data_before_window_start_is_refused_before_anything_is_committed(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(window_start="2099-01-01")
+    append_batches(create_source(catalog, group.source), 1, 6)
+    with pytest.raises(SourceError, match="window_start: 2099-01-01 is after source snapshot"):
+        tick(catalog, group, missing)
+    assert load_state(catalog, group.name).state is None

@@ -74,11 +74,10 @@ def test_add_shards_records_shards_and_moves_planned_through() -> None:
     before = state_of()
     a1, b2 = shard("a1", "a", 1), shard("b2", "b", 2)
 
-    after = add_shards(before, [a1, b2], through=105, through_sequence=5)
+    after = add_shards(before, [a1, b2], through=105)
 
     assert after.shards == {"a1": a1, "b2": b2}
     assert after.planned_through == 105
-    assert after.planned_sequence == 5
     assert after.streams["a"] == StreamState(position=100, position_sequence=0)
     assert after.streams["b"] == StreamState(position=101, position_sequence=0)
     assert before.shards == {}
@@ -88,8 +87,8 @@ def test_add_shards_records_shards_and_moves_planned_through() -> None:
 def test_add_shards_is_idempotent() -> None:
     shards = [shard("a1", "a", 1), shard("a2", "a", 2)]
 
-    once = add_shards(state_of(), shards, through=102, through_sequence=2)
-    twice = add_shards(once, shards, through=102, through_sequence=2)
+    once = add_shards(state_of(), shards, through=102)
+    twice = add_shards(once, shards, through=102)
 
     assert twice.model_dump() == once.model_dump()
 
@@ -97,7 +96,7 @@ def test_add_shards_is_idempotent() -> None:
 def test_add_shards_never_replaces_a_known_shard() -> None:
     original = shard("a1", "a", 1, rows=10)
 
-    after = add_shards(state_of(original), [shard("a1", "a", 1, rows=999)], through=101, through_sequence=1)
+    after = add_shards(state_of(original), [shard("a1", "a", 1, rows=999)], through=101)
 
     assert after.shards["a1"].rows == 10
 
@@ -105,7 +104,7 @@ def test_add_shards_never_replaces_a_known_shard() -> None:
 def test_add_shards_keeps_the_position_of_a_known_stream() -> None:
     before = state_of(a=StreamState(position=90, position_sequence=3, committed_shards=4))
 
-    after = add_shards(before, [shard("a5", "a", 5)], through=105, through_sequence=5)
+    after = add_shards(before, [shard("a5", "a", 5)], through=105)
 
     assert after.streams["a"] == StreamState(position=90, position_sequence=3, committed_shards=4)
 
@@ -118,7 +117,6 @@ def test_apply_commits_advances_positions_and_counts_rows() -> None:
         state_of(),
         [shard("a1", "a", 1, rows=10), shard("a2", "a", 2, rows=5), shard("b3", "b", 3)],
         through=103,
-        through_sequence=3,
     )
 
     after, done = apply_commits(state, ["a1", "a2"])
@@ -199,15 +197,6 @@ def test_stream_cursors_are_positions_then_the_last_pending_shard() -> None:
     )
 
     assert state.stream_cursors() == {"a": 103, "b": 90, "c": None}
-
-
-def test_leased_shard_ids_collects_every_lease() -> None:
-    state = state_of(leases=(lease_of("la", ["a1", "a2"], ["a"]), lease_of("lb", ["b3"], ["b"])))
-
-    assert state.leased_shard_ids() == {"a1", "a2", "b3"}
-
-
-# assign_leases
 
 
 def test_no_pending_shards_no_leases() -> None:
@@ -336,3 +325,12 @@ def test_grant_records_time_deadline_sink_snapshot_and_owner() -> None:
     assert lease.owner_run_id == "run-1"
     assert lease.epoch == 2
     assert lease.attempt == 0
+
+
+def test_streams_without_rows_get_no_empty_lease() -> None:
+    state = state_of(shard("a1", "a", 1, rows=0), shard("b2", "b", 2, rows=0), shard("c3", "c", 3, rows=0))
+
+    leases = assign(state, max_borrowers=3)
+
+    assert leases and all(lease.shard_ids for lease in leases)
+    assert sorted(sid for lease in leases for sid in lease.shard_ids) == ["a1", "b2", "c3"]
