@@ -10,6 +10,8 @@ if ! command -v java >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
 fi
 [ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
 [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+# A PostgreSQL server: the catalog beyond one machine, and the tests' PostgreSQL tier.
+ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   need+=(python3-venv)
 fi

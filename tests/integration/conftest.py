@@ -3,17 +3,27 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from pyspark.sql import SparkSession
 
 from iceberg.lakehouse import LakehouseConfig
-from spark_jobs.session import get_session
+from spark_jobs.session import DRIVER_JARS, get_session, spark_conf
 
 
 @pytest.fixture(scope="session")
 def spark(lakehouse: LakehouseConfig) -> Iterator[SparkSession]:
-    """A real local Spark with the real Iceberg runtime against the session's SQLite catalog."""
-    session = get_session(lakehouse.model_copy(update={"spark_master": "local[2]"}))
+    """A real local Spark with the real Iceberg runtime against the session's SQLite catalog.
+
+    The PostgreSQL driver is on the classpath too, so the PostgreSQL tier can add a second catalog
+    to the same JVM at run time.
+    """
+    jars = spark_conf(lakehouse)["spark.jars"].split(",")
+    if Path(DRIVER_JARS["postgresql"]).is_file():
+        jars.append(DRIVER_JARS["postgresql"])
+    session = get_session(
+        lakehouse.model_copy(update={"spark_master": "local[2]", "spark_conf": {"spark.jars": ",".join(jars)}})
+    )
     yield session
     session.stop()

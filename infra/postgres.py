@@ -1,0 +1,76 @@
+"""A throw-away local PostgreSQL cluster, for trying and testing icegroup beyond SQLite.
+
+It uses the Debian server binaries (``make system`` installs them when missing). ``initdb`` refuses
+to run as root, so as root the cluster runs as the ``postgres`` user. Trust authentication on
+127.0.0.1 only: this is for a developer machine and CI, not for production.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+import pwd
+import shutil
+import socket
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class LocalPostgres:
+    """A running cluster; ``stop`` removes it."""
+
+    data_dir: Path
+    port: int
+    bin_dir: Path
+
+    def url(self, database: str = "lake") -> str:
+        """SQLAlchemy URL of a database in this cluster, as ``catalog_uri`` takes it."""
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.port}/{database}"
+
+    def create_database(self, name: str) -> None:
+        """Create a database (once)."""
+        _run([str(self.bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name])
+
+    def stop(self) -> None:
+        """Stop the server at once and delete its files."""
+        _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "stop"])
+        shutil.rmtree(self.data_dir, ignore_errors=True)
+
+
+def server_bin_dir() -> Path | None:
+    """The newest installed PostgreSQL server's bin folder, if any."""
+    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb"), key=lambda p: int(Path(p).parts[-3]))
+    if found:
+        return Path(found[-1]).parent
+    initdb = shutil.which("initdb")
+    return Path(initdb).parent if initdb else None
+
+
+def start_local_postgres() -> LocalPostgres:
+    """initdb a fresh cluster in a temporary folder and start it on a free port."""
+    bin_dir = server_bin_dir()
+    if bin_dir is None:
+        raise RuntimeError("no PostgreSQL server binaries; run `make system` or apt-get install postgresql")
+    data_dir = Path(tempfile.mkdtemp(prefix="icegroup-pg-"))
+    if os.geteuid() == 0:
+        user = pwd.getpwnam("postgres")
+        os.chown(data_dir, user.pw_uid, user.pw_gid)
+    port = _free_port()
+    _run([str(bin_dir / "initdb"), "-D", str(data_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+    options = f"-p {port} -k {data_dir} -c listen_addresses=127.0.0.1"
+    _run([str(bin_dir / "pg_ctl"), "-D", str(data_dir), "-o", options, "-l", str(data_dir / "log"), "-w", "start"])
+    return LocalPostgres(data_dir=data_dir, port=port, bin_dir=bin_dir)
+
+
+def _run(command: list[str]) -> None:
+    prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+    subprocess.run(prefix + command, check=True, capture_output=True, text=True)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])

@@ -1,0 +1,82 @@
+"""The same group on a PostgreSQL catalog: both engines on one database, the registry CAS, exactly once."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from iceberg.errors import RegistryConflict
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
+from iceberg.liveness import RunState
+from iceberg.registry import commit_state, load_state
+from iceberg.verify import verify_group
+from infra.demo_data import append_batches, create_source
+from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
+from spark_jobs.session import DRIVER_JARS, spark_conf
+from tests.integration.helpers import drive
+
+pytestmark = [
+    pytest.mark.spark,
+    pytest.mark.postgres,
+    pytest.mark.skipif(server_bin_dir() is None, reason="no PostgreSQL server installed (make system installs it)"),
+]
+
+
+@pytest.fixture(scope="module")
+def postgres() -> Iterator[LocalPostgres]:
+    """A throw-away cluster with a ``lake`` database."""
+    cluster = start_local_postgres()
+    cluster.create_database("lake")
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="module")
+def pg_lakehouse(postgres: LocalPostgres, tmp_path_factory: pytest.TempPathFactory) -> LakehouseConfig:
+    """Catalog ``pglake`` in PostgreSQL, warehouse in a temporary folder."""
+    warehouse = tmp_path_factory.mktemp("pgwarehouse")
+    return LakehouseConfig(catalog_name="pglake", catalog_uri=postgres.url(), warehouse=str(warehouse))
+
+
+@pytest.fixture(scope="module")
+def pg_spark(spark: SparkSession, pg_lakehouse: LakehouseConfig) -> SparkSession:
+    """The test session with the PostgreSQL catalog registered, exactly as spark_conf describes it."""
+    assert DRIVER_JARS["postgresql"] in (spark.conf.get("spark.jars") or "")
+    for key, value in spark_conf(pg_lakehouse).items():
+        if key.startswith("spark.sql.catalog.pglake"):
+            spark.conf.set(key, value)
+    return spark
+
+
+def test_group_consumes_exactly_once_on_a_postgres_catalog(
+    pg_spark: SparkSession, pg_lakehouse: LakehouseConfig, make_group: type[GroupConfig], tmp_path: Path
+) -> None:
+    catalog: Catalog = pg_lakehouse.catalog()
+    group = make_group(max_borrowers=2, shard_caps={"max_files": 2})
+    append_batches(create_source(catalog, group.source), 6, 30)
+
+    drive(pg_spark, pg_lakehouse, group, borrowers=2)
+    append_batches(catalog.load_table(group.source), 2, 30)
+    drive(pg_spark, pg_lakehouse, group, borrowers=2)
+
+    assert verify_group(catalog, group, key="event_id").ok
+    assert pg_spark.table(f"pglake.{group.sink}").count() == 8 * 30
+
+
+def test_registry_cas_holds_on_postgres(pg_lakehouse: LakehouseConfig, make_group: type[GroupConfig]) -> None:
+    catalog = pg_lakehouse.catalog()
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 1, 6)
+    tick(catalog, group, lambda lease: RunState.MISSING)
+    first, second = load_state(catalog, group.name), load_state(catalog, group.name)
+    assert first.state is not None and second.state is not None
+
+    commit_state(first, first.state.model_copy(update={"leases_done": 1}))
+    with pytest.raises(RegistryConflict):
+        commit_state(second, second.state.model_copy(update={"leases_done": 2}))
