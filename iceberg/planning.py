@@ -8,17 +8,22 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
 
 from iceberg.errors import SourceError
 from iceberg.groups import GroupConfig
-from iceberg.shards import FileEntry, SnapshotInfo
+from iceberg.shards import FileEntry, PartitionValue, SnapshotInfo
 from iceberg.tables import walk_back
 
 APPEND = "append"
 REPLACE = "replace"
+PRUNABLE_TYPES = (StringType, IntegerType, LongType, BooleanType)
 
 
 @dataclass(frozen=True)
@@ -96,6 +101,21 @@ def stream_key(spec_id: int, path: str) -> str:
     return f"{spec_id}:{path or 'unpartitioned'}"
 
 
+def identity_values(spec: PartitionSpec, schema: Schema, data_file: DataFile) -> tuple[tuple[str, PartitionValue], ...]:
+    """Source column = value for each identity partition field of a plain type.
+
+    Every file of a stream shares these values, so they are an exact filter for the stream that
+    Iceberg can prune files with. Fields with other transforms or types are left out; the Borrower's
+    filter on ``_file`` keeps the read exact without them.
+    """
+    values = []
+    for position, field in enumerate(spec.fields):
+        column = schema.find_field(field.source_id)
+        if isinstance(field.transform, IdentityTransform) and isinstance(column.field_type, PRUNABLE_TYPES):
+            values.append((schema.find_column_name(field.source_id) or column.name, data_file.partition[position]))
+    return tuple(values)
+
+
 def added_files(table: Table, appends: list[SnapshotInfo]) -> list[FileEntry]:
     """Data files added by the given append snapshots, opening only manifests written by them."""
     ids = {s.snapshot_id for s in appends}
@@ -127,6 +147,7 @@ def added_files(table: Table, appends: list[SnapshotInfo]) -> list[FileEntry]:
                         path=data_file.file_path,
                         record_count=data_file.record_count,
                         size_bytes=data_file.file_size_in_bytes,
+                        identity=identity_values(spec, schema, data_file),
                     )
                 )
     return out

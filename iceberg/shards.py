@@ -35,6 +35,9 @@ class SnapshotInfo:
     operation: str
 
 
+PartitionValue = str | int | bool | None
+
+
 @dataclass(frozen=True)
 class FileEntry:
     """One data file that an append snapshot added to a stream."""
@@ -44,6 +47,7 @@ class FileEntry:
     path: str
     record_count: int
     size_bytes: int
+    identity: tuple[tuple[str, PartitionValue], ...] = ()
 
 
 class Shard(BaseModel):
@@ -62,6 +66,11 @@ class Shard(BaseModel):
     files: list[str] = Field(description="Data files the shard consists of.")
     rows: int = Field(description="Source rows in those files, before the group's filter.")
     bytes: int = Field(description="Size of those files.")
+    identity: dict[str, PartitionValue] = Field(
+        default_factory=dict,
+        description="Source column values that every file of the stream has (identity partition fields), "
+        "so a read of the shard can prune the other streams' files.",
+    )
 
 
 def window_start_ms(timestamp_ms: int, window: Window) -> int:
@@ -161,4 +170,5 @@ def _close(group: str, epoch: int, stream: str, open_shard: _Open) -> Shard:
         files=[f.path for f in open_shard.files],
         rows=sum(f.record_count for f in open_shard.files),
         bytes=sum(f.size_bytes for f in open_shard.files),
+        identity=dict(open_shard.files[0].identity),
     )

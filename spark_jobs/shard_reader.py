@@ -16,7 +16,8 @@ def read_shard(
     """Rows the shard's files hold, restricted by the group's filter.
 
     Both ends of the range are pinned, so a re-run reads the same rows. The range also holds other
-    streams' files, so rows are restricted to the shard's own files by the ``_file`` metadata column.
+    streams' files: the stream's identity partition values let Iceberg prune most of them at
+    planning, and the ``_file`` metadata column restricts rows to exactly the shard's own files.
     Iceberg's incremental read needs an exclusive start; a shard that starts at the table's first
     snapshot reads that snapshot on its own and the rest of the range incrementally.
     """
@@ -30,6 +31,8 @@ def read_shard(
         df = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
     else:
         df = _incremental(spark, table, shard.from_snapshot, shard.to_snapshot)
+    for column, value in shard.identity.items():
+        df = df.where(F.col(column).isNull() if value is None else F.col(column) == F.lit(value))
     df = df.where(F.col(FILE_COLUMN).isin(shard.files))
     if row_filter:
         df = df.where(row_filter)

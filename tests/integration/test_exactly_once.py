@@ -10,10 +10,13 @@ from pyspark.sql import SparkSession
 
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
 from iceberg.lineage import COL_SHARD
+from iceberg.liveness import RunState
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
 from infra.demo_data import REGIONS, append_batches, create_source
+from spark_jobs.shard_reader import read_shard
 from tests.integration.helpers import drive
 
 pytestmark = pytest.mark.spark
@@ -79,3 +82,19 @@ def test_row_filter_limits_what_the_group_consumes(
     source = catalog.load_table(group.source).scan(row_filter="region = 'eu' and amount >= 50").to_arrow()
     assert sink_ids(catalog, group) == Counter(source.column("event_id").to_pylist())
     assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_shard_read_pushes_its_stream_partition_down_to_iceberg(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 9)
+    result = tick(catalog, group, lambda lease: RunState.MISSING)
+    shard = next(s for s in result.state.shards.values() if s.stream == "0:region=eu")
+    root = catalog.load_table(group.source).snapshots()[0].snapshot_id
+
+    df = read_shard(spark, f"{lakehouse.catalog_name}.{group.source}", shard, root, None)
+
+    scan = next(line for line in df._jdf.queryExecution().executedPlan().toString().splitlines() if "BatchScan" in line)
+    assert "filters=" in scan and "region = 'eu'" in scan, scan
+    assert sorted(r.region for r in df.collect()) == ["eu"] * 6

@@ -139,3 +139,14 @@ def test_data_before_window_start_is_refused_before_anything_is_committed(
     with pytest.raises(SourceError, match="window_start: 2099-01-01 is after source snapshot"):
         tick(catalog, group, missing)
     assert load_state(catalog, group.name).state is None
+
+
+def test_planned_files_carry_their_streams_identity_partition_values(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 1, 6)
+    plan = plan_increment(catalog.load_table(group.source), None, group)
+    assert {f.stream: f.identity for f in plan.files} == {
+        f"0:region={r}": (("region", r),) for r in ("eu", "us", "apac")
+    }
