@@ -11,6 +11,8 @@ from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
 from iceberg.lineage import commit_properties
 from iceberg.liveness import RunState
+from iceberg.shards import Shard
+from iceberg.state import Lease
 from iceberg.verify import verify_group
 from infra.demo_data import append_batches, create_source
 from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
@@ -31,14 +33,19 @@ def sink_snapshot_count(catalog: Catalog, group: GroupConfig) -> int:
     return len(catalog.load_table(group.sink).snapshots())
 
 
+def first_lease(catalog: Catalog, group: GroupConfig) -> tuple[Lease, list[Shard]]:
+    """Tick once and take the first lease granted, with its shards in order."""
+    result = tick(catalog, group, lambda lease: RunState.MISSING)
+    lease = result.launch[0]
+    return lease, [result.state.shards[sid] for sid in lease.shard_ids]
+
+
 def test_rerunning_a_committed_lease_adds_nothing(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
     group = single_stream_group(make_group)
     append_batches(create_source(catalog, group.source), 3, 9)
-    first = tick(catalog, group, lambda lease: RunState.MISSING)
-    lease = first.launch[0]
-    shards = [first.state.shards[sid] for sid in lease.shard_ids]
+    lease, shards = first_lease(catalog, group)
 
     done = run_lease(spark, lakehouse, group, lease, shards, progress=quiet)
     snapshots = sink_snapshot_count(catalog, group)
@@ -87,9 +94,7 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
 ) -> None:
     group = single_stream_group(make_group)
     append_batches(create_source(catalog, group.source), 3, 9)
-    first = tick(catalog, group, lambda lease: RunState.MISSING)
-    lease = first.launch[0]
-    shards = [first.state.shards[sid] for sid in lease.shard_ids]
+    lease, shards = first_lease(catalog, group)
     assert len(shards) >= 2
     run_lease(spark, lakehouse, group, lease, shards[:1], progress=quiet)
 
@@ -100,7 +105,7 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
     lease1, pending = fetch_lease(lakehouse, group.name, lease.lease_id, attempt=1)
     assert [s.shard_id for s in pending] == [s.shard_id for s in shards[1:]]
     assert lease1.sink_snapshot_at_grant == catalog.load_table(group.sink).current_snapshot().snapshot_id
-    report = run_lease(spark, lakehouse, group, lease1, pending)
+    report = run_lease(spark, lakehouse, group, lease1, pending, progress=quiet)
 
     assert report.committed == [s.shard_id for s in shards[1:]]
     drive(spark, lakehouse, group)

@@ -47,7 +47,7 @@ def pg_lakehouse(postgres: LocalPostgres, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="module")
 def pg_spark(spark: SparkSession, pg_lakehouse: LakehouseConfig) -> SparkSession:
     """The test session with the PostgreSQL catalog registered, exactly as spark_conf describes it."""
-    assert DRIVER_JARS["postgresql"] in (spark.conf.get("spark.jars") or "")
+    assert DRIVER_JARS["postgresql"] in spark.sparkContext.getConf().get("spark.jars", "")
     for key, value in spark_conf(pg_lakehouse).items():
         if key.startswith("spark.sql.catalog.pglake"):
             spark.conf.set(key, value)
