@@ -3,7 +3,9 @@
 Arms, side by side in one run on the same tables (JMH-style: 1 warm-up, then measured repeats):
 - ``icegroup``: ``plan_increment`` for a fixed gap of new snapshots (what a Leader tick plans);
 - ``baseline``: pyiceberg's own ``incremental_append_scan(...).plan_files()`` for the same gap;
-- ``idle_tick``: a whole Leader tick of a caught-up group (registry load, sink check, empty plan).
+- ``idle_tick``: a whole Leader tick of a caught-up group (registry load, sink check, empty plan);
+- ``full_tick``: the first tick of a new group over the whole history, capped at
+  ``max_snapshots_per_tick`` (plan, cut, assign, registry CAS): the longest a tick gets.
 Each is measured at two history sizes. Reported as ratios (icegroup / baseline, and large history /
 small history), because absolute times on a shared 2-core machine are noise.
 
@@ -73,6 +75,13 @@ def main() -> int:
         tick_group = GroupConfig(name=f"{name}_tick", source=f"{name}.events", sink=f"{name}.tick_out", start="latest")
         tick(catalog, tick_group, lambda lease: RunState.MISSING)
         rows[history]["idle_tick_ms"] = measure(lambda g=tick_group: tick(catalog, g, lambda lease: RunState.MISSING))
+        started = time.perf_counter()
+        tick(
+            catalog,
+            GroupConfig(name=f"{name}_full", source=f"{name}.events", sink=f"{name}.full_out"),
+            lambda _: RunState.MISSING,
+        )
+        rows[history]["full_tick_ms"] = (time.perf_counter() - started) * 1000
     small, large = rows[HISTORIES[0]], rows[HISTORIES[-1]]
     report = {
         "what": f"plan a gap of {GAP} new snapshots; histories {HISTORIES}; median of {REPEATS} after warm-up",

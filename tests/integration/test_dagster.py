@@ -49,6 +49,8 @@ def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[Gr
     assert not list(built.sensors or [])
     sink = built.resolve_assets_def(dg.AssetKey(["lake", *group.sink.split(".")]))
     assert isinstance(sink.partitions_def, dg.HourlyPartitionsDefinition)
+    (request,) = schedule.evaluate_tick(dg.build_schedule_context()).run_requests or []
+    assert request.run_config == {} and request.tags.get("dagster/schedule_name") == schedule.name
 
 
 def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
