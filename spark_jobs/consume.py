@@ -56,7 +56,7 @@ def consume(
     With ``until_caught_up=False`` it stops after one round: one tick and the leases it granted.
     A Borrower error propagates: the run fails, and the next tick re-grants the lease.
     """
-    executed: dict[tuple[str, int], RunState] = {}
+    executed: dict[tuple[str, int], RunState] = {}  # leases this process ran to the end
 
     def observe(lease: Lease) -> RunState:
         if lease.owner_run_id == owner_run_id:
@@ -71,6 +71,8 @@ def consume(
             result = tick(catalog, group, observe, owner_run_id=owner_run_id)
         except RegistryConflict as exc:
             progress(f"{group.name}: backing off: {exc}")
+            if time.monotonic() - idle_since > max_wait_s:
+                return summary
             time.sleep(poll_s)
             continue
         summary.ticks += 1
@@ -87,12 +89,7 @@ def consume(
         )
         for lease in mine:
             shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
-            executed[(lease.lease_id, lease.attempt)] = RunState.RUNNING
-            try:
-                report = run_lease(spark, lakehouse, group, lease, shards, progress=progress)
-            except BaseException:
-                executed[(lease.lease_id, lease.attempt)] = RunState.FAILED
-                raise
+            report = run_lease(spark, lakehouse, group, lease, shards, progress=progress)
             executed[(lease.lease_id, lease.attempt)] = RunState.SUCCEEDED
             summary.leases += 1
             summary.shards += len(report.committed)
