@@ -77,7 +77,7 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
                 "from a UI backfill is not implemented yet (see README, 'Not done yet')."
             )
         lakehouse = icegroup.lakehouse()
-        lease, shards = fetch_lease(lakehouse, group.name, tags[TAG_LEASE], int(tags[TAG_ATTEMPT]))
+        lease, shards = fetch_lease(lakehouse.catalog(), group.name, tags[TAG_LEASE], int(tags[TAG_ATTEMPT]))
         report = run_lease(icegroup.spark(), lakehouse, group, lease, shards, progress=context.log.info)
         view = describe_group(lakehouse.catalog(), group)
         return dg.MaterializeResult(metadata=lease_metadata(group, report, view.lag_rows, view.lag_snapshots))

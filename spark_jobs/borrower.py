@@ -12,6 +12,7 @@ import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from iceberg.errors import IcegroupError, SinkError
@@ -60,9 +61,9 @@ class LeaseReport:
     sink_snapshots: list[int] = field(default_factory=list)
 
 
-def fetch_lease(lakehouse: LakehouseConfig, group: str, lease_id: str, attempt: int) -> tuple[Lease, list[Shard]]:
+def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tuple[Lease, list[Shard]]:
     """The lease and its uncommitted shards as the registry has them; refuse a stale attempt."""
-    state = load_state(lakehouse.catalog(), group).state
+    state = load_state(catalog, group).state
     lease = state.leases.get(lease_id) if state else None
     if state is None or lease is None:
         raise StaleLease(f"lease {lease_id} of group {group!r} is not in flight (finished or never granted)")
@@ -73,13 +74,13 @@ def fetch_lease(lakehouse: LakehouseConfig, group: str, lease_id: str, attempt: 
     return lease, [state.shards[sid] for sid in lease.shard_ids if sid in state.shards]
 
 
-def ensure_still_held(lakehouse: LakehouseConfig, group: str, lease: Lease) -> None:
+def ensure_still_held(catalog: Catalog, group: str, lease: Lease) -> None:
     """Stop before a commit if the lease has been re-granted or finished meanwhile.
 
     This narrows the window for a replaced attempt; the commit's own validation is what makes a
     late commit of the same shard fail.
     """
-    fetch_lease(lakehouse, group, lease.lease_id, lease.attempt)
+    fetch_lease(catalog, group, lease.lease_id, lease.attempt)
 
 
 def run_lease(
@@ -121,7 +122,7 @@ def run_lease(
             check_sink_schema(spark, sink_table, out)
             sink_ready = True
         props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
-        ensure_still_held(lakehouse, group.name, lease)
+        ensure_still_held(catalog, group.name, lease)
         try:
             commit_shard(out, sink_table, shard.shard_id, lease.sink_snapshot_at_grant, props)
         except AlreadyCommitted as exc:

@@ -102,7 +102,7 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
     regranted = second.state.leases[lease.lease_id]
     assert regranted.attempt == 1 and second.regranted == 1
     assert [s.shard_id for s in second.committed] == [shards[0].shard_id]
-    lease1, pending = fetch_lease(lakehouse, group.name, lease.lease_id, attempt=1)
+    lease1, pending = fetch_lease(catalog, group.name, lease.lease_id, attempt=1)
     assert [s.shard_id for s in pending] == [s.shard_id for s in shards[1:]]
     assert lease1.sink_snapshot_at_grant == catalog.load_table(group.sink).current_snapshot().snapshot_id
     report = run_lease(spark, lakehouse, group, lease1, pending, progress=quiet)
@@ -112,16 +112,14 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
     assert verify_group(catalog, group, key="event_id").ok
 
 
-def test_a_stale_attempt_is_refused_before_it_reads(
-    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
-) -> None:
+def test_a_stale_attempt_is_refused_before_it_reads(catalog: Catalog, make_group: type[GroupConfig]) -> None:
     group = single_stream_group(make_group)
     append_batches(create_source(catalog, group.source), 1, 9)
     lease = tick(catalog, group, lambda lease: RunState.MISSING).launch[0]
     tick(catalog, group, lambda lease: RunState.FAILED)
 
     with pytest.raises(StaleLease, match="attempt 1"):
-        fetch_lease(lakehouse, group.name, lease.lease_id, attempt=0)
+        fetch_lease(catalog, group.name, lease.lease_id, attempt=0)
 
 
 def test_a_compacted_sink_stops_the_borrower_with_a_clear_error_and_nothing_skipped(
