@@ -51,12 +51,25 @@ def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch:
 
 
 def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
-    """Create the sink from the first output's schema if it does not exist yet (idempotent)."""
+    """Create the sink from the first output's schema if it does not exist yet.
+
+    The first Borrowers of a group race to create it. ``IF NOT EXISTS`` does not settle that race:
+    both see no table (or namespace), and the loser's catalog insert fails (on PostgreSQL as an
+    "Unknown failure" from a duplicate key). Whoever created it, existing afterwards is success.
+    """
     namespace = sink.rsplit(".", 1)[0]
-    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{namespace}")
     columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields)
     properties = ", ".join(f"'{k}'='{v}'" for k, v in SINK_PROPERTIES.items())
-    spark.sql(f"CREATE TABLE IF NOT EXISTS {catalog}.{sink} ({columns}) USING iceberg TBLPROPERTIES ({properties})")
+    try:
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{namespace}")
+    except Exception:
+        if not spark.catalog.databaseExists(f"{catalog}.{namespace}"):
+            raise
+    try:
+        spark.sql(f"CREATE TABLE IF NOT EXISTS {catalog}.{sink} ({columns}) USING iceberg TBLPROPERTIES ({properties})")
+    except Exception:
+        if not spark.catalog.tableExists(f"{catalog}.{sink}"):
+            raise
 
 
 def check_sink_schema(spark: SparkSession, table: str, df: DataFrame) -> None:

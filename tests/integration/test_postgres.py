@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,8 @@ from iceberg.registry import commit_state, load_state
 from iceberg.verify import verify_group
 from infra.demo_data import append_batches, create_source
 from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
-from spark_jobs.session import DRIVER_JARS, spark_conf
+from spark_jobs.session import DRIVER_JARS, activate, spark_conf
+from spark_jobs.sink_writer import ensure_sink, with_lineage
 from tests.integration.helpers import drive
 
 pytestmark = [
@@ -80,3 +83,22 @@ def test_registry_cas_holds_on_postgres(pg_lakehouse: LakehouseConfig, make_grou
     commit_state(first, first.state.model_copy(update={"leases_done": 1}))
     with pytest.raises(RegistryConflict):
         commit_state(second, second.state.model_copy(update={"leases_done": 2}))
+
+
+def test_borrowers_creating_the_sink_at_once_all_go_on(
+    pg_spark: SparkSession, pg_lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+) -> None:
+    """The first Borrowers of a group race to create the sink; the losers must not fail."""
+    group = make_group()
+    frame = with_lineage(pg_spark.range(3).withColumnRenamed("id", "event_id"), group.name, "lease", "shard", 0)
+    barrier = threading.Barrier(6)
+
+    def create() -> None:
+        activate(pg_spark)
+        barrier.wait()
+        ensure_sink(pg_spark, pg_lakehouse.catalog_name, group.sink, frame)
+
+    with ThreadPoolExecutor(max_workers=6) as pool:
+        for future in [pool.submit(create) for _ in range(6)]:
+            future.result()
+    assert pg_lakehouse.catalog().load_table(group.sink).schema().find_field("event_id")
