@@ -9,7 +9,7 @@ from pyspark.sql import SparkSession
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.lineage import commit_properties
+from iceberg.lineage import COL_SHARD, commit_properties
 from iceberg.liveness import RunState
 from iceberg.shards import Shard
 from iceberg.state import Lease
@@ -122,20 +122,35 @@ def test_a_stale_attempt_is_refused_before_it_reads(catalog: Catalog, make_group
         fetch_lease(catalog, group.name, lease.lease_id, attempt=0)
 
 
-def test_a_compacted_sink_stops_the_borrower_with_a_clear_error_and_nothing_skipped(
+def test_a_shard_inside_a_compacted_files_bounds_stops_with_a_clear_error(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
+    """Compaction merges shards into one file; a shard id within its _ig_shard bounds cannot commit."""
     group = make_group(max_borrowers=3)
     append_batches(create_source(catalog, group.source), 2, 30)
     drive(spark, lakehouse, group)
+    sink_table = f"{lakehouse.catalog_name}.{group.sink}"
     spark.sql(
         f"CALL {lakehouse.catalog_name}.system.rewrite_data_files("
         f"table => '{group.sink}', options => map('min-input-files', '2', 'rewrite-all', 'true'))"
     ).collect()
-    append_batches(catalog.load_table(group.source), 1, 30)
+    sink = catalog.load_table(group.sink)
+    ids = sorted(set(sink.scan(selected_fields=(COL_SHARD,)).to_arrow()[COL_SHARD].to_pylist()))
+    assert len(ids) == 3 and len(sink.inspect.files()) == 1
+    inside = ids[0] + "x"  # sorts after the smallest id and before the largest
+    head = sink.current_snapshot()
+    assert head is not None
+    rows = with_lineage(spark.range(1).withColumnRenamed("id", "event_id"), group.name, "lease", inside, 0)
+    snapshots = sink_snapshot_count(catalog, group)
 
     with pytest.raises(MixedShardFiles, match="mixing rows of several shards"):
-        drive(spark, lakehouse, group)
+        commit_shard(
+            spark.table(sink_table).limit(0).unionByName(rows, allowMissingColumns=True),
+            sink_table,
+            inside,
+            head.snapshot_id,
+            {},
+        )
 
-    check = verify_group(catalog, group, key="event_id")
-    assert check.duplicates == 0 and check.unexpected == 0
+    assert sink_snapshot_count(catalog, group) == snapshots
+    assert verify_group(catalog, group, key="event_id").ok
