@@ -8,7 +8,7 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster
 export ICEGROUP_HOME ?= $(CURDIR)
 PYTEST_ARGS ?=
 
-.PHONY: system venv instance demo test lint unit bench ui clean
+.PHONY: system venv jvm instance demo test lint unit chaos bench ui clean
 
 system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
 	@bash infra/install_system.sh
@@ -19,11 +19,14 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP)
 
+jvm: system venv ## icegroup-jvm.jar: the SQLite JDBC shim and the fenced sink commit
+	@bash spark_jobs/jvm/build.sh $(PY)
+
 instance: ## the local Dagster instance the demo, the CLI and the UI share
 	@mkdir -p $(DAGSTER_HOME)
 	@[ -f $(DAGSTER_HOME)/dagster.yaml ] || cp infra/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
-demo: system venv instance ## the demo: source table, group, consume, append, consume, describe, verify
+demo: jvm instance ## the demo: source table, group, consume, append, consume, describe, verify
 	$(PY) -m infra.demo
 
 lint: venv ## ruff, mypy and the import-direction contracts
@@ -35,13 +38,16 @@ lint: venv ## ruff, mypy and the import-direction contracts
 unit: venv ## the fast tier only
 	$(PY) -m pytest tests/unit -q $(PYTEST_ARGS)
 
-test: system venv lint ## every tier this machine can run
+test: jvm lint ## every tier this machine can run
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+chaos: jvm ## kill -9 fault injection, full size; records tests/chaos/results/
+	$(PY) -m tests.chaos.run --full
 
 bench: venv ## Leader planning benchmark; records tests/benchmarks/results/leader_planning.json
 	$(PY) -m tests.benchmarks.bench_leader
 
-ui: system venv instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
+ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 clean: ## remove the lake, the Dagster instance and the venv

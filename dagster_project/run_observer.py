@@ -44,3 +44,20 @@ def observe_runs(instance: dg.DagsterInstance, group: str) -> RunObserver:
         return STATES[run.status]
 
     return observe
+
+
+def terminate_runs(instance: dg.DagsterInstance, group: str, leases: list[Lease]) -> list[str]:
+    """Terminate the runs of revoked attempts that are still alive past their deadline; returns their ids."""
+    stopped = []
+    for lease in leases:
+        if lease.owner_run_id is not None:
+            run_ids = [lease.owner_run_id]
+        else:
+            tags = {TAG_GROUP: group, TAG_LEASE: lease.lease_id, TAG_ATTEMPT: str(lease.attempt)}
+            run_ids = [run.run_id for run in instance.get_runs(filters=dg.RunsFilter(tags=tags))]
+        for run_id in run_ids:
+            run = instance.get_run_by_id(run_id)
+            if run is not None and not run.is_finished:
+                instance.run_coordinator.cancel_run(run_id)
+                stopped.append(run_id)
+    return stopped

@@ -4,11 +4,11 @@ import dagster as dg
 
 from dagster_project.jobs import UnresolvedAssetJobDefinition
 from dagster_project.resources import IcegroupResource
-from dagster_project.run_observer import observe_runs
+from dagster_project.run_observer import observe_runs, terminate_runs
 from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
 from iceberg.errors import RegistryConflict
 from iceberg.groups import GroupConfig
-from iceberg.leader import tick
+from iceberg.leader import GroupStopped, tick
 from iceberg.shards import window_label
 from iceberg.state import Lease
 
@@ -48,6 +48,12 @@ def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition) -> dg.S
             f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
             f"{len(result.committed)} committed, {result.regranted} re-granted, {len(result.launch)} to launch"
         )
+        for run_id in terminate_runs(context.instance, group.name, result.terminate):
+            context.log.warning(f"{group.name}: terminated run {run_id}: its lease is past its deadline")
+        for letter in result.parked:
+            context.log.warning(f"{group.name}: shard {letter.shard_id} is parked: {letter.error}")
+        if result.stopped:
+            raise GroupStopped(result.stop_message())
         if not result.launch:
             state = "caught up" if result.caught_up else f"{len(result.state.leases)} leases in flight"
             return dg.SkipReason(f"{group.name}: nothing to launch ({state})")

@@ -6,6 +6,7 @@ Every error names the group, the field and what is allowed.
 
 from __future__ import annotations
 
+import importlib
 import re
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -97,6 +98,19 @@ class GroupConfig(BaseModel):
     max_snapshots_per_tick: int = Field(
         default=500, ge=1, description="Source snapshots one Leader tick plans at most, to keep ticks short."
     )
+    max_deliver: int = Field(
+        default=3,
+        ge=1,
+        description="Times a Borrower tries a shard whose read or transform fails before the shard is poison.",
+    )
+    deliver_backoff_s: float = Field(
+        default=2.0, ge=0, le=600, description="Wait before the second try of a failing shard; doubles per try."
+    )
+    on_poison: Literal["stop", "park"] = Field(
+        default="stop",
+        description="A poison shard either stops the group (stop) or is parked in the dead-letter table while "
+        "the other streams go on (park); both wait for `icegroup redrive`.",
+    )
 
     @field_validator("name")
     @classmethod
@@ -117,6 +131,7 @@ class GroupConfig(BaseModel):
     def _transform(cls, value: str) -> str:
         if not TRANSFORM_RE.match(value):
             raise ValueError(f"{value!r} is not an import path; write it as package.module:function")
+        resolve_transform(value)
         return value
 
     @field_validator("filter")
@@ -154,6 +169,22 @@ class GroupConfig(BaseModel):
     def row_filter(self) -> BooleanExpression | None:
         """The filter as a pyiceberg expression."""
         return parse_row_filter(self.filter) if self.filter else None
+
+
+def resolve_transform(path: str) -> Any:
+    """Import ``module:function`` so that a typo fails when the config loads, not inside a Borrower."""
+    module_name, _, attr = path.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise ValueError(
+            f"{path!r}: module {module_name!r} cannot be imported ({type(exc).__name__}: {exc}); "
+            "install it or fix the module path"
+        ) from exc
+    function = getattr(module, attr, None)
+    if not callable(function):
+        raise ValueError(f"{path!r}: module {module_name!r} has no function {attr!r}; fix the function name")
+    return function
 
 
 def parse_row_filter(text: str) -> BooleanExpression:

@@ -18,27 +18,41 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.assignment import assign_leases
-from iceberg.errors import SourceError
+from iceberg.dead_letter import STOPPED, DeadLetter, open_letters
+from iceberg.errors import ConfigError, IcegroupError, SourceError
+from iceberg.failpoints import failpoint
+from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp
+from iceberg.lineage import fence_key
 from iceberg.liveness import LeaseAction, RunState, lease_action, regrant
 from iceberg.planning import plan_increment
 from iceberg.registry import commit_state, load_state
 from iceberg.shards import Shard, cut_shards, window_label
 from iceberg.sink_history import read_sink_history
 from iceberg.state import GroupState, Lease, add_shards, apply_commits
-from iceberg.tables import load_source, walk_back
+from iceberg.tables import load_optional, load_source, walk_back
 
 log = logging.getLogger(__name__)
 
 RunObserver = Callable[[Lease], RunState]
 
 
+class GroupStopped(IcegroupError):
+    """A poison shard stopped the group (``on_poison: stop``); it waits for ``icegroup redrive``."""
+
+
 @dataclass
 class TickResult:
-    """What a tick decided; ``launch`` needs a Borrower now (new grants, re-grants, lost launches)."""
+    """What a tick decided; ``launch`` needs a Borrower now (new grants, re-grants, lost launches).
+
+    ``terminate`` holds the revoked attempts whose runs were still alive past their deadline.
+    """
 
     state: GroupState
     launch: list[Lease] = field(default_factory=list)
+    terminate: list[Lease] = field(default_factory=list)
+    parked: list[DeadLetter] = field(default_factory=list)
+    stopped: list[DeadLetter] = field(default_factory=list)
     committed: list[Shard] = field(default_factory=list)
     new_shards: int = 0
     regranted: int = 0
@@ -49,6 +63,18 @@ class TickResult:
     def caught_up(self) -> bool:
         """Everything in the source up to its head is committed to the sink."""
         return self.state.is_idle() and self.state.planned_through == self.source_head
+
+    def stop_message(self) -> str:
+        """Why the group is stopped, naming each poison shard and the remedy."""
+        shards = "; ".join(
+            f"shard {d.shard_id} (stream {d.stream}, source snapshots {d.from_snapshot}..{d.to_snapshot}): {d.error}"
+            for d in self.stopped
+        )
+        group = self.state.group
+        return (
+            f"group {group!r} is stopped by poison shards: {shards}. Fix the transform or the data, then run "
+            f"`icegroup redrive {group}`"
+        )
 
 
 def resolve_start(table: Table, group: GroupConfig) -> int | None:
@@ -101,6 +127,16 @@ def check_windows(group: GroupConfig, shards: list[Shard]) -> None:
         )
 
 
+def check_drift(state: GroupState, group: GroupConfig) -> None:
+    """The registry remembers what the group consumed from and wrote to; a changed config must not reuse it."""
+    for name, kept, now in (("source", state.source, group.source), ("sink", state.sink, group.sink)):
+        if kept != now:
+            raise ConfigError(
+                f"group {group.name!r}: {name}: the config says {now!r} but the group's registry was built for "
+                f"{kept!r}. Give the changed group a new name, or restore {name}: {kept}"
+            )
+
+
 def tick(
     catalog: Catalog,
     group: GroupConfig,
@@ -112,10 +148,13 @@ def tick(
     started = time.perf_counter()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     loaded = load_state(catalog, group.name)
+    if loaded.state is not None:
+        check_drift(loaded.state, group)
     source = load_source(catalog, group.source)
     before = loaded.state or initial_state(source, group)
 
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
+    letters = open_letters(catalog, group.name)
     history = read_sink_history(catalog, group.sink, group.name, before.sink_cursor)
     state, committed = apply_commits(before, history.shard_ids())
     state.sink_cursor = history.head if history.head is not None else state.sink_cursor
@@ -125,16 +164,30 @@ def tick(
             state.leases[lease_id] = lease.model_copy(update={"deadline_ms": now_ms + group.lease_timeout_s * 1000})
 
     launch: list[Lease] = []
-    regranted = 0
+    terminate: list[Lease] = []
+    fences: dict[str, int] = {}
     for lease_id, lease in list(state.leases.items()):
-        action = lease_action(lease, observed.get(lease_id, RunState.MISSING), now_ms)
-        if action is LeaseAction.REGRANT:
+        poisoned = any(sid in letters for sid in lease.shard_ids)
+        decision = lease_action(lease, observed.get(lease_id, RunState.MISSING), now_ms, poisoned)
+        if decision.action is LeaseAction.REGRANT:
+            if decision.terminate:
+                terminate.append(lease)
             state.leases[lease_id] = regrant(lease, now_ms, group.lease_timeout_s, owner_run_id, history.head)
+            fences[fence_key(group.name, lease_id)] = lease.attempt + 1
             launch.append(state.leases[lease_id])
-            regranted += 1
-            log.warning("group %s: re-granting lease %s as attempt %d", group.name, lease_id, lease.attempt + 1)
-        elif action is LeaseAction.LAUNCH:
+            log.warning(
+                "group %s: lease %s attempt %d %s (%s); re-granting as attempt %d",
+                group.name, lease_id, lease.attempt, decision.phase.value, decision.reason, lease.attempt + 1,
+            )  # fmt: skip
+            continue
+        if decision.phase is not lease.phase:
+            state.leases[lease_id] = lease.model_copy(update={"phase": decision.phase})
+        if decision.action is LeaseAction.PARK:
+            log.warning("group %s: lease %s parked: %s", group.name, lease_id, decision.reason)
+        elif decision.action is LeaseAction.LAUNCH:
             launch.append(lease)
+    regranted = len(fences)
+    failpoint("leader.after_liveness")
 
     plan = plan_increment(source, state.planned_through, group)
     if plan.skipped:
@@ -154,17 +207,27 @@ def tick(
         check_windows(group, new_shards)
         state = add_shards(state, new_shards, plan.through.snapshot_id)
 
-    grants = assign_leases(state, group, now_ms, history.head, owner_run_id)
+    stopped = [d for d in letters.values() if d.action == STOPPED]
+    grants = [] if stopped else assign_leases(state, group, now_ms, history.head, owner_run_id)
     for lease in grants:
         state.leases[lease.lease_id] = lease
     launch.extend(grants)
 
+    if fences:
+        sink = load_optional(catalog, group.sink)
+        if sink is not None:
+            raise_fences(sink, fences)
+        failpoint("leader.after_fence")
     if loaded.state is None or state != before:
         commit_state(loaded, state)
+        failpoint("leader.after_registry")
     head = source.current_snapshot()
     return TickResult(
         state=state,
         launch=launch,
+        terminate=terminate,
+        parked=[d for d in letters.values() if d.action != STOPPED],
+        stopped=stopped,
         committed=committed,
         new_shards=len(new_shards),
         regranted=regranted,

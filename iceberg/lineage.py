@@ -27,6 +27,16 @@ KEY_ATTEMPT = "icegroup.attempt"
 KEY_SHARDS = "icegroup.shards"
 
 
+def fence_key(group: str, lease_id: str) -> str:
+    """Sink table property holding the lowest attempt of a lease that may still commit."""
+    return f"icegroup.fence.{group}.{lease_id}"
+
+
+def epoch_key(group: str) -> str:
+    """Sink table property holding the group epoch that commits must carry."""
+    return f"icegroup.epoch.{group}"
+
+
 @dataclass(frozen=True)
 class ShardRange:
     """The part of a shard that lineage needs: where it came from in the source."""

@@ -1,10 +1,23 @@
-"""Pure liveness rules: what the Leader does with a lease, given what its Borrower run is doing."""
+"""Pure liveness rules: the lease lifecycle, driven by what its Borrower run is doing.
+
+The Leader side follows EMQX's shared-subscription protocol: a lease is *granting* until its
+Borrower run is seen running, then *granted*. When the Borrower is dead (its run failed or was
+canceled, it is still running past the lease deadline, or its run worker vanished, which run
+monitoring reports as a failure), the lease goes through *revoking* (the fence is raised so the old
+attempt cannot commit, and a run past its deadline is terminated) to *revoked*, and is re-granted
+as the next attempt from the last committed shard: Pravega's "reader offline" takeover. A lease
+whose shard turned out poison is *parked* until it is re-driven.
+
+Rebalancing is incremental by construction: the Leader never takes a lease from a live Borrower.
+New shards go to free slots, and only the shards of a dead Borrower move.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from enum import StrEnum
 
-from iceberg.state import Lease
+from iceberg.state import Lease, LeasePhase
 
 
 class RunState(StrEnum):
@@ -18,35 +31,70 @@ class RunState(StrEnum):
     CANCELED = "canceled"
 
 
+class BorrowerPhase(StrEnum):
+    """The Borrower's side of a lease: EMQX's connecting -> connected -> unsubscribing."""
+
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    UNSUBSCRIBING = "unsubscribing"
+
+
 class LeaseAction(StrEnum):
     """What a tick does with a lease that still has uncommitted shards."""
 
     WAIT = "wait"
     LAUNCH = "launch"
     REGRANT = "regrant"
+    PARK = "park"
 
 
-def lease_action(lease: Lease, run: RunState, now_ms: int) -> LeaseAction:
-    """Decide from run state and deadline; called only for leases with shards still uncommitted.
+@dataclass(frozen=True)
+class Decision:
+    """A lease's next phase, what the tick must do, and why (for the log)."""
 
-    - failed, canceled, or succeeded without committing everything: re-grant as the next attempt,
-      which resumes from the last committed shard;
-    - past the deadline, whatever the run does: the Borrower is presumed dead (or was never
-      launched); re-grant. Fencing makes a late commit of a shard by the old attempt fail;
+    phase: LeasePhase
+    action: LeaseAction
+    reason: str
+    terminate: bool = False
+
+
+def lease_action(lease: Lease, run: RunState, now_ms: int, poisoned: bool = False) -> Decision:
+    """Decide from run state, deadline and the dead-letter table; for leases with shards uncommitted.
+
+    - a shard of the lease is parked or stopped: park the lease; it keeps its stream, so the
+      stream's order holds, and waits for a re-drive;
+    - parked and re-driven: revoke and re-grant;
+    - failed, canceled, or succeeded without committing everything: revoke and re-grant; the next
+      attempt resumes after the last committed shard;
+    - past the deadline: revoke; a run still queued or running is terminated, and the raised fence
+      stops it from committing even if it does not die;
     - no run yet (the Leader died between the registry commit and the launch): launch it again;
       the run key makes a second launch of the same attempt a no-op.
     """
-    if run in (RunState.FAILED, RunState.CANCELED, RunState.SUCCEEDED) or now_ms > lease.deadline_ms:
-        return LeaseAction.REGRANT
-    return LeaseAction.LAUNCH if run is RunState.MISSING else LeaseAction.WAIT
+    if poisoned:
+        if lease.phase is LeasePhase.PARKED:
+            return Decision(LeasePhase.PARKED, LeaseAction.WAIT, "parked: waiting for `icegroup redrive`")
+        return Decision(LeasePhase.PARKED, LeaseAction.PARK, "a shard is poison")
+    if lease.phase is LeasePhase.PARKED:
+        return Decision(LeasePhase.REVOKED, LeaseAction.REGRANT, "re-driven")
+    if run in (RunState.FAILED, RunState.CANCELED, RunState.SUCCEEDED):
+        return Decision(LeasePhase.REVOKED, LeaseAction.REGRANT, f"Borrower run {run.value}")
+    if now_ms > lease.deadline_ms:
+        alive = run in (RunState.QUEUED, RunState.RUNNING)
+        reason = f"past its deadline ({run.value})" if alive else "past its deadline, never launched"
+        return Decision(LeasePhase.REVOKING, LeaseAction.REGRANT, reason, terminate=alive)
+    if run is RunState.MISSING:
+        return Decision(LeasePhase.GRANTING, LeaseAction.LAUNCH, "no run yet")
+    if run is RunState.QUEUED:
+        return Decision(LeasePhase.GRANTING, LeaseAction.WAIT, "run queued")
+    return Decision(LeasePhase.GRANTED, LeaseAction.WAIT, "run alive")
 
 
 def regrant(lease: Lease, now_ms: int, timeout_s: int, owner_run_id: str | None, sink_snapshot: int | None) -> Lease:
     """The next attempt of a lease: same id and shards; new deadline, owner and validation base.
 
     The base moves to the sink head the tick just reconciled: every commit up to it is already
-    accounted for, so a shard still in the lease has no files before it, and a later commit of
-    it by the old attempt is caught by validation. An old base could meanwhile have been expired.
+    accounted for, so the commit check needs to look only at what comes after it.
     """
     return lease.model_copy(
         update={
@@ -55,5 +103,6 @@ def regrant(lease: Lease, now_ms: int, timeout_s: int, owner_run_id: str | None,
             "deadline_ms": now_ms + timeout_s * 1000,
             "owner_run_id": owner_run_id,
             "sink_snapshot_at_grant": sink_snapshot if sink_snapshot is not None else lease.sink_snapshot_at_grant,
+            "phase": LeasePhase.GRANTING,
         }
     )

@@ -7,10 +7,26 @@ flight. Transitions are pure functions so the protocol can be unit-tested withou
 from __future__ import annotations
 
 from collections.abc import Iterable
+from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
 from iceberg.shards import Shard
+
+
+class LeasePhase(StrEnum):
+    """The Leader's side of a lease (EMQX's granting -> granted -> revoking -> revoked), plus parked.
+
+    Only ``granting``, ``granted`` and ``parked`` are ever stored: ``revoking`` (fence raised, run
+    terminated) and ``revoked`` (the attempt is over) happen within one tick, which stores the next
+    attempt as ``granting``.
+    """
+
+    GRANTING = "granting"
+    GRANTED = "granted"
+    REVOKING = "revoking"
+    REVOKED = "revoked"
+    PARKED = "parked"
 
 
 class Lease(BaseModel):
@@ -31,6 +47,7 @@ class Lease(BaseModel):
     owner_run_id: str | None = Field(
         default=None, description="Run executing the lease in-process; None for a launched Borrower run."
     )
+    phase: LeasePhase = Field(default=LeasePhase.GRANTING, description="Where the lease is in its lifecycle.")
 
 
 class StreamState(BaseModel):

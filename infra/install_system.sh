@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need=()
-# A JDK, not just a JRE: javac builds the small SQLite JDBC shim in spark_jobs/jdbc.
+# A JDK, not just a JRE: javac builds icegroup-jvm.jar in spark_jobs/jvm (SQLite shim, fenced commit).
 if ! command -v java >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
   need+=(openjdk-17-jdk-headless)
 fi
@@ -15,9 +15,7 @@ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/n
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   need+=(python3-venv)
 fi
-build_shim() { bash "$(dirname "$0")/../spark_jobs/jdbc/build.sh"; }
 if [ ${#need[@]} -eq 0 ]; then
-  build_shim
   exit 0
 fi
 
@@ -33,4 +31,3 @@ if ! apt-get install -y -qq --no-install-recommends "${need[@]}"; then
   # Newer Debian releases ship another default JDK; Spark 3.5 runs on it too.
   apt-get install -y -qq --no-install-recommends "${need[@]/openjdk-17-jdk-headless/default-jdk-headless}"
 fi
-build_shim

@@ -1,45 +1,63 @@
 """The Borrower: execute one lease, shard by shard, each shard one fenced sink commit.
 
+Its side of the lease protocol is EMQX's connecting -> connected -> unsubscribing:
+
+- *connecting*: check the registry still grants this attempt, and raise the lease's fence on the
+  sink to it, so any older attempt of the lease can no longer commit;
+- *connected*: per shard, read, transform and stage the output, then publish it in the fenced
+  commit. A read or transform that fails is delivered again with backoff, up to ``max_deliver``
+  times; then the shard is poison and goes to the dead-letter table (``on_poison``);
+- *unsubscribing*: read back what this attempt committed, for the run's metadata.
+
 Each shard's commit is the run's checkpoint. A later attempt of the same lease first reads the sink
-history since the grant and skips the shards already there, so a run that died resumes from its last
-checkpoint. If another attempt commits a shard at the same moment, the fenced commit fails and the
-shard counts as done by the other attempt: either way it is in the sink exactly once.
+history and skips the shards already there, so a run that died resumes from its last checkpoint.
 """
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
-from iceberg.errors import IcegroupError, SinkError
+from iceberg.dead_letter import PARKED, STOPPED, DeadLetter, record
+from iceberg.errors import ConfigError, IcegroupError, SinkError
+from iceberg.failpoints import failpoint
+from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
-from iceberg.lineage import commit_properties
+from iceberg.lineage import commit_properties, fence_key
+from iceberg.liveness import BorrowerPhase
 from iceberg.registry import load_state
 from iceberg.shards import Shard
 from iceberg.sink_history import read_sink_history
 from iceberg.state import Lease
-from iceberg.tables import load_source, oldest_snapshot_id
+from iceberg.tables import load_optional, load_source, oldest_snapshot_id
 from spark_jobs.session import activate
 from spark_jobs.shard_reader import read_shard
 from spark_jobs.sink_writer import (
     AlreadyCommitted,
+    Fenced,
     check_sink_schema,
-    commit_shard,
     ensure_sink,
+    publish_shard,
+    stage_shard,
     with_lineage,
 )
-from spark_jobs.transforms import load_transform
+from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
 
 
 class StaleLease(IcegroupError):
     """The lease is no longer this run's: re-granted to a later attempt, or finished by others."""
+
+
+class PoisonShard(SinkError):
+    """A shard failed ``max_deliver`` times; it is in the dead-letter table and this run stops."""
 
 
 @dataclass
@@ -59,6 +77,9 @@ class LeaseReport:
     source_from: int | None = None
     source_to: int | None = None
     sink_snapshots: list[int] = field(default_factory=list)
+    commit_conflicts: int = 0
+    redeliveries: int = 0
+    phase: BorrowerPhase = BorrowerPhase.CONNECTING
 
 
 def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tuple[Lease, list[Shard]]:
@@ -74,13 +95,80 @@ def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tu
     return lease, [state.shards[sid] for sid in lease.shard_ids if sid in state.shards]
 
 
-def ensure_still_held(catalog: Catalog, group: str, lease: Lease) -> None:
-    """Stop before a commit if the lease has been re-granted or finished meanwhile.
+def connect(catalog: Catalog, group: GroupConfig, lease: Lease) -> None:
+    """Claim the lease on the sink: raise its fence to this attempt, or find a later attempt holds it."""
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        return
+    key = fence_key(group.name, lease.lease_id)
+    raise_fences(sink, {key: lease.attempt})
+    granted = int(sink.metadata.properties.get(key, "0"))
+    if granted > lease.attempt:
+        raise StaleLease(f"lease {lease.lease_id} of group {group.name!r} is fenced at attempt {granted}")
 
-    This narrows the window for a replaced attempt; the commit's own validation is what makes a
-    late commit of the same shard fail.
+
+def stage_with_redelivery(
+    group: GroupConfig,
+    shard: Shard,
+    output: Callable[[], DataFrame],
+    stage: Callable[[DataFrame], str],
+    report: LeaseReport,
+    progress: Callable[[str], None],
+) -> str | Exception:
+    """Read, transform and stage a shard, delivering it again with backoff when that fails.
+
+    Returns the stage token, or the last error once ``max_deliver`` deliveries failed. Errors that
+    another delivery cannot fix (bad config, a sink that cannot take the output) propagate at once.
     """
-    fetch_lease(catalog, group, lease.lease_id, lease.attempt)
+    for delivery in range(1, group.max_deliver + 1):
+        try:
+            return stage(output())
+        except (ConfigError, SinkError):
+            raise
+        except Exception as exc:
+            if delivery == group.max_deliver:
+                return exc
+            wait = group.deliver_backoff_s * 2 ** (delivery - 1)
+            report.redeliveries += 1
+            progress(
+                f"shard {shard.shard_id}: delivery {delivery}/{group.max_deliver} failed "
+                f"({type(exc).__name__}: {_first_line(exc)}); again in {wait:.1f}s"
+            )
+            time.sleep(wait)
+    raise AssertionError("unreachable: max_deliver >= 1")
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__
+
+
+def park(catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error: Exception) -> PoisonShard:
+    """Record a poison shard in the dead-letter table; returns the error that ends the run."""
+    action = PARKED if group.on_poison == "park" else STOPPED
+    record(
+        catalog,
+        group.name,
+        [
+            DeadLetter(
+                shard_id=shard.shard_id,
+                stream=shard.stream,
+                lease_id=lease.lease_id,
+                attempt=lease.attempt,
+                action=action,
+                error=f"{type(error).__name__}: {_first_line(error)}",
+                from_snapshot=shard.from_snapshot,
+                to_snapshot=shard.to_snapshot,
+                at_ms=int(time.time() * 1000),
+            )
+        ],
+    )
+    what = "parked; the other streams go on" if action == PARKED else "stopped the group"
+    return PoisonShard(
+        f"shard {shard.shard_id} (stream {shard.stream}, source snapshots {shard.from_snapshot}.."
+        f"{shard.to_snapshot}) failed {group.max_deliver} deliveries and {what}: {_first_line(error)}. "
+        f"Fix the transform or the data, then run `icegroup redrive {group.name}`"
+    )
 
 
 def run_lease(
@@ -102,12 +190,24 @@ def run_lease(
         window_start_ms=lease.window_start_ms,
         shards_total=len(shards),
     )
+    connect(catalog, group, lease)
+    report.phase = BorrowerPhase.CONNECTED
+    progress(f"lease {lease.lease_id} attempt {lease.attempt}: connected, {len(shards)} shards")
     done = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant).shard_ids()
     source = load_source(catalog, group.source)
     root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in shards) else None
     source_table = f"{lakehouse.catalog_name}.{group.source}"
     sink_table = f"{lakehouse.catalog_name}.{group.sink}"
-    sink_ready = False
+    ready: list[bool] = []
+
+    def stage(out: DataFrame) -> str:
+        if not ready:
+            ensure_sink(spark, lakehouse.catalog_name, group.sink, out)
+            check_sink_schema(spark, sink_table, out)
+            connect(catalog, group, lease)
+            ready.append(True)
+        return stage_shard(out, sink_table)
+
     for shard in shards:
         report.source_from = shard.from_snapshot if report.source_from is None else report.source_from
         report.source_to = shard.to_snapshot
@@ -115,32 +215,59 @@ def run_lease(
             report.resumed.append(shard.shard_id)
             progress(f"shard {shard.shard_id} ({shard.stream}) already committed; resuming after it")
             continue
-        out = transform(read_shard(spark, source_table, shard, root, group.filter))
-        out = with_lineage(out, group.name, lease.lease_id, shard.shard_id, lease.epoch)
-        if not sink_ready:
-            ensure_sink(spark, lakehouse.catalog_name, group.sink, out)
-            check_sink_schema(spark, sink_table, out)
-            sink_ready = True
+        failpoint("borrower.before_read")
+        staged = stage_with_redelivery(
+            group, shard, _output(spark, transform, source_table, shard, root, group, lease), stage, report, progress
+        )
+        if isinstance(staged, Exception):
+            raise park(catalog, group, lease, shard, staged)
+        failpoint("borrower.after_stage")
         props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
-        ensure_still_held(catalog, group.name, lease)
         try:
-            commit_shard(out, sink_table, shard.shard_id, lease.sink_snapshot_at_grant, props)
+            published = publish_shard(
+                spark, sink_table, staged, group.name, lease.lease_id, lease.attempt, lease.epoch, shard.shard_id,
+                lease.sink_snapshot_at_grant, props,
+            )  # fmt: skip
+        except Fenced as exc:
+            raise StaleLease(str(exc)) from exc
         except AlreadyCommitted as exc:
             history = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant)
             if shard.shard_id not in history.shard_ids():
                 raise SinkError(
-                    f"sink: the commit of shard {shard.shard_id} failed validation, yet no commit of it is in "
-                    f"{group.sink}'s history; refusing to skip it ({exc.__cause__})"
+                    f"sink: the commit of shard {shard.shard_id} was refused as a duplicate, yet no commit of it "
+                    f"is in {group.sink}'s history; refusing to skip it ({exc})"
                 ) from exc
             report.fenced.append(shard.shard_id)
             progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
             continue
+        failpoint("borrower.after_commit")
+        report.commit_conflicts += published.conflicts
         report.committed.append(shard.shard_id)
         report.rows_in += shard.rows
         progress(f"shard {shard.shard_id} ({shard.stream}, {shard.rows} rows) committed")
+    report.phase = BorrowerPhase.UNSUBSCRIBING
     history = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant)
     for commit in history.commits:
         if commit.lease_id == lease.lease_id and commit.attempt == lease.attempt:
             report.rows_out += commit.added_records
             report.sink_snapshots.append(commit.snapshot_id)
+    progress(f"lease {lease.lease_id} attempt {lease.attempt}: unsubscribing, {len(report.committed)} committed")
     return report
+
+
+def _output(
+    spark: SparkSession,
+    transform: Transform,
+    source_table: str,
+    shard: Shard,
+    root: int | None,
+    group: GroupConfig,
+    lease: Lease,
+) -> Callable[[], DataFrame]:
+    """The shard's output as a fresh DataFrame per delivery, lineage columns included."""
+
+    def build() -> DataFrame:
+        out = transform(read_shard(spark, source_table, shard, root, group.filter))
+        return with_lineage(out, group.name, lease.lease_id, shard.shard_id, lease.epoch)
+
+    return build

@@ -16,10 +16,10 @@ from pyspark.sql import SparkSession
 from iceberg.errors import RegistryConflict
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
-from iceberg.leader import RunObserver, TickResult, tick
+from iceberg.leader import GroupStopped, RunObserver, TickResult, tick
 from iceberg.liveness import RunState
 from iceberg.state import Lease
-from spark_jobs.borrower import LeaseReport, run_lease
+from spark_jobs.borrower import LeaseReport, PoisonShard, StaleLease, run_lease
 
 LeaseCallback = Callable[[Lease, LeaseReport], None]
 
@@ -54,7 +54,10 @@ def consume(
 
     Leases held by other live Borrowers are waited for, up to ``max_wait_s`` without progress.
     With ``until_caught_up=False`` it stops after one round: one tick and the leases it granted.
-    A Borrower error propagates: the run fails, and the next tick re-grants the lease.
+    A Borrower error propagates: the run fails, and the next tick re-grants the lease. Two are
+    expected and handled here: a lease fenced by a re-grant elsewhere, and a shard parked by
+    ``on_poison: park``; the loop goes on with the other streams. A stopped group raises
+    ``GroupStopped``.
     """
     executed: dict[tuple[str, int], RunState] = {}  # leases this process ran to the end
 
@@ -77,6 +80,8 @@ def consume(
             continue
         summary.ticks += 1
         summary.last_tick = result
+        if result.stopped:
+            raise GroupStopped(result.stop_message())
         if result.caught_up:
             summary.caught_up = True
             progress(f"{group.name}: caught up at source snapshot {result.source_head}")
@@ -89,7 +94,14 @@ def consume(
         )
         for lease in mine:
             shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
-            report = run_lease(spark, lakehouse, group, lease, shards, progress=progress)
+            try:
+                report = run_lease(spark, lakehouse, group, lease, shards, progress=progress)
+            except (StaleLease, PoisonShard) as exc:
+                if isinstance(exc, PoisonShard) and group.on_poison == "stop":
+                    raise
+                executed[(lease.lease_id, lease.attempt)] = RunState.FAILED
+                progress(f"{group.name}: lease {lease.lease_id} attempt {lease.attempt} ended: {exc}")
+                continue
             executed[(lease.lease_id, lease.attempt)] = RunState.SUCCEEDED
             summary.leases += 1
             summary.shards += len(report.committed)

@@ -13,7 +13,7 @@ from iceberg.lakehouse import LakehouseConfig
 
 RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 DRIVER_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/share/java/postgresql.jar"}
-SQLITE_SHIM = Path(__file__).parent / "jdbc" / "icegroup-sqlite-jdbc.jar"
+ICEGROUP_JAR = Path(__file__).parent / "jvm" / "icegroup-jvm.jar"
 
 
 def runtime_jar() -> Path:
@@ -28,17 +28,18 @@ def runtime_jar() -> Path:
 
 
 def driver_jars(lakehouse: LakehouseConfig) -> list[Path]:
-    """The JDBC driver for the catalog database (from Debian), plus icegroup's SQLite shim."""
+    """The JDBC driver for the catalog database (from Debian), plus icegroup's own jar.
+
+    ``icegroup-jvm.jar`` holds the fenced sink commit and the SQLite shim; ``make`` builds it.
+    """
     backend = make_url(lakehouse.catalog_uri).get_backend_name()
     jar = Path(DRIVER_JARS[backend])
     if not jar.is_file():
         package = "libxerial-sqlite-jdbc-java" if backend == "sqlite" else "libpostgresql-jdbc-java"
         raise ConfigError(f"catalog_uri: Spark needs {jar} for {backend}; install it with apt-get install {package}")
-    if backend != "sqlite":
-        return [jar]
-    if not SQLITE_SHIM.is_file():
-        raise ConfigError(f"catalog_uri: Spark on SQLite needs {SQLITE_SHIM}; build it with `make system`")
-    return [jar, SQLITE_SHIM]
+    if not ICEGROUP_JAR.is_file():
+        raise ConfigError(f"Spark needs {ICEGROUP_JAR}; build it with `make jvm`")
+    return [jar, ICEGROUP_JAR]
 
 
 def spark_jdbc_url(lakehouse: LakehouseConfig) -> str:
@@ -66,6 +67,8 @@ def spark_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
         f"{prefix}.warehouse": lakehouse.warehouse_uri,
         f"{prefix}.jdbc.schema-version": "V1",
         f"{prefix}.cache-enabled": "false",
+        # Writes to sinks (write.wap.enabled) are staged, then published by the fenced commit.
+        "spark.wap.id": "icegroup",
     }
     conf.update({f"{prefix}.jdbc.{key}": value for key, value in jdbc_props.items()})
     jars = [str(jar) for jar in driver_jars(lakehouse)]

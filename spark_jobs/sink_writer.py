@@ -1,40 +1,68 @@
-"""The fenced sink commit: one shard's output and its progress in one Iceberg commit.
+"""The fenced sink commit: one shard's output and its progress in one Iceberg append.
 
-The write is ``overwrite(_ig_shard = <shard>)`` with serializable isolation, validated from the sink
-snapshot seen when the lease was granted. A second commit of the same shard (a retry, a zombie, a
-duplicate run) therefore finds the first commit's files and fails with a ``ValidationException``;
-the caller checks the sink history and treats that as "already done". Different shards do not
-conflict, as long as every sink file holds rows of one shard: a compaction that merges shards into
-one file makes the whole-file delete of the overwrite impossible (see ``MixedShardFiles``).
+A shard is written in two steps. Spark writes the output as a staged snapshot (Iceberg's
+write-audit-publish; the sink sets ``write.wap.enabled``), which no reader of main sees. Then
+``icegroup.commit.FencedCommit`` (``spark_jobs/jvm``) appends those files to main. Its checks run
+inside the catalog's compare-and-swap, on exactly the metadata the commit is built on:
+
+- the lease's fence (a sink property the Leader raises before it re-grants) is not above this
+  attempt, and the group epoch is the lease's: a zombie Borrower fails here and leaves nothing;
+- no sink snapshot since the grant carries the shard: a shard is committed once.
+
+A conflicting commit makes the swap fail; Iceberg refreshes, backs off and retries, and the checks
+run again. The published snapshot is an ``append``, so another group can consume the sink, and it
+deletes nothing, so compacting the sink does not get in its way.
 """
 
 from __future__ import annotations
 
+import logging
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+from py4j.protocol import Py4JJavaError
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg.errors import SinkError
-from iceberg.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, LINEAGE_COLUMNS
+from iceberg.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, LINEAGE_COLUMNS, epoch_key, fence_key
 
-VALIDATION = "org.apache.iceberg.exceptions.ValidationException"
+log = logging.getLogger(__name__)
+
+STAGE_KEY = "icegroup.stage"
+FENCED = "icegroup.commit.FencedCommit$Fenced"
+ALREADY_COMMITTED = "icegroup.commit.FencedCommit$AlreadyCommitted"
 SINK_PROPERTIES = {
     "format-version": "2",
-    # Exact bounds on the lineage columns keep the fencing check exact: with truncated or missing
-    # bounds, files of other shards would look like this shard's and fail its commit.
+    # Exact bounds on the lineage columns keep lineage queries and replays by shard exact.
     "write.metadata.metrics.column._ig_shard": "full",
     "write.metadata.metrics.column._ig_lease": "full",
-    "commit.retry.num-retries": "10",
+    # Shard output is staged, then published by the fenced commit.
+    "write.wap.enabled": "true",
+    # Borrowers at max_borrowers commit at once; a lost swap is retried with backoff, not failed.
+    "commit.retry.num-retries": "20",
+    "commit.retry.min-wait-ms": "50",
+    "commit.retry.max-wait-ms": "5000",
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
 }
 
 
+class Fenced(SinkError):
+    """The lease was re-granted to a later attempt, or the group epoch moved: this attempt may not commit."""
+
+
+@dataclass(frozen=True)
+class Published:
+    """A shard's commit on the sink's main branch."""
+
+    snapshot_id: int
+    conflicts: int
+
+
 class AlreadyCommitted(Exception):
     """Validation found files of this shard added since the base: another attempt committed it."""
-
-
-class MixedShardFiles(SinkError):
-    """A sink file holds rows of several shards (the sink was compacted), so a shard cannot be replaced."""
 
 
 def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch: int) -> DataFrame:
@@ -51,7 +79,7 @@ def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch:
 
 
 def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
-    """Create the sink from the first output's schema if it does not exist yet.
+    """Create the sink from the first output's schema if it does not exist yet, with staged writes on.
 
     The first Borrowers of a group race to create it. ``IF NOT EXISTS`` does not settle that race:
     both see no table (or namespace), and the loser's catalog insert fails (on PostgreSQL as an
@@ -70,6 +98,11 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
     except Exception:
         if not spark.catalog.tableExists(f"{catalog}.{sink}"):
             raise
+    if spark.conf.get("spark.wap.id", None) != "icegroup":
+        raise SinkError("spark.wap.id: must be 'icegroup' so that shard output is staged; use spark_jobs.session")
+    wap = spark.sql(f"SHOW TBLPROPERTIES {catalog}.{sink} ('write.wap.enabled')").collect()
+    if not wap or wap[0]["value"] != "true":
+        spark.sql(f"ALTER TABLE {catalog}.{sink} SET TBLPROPERTIES ('write.wap.enabled'='true')")
 
 
 def check_sink_schema(spark: SparkSession, table: str, df: DataFrame) -> None:
@@ -88,32 +121,61 @@ def check_sink_schema(spark: SparkSession, table: str, df: DataFrame) -> None:
         )
 
 
-def commit_shard(
-    df: DataFrame,
+def stage_shard(df: DataFrame, table: str) -> str:
+    """Write the shard's output as a staged snapshot of the sink; returns the token that finds it."""
+    token = uuid.uuid4().hex
+    df.writeTo(table).option(f"snapshot-property.{STAGE_KEY}", token).append()
+    return token
+
+
+def _java_class(exc: Py4JJavaError) -> str:
+    return str(exc.java_exception.getClass().getName())
+
+
+def publish_shard(
+    spark: SparkSession,
     table: str,
+    token: str,
+    group: str,
+    lease_id: str,
+    attempt: int,
+    epoch: int,
     shard_id: str,
     validate_from: int | None,
     properties: dict[str, str],
-) -> None:
-    """Replace the shard's rows in the sink in one fenced commit, or raise ``AlreadyCommitted``."""
-    writer = df.writeTo(table).option("isolation-level", "serializable")
-    if validate_from is not None:
-        writer = writer.option("validate-from-snapshot-id", str(validate_from))
+) -> Published:
+    """Append the staged files to main in one fenced commit; ``Fenced`` or ``AlreadyCommitted`` if not allowed.
+
+    Whatever the outcome, nothing staged is left behind when the publish is refused.
+    """
+    jvm: Any = spark._jvm
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    props = jvm.java.util.HashMap()
     for key, value in properties.items():
-        writer = writer.option(f"snapshot-property.{key}", value)
+        props.put(key, value)
+    base = None if validate_from is None else jvm.java.lang.Long(validate_from)
     try:
-        writer.overwrite(F.col(COL_SHARD) == F.lit(shard_id))
-    except Exception as exc:
-        java = getattr(exc, "java_exception", None)
-        text = str(java.getMessage()) if java is not None else str(exc)
-        if VALIDATION not in str(exc) and (java is None or java.getClass().getName() != VALIDATION):
+        snapshot_id, conflicts = jvm.icegroup.commit.FencedCommit.commit(
+            iceberg_table,
+            token,
+            group,
+            fence_key(group, lease_id),
+            attempt,
+            epoch_key(group),
+            epoch,
+            shard_id,
+            base,
+            props,
+        )
+    except Py4JJavaError as exc:
+        name = _java_class(exc)
+        if name not in (FENCED, ALREADY_COMMITTED):
             raise
-        if "Found conflicting files" in text:
-            raise AlreadyCommitted(shard_id) from exc
-        if "some, but not all, rows match" in text:
-            raise MixedShardFiles(
-                f"sink: {table} has files mixing rows of several shards (was it compacted?), so shard "
-                f"{shard_id} cannot be committed by a whole-file overwrite. Compacting a group's sink is "
-                "not supported yet; restore the sink to a snapshot before the compaction"
-            ) from exc
-        raise
+        jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)
+        message = str(exc.java_exception.getMessage())
+        if name == FENCED:
+            raise Fenced(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None
+        raise AlreadyCommitted(message) from None
+    if conflicts:
+        log.warning("shard %s: sink commit retried after %d conflicting commits", shard_id, conflicts)
+    return Published(snapshot_id=int(snapshot_id), conflicts=int(conflicts))

@@ -2,28 +2,24 @@
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
+from typing import cast
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
 from iceberg.errors import ConfigError
+from iceberg.groups import resolve_transform
 
 Transform = Callable[[DataFrame], DataFrame]
 
 
 def load_transform(path: str) -> Transform:
     """Import ``package.module:function``; the error names the field and what was wrong."""
-    module_name, _, attr = path.partition(":")
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise ConfigError(f"transform: cannot import module {module_name!r} ({exc}); check the import path") from exc
-    function = getattr(module, attr, None)
-    if not callable(function):
-        raise ConfigError(f"transform: {module_name!r} has no function {attr!r}; check the import path")
-    return function
+        return cast(Transform, resolve_transform(path))
+    except ValueError as exc:
+        raise ConfigError(f"transform: {exc}") from exc
 
 
 def identity(df: DataFrame) -> DataFrame:

@@ -1,0 +1,98 @@
+"""The dead-letter table: shards that failed ``max_deliver`` times, and their re-drives.
+
+A Borrower that gives up on a poison shard appends a row here and fails its run. The Leader reads
+the table every tick: a shard whose latest row is ``parked`` holds its lease (and so its stream)
+still while the other streams go on; ``stopped`` stops the whole group. ``icegroup redrive``
+appends ``redriven`` rows, and the Leader grants the shard again. The table is append-only, so it
+is also the history of every poison shard and what was done about it.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+from iceberg.registry import NAMESPACE
+from iceberg.tables import load_optional
+
+PARKED = "parked"
+STOPPED = "stopped"
+REDRIVEN = "redriven"
+
+SCHEMA = Schema(
+    NestedField(1, "shard_id", StringType(), required=True),
+    NestedField(2, "stream", StringType(), required=True),
+    NestedField(3, "lease_id", StringType(), required=True),
+    NestedField(4, "attempt", IntegerType(), required=True),
+    NestedField(5, "action", StringType(), required=True),
+    NestedField(6, "error", StringType(), required=True),
+    NestedField(7, "from_snapshot", LongType(), required=False),
+    NestedField(8, "to_snapshot", LongType(), required=True),
+    NestedField(9, "at_ms", LongType(), required=True),
+)
+
+
+@dataclass(frozen=True)
+class DeadLetter:
+    """The latest word on one poison shard."""
+
+    shard_id: str
+    stream: str
+    lease_id: str
+    attempt: int
+    action: str
+    error: str
+    from_snapshot: int | None
+    to_snapshot: int
+    at_ms: int
+
+
+def dead_letter_identifier(group: str) -> str:
+    """Where a group's dead letters live."""
+    return f"{NAMESPACE}.dead_letter_{group}"
+
+
+def _open(catalog: Catalog, group: str) -> Table:
+    catalog.create_namespace_if_not_exists(NAMESPACE)
+    return catalog.create_table_if_not_exists(dead_letter_identifier(group), schema=SCHEMA)
+
+
+def record(catalog: Catalog, group: str, letters: list[DeadLetter]) -> None:
+    """Append rows; pyiceberg re-bases a concurrent append, so Borrowers never lose a row to a race."""
+    rows = [{**letter.__dict__} for letter in letters]
+    _open(catalog, group).append(pa.Table.from_pylist(rows, schema=SCHEMA.as_arrow()))
+
+
+def latest(catalog: Catalog, group: str) -> dict[str, DeadLetter]:
+    """Each shard's latest row; empty while no shard was ever poison."""
+    table = load_optional(catalog, dead_letter_identifier(group))
+    if table is None or table.current_snapshot() is None:
+        return {}
+    out: dict[str, DeadLetter] = {}
+    for row in sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["at_ms"]):
+        out[row["shard_id"]] = DeadLetter(**row)
+    return out
+
+
+def open_letters(catalog: Catalog, group: str) -> dict[str, DeadLetter]:
+    """Shards that are parked or stopped and not re-driven since."""
+    return {sid: d for sid, d in latest(catalog, group).items() if d.action in (PARKED, STOPPED)}
+
+
+def redrive(catalog: Catalog, group: str, shard_ids: list[str] | None = None) -> list[DeadLetter]:
+    """Release parked or stopped shards (all of them by default) so the Leader grants them again."""
+    pending = open_letters(catalog, group)
+    chosen = [pending[s] for s in (shard_ids if shard_ids is not None else sorted(pending)) if s in pending]
+    now = int(time.time() * 1000)
+    released = [
+        DeadLetter(**{**d.__dict__, "action": REDRIVEN, "error": "", "at_ms": max(now, d.at_ms + 1)}) for d in chosen
+    ]
+    if released:
+        record(catalog, group, released)
+    return released

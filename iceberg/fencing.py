@@ -1,0 +1,70 @@
+"""Raising a lease's fence on the sink, so that older attempts of it can no longer commit.
+
+The fence is a sink table property, ``icegroup.fence.<group>.<lease>`` = the lowest attempt that
+may still commit; the Borrower's commit checks it inside the same compare-and-swap as its data (see
+``spark_jobs/jvm``). The Leader raises it before it commits a re-grant, and a Borrower raises it to
+its own attempt when it connects, which also covers a sink that did not exist at the re-grant.
+
+A fence only ever goes up. pyiceberg applies property updates onto whatever metadata is current,
+so a plain ``set_properties`` from a slow Leader could lower a fence that another Leader raised.
+The update therefore carries a requirement that every fence is still below its new value, checked
+by the catalog against the metadata it swaps.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from typing import Literal
+
+from pydantic import Field
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.table import Table
+from pyiceberg.table.metadata import TableMetadata
+from pyiceberg.table.update import SetPropertiesUpdate, ValidatableTableRequirement
+
+from iceberg.errors import SinkError
+
+log = logging.getLogger(__name__)
+
+
+class AssertFencesBelow(ValidatableTableRequirement):
+    """Every named property must still be an integer below the value it is about to be raised to."""
+
+    type: Literal["assert-icegroup-fences-below"] = Field(default="assert-icegroup-fences-below")
+    fences: dict[str, int]
+
+    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]
+        """Fail the swap if any fence was meanwhile raised as far or further."""
+        if base_metadata is None:
+            raise CommitFailedException("Requirement failed: sink metadata is missing")
+        for key, value in self.fences.items():
+            current = int(base_metadata.properties.get(key, "0"))
+            if current >= value:
+                raise CommitFailedException(f"Requirement failed: {key} is already {current} (wanted {value})")
+
+
+def raise_fences(table: Table, fences: dict[str, int], retries: int = 20) -> dict[str, int]:
+    """Raise each property in ``fences`` to at least its value; returns the ones this call raised."""
+    for attempt in range(retries + 1):
+        table.refresh()
+        current = table.metadata.properties
+        wanted = {key: value for key, value in fences.items() if int(current.get(key, "0")) < value}
+        if not wanted:
+            return {}
+        tx = table.transaction()
+        tx._apply(
+            (SetPropertiesUpdate(updates={key: str(value) for key, value in wanted.items()}),),
+            (AssertFencesBelow(fences=wanted),),  # type: ignore[arg-type]  # checked by the catalog's CAS
+        )
+        try:
+            tx.commit_transaction()
+            return wanted
+        except CommitFailedException as exc:
+            wait = min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.0)
+            log.warning(
+                "raising fences %s: sink moved (%s); retry %d/%d in %.2fs", wanted, exc, attempt + 1, retries, wait
+            )
+            time.sleep(wait)
+    raise SinkError(f"sink: could not raise fences {fences} on {table.name()} in {retries} retries; try again")

@@ -1,0 +1,267 @@
+package icegroup.commit;
+
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import org.apache.iceberg.AppendFiles;
+import org.apache.iceberg.BaseTable;
+import org.apache.iceberg.DataFile;
+import org.apache.iceberg.HasTableOperations;
+import org.apache.iceberg.Snapshot;
+import org.apache.iceberg.Table;
+import org.apache.iceberg.TableMetadata;
+import org.apache.iceberg.TableOperations;
+import org.apache.iceberg.encryption.EncryptionManager;
+import org.apache.iceberg.exceptions.CommitFailedException;
+import org.apache.iceberg.exceptions.ValidationException;
+import org.apache.iceberg.io.FileIO;
+import org.apache.iceberg.io.LocationProvider;
+
+/**
+ * The Borrower's sink commit: publish one shard's staged files as an append, fenced by its lease.
+ *
+ * <p>Spark writes the shard's output as a staged (write-audit-publish) snapshot, which readers of
+ * main never see. This class then appends those files to main. The checks run inside the catalog's
+ * compare-and-swap, against exactly the metadata the new snapshot is built on:
+ *
+ * <ul>
+ *   <li>the lease's fence ({@code icegroup.fence.<group>.<lease>}, raised by the Leader before it
+ *       re-grants) must not be above this attempt, and the group epoch must equal the lease's;
+ *   <li>no snapshot since the grant may already carry the shard.
+ * </ul>
+ *
+ * <p>If another writer commits in between, the swap fails, Iceberg refreshes and retries with
+ * backoff, and the checks run again on the new metadata. So a zombie attempt or a second commit of a
+ * shard cannot slip in between check and commit. The commit is an {@code append}, so another
+ * group can consume this sink incrementally (chained groups), and it deletes nothing, so a
+ * compacted sink does not stop it. The staged snapshot is dropped from the metadata in the same
+ * commit.
+ */
+public final class FencedCommit {
+  public static final String STAGE_KEY = "icegroup.stage";
+  public static final String SHARDS_KEY = "icegroup.shards";
+  public static final String GROUP_KEY = "icegroup.group";
+  public static final String TOKEN_KEY = "icegroup.token";
+
+  private FencedCommit() {}
+
+  /** A later attempt of the lease, or a new group epoch, was granted: this attempt may not commit. */
+  public static final class Fenced extends ValidationException {
+    Fenced(String message, Object... args) {
+      super(message, args);
+    }
+  }
+
+  /** The shard is already in the sink (another attempt committed it, or this one already did). */
+  public static final class AlreadyCommitted extends ValidationException {
+    AlreadyCommitted(String message, Object... args) {
+      super(message, args);
+    }
+  }
+
+  /**
+   * Append the files staged under {@code stageToken} to main; returns {snapshot id, conflicts retried}.
+   *
+   * @param validateFrom sink snapshot seen at grant; the shard check walks back to it (null: to the start)
+   */
+  public static long[] commit(
+      Table table,
+      String stageToken,
+      String group,
+      String fenceKey,
+      int attempt,
+      String epochKey,
+      int epoch,
+      String shardId,
+      Long validateFrom,
+      Map<String, String> properties) {
+    table.refresh();
+    Snapshot staged = findStaged(table, stageToken);
+    List<DataFile> files = new ArrayList<>();
+    if (staged != null) {
+      for (DataFile file : staged.addedDataFiles(table.io())) {
+        files.add(file.copy());
+      }
+    }
+    Guard guard =
+        new Guard(group, fenceKey, attempt, epochKey, epoch, shardId, validateFrom, staged);
+    FencingOperations ops =
+        new FencingOperations(((HasTableOperations) table).operations(), guard);
+    AppendFiles append = new BaseTable(ops, table.name()).newAppend();
+    files.forEach(append::appendFile);
+    properties.forEach(append::set);
+    append.set(TOKEN_KEY, stageToken);
+    append.commit();
+    Snapshot head = ops.current().currentSnapshot();
+    for (Snapshot s = head; s != null; s = parent(ops.current(), s)) {
+      if (stageToken.equals(s.summary().get(TOKEN_KEY))) {
+        return new long[] {s.snapshotId(), ops.conflicts};
+      }
+    }
+    return new long[] {head == null ? -1L : head.snapshotId(), ops.conflicts};
+  }
+
+  /** Drop a staged snapshot and its files after a failed publish, so a fenced attempt leaves nothing. */
+  public static boolean discardStaged(Table table, String stageToken) {
+    table.refresh();
+    Snapshot staged = findStaged(table, stageToken);
+    if (staged == null) {
+      return false;
+    }
+    table.expireSnapshots().expireSnapshotId(staged.snapshotId()).cleanExpiredFiles(true).commit();
+    return true;
+  }
+
+  private static Snapshot findStaged(Table table, String stageToken) {
+    List<Snapshot> snapshots = new ArrayList<>();
+    table.snapshots().forEach(snapshots::add);
+    Collections.reverse(snapshots);
+    for (Snapshot s : snapshots) {
+      if (stageToken.equals(s.summary().get(STAGE_KEY))) {
+        if (s.summary().get("wap.id") == null) {
+          throw new IllegalStateException(
+              "snapshot " + s.snapshotId() + " was committed to main, not staged: the sink needs write.wap.enabled=true");
+        }
+        return s;
+      }
+    }
+    return null;
+  }
+
+  private static Snapshot parent(TableMetadata metadata, Snapshot snapshot) {
+    Long parentId = snapshot.parentId();
+    return parentId == null ? null : metadata.snapshot(parentId);
+  }
+
+  /** The checks, run against the exact base of each commit attempt. */
+  private static final class Guard {
+    private final String group;
+    private final String fenceKey;
+    private final int attempt;
+    private final String epochKey;
+    private final int epoch;
+    private final String shardId;
+    private final Long validateFrom;
+    private final Snapshot staged;
+
+    Guard(
+        String group,
+        String fenceKey,
+        int attempt,
+        String epochKey,
+        int epoch,
+        String shardId,
+        Long validateFrom,
+        Snapshot staged) {
+      this.group = group;
+      this.fenceKey = fenceKey;
+      this.attempt = attempt;
+      this.epochKey = epochKey;
+      this.epoch = epoch;
+      this.shardId = shardId;
+      this.validateFrom = validateFrom;
+      this.staged = staged;
+    }
+
+    void check(TableMetadata base) {
+      int granted = Integer.parseInt(base.property(fenceKey, "0"));
+      if (attempt < granted) {
+        throw new Fenced(
+            "lease fenced: %s is at attempt %s, this Borrower holds attempt %s", fenceKey, granted, attempt);
+      }
+      int current = Integer.parseInt(base.property(epochKey, "0"));
+      if (epoch != current) {
+        throw new Fenced("epoch fenced: %s is %s, this lease is of epoch %s", epochKey, current, epoch);
+      }
+      String needle = "\"id\":\"" + shardId + "\"";
+      for (Snapshot s = base.currentSnapshot(); s != null; s = parent(base, s)) {
+        if (validateFrom != null && s.snapshotId() == validateFrom) {
+          break;
+        }
+        Map<String, String> summary = s.summary();
+        String shards = summary.get(SHARDS_KEY);
+        if (group.equals(summary.get(GROUP_KEY)) && shards != null && shards.contains(needle)) {
+          throw new AlreadyCommitted("shard %s is already committed in snapshot %s", shardId, s.snapshotId());
+        }
+      }
+    }
+
+    TableMetadata withoutStaged(TableMetadata metadata) {
+      if (staged == null || metadata.snapshot(staged.snapshotId()) == null) {
+        return metadata;
+      }
+      return TableMetadata.buildFrom(metadata)
+          .removeSnapshots(Collections.singletonList(staged.snapshotId()))
+          .build();
+    }
+  }
+
+  /** Delegates to the catalog's operations; checks the guard on the base of every swap. */
+  private static final class FencingOperations implements TableOperations {
+    private final TableOperations delegate;
+    private final Guard guard;
+    private long conflicts = 0;
+
+    FencingOperations(TableOperations delegate, Guard guard) {
+      this.delegate = delegate;
+      this.guard = guard;
+    }
+
+    @Override
+    public TableMetadata current() {
+      return delegate.current();
+    }
+
+    @Override
+    public TableMetadata refresh() {
+      return delegate.refresh();
+    }
+
+    @Override
+    public void commit(TableMetadata base, TableMetadata metadata) {
+      guard.check(base);
+      try {
+        delegate.commit(base, guard.withoutStaged(metadata));
+      } catch (CommitFailedException e) {
+        conflicts += 1;
+        throw e;
+      }
+    }
+
+    @Override
+    public FileIO io() {
+      return delegate.io();
+    }
+
+    @Override
+    public EncryptionManager encryption() {
+      return delegate.encryption();
+    }
+
+    @Override
+    public String metadataFileLocation(String fileName) {
+      return delegate.metadataFileLocation(fileName);
+    }
+
+    @Override
+    public LocationProvider locationProvider() {
+      return delegate.locationProvider();
+    }
+
+    @Override
+    public TableOperations temp(TableMetadata uncommittedMetadata) {
+      return delegate.temp(uncommittedMetadata);
+    }
+
+    @Override
+    public long newSnapshotId() {
+      return delegate.newSnapshotId();
+    }
+
+    @Override
+    public boolean requireStrictCleanup() {
+      return delegate.requireStrictCleanup();
+    }
+  }
+}
