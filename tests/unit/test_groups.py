@@ -18,6 +18,8 @@ from iceberg.groups import (
     StartAtTimestamp,
     load_groups,
     parse_groups,
+    parse_row_filter,
+    resolve_transform,
 )
 
 SOURCE = "groups.yaml"
@@ -40,6 +42,9 @@ groups:
     window_start: 2025-06-01
     schedule: "0 2 * * *"
     max_snapshots_per_tick: 50
+    max_deliver: 5
+    deliver_backoff_s: 0.5
+    on_poison: park
 """
 
 
@@ -78,6 +83,9 @@ def test_fully_specified_group_parses_every_field(tmp_path: Path) -> None:
     assert group.window_start == date(2025, 6, 1)
     assert group.schedule == "0 2 * * *"
     assert group.max_snapshots_per_tick == 50
+    assert group.max_deliver == 5
+    assert group.deliver_backoff_s == 0.5
+    assert group.on_poison == "park"
 
 
 def test_minimal_group_gets_defaults() -> None:
@@ -96,6 +104,9 @@ def test_minimal_group_gets_defaults() -> None:
     assert group.window_start == date(2025, 1, 1)
     assert group.schedule is None
     assert group.max_snapshots_per_tick == 500
+    assert group.max_deliver == 3
+    assert group.deliver_backoff_s == 2.0
+    assert group.on_poison == "stop"
 
 
 @pytest.mark.parametrize(
@@ -129,7 +140,50 @@ def test_minimal_group_gets_defaults() -> None:
             "module:function",
             id="transform-no-fn",
         ),
+        pytest.param(
+            {"transform": "no_such_module_xyz:f"},
+            "'orders'",
+            "transform",
+            "module 'no_such_module_xyz' cannot be imported",
+            id="transform-module-missing",
+        ),
+        pytest.param(
+            {"transform": "spark_jobs.transforms:nope"},
+            "'orders'",
+            "transform",
+            "has no function 'nope'; fix the function name",
+            id="transform-function-missing",
+        ),
+        pytest.param(
+            {"transform": "iceberg.groups:NAME_RE"},
+            "'orders'",
+            "transform",
+            "has no function 'NAME_RE'",
+            id="transform-not-callable",
+        ),
         pytest.param({"filter": "amount >"}, "'orders'", "filter", "Iceberg expression syntax", id="filter"),
+        pytest.param(
+            {"max_deliver": 0},
+            "'orders'",
+            "max_deliver",
+            "greater than or equal to 1",
+            id="max-deliver",
+        ),
+        pytest.param(
+            {"deliver_backoff_s": -1},
+            "'orders'",
+            "deliver_backoff_s",
+            "greater than or equal to 0",
+            id="deliver-backoff-negative",
+        ),
+        pytest.param(
+            {"deliver_backoff_s": 601},
+            "'orders'",
+            "deliver_backoff_s",
+            "less than or equal to 600",
+            id="deliver-backoff-too-long",
+        ),
+        pytest.param({"on_poison": "skip"}, "'orders'", "on_poison", "'stop' or 'park'", id="on-poison"),
         pytest.param(
             {"max_borrowers": 0},
             "'orders'",
@@ -230,10 +284,42 @@ def test_start_timestamp_with_offset_keeps_its_offset() -> None:
 
 @pytest.mark.parametrize(
     ("field", "lowest"),
-    [("max_borrowers", 1), ("lease_timeout_s", 10), ("lease_max_shards", 1), ("max_snapshots_per_tick", 1)],
+    [
+        ("max_borrowers", 1),
+        ("lease_timeout_s", 10),
+        ("lease_max_shards", 1),
+        ("max_snapshots_per_tick", 1),
+        ("max_deliver", 1),
+        ("deliver_backoff_s", 0),
+    ],
 )
 def test_lowest_allowed_value_is_accepted(field: str, lowest: int) -> None:
     assert getattr(parse_one(**{field: lowest}), field) == lowest
+
+
+@pytest.mark.parametrize("on_poison", ["stop", "park"])
+def test_on_poison_accepts_stop_and_park(on_poison: str) -> None:
+    assert parse_one(on_poison=on_poison).on_poison == on_poison
+
+
+def test_unimportable_transform_says_how_to_fix_it() -> None:
+    message = config_error(transform="no_such_module_xyz:f")
+
+    assert "transform: 'no_such_module_xyz:f': module 'no_such_module_xyz' cannot be imported" in message
+    assert "ModuleNotFoundError" in message
+    assert "install it or fix the module path" in message
+
+
+def test_resolve_transform_returns_the_function() -> None:
+    assert resolve_transform("iceberg.groups:parse_row_filter") is parse_row_filter
+
+
+def test_load_transform_raises_config_error_naming_the_field() -> None:
+    from spark_jobs.transforms import identity, load_transform
+
+    assert load_transform("spark_jobs.transforms:identity") is identity
+    with pytest.raises(ConfigError, match=r"^transform: 'spark_jobs.transforms:nope': .*fix the function name"):
+        load_transform("spark_jobs.transforms:nope")
 
 
 def test_duplicate_group_names_are_rejected() -> None:

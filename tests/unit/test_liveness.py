@@ -1,26 +1,50 @@
-"""lease_action for every run state around the deadline, and regrant."""
+"""lease_action for every run state around the deadline, poison and re-drive, and regrant."""
 
 from __future__ import annotations
 
 import pytest
 
-from iceberg.liveness import LeaseAction, RunState, lease_action, regrant
-from iceberg.state import Lease
+from iceberg.liveness import Decision, LeaseAction, RunState, lease_action, regrant
+from iceberg.state import Lease, LeasePhase
 
 DEADLINE = 1_060_000
 
-# run state -> (action before the deadline, action after it)
-EXPECTED = {
-    RunState.MISSING: (LeaseAction.LAUNCH, LeaseAction.REGRANT),
-    RunState.QUEUED: (LeaseAction.WAIT, LeaseAction.REGRANT),
-    RunState.RUNNING: (LeaseAction.WAIT, LeaseAction.REGRANT),
-    RunState.SUCCEEDED: (LeaseAction.REGRANT, LeaseAction.REGRANT),
-    RunState.FAILED: (LeaseAction.REGRANT, LeaseAction.REGRANT),
-    RunState.CANCELED: (LeaseAction.REGRANT, LeaseAction.REGRANT),
+Expected = tuple[LeasePhase, LeaseAction, bool]  # (phase, action, terminate)
+
+# run state -> (decision before the deadline, decision after it)
+EXPECTED: dict[RunState, tuple[Expected, Expected]] = {
+    RunState.MISSING: (
+        (LeasePhase.GRANTING, LeaseAction.LAUNCH, False),
+        (LeasePhase.REVOKING, LeaseAction.REGRANT, False),
+    ),
+    RunState.QUEUED: (
+        (LeasePhase.GRANTING, LeaseAction.WAIT, False),
+        (LeasePhase.REVOKING, LeaseAction.REGRANT, True),
+    ),
+    RunState.RUNNING: (
+        (LeasePhase.GRANTED, LeaseAction.WAIT, False),
+        (LeasePhase.REVOKING, LeaseAction.REGRANT, True),
+    ),
+    RunState.SUCCEEDED: (
+        (LeasePhase.REVOKED, LeaseAction.REGRANT, False),
+        (LeasePhase.REVOKED, LeaseAction.REGRANT, False),
+    ),
+    RunState.FAILED: (
+        (LeasePhase.REVOKED, LeaseAction.REGRANT, False),
+        (LeasePhase.REVOKED, LeaseAction.REGRANT, False),
+    ),
+    RunState.CANCELED: (
+        (LeasePhase.REVOKED, LeaseAction.REGRANT, False),
+        (LeasePhase.REVOKED, LeaseAction.REGRANT, False),
+    ),
 }
 
 
-def granted() -> Lease:
+def outcome(decision: Decision) -> Expected:
+    return decision.phase, decision.action, decision.terminate
+
+
+def granted(phase: LeasePhase = LeasePhase.GRANTING) -> Lease:
     return Lease(
         lease_id="0123456789abcdef",
         epoch=2,
@@ -32,6 +56,7 @@ def granted() -> Lease:
         deadline_ms=DEADLINE,
         sink_snapshot_at_grant=42,
         owner_run_id="run-1",
+        phase=phase,
     )
 
 
@@ -39,19 +64,79 @@ def test_table_covers_every_run_state() -> None:
     assert set(EXPECTED) == set(RunState)
 
 
+@pytest.mark.parametrize("stored", [LeasePhase.GRANTING, LeasePhase.GRANTED])
 @pytest.mark.parametrize("run", list(RunState))
-def test_action_before_deadline(run: RunState) -> None:
-    assert lease_action(granted(), run, now_ms=DEADLINE - 1) is EXPECTED[run][0]
+def test_action_before_deadline(run: RunState, stored: LeasePhase) -> None:
+    assert outcome(lease_action(granted(stored), run, now_ms=DEADLINE - 1)) == EXPECTED[run][0]
 
 
+@pytest.mark.parametrize("stored", [LeasePhase.GRANTING, LeasePhase.GRANTED])
 @pytest.mark.parametrize("run", list(RunState))
-def test_action_after_deadline(run: RunState) -> None:
-    assert lease_action(granted(), run, now_ms=DEADLINE + 1) is EXPECTED[run][1]
+def test_action_after_deadline(run: RunState, stored: LeasePhase) -> None:
+    assert outcome(lease_action(granted(stored), run, now_ms=DEADLINE + 1)) == EXPECTED[run][1]
 
 
 @pytest.mark.parametrize("run", [RunState.QUEUED, RunState.RUNNING])
 def test_deadline_itself_is_still_in_time(run: RunState) -> None:
-    assert lease_action(granted(), run, now_ms=DEADLINE) is LeaseAction.WAIT
+    decision = lease_action(granted(), run, now_ms=DEADLINE)
+
+    assert decision.action is LeaseAction.WAIT
+    assert decision.phase is (LeasePhase.GRANTED if run is RunState.RUNNING else LeasePhase.GRANTING)
+    assert decision.terminate is False
+
+
+@pytest.mark.parametrize("run", [RunState.QUEUED, RunState.RUNNING])
+def test_alive_run_past_its_deadline_is_revoked_and_terminated(run: RunState) -> None:
+    decision = lease_action(granted(LeasePhase.GRANTED), run, now_ms=DEADLINE + 1)
+
+    assert decision == Decision(LeasePhase.REVOKING, LeaseAction.REGRANT, decision.reason, terminate=True)
+    assert run.value in decision.reason
+
+
+def test_never_launched_lease_past_its_deadline_is_regranted_without_terminating() -> None:
+    decision = lease_action(granted(), RunState.MISSING, now_ms=DEADLINE + 1)
+
+    assert outcome(decision) == (LeasePhase.REVOKING, LeaseAction.REGRANT, False)
+    assert "never launched" in decision.reason
+
+
+@pytest.mark.parametrize("run", [RunState.FAILED, RunState.CANCELED, RunState.SUCCEEDED])
+def test_finished_run_with_shards_left_is_revoked_and_regranted(run: RunState) -> None:
+    decision = lease_action(granted(LeasePhase.GRANTED), run, now_ms=DEADLINE - 1)
+
+    assert outcome(decision) == (LeasePhase.REVOKED, LeaseAction.REGRANT, False)
+    assert run.value in decision.reason
+
+
+@pytest.mark.parametrize("stored", [LeasePhase.GRANTING, LeasePhase.GRANTED])
+@pytest.mark.parametrize("run", list(RunState))
+@pytest.mark.parametrize("now_ms", [DEADLINE - 1, DEADLINE + 1], ids=["in-time", "late"])
+def test_poisoned_lease_is_parked(run: RunState, stored: LeasePhase, now_ms: int) -> None:
+    decision = lease_action(granted(stored), run, now_ms=now_ms, poisoned=True)
+
+    assert outcome(decision) == (LeasePhase.PARKED, LeaseAction.PARK, False)
+
+
+@pytest.mark.parametrize("run", list(RunState))
+@pytest.mark.parametrize("now_ms", [DEADLINE - 1, DEADLINE + 1], ids=["in-time", "late"])
+def test_parked_lease_still_poisoned_waits(run: RunState, now_ms: int) -> None:
+    decision = lease_action(granted(LeasePhase.PARKED), run, now_ms=now_ms, poisoned=True)
+
+    assert outcome(decision) == (LeasePhase.PARKED, LeaseAction.WAIT, False)
+    assert "icegroup redrive" in decision.reason
+
+
+@pytest.mark.parametrize("run", list(RunState))
+@pytest.mark.parametrize("now_ms", [DEADLINE - 1, DEADLINE + 1], ids=["in-time", "late"])
+def test_parked_lease_that_was_redriven_is_regranted(run: RunState, now_ms: int) -> None:
+    decision = lease_action(granted(LeasePhase.PARKED), run, now_ms=now_ms, poisoned=False)
+
+    assert outcome(decision) == (LeasePhase.REVOKED, LeaseAction.REGRANT, False)
+    assert decision.reason == "re-driven"
+
+
+def test_not_poisoned_is_the_default() -> None:
+    assert lease_action(granted(), RunState.RUNNING, now_ms=DEADLINE - 1).action is LeaseAction.WAIT
 
 
 def test_regrant_is_the_next_attempt_of_the_same_lease() -> None:
@@ -65,6 +150,13 @@ def test_regrant_is_the_next_attempt_of_the_same_lease() -> None:
     assert again.streams == lease.streams
     assert again.epoch == lease.epoch
     assert again.window_start_ms == lease.window_start_ms
+
+
+@pytest.mark.parametrize("phase", list(LeasePhase))
+def test_regrant_starts_the_next_attempt_as_granting(phase: LeasePhase) -> None:
+    again = regrant(granted(phase), now_ms=2_000_000, timeout_s=30, owner_run_id=None, sink_snapshot=None)
+
+    assert again.phase is LeasePhase.GRANTING
 
 
 def test_regrant_moves_the_validation_base_to_the_reconciled_sink_head() -> None:
@@ -96,8 +188,17 @@ def test_regrant_leaves_the_old_attempt_untouched() -> None:
     assert lease.owner_run_id == "run-1"
 
 
+def test_regrant_leaves_the_old_attempts_phase_untouched() -> None:
+    lease = granted(LeasePhase.PARKED)
+
+    regrant(lease, now_ms=2_000_000, timeout_s=30, owner_run_id="run-2", sink_snapshot=77)
+
+    assert lease.phase is LeasePhase.PARKED
+
+
 def test_regrant_counts_every_attempt() -> None:
     twice = regrant(regrant(granted(), 2_000_000, 30, None, None), 3_000_000, 30, None, None)
 
     assert twice.attempt == 2
-    assert lease_action(twice, RunState.RUNNING, now_ms=3_000_000 + 30 * 1000) is LeaseAction.WAIT
+    decision = lease_action(twice, RunState.RUNNING, now_ms=3_000_000 + 30 * 1000)
+    assert outcome(decision) == (LeasePhase.GRANTED, LeaseAction.WAIT, False)

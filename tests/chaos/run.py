@@ -1,0 +1,461 @@
+"""The chaos suite: real Borrower and Leader processes killed with ``kill -9`` while a producer appends.
+
+``make chaos`` runs the full size and records ``tests/chaos/results/chaos_full.json``; ``make test``
+runs a CI-sized setting through ``tests/chaos/test_chaos.py``. One run:
+
+1. creates a source with three streams (identity partitions) and a group on it;
+2. starts worker processes (``tests.chaos.worker consume``); each is a Leader and a Borrower, so
+   Leaders race for the registry too;
+3. keeps appending source snapshots while it injects faults, one after another: ``kill -9`` of a
+   worker at a random moment (often mid-write), or at an armed fail point (before a shard's read,
+   with its output staged but not published, after the sink commit but before any registry update,
+   and mid-tick: after liveness, after raising fences, after the registry commit but before the
+   run is launched). A killed worker is started again;
+4. samples the registry all along: stream positions must never move back, and a fault counts as
+   recovered once every lease the killed process held has been re-granted or finished;
+5. stops producing, waits until the group is caught up, and checks the sink against the source row
+   by row, stream order, and that every lease is accounted for.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections import Counter
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import yaml
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.lineage import LINEAGE_COLUMNS
+from iceberg.registry import load_state
+from iceberg.sink_history import read_sink_history
+from infra.demo_data import append_batches, create_source
+
+REPO = Path(__file__).resolve().parents[2]
+RESULTS = Path(__file__).parent / "results"
+POINTS = (
+    "borrower.before_read",
+    "borrower.after_stage",
+    "borrower.after_commit",
+    "leader.after_liveness",
+    "leader.after_fence",
+    "leader.after_registry",
+)
+RANDOM = "random"
+
+
+@dataclass
+class Settings:
+    """Size of one run."""
+
+    faults: int
+    min_snapshots: int
+    workers: int = 2
+    rows_per_snapshot: int = 30
+    produce_every_s: float = 2.0
+    seed: int = 20261121
+    hit_timeout_s: float = 25.0
+    catch_up_timeout_s: float = 600.0
+
+
+@dataclass
+class Fault:
+    """One injected fault and when the group got over it."""
+
+    kind: str
+    worker: str
+    at_s: float
+    held: dict[str, int]
+    recovered_s: float | None = None
+
+
+@dataclass
+class Outcome:
+    """Everything a run found; ``line()`` is the one-line summary."""
+
+    faults: list[Fault] = field(default_factory=list)
+    snapshots: int = 0
+    streams: int = 0
+    source_rows: int = 0
+    sink_rows: int = 0
+    lost: int = 0
+    duplicated: int = 0
+    rows_differ: int = 0
+    position_regressions: list[str] = field(default_factory=list)
+    order_violations: list[str] = field(default_factory=list)
+    lease_problems: list[str] = field(default_factory=list)
+    leases_done: int = 0
+    attempts_max: int = 0
+    elapsed_s: float = 0.0
+    skipped_points: int = 0
+
+    @property
+    def recovered(self) -> int:
+        """Faults after which the group went on."""
+        return sum(1 for f in self.faults if f.recovered_s is not None)
+
+    @property
+    def max_recovery_s(self) -> float:
+        """Longest time from a kill to the killed process's leases moving again."""
+        return max((f.recovered_s or 0.0 for f in self.faults), default=0.0)
+
+    @property
+    def ok(self) -> bool:
+        """The run kept every guarantee."""
+        return (
+            self.recovered == len(self.faults)
+            and self.lost == 0
+            and self.duplicated == 0
+            and self.rows_differ == 0
+            and not self.position_regressions
+            and not self.order_violations
+            and not self.lease_problems
+        )
+
+    def line(self) -> str:
+        """The summary line the suite ends with."""
+        return (
+            f"chaos: faults={len(self.faults)} recovered={self.recovered} lost={self.lost} "
+            f"duplicated={self.duplicated} max_recovery_s={self.max_recovery_s:.1f}"
+        )
+
+
+class Workers:
+    """The worker processes: start, find by pid, kill -9, restart."""
+
+    def __init__(self, home: Path, groups: Path, group: str, folder: Path, logs: Path) -> None:
+        self.env = {**os.environ, "ICEGROUP_HOME": str(home), "ICEGROUP_FAILPOINTS": str(folder / "points")}
+        self.groups, self.group, self.folder, self.logs = groups, group, folder, logs
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(self, name: str) -> None:
+        log = (self.logs / f"{name}.log").open("ab")
+        self.procs[name] = subprocess.Popen(
+            [sys.executable, "-m", "tests.chaos.worker", "consume", "--groups", str(self.groups),
+             "--group", self.group, "--folder", str(self.folder), "--name", name],
+            cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
+        )  # fmt: skip
+
+    def by_pid(self, pid: int) -> str | None:
+        return next((name for name, p in self.procs.items() if p.pid == pid), None)
+
+    def run_id(self, pid: int) -> str | None:
+        """The owner id the process wrote into its pid file."""
+        for pid_file in self.folder.glob("*.pid"):
+            if pid_file.read_text().strip() == str(pid):
+                return pid_file.stem
+        return None
+
+    def kill(self, name: str) -> int:
+        proc = self.procs[name]
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+        return proc.pid
+
+    def stop_all(self) -> None:
+        (self.folder / "stop").touch()
+        deadline = time.monotonic() + 60
+        for proc in self.procs.values():
+            try:
+                proc.wait(timeout=max(1.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+class Monitor(threading.Thread):
+    """Samples the registry: positions never move back; faults recover."""
+
+    def __init__(self, lakehouse: LakehouseConfig, group: str, outcome: Outcome, started: float) -> None:
+        super().__init__(daemon=True)
+        self.catalog = lakehouse.catalog()
+        self.group, self.outcome, self.started = group, outcome, started
+        self.halt = threading.Event()
+        self.lock = threading.Lock()
+        self.pending: list[Fault] = []
+        self.positions: dict[str, int] = {}
+        self.leases: dict[str, int] = {}
+
+    def watch(self, fault: Fault) -> None:
+        with self.lock:
+            self.pending.append(fault)
+
+    def sample(self) -> None:
+        state = load_state(self.catalog, self.group).state
+        if state is None:
+            return
+        now = time.monotonic() - self.started
+        for name, stream in state.streams.items():
+            before = self.positions.get(name, 0)
+            if stream.position_sequence < before:
+                self.outcome.position_regressions.append(f"{name}: {before} -> {stream.position_sequence}")
+            self.positions[name] = max(before, stream.position_sequence)
+        for lease_id, lease in state.leases.items():
+            self.leases[lease_id] = max(self.leases.get(lease_id, 0), lease.attempt)
+        with self.lock:
+            for fault in self.pending:
+                moved = all(
+                    lease_id not in state.leases or state.leases[lease_id].attempt > attempt
+                    for lease_id, attempt in fault.held.items()
+                )
+                if moved:
+                    fault.recovered_s = round(now - fault.at_s, 2)
+            self.pending = [f for f in self.pending if f.recovered_s is None]
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                self.sample()
+            except Exception as exc:  # a sample racing a commit is retried on the next round
+                print(f"monitor: {type(exc).__name__}: {exc}", flush=True)
+            time.sleep(0.2)
+
+
+def held_by(lakehouse: LakehouseConfig, group: str, run_id: str | None) -> dict[str, int]:
+    """Leases the process with this owner id holds, with their attempts."""
+    state = load_state(lakehouse.catalog(), group).state
+    if state is None or run_id is None:
+        return {}
+    return {lid: lease.attempt for lid, lease in state.leases.items() if lease.owner_run_id == run_id}
+
+
+def inject(
+    kind: str, workers: Workers, lakehouse: LakehouseConfig, settings: Settings, rng: random.Random
+) -> tuple[str, dict[str, int]] | None:
+    """Inject one fault; returns (worker, leases it held), or None if an armed point was not reached."""
+    points = workers.folder / "points"
+    if kind == RANDOM:
+        name = rng.choice(sorted(workers.procs))
+        time.sleep(rng.uniform(0.5, 4.0))
+        held = held_by(lakehouse, workers.group, workers.run_id(workers.procs[name].pid))
+        workers.kill(name)
+        return name, held
+    armed = points / kind
+    armed.touch()
+    deadline = time.monotonic() + settings.hit_timeout_s
+    while time.monotonic() < deadline:
+        hits = list(points.glob(f"hit.*.{kind}"))
+        if hits:
+            pid = int(hits[0].name.split(".")[1])
+            name = workers.by_pid(pid)
+            held = held_by(lakehouse, workers.group, workers.run_id(pid))
+            if name is None:
+                hits[0].unlink()
+                return None
+            workers.kill(name)
+            hits[0].unlink()
+            return name, held
+        time.sleep(0.05)
+    try:
+        armed.unlink()
+    except FileNotFoundError:
+        return inject_claimed(kind, workers, lakehouse)
+    return None
+
+
+def inject_claimed(kind: str, workers: Workers, lakehouse: LakehouseConfig) -> tuple[str, dict[str, int]] | None:
+    """The point was claimed just as the wait ended: kill whoever claimed it."""
+    for _ in range(100):
+        hits = list((workers.folder / "points").glob(f"hit.*.{kind}"))
+        if hits:
+            pid = int(hits[0].name.split(".")[1])
+            name = workers.by_pid(pid)
+            held = held_by(lakehouse, workers.group, workers.run_id(pid))
+            if name is not None:
+                workers.kill(name)
+            hits[0].unlink()
+            return (name, held) if name is not None else None
+        time.sleep(0.05)
+    return None
+
+
+def check_sink(lakehouse: LakehouseConfig, group: GroupConfig, outcome: Outcome) -> None:
+    """Compare the sink with the source row by row, and check order and lease accounting."""
+    catalog = lakehouse.catalog()
+    source = catalog.load_table(group.source)
+    sink = catalog.load_table(group.sink)
+    expected = source.scan().to_arrow()
+    found = sink.scan().to_arrow()
+    outcome.source_rows, outcome.sink_rows = expected.num_rows, found.num_rows
+    want = Counter(expected.column("event_id").to_pylist())
+    got = Counter(found.column("event_id").to_pylist())
+    outcome.lost = sum(max(n - got[k], 0) for k, n in want.items())
+    outcome.duplicated = sum(max(n - want[k], 0) for k, n in got.items())
+    data = found.drop_columns([c for c in LINEAGE_COLUMNS if c in found.column_names])
+    key = [("event_id", "ascending")]
+    left, right = expected.sort_by(key), data.select(expected.column_names).sort_by(key)
+    if left.num_rows == right.num_rows:
+        outcome.rows_differ = sum(
+            1 for a, b in zip(left.to_pylist(), right.to_pylist(), strict=True) if a != b
+        )  # fmt: skip
+    else:
+        outcome.rows_differ = abs(left.num_rows - right.num_rows)
+
+    sequence = {s.snapshot_id: s.sequence_number for s in source.snapshots()}
+    outcome.snapshots = len(source.snapshots())
+    history = read_sink_history(catalog, group.sink, group.name, None)
+    last: dict[str, int] = {}
+    shards: Counter[str] = Counter()
+    for commit in history.commits:
+        for shard in commit.shards:
+            shards[shard.shard_id] += 1
+            seq = sequence[shard.to_snapshot]
+            if seq <= last.get(shard.stream, 0):
+                outcome.order_violations.append(f"{shard.stream}: shard {shard.shard_id} after sequence {seq}")
+            last[shard.stream] = seq
+    outcome.streams = len(last)
+    outcome.lease_problems.extend(f"shard {s} committed {n} times" for s, n in shards.items() if n > 1)
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    leases = {c.lease_id for c in history.commits}
+    outcome.leases_done = state.leases_done
+    outcome.attempts_max = max((c.attempt for c in history.commits), default=0)
+    if state.leases or state.shards:
+        outcome.lease_problems.append(f"{len(state.leases)} leases, {len(state.shards)} shards still open")
+    if state.leases_done != len(leases):
+        outcome.lease_problems.append(f"registry counts {state.leases_done} leases done, sink has {len(leases)}")
+
+
+def run_chaos(settings: Settings, home: Path, say: object = print) -> Outcome:
+    """One chaos run in ``home`` (a fresh folder); returns what it found."""
+    emit = say if callable(say) else print
+    rng = random.Random(settings.seed)
+    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(home)})
+    catalog = lakehouse.catalog()
+    group = GroupConfig(
+        name="chaos", source="chaos.events", sink="chaos.events_out", max_borrowers=settings.workers,
+        shard_caps={"max_files": 1}, lease_max_shards=2, lease_timeout_s=60,
+    )  # fmt: skip
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, settings.rows_per_snapshot)
+    folder = home / "chaos"
+    (folder / "points").mkdir(parents=True, exist_ok=True)
+    groups = folder / "groups.yaml"
+    groups.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
+    workers = Workers(home, groups, group.name, folder, folder)
+    outcome = Outcome()
+    started = time.monotonic()
+    monitor = Monitor(lakehouse, group.name, outcome, started)
+    producing = threading.Event()
+    producing.set()
+
+    def produce() -> None:
+        table = lakehouse.catalog().load_table(group.source)
+        while producing.is_set() or len(table.snapshots()) < settings.min_snapshots:
+            append_batches(table, 1, settings.rows_per_snapshot)
+            time.sleep(settings.produce_every_s)
+
+    producer = threading.Thread(target=produce, daemon=True)
+    for index in range(settings.workers):
+        workers.start(f"w{index}")
+    monitor.start()
+    producer.start()
+    kinds = [RANDOM, *POINTS]
+    tries = 0
+    try:
+        while len(outcome.faults) < settings.faults and tries < settings.faults * 4:
+            tries += 1
+            kind = rng.choice(kinds)
+            injected = inject(kind, workers, lakehouse, settings, rng)
+            if injected is None:
+                outcome.skipped_points += 1
+                continue
+            name, held = injected
+            fault = Fault(kind=kind, worker=name, at_s=round(time.monotonic() - started, 2), held=held)
+            outcome.faults.append(fault)
+            monitor.watch(fault)
+            emit(f"fault {len(outcome.faults)}/{settings.faults}: kill -9 {name} at {kind} holding {len(held)} leases")
+            workers.start(name)
+            time.sleep(rng.uniform(0.0, 1.0))
+        producing.clear()
+        producer.join()
+        emit("faults done; waiting for the group to catch up")
+        wait_caught_up(lakehouse, group, settings.catch_up_timeout_s)
+        time.sleep(0.5)
+    finally:
+        workers.stop_all()
+        monitor.halt.set()
+        monitor.join()
+    monitor.sample()
+    check_sink(lakehouse, group, outcome)
+    outcome.elapsed_s = round(time.monotonic() - started, 1)
+    return outcome
+
+
+def wait_caught_up(lakehouse: LakehouseConfig, group: GroupConfig, timeout_s: float) -> None:
+    """Until the registry has nothing open and has planned through the source head."""
+    catalog = lakehouse.catalog()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        state = load_state(catalog, group.name).state
+        head = catalog.load_table(group.source).current_snapshot()
+        if state is not None and state.is_idle() and head is not None and state.planned_through == head.snapshot_id:
+            return
+        time.sleep(0.5)
+    raise TimeoutError(f"group {group.name} did not catch up within {timeout_s:.0f}s")
+
+
+def record(outcome: Outcome, settings: Settings, path: Path) -> None:
+    """Keep a run's figures in the repo."""
+    recoveries = sorted(f.recovered_s or 0.0 for f in outcome.faults)
+    data = {
+        "line": outcome.line(),
+        "ok": outcome.ok,
+        "settings": asdict(settings),
+        "snapshots": outcome.snapshots,
+        "streams": outcome.streams,
+        "source_rows": outcome.source_rows,
+        "sink_rows": outcome.sink_rows,
+        "rows_differ": outcome.rows_differ,
+        "leases_done": outcome.leases_done,
+        "max_attempt": outcome.attempts_max,
+        "faults_by_kind": dict(Counter(f.kind for f in outcome.faults)),
+        "armed_points_not_reached": outcome.skipped_points,
+        "recovery_s": {
+            "median": recoveries[len(recoveries) // 2] if recoveries else 0.0,
+            "p90": recoveries[int(len(recoveries) * 0.9)] if recoveries else 0.0,
+            "max": outcome.max_recovery_s,
+        },
+        "position_regressions": outcome.position_regressions,
+        "order_violations": outcome.order_violations,
+        "lease_problems": outcome.lease_problems,
+        "elapsed_s": outcome.elapsed_s,
+        "faults": [asdict(f) for f in outcome.faults],
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """``python -m tests.chaos.run [--full] [--faults N]``."""
+    parser = argparse.ArgumentParser(prog="tests.chaos.run")
+    parser.add_argument("--full", action="store_true", help="the full size: 50 faults, 30+ snapshots")
+    parser.add_argument("--faults", type=int)
+    parser.add_argument("--home", type=Path, help="folder for the run's lakehouse (default: a new temp folder)")
+    args = parser.parse_args(argv)
+    settings = Settings(faults=50, min_snapshots=30) if args.full else Settings(faults=8, min_snapshots=20)
+    if args.faults:
+        settings.faults = args.faults
+    home = args.home or Path(os.environ.get("TMPDIR", "/tmp")) / f"icegroup-chaos-{os.getpid()}"
+    home.mkdir(parents=True, exist_ok=True)
+    outcome = run_chaos(settings, home)
+    if args.full:
+        record(outcome, settings, RESULTS / "chaos_full.json")
+    for problem in outcome.position_regressions + outcome.order_violations + outcome.lease_problems:
+        print(f"problem: {problem}")
+    print(outcome.line())
+    return 0 if outcome.ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

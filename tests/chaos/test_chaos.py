@@ -1,0 +1,24 @@
+"""The chaos suite at a CI-sized setting: the same run as ``make chaos``, with fewer faults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.run import Settings, run_chaos
+
+pytestmark = pytest.mark.chaos
+
+
+def test_kill_9_chaos_keeps_exactly_once(tmp_path: Path) -> None:
+    outcome = run_chaos(Settings(faults=8, min_snapshots=20, produce_every_s=1.0), tmp_path)
+    print(outcome.line())
+
+    assert len(outcome.faults) == 8
+    assert outcome.snapshots >= 20 and outcome.streams >= 3
+    assert outcome.recovered == 8
+    assert outcome.lost == 0 and outcome.duplicated == 0 and outcome.rows_differ == 0
+    assert outcome.source_rows == outcome.sink_rows > 0
+    assert outcome.position_regressions == [] and outcome.order_violations == []
+    assert outcome.lease_problems == []

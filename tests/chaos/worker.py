@@ -1,0 +1,110 @@
+"""A Borrower process for fault injection: the chaos suite and the zombie test start and kill these.
+
+Two modes:
+
+- ``consume``: Leader and Borrower in one process, as ``icegroup consume`` runs, until a ``stop``
+  file appears. Several of these run at once, so several Leaders race for the registry. A lease's
+  owner is this process's run id; other workers see it alive while its pid file names a live
+  process, which is how a vanished run worker shows up (Dagster's run monitoring does the same).
+- ``lease``: execute one granted lease attempt, as a Dagster Borrower run does.
+
+The lakehouse comes from ``ICEGROUP_*`` variables, the group from a YAML file.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+import time
+import uuid
+from pathlib import Path
+
+from iceberg.groups import GroupConfig, load_groups
+from iceberg.lakehouse import load_lakehouse
+from iceberg.leader import RunObserver
+from iceberg.liveness import RunState
+from iceberg.state import Lease
+from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
+from spark_jobs.consume import consume
+from spark_jobs.session import get_session
+
+STALE_EXIT = 3
+
+
+def pid_alive(pid: int) -> bool:
+    """Whether a process with this pid exists and is not a zombie."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
+    except OSError:
+        return False
+    return state not in ("Z", "X")
+
+
+def observe_pids(folder: Path) -> RunObserver:
+    """Run state of another worker's lease, from its pid file."""
+
+    def observe(lease: Lease) -> RunState:
+        if lease.owner_run_id is None:
+            return RunState.MISSING
+        pid_file = folder / f"{lease.owner_run_id}.pid"
+        if not pid_file.exists():
+            return RunState.FAILED
+        return RunState.RUNNING if pid_alive(int(pid_file.read_text())) else RunState.FAILED
+
+    return observe
+
+
+def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
+    """Consume until the stop file appears; every lease this process is granted runs here."""
+    run_id = f"{name}-{uuid.uuid4().hex[:8]}"
+    (folder / f"{run_id}.pid").write_text(str(os.getpid()))
+    lakehouse = load_lakehouse()
+    spark = get_session(lakehouse)
+    observe = observe_pids(folder)
+    print(f"ready {run_id}", flush=True)
+    while not (folder / "stop").exists():
+        consume(
+            spark, lakehouse, group, run_id, observe,
+            progress=lambda line: print(line, flush=True), max_wait_s=20, poll_s=0.2,
+        )  # fmt: skip
+        time.sleep(0.3)
+
+
+def run_one_lease(group: GroupConfig, lease_id: str, attempt: int) -> int:
+    """Execute one lease attempt; exit code 3 when it was fenced."""
+    lakehouse = load_lakehouse()
+    spark = get_session(lakehouse)
+    lease, shards = fetch_lease(lakehouse.catalog(), group.name, lease_id, attempt)
+    print("ready", flush=True)
+    try:
+        report = run_lease(spark, lakehouse, group, lease, shards, progress=lambda line: print(line, flush=True))
+    except StaleLease as exc:
+        print(f"fenced: {exc}", flush=True)
+        return STALE_EXIT
+    print(f"committed {len(report.committed)}", flush=True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: ``python -m tests.chaos.worker consume|lease ...``."""
+    parser = argparse.ArgumentParser(prog="tests.chaos.worker")
+    parser.add_argument("mode", choices=["consume", "lease"])
+    parser.add_argument("--groups", type=Path, required=True)
+    parser.add_argument("--group", required=True)
+    parser.add_argument("--folder", type=Path, help="consume: pid files and the stop file")
+    parser.add_argument("--name", default="w")
+    parser.add_argument("--lease")
+    parser.add_argument("--attempt", type=int, default=0)
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
+    group = load_groups(args.groups)[args.group]
+    if args.mode == "consume":
+        run_consume(group, args.folder, args.name)
+        return 0
+    return run_one_lease(group, args.lease, args.attempt)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

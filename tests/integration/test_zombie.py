@@ -1,0 +1,123 @@
+"""A zombie Borrower, paused with its output staged, wakes up after its lease was re-granted and done."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
+from iceberg.lineage import epoch_key, fence_key
+from iceberg.liveness import RunState
+from iceberg.sink_history import read_sink_history
+from iceberg.verify import verify_group
+from infra.demo_data import append_batches, create_source
+from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
+from tests.chaos.worker import STALE_EXIT
+from tests.conftest import repo_root
+from tests.integration.helpers import drive, quiet
+
+pytestmark = pytest.mark.spark
+
+
+def write_groups(path: Path, group: GroupConfig) -> Path:
+    """The group as a YAML file a worker process can load."""
+    path.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
+    return path
+
+
+def wait_for(predicate: object, timeout_s: float, what: str) -> None:
+    """Poll until ``predicate()`` is true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    lake_home: Path,
+    catalog: Catalog,
+    make_group: type[GroupConfig],
+    tmp_path: Path,
+) -> None:
+    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=3)
+    append_batches(create_source(catalog, group.source), 3, 9)
+    first = tick(catalog, group, lambda lease: RunState.MISSING)
+    lease = first.launch[0]
+    assert len(lease.shard_ids) == 3
+
+    points = tmp_path / "failpoints"
+    points.mkdir()
+    (points / "borrower.after_stage").touch()
+    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
+    zombie = subprocess.Popen(
+        [sys.executable, "-m", "tests.chaos.worker", "lease", "--groups", str(write_groups(tmp_path / "g.yaml", group)),
+         "--group", group.name, "--lease", lease.lease_id, "--attempt", "0"],
+        cwd=repo_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+    )  # fmt: skip
+    try:
+        wait_for(lambda: list(points.glob("hit.*")), 120, "the zombie to stage its first shard")
+        hit = next(points.glob("hit.*"))
+        staged = [
+            s for s in catalog.load_table(group.sink).snapshots() if "icegroup.stage" in s.summary.additional_properties
+        ]
+        assert len(staged) == 1, "the paused Borrower has staged output, not yet on main"
+
+        # The Leader finds the run still alive past its deadline: revoke (raise the fence), re-grant.
+        revoked = tick(catalog, group, lambda _: RunState.RUNNING, now_ms=lease.deadline_ms + 1)
+        assert [old.attempt for old in revoked.terminate] == [0]
+        assert revoked.state.leases[lease.lease_id].attempt == 1
+        sink = catalog.load_table(group.sink)
+        assert sink.metadata.properties[fence_key(group.name, lease.lease_id)] == "1"
+
+        lease1, shards = fetch_lease(catalog, group.name, lease.lease_id, 1)
+        report = run_lease(spark, lakehouse, group, lease1, shards, progress=quiet)
+        assert len(report.committed) == 3
+
+        hit.unlink()  # wake the zombie up
+        out, _ = zombie.communicate(timeout=120)
+    finally:
+        zombie.kill()
+
+    assert zombie.returncode == STALE_EXIT, out
+    assert "lease fenced" in out and "attempt 1" in out
+    history = read_sink_history(catalog, group.sink, group.name, None)
+    assert {c.attempt for c in history.commits} == {1}, "nothing of attempt 0 reached main"
+    sink = catalog.load_table(group.sink)
+    assert not [s for s in sink.snapshots() if "icegroup.stage" in s.summary.additional_properties]
+    drive(spark, lakehouse, group)
+    check = verify_group(catalog, group, key="event_id")
+    assert check.ok and check.found == 27
+
+
+def test_a_lease_of_a_stale_epoch_cannot_commit(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    """A reset bumps the epoch on the sink; leases granted before it are refused at commit time."""
+    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=1)
+    append_batches(create_source(catalog, group.source), 2, 9)
+    first = tick(catalog, group, lambda lease: RunState.MISSING)
+    lease = first.launch[0]
+    done = first.state.shards[lease.shard_ids[0]]
+    run_lease(spark, lakehouse, group, lease, [done], progress=quiet)
+    catalog.load_table(group.sink).transaction().set_properties({epoch_key(group.name): "1"}).commit_transaction()
+    second = tick(catalog, group, lambda _: RunState.SUCCEEDED)
+    nxt = next(x for x in second.launch if x.lease_id != lease.lease_id)
+
+    with pytest.raises(StaleLease, match="epoch fenced"):
+        run_lease(spark, lakehouse, group, nxt, [second.state.shards[nxt.shard_ids[0]]], progress=quiet)
+
+    assert verify_group(catalog, group, key="event_id").found == done.rows

@@ -1,0 +1,140 @@
+"""Fences on a real SQLite catalog: raise_fences only ever raises, also from a stale table handle."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField
+
+from iceberg.errors import SinkError
+from iceberg.fencing import AssertFencesBelow, raise_fences
+
+KEY = "icegroup.fence.orders.0123456789abcdef"
+OTHER = "icegroup.fence.orders.fedcba9876543210"
+
+
+def make_sink(catalog: Catalog, ns: str, **properties: str) -> Table:
+    catalog.create_namespace_if_not_exists(ns)
+    schema = Schema(NestedField(1, "id", LongType(), required=True))
+    return catalog.create_table(f"{ns}.sink", schema=schema, properties=properties)
+
+
+def fence(catalog: Catalog, ns: str, key: str = KEY) -> str | None:
+    """The fence as the catalog has it now, read through a fresh handle."""
+    return catalog.load_table(f"{ns}.sink").metadata.properties.get(key)
+
+
+def test_a_missing_fence_is_raised_to_the_value(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns)
+
+    raised = raise_fences(sink, {KEY: 3})
+
+    assert raised == {KEY: 3}
+    assert fence(catalog, ns) == "3"
+
+
+def test_several_fences_are_raised_in_one_commit(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns)
+    before = len(catalog.load_table(f"{ns}.sink").metadata.metadata_log)
+
+    raise_fences(sink, {KEY: 1, OTHER: 2})
+
+    after = catalog.load_table(f"{ns}.sink").metadata
+    assert (after.properties[KEY], after.properties[OTHER]) == ("1", "2")
+    assert len(after.metadata_log) == before + 1
+
+
+@pytest.mark.parametrize("lower", [1, 2], ids=["lower", "equal"])
+def test_a_fence_is_never_lowered(catalog: Catalog, ns: str, lower: int) -> None:
+    sink = make_sink(catalog, ns, **{KEY: "2"})
+    location = catalog.load_table(f"{ns}.sink").metadata_location
+
+    raised = raise_fences(sink, {KEY: lower})
+
+    assert raised == {}
+    assert fence(catalog, ns) == "2"
+    assert catalog.load_table(f"{ns}.sink").metadata_location == location  # nothing was committed
+
+
+def test_only_the_fences_below_their_value_are_raised(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns, **{KEY: "5"})
+
+    raised = raise_fences(sink, {KEY: 4, OTHER: 1})
+
+    assert raised == {OTHER: 1}
+    assert (fence(catalog, ns), fence(catalog, ns, OTHER)) == ("5", "1")
+
+
+def test_a_stale_handle_does_not_lower_a_fence(catalog: Catalog, ns: str) -> None:
+    make_sink(catalog, ns)
+    fresh, stale = catalog.load_table(f"{ns}.sink"), catalog.load_table(f"{ns}.sink")
+
+    raise_fences(fresh, {KEY: 2})
+    raised = raise_fences(stale, {KEY: 1})
+
+    assert raised == {}
+    assert fence(catalog, ns) == "2"
+
+
+def test_the_catalog_check_stops_a_stale_raise_that_missed_the_refresh(
+    catalog: Catalog, ns: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A raise computed on old metadata must fail the CAS, not overwrite the newer fence with a lower one."""
+    make_sink(catalog, ns)
+    fresh, stale = catalog.load_table(f"{ns}.sink"), catalog.load_table(f"{ns}.sink")
+    raise_fences(fresh, {KEY: 2})
+    real_refresh = Table.refresh
+    refreshes: list[int] = []
+
+    def first_refresh_is_lost(self: Table) -> Table:
+        refreshes.append(1)
+        return self if len(refreshes) == 1 else real_refresh(self)
+
+    monkeypatch.setattr(Table, "refresh", first_refresh_is_lost)
+    raised = raise_fences(stale, {KEY: 1})
+
+    assert raised == {}
+    assert len(refreshes) == 2  # the stale attempt was rejected and retried on fresh metadata
+    assert fence(catalog, ns) == "2"
+
+
+def test_raise_fences_gives_up_with_a_sink_error(catalog: Catalog, ns: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    make_sink(catalog, ns)
+    fresh, stale = catalog.load_table(f"{ns}.sink"), catalog.load_table(f"{ns}.sink")
+    raise_fences(fresh, {KEY: 2})
+    monkeypatch.setattr(Table, "refresh", lambda self: self)  # never sees the newer fence
+    monkeypatch.setattr("iceberg.fencing.time.sleep", lambda _: None)
+
+    with pytest.raises(SinkError, match=r"^sink: could not raise fences .* in 2 retries; try again"):
+        raise_fences(stale, {KEY: 1}, retries=2)
+
+    assert fence(catalog, ns) == "2"
+
+
+@pytest.mark.parametrize("current", ["3", "4"])
+def test_requirement_fails_when_a_fence_is_already_as_high(catalog: Catalog, ns: str, current: str) -> None:
+    sink = make_sink(catalog, ns, **{KEY: current})
+
+    with pytest.raises(CommitFailedException, match=f"{KEY} is already {current} \\(wanted 3\\)"):
+        AssertFencesBelow(fences={KEY: 3}).validate(sink.metadata)
+
+
+def test_requirement_passes_when_every_fence_is_below(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns, **{KEY: "2"})
+
+    AssertFencesBelow(fences={KEY: 3, OTHER: 1}).validate(sink.metadata)
+
+
+def test_requirement_checks_every_fence(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns, **{OTHER: "7"})
+
+    with pytest.raises(CommitFailedException, match=OTHER):
+        AssertFencesBelow(fences={KEY: 1, OTHER: 7}).validate(sink.metadata)
+
+
+def test_requirement_fails_without_metadata() -> None:
+    with pytest.raises(CommitFailedException, match="sink metadata is missing"):
+        AssertFencesBelow(fences={KEY: 1}).validate(None)

@@ -1,0 +1,279 @@
+"""Leader ticks on a real SQLite catalog without Spark: config drift, poison shards, re-drives and fences.
+
+Borrower commits are simulated with a pyiceberg append that carries the same lineage summary a
+Borrower writes, so the tick reconciles them exactly as it would a Spark commit.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField
+
+from iceberg.dead_letter import PARKED, STOPPED, DeadLetter, record, redrive
+from iceberg.errors import ConfigError, SinkError
+from iceberg.groups import GroupConfig
+from iceberg.leader import TickResult, check_drift, tick
+from iceberg.lineage import commit_properties, fence_key
+from iceberg.liveness import RunState
+from iceberg.registry import load_state
+from iceberg.state import GroupState, Lease, LeasePhase
+from infra.demo_data import REGIONS, append_batches, create_source
+
+T0 = 1_900_000_000_000
+SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
+
+
+def running(_: Lease) -> RunState:
+    return RunState.RUNNING
+
+
+def failed(_: Lease) -> RunState:
+    return RunState.FAILED
+
+
+def three_stream_group(make_group: type[GroupConfig], catalog: Catalog, **overrides: object) -> GroupConfig:
+    """A group over 3 streams (regions) with 2 one-snapshot shards each; one shard per lease."""
+    fields: dict[str, object] = {"max_borrowers": 3, "shard_caps": {"max_files": 1}, "lease_max_shards": 1}
+    group = make_group(**{**fields, **overrides})
+    append_batches(create_source(catalog, group.source), 2, 6)
+    return group
+
+
+def create_sink(catalog: Catalog, group: GroupConfig) -> Table:
+    return catalog.create_table(group.sink, schema=SINK_SCHEMA)
+
+
+def commit_as_borrower(catalog: Catalog, group: GroupConfig, result: TickResult, lease: Lease) -> None:
+    """Append to the sink what a Borrower's commit of the lease's first shard records."""
+    shard = result.state.shards[lease.shard_ids[0]]
+    sink = catalog.load_table(group.sink)
+    properties = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+    sink.append(pa.Table.from_pylist([{"id": 1}], schema=SINK_SCHEMA.as_arrow()), snapshot_properties=properties)
+
+
+def poison(catalog: Catalog, group: GroupConfig, result: TickResult, lease: Lease, action: str) -> DeadLetter:
+    """Record what a Borrower that gave up on the lease's first shard records."""
+    shard = result.state.shards[lease.shard_ids[0]]
+    letter = DeadLetter(
+        shard_id=shard.shard_id,
+        stream=shard.stream,
+        lease_id=lease.lease_id,
+        attempt=lease.attempt,
+        action=action,
+        error="ZeroDivisionError: division by zero",
+        from_snapshot=shard.from_snapshot,
+        to_snapshot=shard.to_snapshot,
+        at_ms=T0,
+    )
+    record(catalog, group.name, [letter])
+    return letter
+
+
+def by_stream(result: TickResult) -> dict[str, Lease]:
+    """The tick's leases keyed by their one stream."""
+    return {lease.streams[0]: lease for lease in result.state.leases.values()}
+
+
+def state_for(group: GroupConfig, source: str, sink: str) -> GroupState:
+    return GroupState(group=group.name, source=source, sink=sink, start_position=None, planned_through=None)
+
+
+def test_check_drift_accepts_the_config_the_registry_was_built_for(make_group: type[GroupConfig]) -> None:
+    group = make_group()
+
+    check_drift(state_for(group, group.source, group.sink), group)
+
+
+@pytest.mark.parametrize("field", ["source", "sink"])
+def test_check_drift_names_the_changed_field_and_the_remedy(make_group: type[GroupConfig], field: str) -> None:
+    group = make_group()
+    kept = {"source": group.source, "sink": group.sink, field: "old.table"}
+
+    with pytest.raises(ConfigError) as info:
+        check_drift(state_for(group, kept["source"], kept["sink"]), group)
+
+    message = str(info.value)
+    assert message.startswith(f"group {group.name!r}: {field}: ")
+    assert repr(getattr(group, field)) in message and "'old.table'" in message
+    assert f"Give the changed group a new name, or restore {field}: old.table" in message
+
+
+def test_a_tick_refuses_a_group_whose_sink_changed(catalog: Catalog, make_group: type[GroupConfig], ns: str) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 1, 3)
+    tick(catalog, group, running, now_ms=T0)
+    moved = make_group(sink=f"{ns}.elsewhere")
+    before = load_state(catalog, group.name).table.current_snapshot()
+
+    with pytest.raises(ConfigError, match=r"sink: the config says .*elsewhere"):
+        tick(catalog, moved, running, now_ms=T0 + 1)
+
+    assert load_state(catalog, group.name).table.current_snapshot() == before
+
+
+def test_a_running_lease_is_stored_as_granted(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = three_stream_group(make_group, catalog)
+    first = tick(catalog, group, running, now_ms=T0)
+    assert {lease.phase for lease in first.state.leases.values()} == {LeasePhase.GRANTING}
+
+    second = tick(catalog, group, running, now_ms=T0 + 1000)
+
+    assert {lease.phase for lease in second.state.leases.values()} == {LeasePhase.GRANTED}
+    stored = load_state(catalog, group.name).state
+    assert stored is not None and stored.leases == second.state.leases
+    assert second.launch == [] and second.terminate == []
+
+
+def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = three_stream_group(make_group, catalog)
+    create_sink(catalog, group)
+    first = tick(catalog, group, running, now_ms=T0)
+    assert len(first.state.leases) == len(REGIONS)
+    leases = by_stream(first)
+    bad, done, other = (leases[stream] for stream in sorted(leases))
+    letter = poison(catalog, group, first, bad, STOPPED)
+    commit_as_borrower(catalog, group, first, done)  # frees a slot that would get the stream's next shard
+
+    second = tick(catalog, group, running, now_ms=T0 + 1000)
+
+    assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
+    assert second.state.leases[bad.lease_id].attempt == 0
+    assert done.lease_id not in second.state.leases and len(second.committed) == 1
+    assert set(second.state.leases) == {bad.lease_id, other.lease_id}  # no new grant for the free slot
+    assert second.launch == []
+    assert second.stopped == [letter] and second.parked == []
+    message = second.stop_message()
+    assert letter.shard_id in message and letter.stream in message and letter.error in message
+    assert f"`icegroup redrive {group.name}`" in message
+    stored = load_state(catalog, group.name).state
+    assert stored is not None and stored.leases[bad.lease_id].phase is LeasePhase.PARKED
+
+    third = tick(catalog, group, running, now_ms=T0 + 2000)  # still stopped: nothing moves
+    assert set(third.state.leases) == {bad.lease_id, other.lease_id}
+    assert third.launch == [] and third.stopped == [letter]
+
+    assert [d.shard_id for d in redrive(catalog, group.name)] == [letter.shard_id]
+    fourth = tick(catalog, group, running, now_ms=T0 + 3000)
+
+    regranted = fourth.state.leases[bad.lease_id]
+    assert regranted.attempt == 1 and regranted.phase is LeasePhase.GRANTING
+    assert regranted.shard_ids == bad.shard_ids
+    assert fourth.regranted == 1 and fourth.stopped == [] and fourth.terminate == []
+    assert regranted in fourth.launch
+    grants = [lease for lease in fourth.launch if lease.lease_id not in first.state.leases]
+    assert [lease.streams for lease in grants] == [done.streams]  # the held-back grant is made now
+
+
+def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = three_stream_group(make_group, catalog, on_poison="park")
+    create_sink(catalog, group)
+    first = tick(catalog, group, running, now_ms=T0)
+    leases = by_stream(first)
+    bad, done, other = (leases[stream] for stream in sorted(leases))
+    letter = poison(catalog, group, first, bad, PARKED)
+    commit_as_borrower(catalog, group, first, done)
+
+    second = tick(catalog, group, running, now_ms=T0 + 1000)
+
+    assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
+    assert second.parked == [letter] and second.stopped == []
+    (grant,) = second.launch
+    assert grant.streams == done.streams and grant.lease_id not in first.state.leases
+    assert grant.shard_ids[0] not in done.shard_ids
+    assert bad.lease_id not in {lease.lease_id for lease in second.launch}
+
+    third = tick(catalog, group, running, now_ms=bad.deadline_ms + 1)  # a parked lease has no deadline
+    assert third.state.leases[bad.lease_id].phase is LeasePhase.PARKED
+    assert third.state.leases[bad.lease_id].attempt == 0
+    assert bad.lease_id not in {lease.lease_id for lease in third.launch + third.terminate}
+
+    redrive(catalog, group.name, [letter.shard_id])
+    fourth = tick(catalog, group, running, now_ms=bad.deadline_ms + 1000)
+
+    regranted = fourth.state.leases[bad.lease_id]
+    assert (regranted.attempt, regranted.phase) == (1, LeasePhase.GRANTING)
+    assert regranted in fourth.launch
+    assert fourth.parked == []
+    assert catalog.load_table(group.sink).metadata.properties[fence_key(group.name, bad.lease_id)] == "1"
+
+
+def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = three_stream_group(make_group, catalog)
+    first = tick(catalog, group, running, now_ms=T0)
+    sink = create_sink(catalog, group)
+    keys = {fence_key(group.name, lease_id) for lease_id in first.state.leases}
+    assert not keys & set(sink.metadata.properties)
+
+    second = tick(catalog, group, failed, now_ms=T0 + 1000)
+
+    assert second.regranted == len(REGIONS)
+    fences = catalog.load_table(group.sink).metadata.properties
+    assert {key: fences.get(key) for key in keys} == dict.fromkeys(keys, "1")
+
+    tick(catalog, group, failed, now_ms=T0 + 2000)
+
+    fences = catalog.load_table(group.sink).metadata.properties
+    assert {key: fences.get(key) for key in keys} == dict.fromkeys(keys, "2")
+
+
+def test_a_regrant_without_a_sink_raises_no_fence(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = three_stream_group(make_group, catalog)
+    tick(catalog, group, running, now_ms=T0)
+
+    second = tick(catalog, group, failed, now_ms=T0 + 1000)
+
+    assert second.regranted == len(REGIONS)
+    assert {lease.attempt for lease in second.state.leases.values()} == {1}
+    assert not catalog.table_exists(group.sink)
+
+
+def test_the_fence_is_raised_before_the_registry_commit(
+    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A Leader that cannot fence the old attempt must not hand its lease to a new one."""
+    group = three_stream_group(make_group, catalog)
+    first = tick(catalog, group, running, now_ms=T0)
+    create_sink(catalog, group)
+
+    def cannot_fence(table: Table, fences: dict[str, int]) -> dict[str, int]:
+        raise SinkError("sink: could not raise fences")
+
+    monkeypatch.setattr("iceberg.leader.raise_fences", cannot_fence)
+    with pytest.raises(SinkError):
+        tick(catalog, group, failed, now_ms=T0 + 1000)
+
+    stored = load_state(catalog, group.name).state
+    assert stored is not None and stored.leases == first.state.leases
+
+
+@pytest.mark.parametrize("run", [RunState.RUNNING, RunState.QUEUED])
+def test_an_alive_run_past_its_deadline_is_terminated_and_regranted(
+    catalog: Catalog, make_group: type[GroupConfig], run: RunState
+) -> None:
+    group = three_stream_group(make_group, catalog, max_borrowers=1)
+    (lease,) = tick(catalog, group, running, now_ms=T0).launch
+
+    late = tick(catalog, group, lambda _: run, now_ms=lease.deadline_ms + 1)
+
+    assert late.terminate == [lease]  # the old attempt, whose run must be stopped
+    (again,) = late.launch
+    assert (again.lease_id, again.attempt, again.phase) == (lease.lease_id, 1, LeasePhase.GRANTING)
+    assert again.deadline_ms == lease.deadline_ms + 1 + group.lease_timeout_s * 1000
+
+
+def test_a_lease_never_launched_past_its_deadline_is_regranted_without_terminating(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = three_stream_group(make_group, catalog, max_borrowers=1)
+    (lease,) = tick(catalog, group, running, now_ms=T0).launch
+
+    late = tick(catalog, group, lambda _: RunState.MISSING, now_ms=lease.deadline_ms + 1)
+
+    assert late.terminate == []
+    assert [(x.lease_id, x.attempt) for x in late.launch] == [(lease.lease_id, 1)]
