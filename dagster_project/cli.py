@@ -1,4 +1,5 @@
-"""The ``icegroup`` command: list groups, describe one, consume one through the Dagster instance."""
+"""The ``icegroup`` command: list groups, describe one, consume one through the Dagster instance,
+and look at or re-drive its poison shards."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path
+from iceberg.dead_letter import latest, open_letters, redrive
 from iceberg.describe import GroupView, describe_group
 from iceberg.errors import IcegroupError
 from iceberg.groups import GroupConfig, load_groups
@@ -54,6 +56,16 @@ def parser() -> argparse.ArgumentParser:
     consume.add_argument("--until-caught-up", action="store_true", help="repeat until the source head is committed")
     consume.add_argument("--max-wait", type=float, default=600.0, help="seconds to wait on leases held elsewhere")
     consume.set_defaults(run=cmd_consume)
+
+    letters = sub.add_parser("dead-letters", help="poison shards: parked, stopped and re-driven")
+    letters.add_argument("group")
+    letters.add_argument("--json", action="store_true", help="print JSON")
+    letters.set_defaults(run=cmd_dead_letters)
+
+    again = sub.add_parser("redrive", help="release parked or stopped shards so the Leader grants them again")
+    again.add_argument("group")
+    again.add_argument("--shard", action="append", help="only this shard (repeatable); default: all open ones")
+    again.set_defaults(run=cmd_redrive)
     return top
 
 
@@ -161,3 +173,41 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     print(f"run {result.run_id}: {'success' if result.success else 'failure'} (instance {home})")
     print(render(describe_group(lakehouse.catalog(), group)))
     return 0 if result.success else 1
+
+
+def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup dead-letters GROUP``: each poison shard's latest state."""
+    group = pick(groups, args.group, args.groups)
+    rows: list[dict[str, object]] = [
+        {
+            "shard": d.shard_id,
+            "stream": d.stream,
+            "state": d.action,
+            "source_snapshots": f"{d.from_snapshot}..{d.to_snapshot}",
+            "lease": f"{d.lease_id}#{d.attempt}",
+            "error": d.error,
+        }
+        for d in latest(lakehouse.catalog(), group.name).values()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
+    return 0
+
+
+def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup redrive GROUP [--shard ID ...]``: the next Leader tick grants these shards again."""
+    group = pick(groups, args.group, args.groups)
+    catalog = lakehouse.catalog()
+    unknown = sorted(set(args.shard or []) - set(open_letters(catalog, group.name)))
+    if unknown:
+        raise IcegroupError(
+            f"shard(s) {unknown} of group {group.name!r} are not parked or stopped; "
+            f"see `icegroup dead-letters {group.name}`"
+        )
+    released = redrive(catalog, group.name, args.shard)
+    for letter in released:
+        print(f"re-driven: shard {letter.shard_id} (stream {letter.stream})")
+    print(f"{len(released)} shard(s) re-driven; the next Leader tick grants them again")
+    return 0

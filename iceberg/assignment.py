@@ -14,7 +14,7 @@ from collections import defaultdict
 
 from iceberg.groups import GroupConfig
 from iceberg.shards import Shard
-from iceberg.state import GroupState, Lease
+from iceberg.state import GroupState, Lease, LeasePhase
 
 
 def make_lease_id(group: str, epoch: int, shard_ids: list[str]) -> str:
@@ -46,8 +46,11 @@ def assign_leases(
     sink_snapshot: int | None,
     owner_run_id: str | None = None,
 ) -> list[Lease]:
-    """New leases for the free borrower slots; existing leases are never touched."""
-    slots = group.max_borrowers - len(state.leases)
+    """New leases for the free borrower slots; existing leases are never touched.
+
+    A parked lease keeps its stream (so its order holds) but not a slot: it has no Borrower.
+    """
+    slots = group.max_borrowers - sum(1 for lease in state.leases.values() if lease.phase is not LeasePhase.PARKED)
     if slots <= 0:
         return []
     by_window: dict[int, dict[str, list[Shard]]] = defaultdict(dict)

@@ -29,7 +29,7 @@ from iceberg.planning import plan_increment
 from iceberg.registry import commit_state, load_state
 from iceberg.shards import Shard, cut_shards, window_label
 from iceberg.sink_history import read_sink_history
-from iceberg.state import GroupState, Lease, add_shards, apply_commits
+from iceberg.state import GroupState, Lease, LeasePhase, add_shards, apply_commits
 from iceberg.tables import load_optional, load_source, walk_back
 
 log = logging.getLogger(__name__)
@@ -137,6 +137,24 @@ def check_drift(state: GroupState, group: GroupConfig) -> None:
             )
 
 
+def park(state: GroupState, lease: Lease, letters: dict[str, DeadLetter]) -> Lease:
+    """The lease cut down to its poisoned streams, parked, at a new attempt.
+
+    Its other streams' pending shards go back to the pool, so they are granted again and go on. The
+    attempt moves on (and its fence with it), so the Borrower that gave up commits nothing more.
+    """
+    pending = [sid for sid in lease.shard_ids if sid in state.shards]
+    streams = {state.shards[sid].stream for sid in pending if sid in letters}
+    return lease.model_copy(
+        update={
+            "phase": LeasePhase.PARKED,
+            "attempt": lease.attempt + 1,
+            "shard_ids": [sid for sid in pending if state.shards[sid].stream in streams],
+            "streams": sorted(streams),
+        }
+    )
+
+
 def tick(
     catalog: Catalog,
     group: GroupConfig,
@@ -180,13 +198,16 @@ def tick(
                 group.name, lease_id, lease.attempt, decision.phase.value, decision.reason, lease.attempt + 1,
             )  # fmt: skip
             continue
+        if decision.action is LeaseAction.PARK:
+            state.leases[lease_id] = park(state, lease, letters)
+            fences[fence_key(group.name, lease_id)] = lease.attempt + 1
+            log.warning("group %s: lease %s parked: %s", group.name, lease_id, decision.reason)
+            continue
         if decision.phase is not lease.phase:
             state.leases[lease_id] = lease.model_copy(update={"phase": decision.phase})
-        if decision.action is LeaseAction.PARK:
-            log.warning("group %s: lease %s parked: %s", group.name, lease_id, decision.reason)
-        elif decision.action is LeaseAction.LAUNCH:
+        if decision.action is LeaseAction.LAUNCH:
             launch.append(lease)
-    regranted = len(fences)
+    regranted = sum(1 for lease in launch if lease.attempt > before.leases[lease.lease_id].attempt)
     failpoint("leader.after_liveness")
 
     plan = plan_increment(source, state.planned_through, group)

@@ -51,3 +51,25 @@ def walk_back(table: Table, stop_at: int | None) -> Iterator[Snapshot]:
         if snapshot.parent_snapshot_id is None:
             return
         snapshot = by_id.get(snapshot.parent_snapshot_id)
+
+
+def shard_columns(table: Table, schema_id: int | None) -> list[tuple[str, str]] | None:
+    """Top-level columns of the schema a shard was written with: (name now, name then).
+
+    A reader projects onto the table's current schema; renaming and selecting these gives a
+    transform the columns the shard's rows were written with, not ones added later. Columns dropped
+    since cannot be read back and are left out. None when the shard has no schema id.
+    """
+    if schema_id is None:
+        return None
+    then = table.schemas().get(schema_id)
+    if then is None:
+        return None
+    now = table.schema()
+    columns = []
+    for field in then.fields:
+        try:
+            columns.append((now.find_field(field.field_id).name, field.name))
+        except ValueError:
+            continue
+    return columns

@@ -35,13 +35,13 @@ from iceberg.registry import load_state
 from iceberg.shards import Shard
 from iceberg.sink_history import read_sink_history
 from iceberg.state import Lease
-from iceberg.tables import load_optional, load_source, oldest_snapshot_id
+from iceberg.tables import load_optional, load_source, oldest_snapshot_id, shard_columns
 from spark_jobs.session import activate
 from spark_jobs.shard_reader import read_shard
 from spark_jobs.sink_writer import (
     AlreadyCommitted,
     Fenced,
-    check_sink_schema,
+    align_to_sink,
     ensure_sink,
     publish_shard,
     stage_shard,
@@ -203,10 +203,10 @@ def run_lease(
     def stage(out: DataFrame) -> str:
         if not ready:
             ensure_sink(spark, lakehouse.catalog_name, group.sink, out)
-            check_sink_schema(spark, sink_table, out)
             connect(catalog, group, lease)
             ready.append(True)
-        return stage_shard(out, sink_table)
+        aligned, evolve = align_to_sink(spark, sink_table, out)
+        return stage_shard(aligned, sink_table, evolve=evolve)
 
     for shard in shards:
         report.source_from = shard.from_snapshot if report.source_from is None else report.source_from
@@ -217,7 +217,12 @@ def run_lease(
             continue
         failpoint("borrower.before_read")
         staged = stage_with_redelivery(
-            group, shard, _output(spark, transform, source_table, shard, root, group, lease), stage, report, progress
+            group,
+            shard,
+            _output(spark, transform, source_table, shard, root, group, lease, shard_columns(source, shard.schema_id)),
+            stage,
+            report,
+            progress,
         )
         if isinstance(staged, Exception):
             raise park(catalog, group, lease, shard, staged)
@@ -263,11 +268,12 @@ def _output(
     root: int | None,
     group: GroupConfig,
     lease: Lease,
+    columns: list[tuple[str, str]] | None,
 ) -> Callable[[], DataFrame]:
     """The shard's output as a fresh DataFrame per delivery, lineage columns included."""
 
     def build() -> DataFrame:
-        out = transform(read_shard(spark, source_table, shard, root, group.filter))
+        out = transform(read_shard(spark, source_table, shard, root, group.filter, columns))
         return with_lineage(out, group.name, lease.lease_id, shard.shard_id, lease.epoch)
 
     return build

@@ -5,19 +5,28 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from iceberg.lineage import LINEAGE_COLUMNS
 from iceberg.shards import Shard
 
 FILE_COLUMN = "_file"
 
 
 def read_shard(
-    spark: SparkSession, table: str, shard: Shard, root_snapshot: int | None, row_filter: str | None
+    spark: SparkSession,
+    table: str,
+    shard: Shard,
+    root_snapshot: int | None,
+    row_filter: str | None,
+    columns: list[tuple[str, str]] | None = None,
 ) -> DataFrame:
-    """Rows the shard's files hold, restricted by the group's filter.
+    """Rows the shard's files hold, restricted by the group's filter, in the shard's own schema.
 
     Both ends of the range are pinned, so a re-run reads the same rows. The range also holds other
     streams' files: the stream's identity partition values let Iceberg prune most of them at
     planning, and the ``_file`` metadata column restricts rows to exactly the shard's own files.
+    ``columns`` (see ``iceberg.tables.shard_columns``) maps the current schema back to the one the
+    shard was written with. A chained group reads another group's sink: the upstream lineage
+    columns are dropped, because this group writes its own.
     Iceberg's incremental read needs an exclusive start; a shard that starts at the table's first
     snapshot reads that snapshot on its own and the rest of the range incrementally.
     """
@@ -36,7 +45,10 @@ def read_shard(
     df = df.where(F.col(FILE_COLUMN).isin(shard.files))
     if row_filter:
         df = df.where(row_filter)
-    return df.drop(FILE_COLUMN)
+    df = df.drop(FILE_COLUMN)
+    if columns is not None:
+        df = df.select(*[F.col(f"`{now}`").alias(then) for now, then in columns])
+    return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 
 def _incremental(spark: SparkSession, table: str, start_exclusive: int, end_inclusive: int) -> DataFrame:

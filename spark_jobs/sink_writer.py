@@ -40,6 +40,8 @@ SINK_PROPERTIES = {
     "write.metadata.metrics.column._ig_lease": "full",
     # Shard output is staged, then published by the fenced commit.
     "write.wap.enabled": "true",
+    # Outputs may lack columns (older shards) or add them (the source gained one); see stage_shard.
+    "write.spark.accept-any-schema": "true",
     # Borrowers at max_borrowers commit at once; a lost swap is retried with backoff, not failed.
     "commit.retry.num-retries": "20",
     "commit.retry.min-wait-ms": "50",
@@ -100,31 +102,45 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
             raise
     if spark.conf.get("spark.wap.id", None) != "icegroup":
         raise SinkError("spark.wap.id: must be 'icegroup' so that shard output is staged; use spark_jobs.session")
-    wap = spark.sql(f"SHOW TBLPROPERTIES {catalog}.{sink} ('write.wap.enabled')").collect()
-    if not wap or wap[0]["value"] != "true":
-        spark.sql(f"ALTER TABLE {catalog}.{sink} SET TBLPROPERTIES ('write.wap.enabled'='true')")
+    needed = ("write.wap.enabled", "write.spark.accept-any-schema")
+    have = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {catalog}.{sink}").collect()}
+    missing = ", ".join(f"'{key}'='true'" for key in needed if have.get(key) != "true")
+    if missing:
+        spark.sql(f"ALTER TABLE {catalog}.{sink} SET TBLPROPERTIES ({missing})")
 
 
-def check_sink_schema(spark: SparkSession, table: str, df: DataFrame) -> None:
-    """Fail before writing if the output has columns the sink lacks or types it cannot take."""
+def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataFrame, bool]:
+    """Order the output's columns as the sink has them; fail if a column has another type than the sink's.
+
+    Returns the aligned output and whether it has columns the sink lacks: the write then adds them
+    (the source gained a column, say). Columns the output lacks are written as null.
+    """
     sink_fields = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}
     problems = [
-        f"{f.name} ({f.dataType.simpleString()}): "
-        + ("not in the sink" if f.name not in sink_fields else f"sink has {sink_fields[f.name]}")
+        f"{f.name} ({f.dataType.simpleString()}): sink has {sink_fields[f.name]}"
         for f in df.schema.fields
-        if sink_fields.get(f.name) != f.dataType.simpleString()
+        if f.name in sink_fields and sink_fields[f.name] != f.dataType.simpleString()
     ]
     if problems:
         raise SinkError(
             f"sink: {table} cannot take the transform's output: {'; '.join(problems)}. "
-            "Change the transform, or evolve the sink's schema to match"
+            "Change the transform, or evolve the sink's column types to match"
         )
+    ordered = [c for c in sink_fields if c in df.columns] + [c for c in df.columns if c not in sink_fields]
+    return df.select(*[F.col(f"`{c}`") for c in ordered]), any(c not in sink_fields for c in df.columns)
 
 
-def stage_shard(df: DataFrame, table: str) -> str:
-    """Write the shard's output as a staged snapshot of the sink; returns the token that finds it."""
+def stage_shard(df: DataFrame, table: str, evolve: bool = False) -> str:
+    """Write the shard's output as a staged snapshot of the sink; returns the token that finds it.
+
+    With ``evolve``, columns the sink lacks are added to it first (only then: a schema merge is a
+    commit of its own, and Borrowers writing at once would contend for it).
+    """
     token = uuid.uuid4().hex
-    df.writeTo(table).option(f"snapshot-property.{STAGE_KEY}", token).append()
+    writer = df.writeTo(table).option(f"snapshot-property.{STAGE_KEY}", token)
+    if evolve:
+        writer = writer.option("mergeSchema", "true")
+    writer.append()
     return token
 
 

@@ -182,6 +182,7 @@ def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
     second = tick(catalog, group, running, now_ms=T0 + 1000)
 
     assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
+    assert second.state.leases[other.lease_id].phase is LeasePhase.GRANTED
     assert second.parked == [letter] and second.stopped == []
     (grant,) = second.launch
     assert grant.streams == done.streams and grant.lease_id not in first.state.leases

@@ -1,0 +1,165 @@
+"""Source edge cases: deletes, compaction, partition and schema evolution, empty snapshots, chained groups."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.transforms import BucketTransform
+from pyiceberg.types import StringType
+from pyspark.sql import SparkSession
+
+from iceberg.errors import SinkError, SourceError
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
+from iceberg.liveness import RunState
+from iceberg.registry import load_state
+from iceberg.sink_history import read_sink_history
+from iceberg.verify import verify_group
+from infra.demo_data import SCHEMA, append_batches, create_source, events
+from tests.integration.helpers import drive
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_delete_snapshot_fails_the_group_by_default_and_is_skipped_on_request(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, 6)
+    catalog.load_table(group.source).delete("region = 'eu'")
+    append_batches(catalog.load_table(group.source), 1, 6)
+
+    with pytest.raises(SourceError, match=r"delete.*non_append: skip"):
+        tick(catalog, group, lambda _: RunState.MISSING)
+    assert load_state(catalog, group.name).state is None, "the failed tick committed nothing"
+
+    skipping = make_group(non_append="skip")
+    drive(spark, lakehouse, skipping)
+    sink = catalog.load_table(skipping.sink).scan(selected_fields=("event_id",)).to_arrow()
+    assert sorted(sink["event_id"].to_pylist()) == list(range(1, 19)), "appended rows, deleted or not, once each"
+
+
+def test_compaction_of_the_source_is_ignored(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=3)
+    source = create_source(catalog, group.source)
+    append_batches(source, 3, 12)
+    drive(spark, lakehouse, group)
+    spark.sql(
+        f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{group.source}', "
+        "options => map('min-input-files', '2', 'rewrite-all', 'true'))"
+    ).collect()
+    assert catalog.load_table(group.source).current_snapshot().summary.operation.value == "replace"
+    append_batches(catalog.load_table(group.source), 1, 12)
+
+    drive(spark, lakehouse, group)
+
+    check = verify_group(catalog, group, key="event_id")
+    assert check.ok and check.found == 48
+
+
+def test_partition_spec_evolution_merges_and_splits_streams(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=3)
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, 12)
+    drive(spark, lakehouse, group)
+    with source.update_spec() as spec:  # merge: the region streams become one
+        spec.remove_field("region")
+    append_batches(catalog.load_table(group.source), 2, 12)
+    drive(spark, lakehouse, group)
+    with catalog.load_table(group.source).update_spec() as spec:  # split: two buckets
+        spec.add_field("user_id", BucketTransform(2), "user_bucket")
+    append_batches(catalog.load_table(group.source), 2, 12)
+
+    drive(spark, lakehouse, group)
+
+    streams = set(load_state(catalog, group.name).state.streams)
+    assert len([s for s in streams if s.startswith("0:")]) == 3
+    assert len([s for s in streams if s.startswith("1:")]) == 1
+    assert len([s for s in streams if s.startswith("2:")]) == 2
+    check = verify_group(catalog, group, key="event_id")
+    assert check.ok and check.found == 72
+
+
+def test_schema_evolution_cuts_shards_and_each_transform_sees_its_shards_schema(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(transform="tests.integration.transforms:columns_seen", max_borrowers=1)
+    source = create_source(catalog, group.source)
+    append_batches(source, 1, 6)
+    with source.update_schema() as update:
+        update.add_column("channel", StringType())
+    table = catalog.load_table(group.source)
+    rows = events(7, 6, seed=3).append_column("channel", pa.array(["web"] * 6))
+    table.append(rows.cast(table.schema().as_arrow()))
+
+    drive(spark, lakehouse, group)
+
+    history = read_sink_history(catalog, group.sink, group.name, None)
+    assert history.commits and all(
+        len({catalog.load_table(group.source).snapshot_by_id(sid).schema_id for sid in shard.snapshots}) == 1
+        for c in history.commits
+        for shard in c.shards
+    ), "no shard crosses the schema change"
+    out = catalog.load_table(group.sink).scan(selected_fields=("event_id", "seen", "channel")).to_arrow().to_pylist()
+    before = [r for r in out if r["event_id"] <= 6]
+    after = [r for r in out if r["event_id"] > 6]
+    assert len(before) == 6 and len(after) == 6
+    assert all("channel" not in r["seen"].split(",") and r["channel"] is None for r in before)
+    assert all("channel" in r["seen"].split(",") and r["channel"] == "web" for r in after)
+
+
+def test_empty_snapshots_are_consumed_as_nothing(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    source = create_source(catalog, group.source)
+    empty = pa.Table.from_pylist([], schema=SCHEMA.as_arrow())
+    source.append(empty)
+    append_batches(catalog.load_table(group.source), 1, 6)
+    catalog.load_table(group.source).append(empty)
+
+    ticks, _ = drive(spark, lakehouse, group)
+
+    assert ticks[-1].caught_up
+    assert ticks[-1].state.planned_through == catalog.load_table(group.source).current_snapshot().snapshot_id
+    check = verify_group(catalog, group, key="event_id")
+    assert check.ok and check.found == 6
+
+
+def test_a_groups_sink_is_consumed_by_a_chained_group(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], ns: str
+) -> None:
+    first = make_group(max_borrowers=2)
+    second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next", max_borrowers=2)
+    source = create_source(catalog, first.source)
+    for _ in range(2):
+        append_batches(source, 2, 12)
+        drive(spark, lakehouse, first)
+        drive(spark, lakehouse, second)
+
+    operations = {s.summary.operation.value for s in catalog.load_table(first.sink).snapshots()}
+    assert operations == {"append"}, "sink commits are appends, so incremental readers see them"
+    check = verify_group(catalog, second, key="event_id")
+    assert check.ok and check.found == 48
+    out = catalog.load_table(second.sink).scan(selected_fields=("_ig_group",)).to_arrow()
+    assert set(out["_ig_group"].to_pylist()) == {second.name}
+
+
+def test_a_sink_that_cannot_take_the_output_is_a_clear_error_and_nothing_is_committed(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(transform="tests.integration.transforms:event_id_as_string")
+    append_batches(create_source(catalog, group.source), 1, 6)
+    spark.sql(f"CREATE TABLE {lakehouse.catalog_name}.{group.sink} (event_id bigint) USING iceberg")
+
+    with pytest.raises(SinkError, match=r"event_id \(string\): sink has bigint"):
+        drive(spark, lakehouse, group, max_ticks=1)
+
+    assert catalog.load_table(group.sink).snapshots() == []

@@ -1,0 +1,23 @@
+"""Transforms the integration tests configure groups with (a group names its transform by import path)."""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+
+def columns_seen(df: DataFrame) -> DataFrame:
+    """Record the columns the transform was given, so a test can see which schema a shard had."""
+    return df.withColumn("seen", F.lit(",".join(df.columns)))
+
+
+def fail_on_apac(df: DataFrame) -> DataFrame:
+    """Fail at execution time on rows of region apac: a poison shard for that stream only."""
+    return df.withColumn(
+        "amount", F.when(F.col("region") == "apac", F.raise_error(F.lit("poison row"))).otherwise(F.col("amount"))
+    )
+
+
+def event_id_as_string(df: DataFrame) -> DataFrame:
+    """Output whose event_id type differs from a sink written with the source's types."""
+    return df.withColumn("event_id", F.col("event_id").cast("string"))
