@@ -139,7 +139,14 @@ def stage_with_redelivery(
 
 
 def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
+    """The first line of what went wrong; for a JVM error, its root cause rather than py4j's wrapper."""
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        while java.getCause() is not None:
+            java = java.getCause()
+        text = f"{java.getClass().getSimpleName()}: {java.getMessage()}".splitlines()
+    else:
+        text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__
 
 
