@@ -47,7 +47,12 @@ def observe_runs(instance: dg.DagsterInstance, group: str) -> RunObserver:
 
 
 def terminate_runs(instance: dg.DagsterInstance, group: str, leases: list[Lease]) -> list[str]:
-    """Terminate the runs of revoked attempts that are still alive past their deadline; returns their ids."""
+    """Terminate the runs of revoked attempts that are still alive past their deadline; returns their ids.
+
+    A run the launcher cannot reach (its worker is gone, or it never started) is marked canceled,
+    so the instance does not show it running forever. Either way the raised fence already keeps
+    it from committing.
+    """
     stopped = []
     for lease in leases:
         if lease.owner_run_id is not None:
@@ -58,6 +63,7 @@ def terminate_runs(instance: dg.DagsterInstance, group: str, leases: list[Lease]
         for run_id in run_ids:
             run = instance.get_run_by_id(run_id)
             if run is not None and not run.is_finished:
-                instance.run_coordinator.cancel_run(run_id)
+                if not instance.run_coordinator.cancel_run(run_id):
+                    instance.report_run_canceled(run, message="icegroup: lease past its deadline; re-granted")
                 stopped.append(run_id)
     return stopped

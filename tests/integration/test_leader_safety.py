@@ -1,0 +1,128 @@
+"""Leader safety and liveness through Dagster: racing Leaders, two instances on one lake, deadlines."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any
+
+import dagster as dg
+import pytest
+from pyiceberg.catalog import Catalog
+
+import iceberg.leader
+from dagster_project.definitions import build_definitions
+from dagster_project.tags import TAG_ATTEMPT, TAG_LEASE
+from iceberg.groups import GroupConfig
+from iceberg.registry import load_state
+from infra.demo_data import append_batches, create_source
+
+pytestmark = pytest.mark.dagster
+
+
+@pytest.fixture
+def lake_env(lake_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The resource reads the test lakehouse."""
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+
+
+def in_lockstep(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
+    """Make concurrent ticks read the registry before any of them commits: the worst case for CAS."""
+    barrier = threading.Barrier(parties, timeout=30)
+    original = iceberg.leader.plan_increment
+
+    def planned_after_everyone_read(*args: Any, **kwargs: Any) -> Any:
+        barrier.wait()
+        return original(*args, **kwargs)
+
+    monkeypatch.setattr(iceberg.leader, "plan_increment", planned_after_everyone_read)
+
+
+def evaluate_at_once(evaluations: list[Callable[[], Any]]) -> list[Any]:
+    with ThreadPoolExecutor(max_workers=len(evaluations)) as pool:
+        return list(pool.map(lambda evaluate: evaluate(), evaluations))
+
+
+def granted_shards(catalog: Catalog, group: GroupConfig) -> list[str]:
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    return [sid for lease in state.leases.values() for sid in lease.shard_ids]
+
+
+@pytest.mark.usefixtures("lake_env")
+def test_two_sensor_evaluations_at_once_grant_each_shard_once(
+    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = make_group(max_borrowers=3)
+    append_batches(create_source(catalog, group.source), 2, 30)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    in_lockstep(monkeypatch, 2)
+
+    with dg.instance_for_test() as instance:
+        results = evaluate_at_once(
+            [lambda: sensor(dg.build_sensor_context(instance=instance, resources=built.resources))] * 2
+        )
+
+    winners = [r for r in results if isinstance(r, dg.SensorResult)]
+    losers = [r for r in results if isinstance(r, dg.SkipReason)]
+    assert len(winners) == 1 and len(losers) == 1
+    assert "another Leader committed first" in str(losers[0].skip_message)
+    requested = {r.tags[TAG_LEASE] for r in winners[0].run_requests or []}
+    state = load_state(catalog, group.name).state
+    assert state is not None and requested == set(state.leases)
+    shards = granted_shards(catalog, group)
+    assert len(shards) == len(set(shards))
+
+
+@pytest.mark.usefixtures("lake_env")
+def test_two_dagster_instances_on_one_lake_never_grant_a_shard_twice(
+    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = make_group(max_borrowers=2)
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, 30)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    in_lockstep(monkeypatch, 2)
+
+    with dg.instance_for_test() as one, dg.instance_for_test() as two:
+        assert one.root_directory != two.root_directory
+        results = evaluate_at_once(
+            [
+                lambda: sensor(dg.build_sensor_context(instance=one, resources=built.resources)),
+                lambda: sensor(dg.build_sensor_context(instance=two, resources=built.resources)),
+            ]
+        )
+
+    assert sorted(type(r).__name__ for r in results) == ["SensorResult", "SkipReason"]
+    shards = granted_shards(catalog, group)
+    assert shards and len(shards) == len(set(shards))
+
+
+@pytest.mark.usefixtures("lake_env")
+def test_a_run_still_started_past_its_deadline_is_terminated_and_its_lease_regranted(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1, lease_timeout_s=10)
+    append_batches(create_source(catalog, group.source), 1, 6)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    with dg.instance_for_test() as instance:
+        first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+        assert isinstance(first, dg.SensorResult)
+        (request,) = first.run_requests or []
+        job = built.resolve_job_def(f"{group.name}_borrower")
+        run = instance.create_run_for_job(job, tags=request.tags, status=dg.DagsterRunStatus.STARTED)
+        lease = load_state(catalog, group.name).state.leases[request.tags[TAG_LEASE]]  # type: ignore[union-attr]
+        time.sleep(max(0.0, lease.deadline_ms / 1000 - time.time()) + 0.5)
+
+        again = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+
+        canceled = instance.get_run_by_id(run.run_id)
+        assert canceled is not None and canceled.status == dg.DagsterRunStatus.CANCELED
+    assert isinstance(again, dg.SensorResult)
+    (retry,) = again.run_requests or []
+    assert retry.tags[TAG_LEASE] == request.tags[TAG_LEASE] and retry.tags[TAG_ATTEMPT] == "1"
