@@ -48,6 +48,8 @@ def lease_metadata(group: GroupConfig, report: LeaseReport, lag_rows: int, lag_s
         "shards_committed": dg.MetadataValue.int(len(report.committed)),
         "shards_resumed": dg.MetadataValue.int(len(report.resumed)),
         "shards_fenced": dg.MetadataValue.int(len(report.fenced)),
+        "commit_conflicts_retried": dg.MetadataValue.int(report.commit_conflicts),
+        "redeliveries": dg.MetadataValue.int(report.redeliveries),
         "sink_snapshots": dg.MetadataValue.json([str(s) for s in report.sink_snapshots]),
         "lag_rows": dg.MetadataValue.int(lag_rows),
         "lag_snapshots": dg.MetadataValue.int(lag_snapshots),

@@ -7,6 +7,7 @@ Two modes:
   owner is this process's run id; other workers see it alive while its pid file names a live
   process, which is how a vanished run worker shows up (Dagster's run monitoring does the same).
 - ``lease``: execute one granted lease attempt, as a Dagster Borrower run does.
+- ``tick``: one Leader tick that sees every Borrower run as ``--observe`` says, as a sensor does.
 
 The lakehouse comes from ``ICEGROUP_*`` variables, the group from a YAML file.
 """
@@ -23,7 +24,7 @@ from pathlib import Path
 
 from iceberg.groups import GroupConfig, load_groups
 from iceberg.lakehouse import load_lakehouse
-from iceberg.leader import RunObserver
+from iceberg.leader import RunObserver, tick
 from iceberg.liveness import RunState
 from iceberg.state import Lease
 from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
@@ -87,22 +88,32 @@ def run_one_lease(group: GroupConfig, lease_id: str, attempt: int) -> int:
     return 0
 
 
+def run_tick(group: GroupConfig, observed: str) -> int:
+    """One Leader tick; prints what it would launch."""
+    result = tick(load_lakehouse().catalog(), group, lambda _: RunState(observed))
+    print(f"launch {len(result.launch)}", flush=True)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m tests.chaos.worker consume|lease ...``."""
     parser = argparse.ArgumentParser(prog="tests.chaos.worker")
-    parser.add_argument("mode", choices=["consume", "lease"])
+    parser.add_argument("mode", choices=["consume", "lease", "tick"])
     parser.add_argument("--groups", type=Path, required=True)
     parser.add_argument("--group", required=True)
     parser.add_argument("--folder", type=Path, help="consume: pid files and the stop file")
     parser.add_argument("--name", default="w")
     parser.add_argument("--lease")
     parser.add_argument("--attempt", type=int, default=0)
+    parser.add_argument("--observe", default="missing", help="tick: the run state every lease's run has")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s: %(message)s")
     group = load_groups(args.groups)[args.group]
     if args.mode == "consume":
         run_consume(group, args.folder, args.name)
         return 0
+    if args.mode == "tick":
+        return run_tick(group, args.observe)
     return run_one_lease(group, args.lease, args.attempt)
 
 
