@@ -50,8 +50,9 @@ def terminate_runs(instance: dg.DagsterInstance, group: str, leases: list[Lease]
     """Terminate the runs of revoked attempts that are still alive past their deadline; returns their ids.
 
     A run the launcher cannot reach (its worker is gone, or it never started) is marked canceled,
-    so the instance does not show it running forever. Either way the raised fence already keeps
-    it from committing.
+    so the instance does not show it running forever. Either way the raised fence keeps it from
+    committing (where the sink did not exist at the re-grant, the new attempt raises it when it
+    connects, and the commit's shard check keeps any shard from landing twice).
     """
     stopped = []
     for lease in leases:

@@ -8,7 +8,10 @@ its own attempt when it connects, which also covers a sink that did not exist at
 A fence only ever goes up. pyiceberg applies property updates onto whatever metadata is current,
 so a plain ``set_properties`` from a slow Leader could lower a fence that another Leader raised.
 The update therefore carries a requirement that every fence is still below its new value, checked
-by the catalog against the metadata it swaps.
+by the catalog against the metadata it swaps. pyiceberg's SQL catalog validates requirements
+itself, so a custom one works there; a REST catalog validates on the server and would need the
+fence as a standard requirement (not available), which is one reason icegroup supports SQL
+catalogs only.
 """
 
 from __future__ import annotations

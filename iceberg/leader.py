@@ -172,9 +172,9 @@ def tick(
     before = loaded.state or initial_state(source, group)
 
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
-    letters = open_letters(catalog, group.name)
     history = read_sink_history(catalog, group.sink, group.name, before.sink_cursor)
     state, committed = apply_commits(before, history.shard_ids())
+    letters = {sid: d for sid, d in open_letters(catalog, group.name).items() if sid in state.shards}
     state.sink_cursor = history.head if history.head is not None else state.sink_cursor
     progressed = {c.lease_id for c in history.commits}
     for lease_id, lease in state.leases.items():

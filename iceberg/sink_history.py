@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from iceberg.errors import SinkError
 from iceberg.lineage import SinkCommit, parse_commit
 from iceberg.tables import load_optional, walk_back
 
@@ -28,9 +29,16 @@ class SinkHistory:
 
 
 def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommit]:
-    """The group's commits after ``since`` on the sink's main branch, oldest first."""
+    """The group's commits after ``since`` on the sink's main branch, oldest first.
+
+    If the walk cannot get back to ``since`` (sink snapshots after it were expired), commits may
+    be missing from what it found, and treating their shards as pending would commit them twice:
+    that is an error, not a shorter history.
+    """
     commits = []
+    last = None
     for snapshot in walk_back(table, since):
+        last = snapshot
         summary = snapshot.summary
         if summary is None:
             continue
@@ -38,6 +46,16 @@ def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommi
         commit = parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, props, int(props.get("added-records", "0")))
         if commit is not None and commit.group == group:
             commits.append(commit)
+    head = table.current_snapshot()
+    reached = since is None or (
+        last.parent_snapshot_id == since if last is not None else head is None or head.snapshot_id == since
+    )
+    if not reached:
+        raise SinkError(
+            f"sink: snapshots of {table.name()} between {since} (the last one group {group!r} reconciled) and "
+            "its head were expired, so commits since then cannot be read back; restore them, and expire sink "
+            "snapshots only once the group has reconciled them (icegroup describe shows its sink cursor)"
+        )
     commits.reverse()
     return commits
 

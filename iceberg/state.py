@@ -41,8 +41,8 @@ class Lease(BaseModel):
     granted_at_ms: int = Field(description="When this attempt was granted.")
     deadline_ms: int = Field(description="After this, a run still holding the lease is treated as dead.")
     sink_snapshot_at_grant: int | None = Field(
-        description="Sink head when first granted; commits are validated from here, so a second commit "
-        "of the same shard fails."
+        description="Sink head when this attempt was granted (moved to the reconciled head at each re-grant); "
+        "the commit check looks for an earlier commit of a shard from here on."
     )
     owner_run_id: str | None = Field(
         default=None, description="Run executing the lease in-process; None for a launched Borrower run."

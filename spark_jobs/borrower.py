@@ -24,7 +24,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 
 from iceberg.dead_letter import PARKED, STOPPED, DeadLetter, record
-from iceberg.errors import ConfigError, IcegroupError, SinkError
+from iceberg.errors import IcegroupError, SinkError
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig
@@ -117,13 +117,14 @@ def stage_with_redelivery(
 ) -> str | Exception:
     """Read, transform and stage a shard, delivering it again with backoff when that fails.
 
-    Returns the stage token, or the last error once ``max_deliver`` deliveries failed. Errors that
-    another delivery cannot fix (bad config, a sink that cannot take the output) propagate at once.
+    Returns the stage token, or the last error once ``max_deliver`` deliveries failed. icegroup's own
+    errors propagate at once: another delivery cannot fix a bad config or a sink that cannot take
+    the output, and a lease fenced meanwhile says nothing about the shard.
     """
     for delivery in range(1, group.max_deliver + 1):
         try:
             return stage(output())
-        except (ConfigError, SinkError):
+        except IcegroupError:
             raise
         except Exception as exc:
             if delivery == group.max_deliver:
@@ -232,6 +233,7 @@ def run_lease(
             progress,
         )
         if isinstance(staged, Exception):
+            connect(catalog, group, lease)  # only the lease's holder may declare its shard poison
             raise park(catalog, group, lease, shard, staged)
         failpoint("borrower.after_stage")
         props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)

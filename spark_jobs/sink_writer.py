@@ -6,7 +6,8 @@ write-audit-publish; the sink sets ``write.wap.enabled``), which no reader of ma
 inside the catalog's compare-and-swap, on exactly the metadata the commit is built on:
 
 - the lease's fence (a sink property the Leader raises before it re-grants) is not above this
-  attempt, and the group epoch is the lease's: a zombie Borrower fails here and leaves nothing;
+  attempt, and the group epoch is the lease's: a zombie Borrower fails here and adds nothing to
+  main (if its output added columns, the sink keeps them, empty);
 - no sink snapshot since the grant carries the shard: a shard is committed once.
 
 A conflicting commit makes the swap fail; Iceberg refreshes, backs off and retries, and the checks
@@ -162,7 +163,8 @@ def publish_shard(
 ) -> Published:
     """Append the staged files to main in one fenced commit; ``Fenced`` or ``AlreadyCommitted`` if not allowed.
 
-    Whatever the outcome, nothing staged is left behind when the publish is refused.
+    A refused publish expires its staged snapshot and files. A Borrower killed between stage and
+    publish leaves its staged snapshot behind, invisible on main, until the sink's snapshots expire.
     """
     jvm: Any = spark._jvm
     iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)

@@ -12,7 +12,8 @@ runs a CI-sized setting through ``tests/chaos/test_chaos.py``. One run:
    and mid-tick: after liveness, after raising fences, after the registry commit but before the
    run is launched). A killed worker is started again;
 4. samples the registry all along: stream positions must never move back, and a fault counts as
-   recovered once every lease the killed process held has been re-granted or finished;
+   recovered once every lease the killed process held has been re-granted or finished *and* the
+   group has committed to the sink again since the kill (or has nothing left to do);
 5. stops producing, waits until the group is caught up, and checks the sink against the source row
    by row, stream order, and that every lease is accounted for.
 """
@@ -76,6 +77,7 @@ class Fault:
     worker: str
     at_s: float
     held: dict[str, int]
+    cursor: int | None = None
     recovered_s: float | None = None
 
 
@@ -94,6 +96,7 @@ class Outcome:
     position_regressions: list[str] = field(default_factory=list)
     order_violations: list[str] = field(default_factory=list)
     lease_problems: list[str] = field(default_factory=list)
+    worker_problems: list[str] = field(default_factory=list)
     leases_done: int = 0
     attempts_max: int = 0
     elapsed_s: float = 0.0
@@ -120,6 +123,7 @@ class Outcome:
             and not self.position_regressions
             and not self.order_violations
             and not self.lease_problems
+            and not self.worker_problems
         )
 
     def line(self) -> str:
@@ -137,6 +141,7 @@ class Workers:
         self.env = {**os.environ, "ICEGROUP_HOME": str(home), "ICEGROUP_FAILPOINTS": str(folder / "points")}
         self.groups, self.group, self.folder, self.logs = groups, group, folder, logs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.killed: set[int] = set()
 
     def start(self, name: str) -> None:
         log = (self.logs / f"{name}.log").open("ab")
@@ -158,19 +163,35 @@ class Workers:
 
     def kill(self, name: str) -> int:
         proc = self.procs[name]
+        self.killed.add(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
         proc.wait()
         return proc.pid
 
-    def stop_all(self) -> None:
+    def crashed(self) -> list[str]:
+        """Workers that exited on their own (an unexpected error): restarted, and reported."""
+        found = []
+        for name, proc in list(self.procs.items()):
+            if proc.poll() is not None and proc.pid not in self.killed:
+                found.append(f"worker {name} (pid {proc.pid}) exited by itself with code {proc.returncode}")
+                self.start(name)
+        return found
+
+    def stop_all(self) -> list[str]:
+        """Stop every worker; returns problems: a worker that failed or had to be killed."""
         (self.folder / "stop").touch()
         deadline = time.monotonic() + 60
-        for proc in self.procs.values():
+        problems = []
+        for name, proc in self.procs.items():
             try:
                 proc.wait(timeout=max(1.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+                problems.append(f"worker {name} did not stop")
+            if proc.returncode != 0 and proc.pid not in self.killed:
+                problems.append(f"worker {name} (pid {proc.pid}) ended with code {proc.returncode}")
+        return problems
 
 
 class Monitor(threading.Thread):
@@ -187,6 +208,8 @@ class Monitor(threading.Thread):
         self.leases: dict[str, int] = {}
 
     def watch(self, fault: Fault) -> None:
+        state = load_state(self.catalog, self.group).state
+        fault.cursor = state.sink_cursor if state is not None else None
         with self.lock:
             self.pending.append(fault)
 
@@ -208,7 +231,8 @@ class Monitor(threading.Thread):
                     lease_id not in state.leases or state.leases[lease_id].attempt > attempt
                     for lease_id, attempt in fault.held.items()
                 )
-                if moved:
+                going = state.sink_cursor != fault.cursor or state.is_idle()
+                if moved and going:
                     fault.recovered_s = round(now - fault.at_s, 2)
             self.pending = [f for f in self.pending if f.recovered_s is None]
 
@@ -237,9 +261,8 @@ def inject(
     if kind == RANDOM:
         name = rng.choice(sorted(workers.procs))
         time.sleep(rng.uniform(0.5, 4.0))
-        held = held_by(lakehouse, workers.group, workers.run_id(workers.procs[name].pid))
-        workers.kill(name)
-        return name, held
+        pid = workers.kill(name)
+        return name, held_by(lakehouse, workers.group, workers.run_id(pid))
     armed = points / kind
     armed.touch()
     deadline = time.monotonic() + settings.hit_timeout_s
@@ -248,13 +271,12 @@ def inject(
         if hits:
             pid = int(hits[0].name.split(".")[1])
             name = workers.by_pid(pid)
-            held = held_by(lakehouse, workers.group, workers.run_id(pid))
             if name is None:
                 hits[0].unlink()
                 return None
             workers.kill(name)
             hits[0].unlink()
-            return name, held
+            return name, held_by(lakehouse, workers.group, workers.run_id(pid))
         time.sleep(0.05)
     try:
         armed.unlink()
@@ -270,11 +292,10 @@ def inject_claimed(kind: str, workers: Workers, lakehouse: LakehouseConfig) -> t
         if hits:
             pid = int(hits[0].name.split(".")[1])
             name = workers.by_pid(pid)
-            held = held_by(lakehouse, workers.group, workers.run_id(pid))
             if name is not None:
                 workers.kill(name)
             hits[0].unlink()
-            return (name, held) if name is not None else None
+            return (name, held_by(lakehouse, workers.group, workers.run_id(pid))) if name is not None else None
         time.sleep(0.05)
     return None
 
@@ -365,6 +386,7 @@ def run_chaos(settings: Settings, home: Path, say: object = print) -> Outcome:
     try:
         while len(outcome.faults) < settings.faults and tries < settings.faults * 4:
             tries += 1
+            outcome.worker_problems.extend(workers.crashed())
             kind = rng.choice(kinds)
             injected = inject(kind, workers, lakehouse, settings, rng)
             if injected is None:
@@ -383,7 +405,7 @@ def run_chaos(settings: Settings, home: Path, say: object = print) -> Outcome:
         wait_caught_up(lakehouse, group, settings.catch_up_timeout_s)
         time.sleep(0.5)
     finally:
-        workers.stop_all()
+        outcome.worker_problems.extend(workers.crashed() + workers.stop_all())
         monitor.halt.set()
         monitor.join()
     monitor.sample()
@@ -429,6 +451,7 @@ def record(outcome: Outcome, settings: Settings, path: Path) -> None:
         "position_regressions": outcome.position_regressions,
         "order_violations": outcome.order_violations,
         "lease_problems": outcome.lease_problems,
+        "worker_problems": outcome.worker_problems,
         "elapsed_s": outcome.elapsed_s,
         "faults": [asdict(f) for f in outcome.faults],
     }
@@ -451,7 +474,8 @@ def main(argv: list[str] | None = None) -> int:
     outcome = run_chaos(settings, home)
     if args.full:
         record(outcome, settings, RESULTS / "chaos_full.json")
-    for problem in outcome.position_regressions + outcome.order_violations + outcome.lease_problems:
+    problems = outcome.position_regressions + outcome.order_violations + outcome.lease_problems
+    for problem in problems + outcome.worker_problems:
         print(f"problem: {problem}")
     print(outcome.line())
     return 0 if outcome.ok else 1

@@ -21,4 +21,4 @@ def test_kill_9_chaos_keeps_exactly_once(tmp_path: Path) -> None:
     assert outcome.lost == 0 and outcome.duplicated == 0 and outcome.rows_differ == 0
     assert outcome.source_rows == outcome.sink_rows > 0
     assert outcome.position_regressions == [] and outcome.order_violations == []
-    assert outcome.lease_problems == []
+    assert outcome.lease_problems == [] and outcome.worker_problems == []

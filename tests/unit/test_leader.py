@@ -141,7 +141,7 @@ def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, 
     second = tick(catalog, group, running, now_ms=T0 + 1000)
 
     assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
-    assert second.state.leases[bad.lease_id].attempt == 0
+    assert second.state.leases[bad.lease_id].attempt == 1  # parking fences the attempt that gave up
     assert done.lease_id not in second.state.leases and len(second.committed) == 1
     assert set(second.state.leases) == {bad.lease_id, other.lease_id}  # no new grant for the free slot
     assert second.launch == []
@@ -160,7 +160,7 @@ def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, 
     fourth = tick(catalog, group, running, now_ms=T0 + 3000)
 
     regranted = fourth.state.leases[bad.lease_id]
-    assert regranted.attempt == 1 and regranted.phase is LeasePhase.GRANTING
+    assert regranted.attempt == 2 and regranted.phase is LeasePhase.GRANTING
     assert regranted.shard_ids == bad.shard_ids
     assert fourth.regranted == 1 and fourth.stopped == [] and fourth.terminate == []
     assert regranted in fourth.launch
@@ -191,17 +191,17 @@ def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
 
     third = tick(catalog, group, running, now_ms=bad.deadline_ms + 1)  # a parked lease has no deadline
     assert third.state.leases[bad.lease_id].phase is LeasePhase.PARKED
-    assert third.state.leases[bad.lease_id].attempt == 0
+    assert third.state.leases[bad.lease_id].attempt == 1
     assert bad.lease_id not in {lease.lease_id for lease in third.launch + third.terminate}
 
     redrive(catalog, group.name, [letter.shard_id])
     fourth = tick(catalog, group, running, now_ms=bad.deadline_ms + 1000)
 
     regranted = fourth.state.leases[bad.lease_id]
-    assert (regranted.attempt, regranted.phase) == (1, LeasePhase.GRANTING)
+    assert (regranted.attempt, regranted.phase) == (2, LeasePhase.GRANTING)
     assert regranted in fourth.launch
     assert fourth.parked == []
-    assert catalog.load_table(group.sink).metadata.properties[fence_key(group.name, bad.lease_id)] == "1"
+    assert catalog.load_table(group.sink).metadata.properties[fence_key(group.name, bad.lease_id)] == "2"
 
 
 def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_group: type[GroupConfig]) -> None:

@@ -78,11 +78,14 @@ public final class FencedCommit {
       Map<String, String> properties) {
     table.refresh();
     Snapshot staged = findStaged(table, stageToken);
+    if (staged == null) {
+      throw new ValidationException(
+          "staged output %s of shard %s is gone (expired before it was published?); nothing was committed",
+          stageToken, shardId);
+    }
     List<DataFile> files = new ArrayList<>();
-    if (staged != null) {
-      for (DataFile file : staged.addedDataFiles(table.io())) {
-        files.add(file.copy());
-      }
+    for (DataFile file : staged.addedDataFiles(table.io())) {
+      files.add(file.copy());
     }
     Guard guard =
         new Guard(group, fenceKey, attempt, epochKey, epoch, shardId, validateFrom, staged);
@@ -119,7 +122,7 @@ public final class FencedCommit {
     Collections.reverse(snapshots);
     for (Snapshot s : snapshots) {
       if (stageToken.equals(s.summary().get(STAGE_KEY))) {
-        if (s.summary().get("wap.id") == null) {
+        if (s.summary().get("wap.id") == null || onMain(table.currentSnapshot(), table, s.snapshotId())) {
           throw new IllegalStateException(
               "snapshot " + s.snapshotId() + " was committed to main, not staged: the sink needs write.wap.enabled=true");
         }
@@ -127,6 +130,15 @@ public final class FencedCommit {
       }
     }
     return null;
+  }
+
+  private static boolean onMain(Snapshot head, Table table, long snapshotId) {
+    for (Snapshot s = head; s != null; s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
+      if (s.snapshotId() == snapshotId) {
+        return true;
+      }
+    }
+    return false;
   }
 
   private static Snapshot parent(TableMetadata metadata, Snapshot snapshot) {
@@ -174,16 +186,31 @@ public final class FencedCommit {
       if (epoch != current) {
         throw new Fenced("epoch fenced: %s is %s, this lease is of epoch %s", epochKey, current, epoch);
       }
+      if (staged != null && base.snapshot(staged.snapshotId()) == null) {
+        throw new ValidationException(
+            "staged output of shard %s (snapshot %s) was expired before it was published", shardId, staged.snapshotId());
+      }
       String needle = "\"id\":\"" + shardId + "\"";
+      boolean reached = validateFrom == null;
+      Snapshot last = null;
       for (Snapshot s = base.currentSnapshot(); s != null; s = parent(base, s)) {
         if (validateFrom != null && s.snapshotId() == validateFrom) {
+          reached = true;
           break;
         }
+        last = s;
         Map<String, String> summary = s.summary();
         String shards = summary.get(SHARDS_KEY);
         if (group.equals(summary.get(GROUP_KEY)) && shards != null && shards.contains(needle)) {
           throw new AlreadyCommitted("shard %s is already committed in snapshot %s", shardId, s.snapshotId());
         }
+      }
+      boolean parentIsBase = last != null && validateFrom != null && validateFrom.equals(last.parentId());
+      if (!reached && !parentIsBase) {
+        throw new ValidationException(
+            "sink history back to snapshot %s (seen at grant) is expired, so it cannot be shown that shard %s "
+                + "is not committed yet; the Leader re-grants from the current head",
+            validateFrom, shardId);
       }
     }
 
