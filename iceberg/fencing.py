@@ -70,4 +70,6 @@ def raise_fences(table: Table, fences: dict[str, int], retries: int = 20) -> dic
                 "raising fences %s: sink moved (%s); retry %d/%d in %.2fs", wanted, exc, attempt + 1, retries, wait
             )
             time.sleep(wait)
-    raise SinkError(f"sink: could not raise fences {fences} on {table.name()} in {retries} retries; try again")
+    raise SinkError(
+        f"sink: could not raise fences {fences} on {'.'.join(table.name())} in {retries} retries; try again"
+    )

@@ -145,7 +145,8 @@ def _first_line(exc: BaseException) -> str:
     if java is not None:
         while java.getCause() is not None:
             java = java.getCause()
-        text = f"{java.getClass().getSimpleName()}: {java.getMessage()}".splitlines()
+        message = java.getMessage()
+        text = f"{java.getClass().getSimpleName()}: {message if message is not None else ''}".splitlines()
     else:
         text = str(exc).strip().splitlines()
     return text[0][:300] if text else type(exc).__name__

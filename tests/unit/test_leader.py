@@ -47,9 +47,9 @@ def create_sink(catalog: Catalog, group: GroupConfig) -> Table:
     return catalog.create_table(group.sink, schema=SINK_SCHEMA)
 
 
-def commit_as_borrower(catalog: Catalog, group: GroupConfig, result: TickResult, lease: Lease) -> None:
-    """Append to the sink what a Borrower's commit of the lease's first shard records."""
-    shard = result.state.shards[lease.shard_ids[0]]
+def commit_as_borrower(catalog: Catalog, group: GroupConfig, result: TickResult, lease: Lease, index: int = 0) -> None:
+    """Append to the sink what a Borrower's commit of the lease's shard at ``index`` (the first) records."""
+    shard = result.state.shards[lease.shard_ids[index]]
     sink = catalog.load_table(group.sink)
     properties = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
     sink.append(pa.Table.from_pylist([{"id": 1}], schema=SINK_SCHEMA.as_arrow()), snapshot_properties=properties)
@@ -202,6 +202,35 @@ def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
     assert regranted in fourth.launch
     assert fourth.parked == []
     assert catalog.load_table(group.sink).metadata.properties[fence_key(group.name, bad.lease_id)] == "2"
+
+
+@pytest.mark.parametrize("action", [STOPPED, PARKED])
+def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
+    catalog: Catalog, make_group: type[GroupConfig], action: str
+) -> None:
+    """A Borrower that gave up after another attempt committed the shard must not stop or park anything."""
+    group = three_stream_group(make_group, catalog, max_borrowers=2, lease_max_shards=2)
+    create_sink(catalog, group)
+    first = tick(catalog, group, running, now_ms=T0)
+    held, done = sorted(first.state.leases.values(), key=lambda lease: lease.streams)
+    assert len(held.shard_ids) == len(done.shard_ids) == 2 and held.streams != done.streams
+    commit_as_borrower(catalog, group, first, held)  # its first shard only: the lease stays in flight
+    letter = poison(catalog, group, first, held, action)  # for that committed shard
+    commit_as_borrower(catalog, group, first, done)
+    commit_as_borrower(catalog, group, first, done, index=1)  # frees a slot for the third stream
+
+    second = tick(catalog, group, running, now_ms=T0 + 1000)
+
+    assert letter.shard_id in {shard.shard_id for shard in second.committed}
+    assert second.stopped == [] and second.parked == []
+    kept = second.state.leases[held.lease_id]
+    assert (kept.phase, kept.attempt, kept.shard_ids) == (LeasePhase.GRANTED, held.attempt, held.shard_ids)
+    assert fence_key(group.name, held.lease_id) not in catalog.load_table(group.sink).metadata.properties
+    (grant,) = second.launch  # the group is not stopped: the free slot gets the third stream
+    assert grant.lease_id not in first.state.leases
+    assert not set(grant.streams) & {*held.streams, *done.streams}
+    stored = load_state(catalog, group.name).state
+    assert stored is not None and stored.leases[held.lease_id].phase is LeasePhase.GRANTED
 
 
 def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_group: type[GroupConfig]) -> None:

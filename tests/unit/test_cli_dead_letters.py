@@ -1,0 +1,174 @@
+"""``icegroup dead-letters`` and ``icegroup redrive`` on the test lakehouse (no Spark, no Dagster runs)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+from pyiceberg.catalog import Catalog
+
+from dagster_project.cli import main
+from iceberg.dead_letter import PARKED, REDRIVEN, STOPPED, DeadLetter, latest, open_letters, record
+from iceberg.groups import GroupConfig
+
+
+@pytest.fixture
+def group(make_group: type[GroupConfig]) -> GroupConfig:
+    return make_group()
+
+
+@pytest.fixture
+def groups_file(tmp_path: Path, group: GroupConfig) -> Path:
+    """A groups YAML with this test's group."""
+    path = tmp_path / "groups.yaml"
+    path.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
+    return path
+
+
+@pytest.fixture(autouse=True)
+def env(lake_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The CLI finds the session's lakehouse through ICEGROUP_HOME and nothing else."""
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    for var in ("ICEGROUP_LAKEHOUSE", "ICEGROUP_CATALOG_URI", "ICEGROUP_WAREHOUSE", "ICEGROUP_GROUPS"):
+        monkeypatch.delenv(var, raising=False)
+
+
+def letter(shard_id: str, action: str, stream: str, at_ms: int = 1_000) -> DeadLetter:
+    return DeadLetter(
+        shard_id=shard_id,
+        stream=stream,
+        lease_id="fedcba9876543210",
+        attempt=2,
+        action=action,
+        error="ZeroDivisionError: division by zero",
+        from_snapshot=101,
+        to_snapshot=103,
+        at_ms=at_ms,
+    )
+
+
+@pytest.fixture
+def letters(catalog: Catalog, group: GroupConfig) -> list[DeadLetter]:
+    """One parked and one stopped shard, and one that was parked and re-driven already."""
+    recorded = [
+        letter("s1", PARKED, "0/region=eu"),
+        letter("s2", STOPPED, "0/region=us"),
+        letter("s3", PARKED, "0/region=apac"),
+    ]
+    record(catalog, group.name, recorded)
+    record(catalog, group.name, [letter("s3", REDRIVEN, "0/region=apac", at_ms=2_000)])
+    return recorded
+
+
+def cli(groups_file: Path, *args: str) -> int:
+    return main(["--groups", str(groups_file), *args])
+
+
+def test_dead_letters_lists_each_shards_latest_state_as_json(
+    groups_file: Path, group: GroupConfig, letters: list[DeadLetter], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(groups_file, "dead-letters", group.name, "--json") == 0
+
+    rows = sorted(json.loads(capsys.readouterr().out), key=lambda row: row["shard"])
+    assert rows == [
+        {
+            "shard": shard,
+            "stream": stream,
+            "state": state,
+            "source_snapshots": "101..103",
+            "lease": "fedcba9876543210#2",
+            "error": "ZeroDivisionError: division by zero",
+        }
+        for shard, stream, state in (
+            ("s1", "0/region=eu", PARKED),
+            ("s2", "0/region=us", STOPPED),
+            ("s3", "0/region=apac", REDRIVEN),
+        )
+    ]
+
+
+def test_dead_letters_of_a_group_without_any_is_an_empty_list(
+    groups_file: Path, group: GroupConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(groups_file, "dead-letters", group.name, "--json") == 0
+
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_dead_letters_as_a_table(
+    groups_file: Path, group: GroupConfig, letters: list[DeadLetter], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(groups_file, "dead-letters", group.name) == 0
+
+    header, *lines = capsys.readouterr().out.splitlines()
+    assert header.split() == ["SHARD", "STREAM", "STATE", "SOURCE_SNAPSHOTS", "LEASE", "ERROR"]
+    assert sorted(line.split()[:3] for line in lines) == [
+        ["s1", "0/region=eu", PARKED],
+        ["s2", "0/region=us", STOPPED],
+        ["s3", "0/region=apac", REDRIVEN],
+    ]
+
+
+@pytest.mark.parametrize("shard", ["nope", "s3"], ids=["unknown", "already-redriven"])
+def test_redrive_of_a_shard_that_is_not_open_is_an_error_naming_it_and_dead_letters(
+    catalog: Catalog,
+    groups_file: Path,
+    group: GroupConfig,
+    letters: list[DeadLetter],
+    capsys: pytest.CaptureFixture[str],
+    shard: str,
+) -> None:
+    before = latest(catalog, group.name)
+
+    assert cli(groups_file, "redrive", group.name, "--shard", "s1", "--shard", shard) == 2
+
+    err = capsys.readouterr().err
+    assert err.startswith("icegroup: error: ")
+    assert f"shard(s) [{shard!r}] of group {group.name!r} are not parked or stopped" in err
+    assert f"`icegroup dead-letters {group.name}`" in err
+    assert latest(catalog, group.name) == before  # not even the open shard named with it is released
+
+
+def test_redrive_of_one_shard_releases_only_it_then_redrive_releases_the_rest(
+    catalog: Catalog,
+    groups_file: Path,
+    group: GroupConfig,
+    letters: list[DeadLetter],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert cli(groups_file, "redrive", group.name, "--shard", "s1") == 0
+
+    assert capsys.readouterr().out.splitlines() == [
+        "re-driven: shard s1 (stream 0/region=eu)",
+        "1 shard(s) re-driven; the next Leader tick grants them again",
+    ]
+    assert list(open_letters(catalog, group.name)) == ["s2"]
+
+    assert cli(groups_file, "redrive", group.name) == 0
+
+    assert capsys.readouterr().out.splitlines() == [
+        "re-driven: shard s2 (stream 0/region=us)",
+        "1 shard(s) re-driven; the next Leader tick grants them again",
+    ]
+    assert open_letters(catalog, group.name) == {}
+    assert {d.action for d in latest(catalog, group.name).values()} == {REDRIVEN}
+
+
+def test_redrive_with_nothing_open_releases_nothing(
+    groups_file: Path, group: GroupConfig, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert cli(groups_file, "redrive", group.name) == 0
+
+    assert capsys.readouterr().out.splitlines() == ["0 shard(s) re-driven; the next Leader tick grants them again"]
+
+
+@pytest.mark.parametrize("command", ["dead-letters", "redrive"])
+def test_an_undefined_group_is_an_error_listing_the_defined_ones(
+    groups_file: Path, group: GroupConfig, capsys: pytest.CaptureFixture[str], command: str
+) -> None:
+    assert cli(groups_file, command, "nope") == 2
+
+    err = capsys.readouterr().err
+    assert f"group 'nope' is not defined in {groups_file}; defined: [{group.name!r}]" in err
