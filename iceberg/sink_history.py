@@ -52,7 +52,8 @@ def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommi
     )
     if not reached:
         raise SinkError(
-            f"sink: snapshots of {'.'.join(table.name())} between {since} (the last one group {group!r} reconciled) and "
+            f"sink: snapshots of {'.'.join(table.name())} between {since} (the last one group {group!r} "
+            "reconciled) and "
             "its head were expired, so commits since then cannot be read back; restore them, and expire sink "
             "snapshots only once the group has reconciled them (icegroup describe shows its sink cursor)"
         )
