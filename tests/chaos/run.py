@@ -267,26 +267,18 @@ def inject(
     armed.touch()
     deadline = time.monotonic() + settings.hit_timeout_s
     while time.monotonic() < deadline:
-        hits = list(points.glob(f"hit.*.{kind}"))
-        if hits:
-            pid = int(hits[0].name.split(".")[1])
-            name = workers.by_pid(pid)
-            if name is None:
-                hits[0].unlink()
-                return None
-            workers.kill(name)
-            hits[0].unlink()
-            return name, held_by(lakehouse, workers.group, workers.run_id(pid))
+        if list(points.glob(f"hit.*.{kind}")):
+            return kill_hit(kind, workers, lakehouse)
         time.sleep(0.05)
     try:
         armed.unlink()
-    except FileNotFoundError:
-        return inject_claimed(kind, workers, lakehouse)
+    except FileNotFoundError:  # claimed just as the wait ended
+        return kill_hit(kind, workers, lakehouse)
     return None
 
 
-def inject_claimed(kind: str, workers: Workers, lakehouse: LakehouseConfig) -> tuple[str, dict[str, int]] | None:
-    """The point was claimed just as the wait ended: kill whoever claimed it."""
+def kill_hit(kind: str, workers: Workers, lakehouse: LakehouseConfig) -> tuple[str, dict[str, int]] | None:
+    """Kill -9 the worker waiting at the claimed point ``kind``; returns it and the leases it held."""
     for _ in range(100):
         hits = list((workers.folder / "points").glob(f"hit.*.{kind}"))
         if hits:
