@@ -95,16 +95,20 @@ def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tu
     return lease, [state.shards[sid] for sid in lease.shard_ids if sid in state.shards]
 
 
-def connect(catalog: Catalog, group: GroupConfig, lease: Lease) -> None:
-    """Claim the lease on the sink: raise its fence to this attempt, or find a later attempt holds it."""
+def connect(catalog: Catalog, group: GroupConfig, lease: Lease) -> bool:
+    """Claim the lease on the sink: raise its fence to this attempt, or find a later attempt holds it.
+
+    Returns False when there is no sink yet to claim it on; the claim is then made once it exists.
+    """
     sink = load_optional(catalog, group.sink)
     if sink is None:
-        return
+        return False
     key = fence_key(group.name, lease.lease_id)
     raise_fences(sink, {key: lease.attempt})
     granted = int(sink.metadata.properties.get(key, "0"))
     if granted > lease.attempt:
         raise StaleLease(f"lease {lease.lease_id} of group {group.name!r} is fenced at attempt {granted}")
+    return True
 
 
 def stage_with_redelivery(
@@ -199,7 +203,7 @@ def run_lease(
         window_start_ms=lease.window_start_ms,
         shards_total=len(shards),
     )
-    connect(catalog, group, lease)
+    claimed = connect(catalog, group, lease)
     report.phase = BorrowerPhase.CONNECTED
     progress(f"lease {lease.lease_id} attempt {lease.attempt}: connected, {len(shards)} shards")
     done = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant).shard_ids()
@@ -212,7 +216,8 @@ def run_lease(
     def stage(out: DataFrame) -> str:
         if not ready:
             ensure_sink(spark, lakehouse.catalog_name, group.sink, out)
-            connect(catalog, group, lease)
+            if not claimed:
+                connect(catalog, group, lease)
             ready.append(True)
         aligned, evolve = align_to_sink(spark, sink_table, out)
         return stage_shard(aligned, sink_table, evolve=evolve)

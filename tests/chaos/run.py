@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -339,9 +340,8 @@ def check_sink(lakehouse: LakehouseConfig, group: GroupConfig, outcome: Outcome)
         outcome.lease_problems.append(f"registry counts {state.leases_done} leases done, sink has {len(leases)}")
 
 
-def run_chaos(settings: Settings, home: Path, say: object = print) -> Outcome:
+def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = print) -> Outcome:
     """One chaos run in ``home`` (a fresh folder); returns what it found."""
-    emit = say if callable(say) else print
     rng = random.Random(settings.seed)
     lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(home)})
     catalog = lakehouse.catalog()
