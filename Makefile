@@ -8,7 +8,12 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster
 export ICEGROUP_HOME ?= $(CURDIR)
 PYTEST_ARGS ?=
 
-.PHONY: system venv jvm instance demo test lint unit chaos bench ui clean
+.DEFAULT_GOAL := help
+.PHONY: help system venv jvm instance demo test lint unit chaos bench ui clean
+
+help: ## list the targets (this text)
+	@echo "icegroup: make TARGET"
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## (.*)/  \1\t\2/' | expand -t 12
 
 system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
 	@bash infra/install_system.sh
@@ -17,10 +22,11 @@ $(STAMP): pyproject.toml
 	@bash infra/install_venv.sh "$(PYTHON)" "$(VENV)"
 	@touch $(STAMP)
 
-venv: $(STAMP)
+venv: $(STAMP) ## the virtualenv with the pinned dependencies and the dev tools
 
-jvm: system venv ## icegroup-jvm.jar: the SQLite JDBC shim and the fenced sink commit
-	@bash spark_jobs/jvm/build.sh $(PY)
+jvm: system venv ## the jars: the fenced sink commit (spark_jobs/jvm) and the SQLite JDBC shim (infra/sqlite_jdbc)
+	@bash infra/build_jar.sh spark_jobs/jvm/src spark_jobs/jvm/icegroup-commit.jar $(PY)
+	@bash infra/build_jar.sh infra/sqlite_jdbc/src infra/sqlite_jdbc/icegroup-sqlite-jdbc.jar $(PY)
 
 instance: ## the local Dagster instance the demo, the CLI and the UI share
 	@mkdir -p $(DAGSTER_HOME)

@@ -8,7 +8,7 @@ from dagster_project.resources import IcegroupResource
 from dagster_project.tags import TAG_ATTEMPT, TAG_LEASE
 from iceberg.describe import describe_group
 from iceberg.groups import GroupConfig
-from iceberg.shards import window_label
+from iceberg.protocol.shards import window_label
 from spark_jobs.borrower import LeaseReport, fetch_lease, run_lease
 
 
@@ -69,7 +69,7 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
         tags={"icegroup/group": group.name},
         description=f"Rows of {group.source} through {group.transform}, exactly once, by group {group.name}.",
     )
-    def sink(context: dg.AssetExecutionContext, icegroup: IcegroupResource) -> dg.MaterializeResult:
+    def sink(context: dg.AssetExecutionContext, icegroup: IcegroupResource) -> dg.MaterializeResult[None]:
         """Execute the lease named in the run's tags and commit its shards to the sink."""
         tags = context.run.tags
         if TAG_LEASE not in tags:

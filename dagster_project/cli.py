@@ -1,5 +1,8 @@
-"""The ``icegroup`` command: list groups, describe one, consume one through the Dagster instance,
-and look at or re-drive its poison shards."""
+"""The ``icegroup`` command: list, describe and consume groups, and look at or re-drive poison shards.
+
+Every command shares one error handler: any ``IcegroupError`` is printed as
+``icegroup: error: <message and remedy>`` and the command exits 2.
+"""
 
 from __future__ import annotations
 
@@ -12,11 +15,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path
-from iceberg.dead_letter import latest, open_letters, redrive
+from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path, load_checked_groups
+from iceberg.dead_letters import latest, open_letters, redrive
 from iceberg.describe import GroupView, describe_group
 from iceberg.errors import IcegroupError
-from iceberg.groups import GroupConfig, load_groups
+from iceberg.groups import GroupConfig
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 
 
@@ -27,7 +30,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.groups = groups_path(args.groups)
     try:
         lakehouse = load_lakehouse(args.lakehouse)
-        groups = load_groups(args.groups)
+        groups = load_checked_groups(args.groups)
         result: int = args.run(args, lakehouse, groups)
         return result
     except IcegroupError as exc:

@@ -1,7 +1,8 @@
 """The code location: for each group, source and sink assets, a Borrower job, and a Leader.
 
 Groups come from ``dagster_project/groups.yaml``, or the file named by ``ICEGROUP_GROUPS``. They are
-read when Dagster loads the location, never at import.
+read when Dagster loads the location, never at import, and every group's transform is imported
+then, so a typo in one fails the location with an error naming the file, the group and the field.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from dagster_project.resources import IcegroupResource
 from dagster_project.sensors import leader_sensor
 from iceberg.groups import GroupConfig, load_groups
 from iceberg.lakehouse import load_lakehouse
+from spark_jobs.transforms import check_transforms
 
 ENV_GROUPS = "ICEGROUP_GROUPS"
 DEFAULT_GROUPS = Path(__file__).with_name("groups.yaml")
@@ -25,6 +27,13 @@ DEFAULT_GROUPS = Path(__file__).with_name("groups.yaml")
 def groups_path(explicit: str | None = None) -> Path:
     """Where the group definitions are read from: an explicit path, ``ICEGROUP_GROUPS``, or the default."""
     return Path(explicit or os.environ.get(ENV_GROUPS) or DEFAULT_GROUPS)
+
+
+def load_checked_groups(path: Path) -> dict[str, GroupConfig]:
+    """The groups defined in ``path``, with every transform imported: what the location and the CLI load."""
+    groups = load_groups(path)
+    check_transforms(groups.values(), source=str(path))
+    return groups
 
 
 def build_definitions(
@@ -60,4 +69,4 @@ def build_definitions(
 @dg.definitions
 def defs() -> dg.Definitions:
     """Load the groups file and build the location."""
-    return build_definitions(load_groups(groups_path()), load_lakehouse().catalog_name)
+    return build_definitions(load_checked_groups(groups_path()), load_lakehouse().catalog_name)

@@ -14,8 +14,8 @@ from dagster_project.run_observer import observe_runs
 from dagster_project.tags import TAG_GROUP
 from iceberg.describe import describe_group
 from iceberg.groups import GroupConfig
-from iceberg.shards import window_label
-from iceberg.state import Lease
+from iceberg.protocol.shards import window_label
+from iceberg.protocol.state import Lease
 from spark_jobs.borrower import LeaseReport
 from spark_jobs.consume import consume
 

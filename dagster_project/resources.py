@@ -13,7 +13,7 @@ from iceberg.lakehouse import LakehouseConfig, load_lakehouse
 from spark_jobs.session import get_session
 
 
-class IcegroupResource(dg.ConfigurableResource):
+class IcegroupResource(dg.ConfigurableResource):  # type: ignore[type-arg]  # parametrizing it makes pydantic build a subclass
     """Opens the lakehouse from one config, so the Leader and the Borrower see the same tables."""
 
     lakehouse_config: str | None = Field(

@@ -6,8 +6,8 @@ import dagster as dg
 
 from dagster_project.tags import TAG_ATTEMPT, TAG_GROUP, TAG_LEASE
 from iceberg.leader import RunObserver
-from iceberg.liveness import RunState
-from iceberg.state import Lease
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.state import Lease
 
 STATES = {
     dg.DagsterRunStatus.QUEUED: RunState.QUEUED,

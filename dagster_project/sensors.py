@@ -6,11 +6,11 @@ from dagster_project.jobs import UnresolvedAssetJobDefinition
 from dagster_project.resources import IcegroupResource
 from dagster_project.run_observer import observe_runs, terminate_runs
 from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
-from iceberg.errors import RegistryConflict
+from iceberg.errors import GroupStopped, RegistryConflict
 from iceberg.groups import GroupConfig
-from iceberg.leader import GroupStopped, tick
-from iceberg.shards import window_label
-from iceberg.state import Lease
+from iceberg.leader import tick
+from iceberg.protocol.shards import window_label
+from iceberg.protocol.state import Lease
 
 
 def run_request(group: GroupConfig, lease: Lease) -> dg.RunRequest:

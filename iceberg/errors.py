@@ -1,4 +1,8 @@
-"""Errors that a user can act on: each one names what is wrong and how to fix it."""
+"""Every error icegroup raises on purpose: each one names what is wrong and how to fix it.
+
+They all derive from ``IcegroupError``, so the CLI's one handler prints any of them as
+``icegroup: error: <message>`` and exits 2, and a Dagster run fails with the same message.
+"""
 
 
 class IcegroupError(Exception):
@@ -17,5 +21,25 @@ class RegistryConflict(IcegroupError):
     """Another Leader committed the registry first; this tick's decisions are void."""
 
 
+class GroupStopped(IcegroupError):
+    """A poison shard stopped the group (``on_poison: stop``); it waits for ``icegroup redrive``."""
+
+
 class SinkError(IcegroupError):
     """The sink cannot accept a Borrower's output."""
+
+
+class StaleLease(IcegroupError):
+    """The lease is no longer this run's: re-granted to a later attempt, or finished by others."""
+
+
+class Fenced(SinkError):
+    """The sink refused a commit: the lease was re-granted to a later attempt, or the group epoch moved."""
+
+
+class AlreadyCommitted(SinkError):
+    """The sink refused a commit because the shard is in it already: another attempt committed it."""
+
+
+class PoisonShard(SinkError):
+    """A shard failed ``max_deliver`` times; it is in the dead-letter table and this run stops."""

@@ -9,18 +9,22 @@ from __future__ import annotations
 
 import os
 import sqlite3
+import threading
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
+from iceberg.config_files import format_validation_error, read_yaml_mapping
 from iceberg.errors import ConfigError
+
+_CATALOGS: dict[str, Catalog] = {}
+_CATALOGS_LOCK = threading.Lock()
 
 ENV_CONFIG = "ICEGROUP_LAKEHOUSE"
 ENV_HOME = "ICEGROUP_HOME"
@@ -97,11 +101,22 @@ class LakehouseConfig(BaseModel):
         return f"jdbc:postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database}", props
 
     def catalog(self) -> Catalog:
-        """Open the pyiceberg catalog; a SQLite file is created in WAL mode.
+        """The process's pyiceberg catalog for this config: opened once, then shared.
 
-        WAL lets Spark's pooled JDBC connections read while pyiceberg writes; in the default rollback
-        journal an idle JDBC read transaction makes every pyiceberg commit fail with "database is locked".
+        The config is frozen, so equal configs mean the same catalog. Opening one builds a SQL
+        engine with its own connection pool; doing that per call would cost a pool per tick and
+        per lease. A SQLite file is created in WAL mode: WAL lets Spark's pooled JDBC connections
+        read while pyiceberg writes; in the default rollback journal an idle JDBC read transaction
+        makes every pyiceberg commit fail with "database is locked".
         """
+        key = self.model_dump_json()
+        with _CATALOGS_LOCK:
+            catalog = _CATALOGS.get(key)
+            if catalog is None:
+                catalog = _CATALOGS[key] = self._open_catalog()
+        return catalog
+
+    def _open_catalog(self) -> Catalog:
         url = make_url(self.catalog_uri)
         if url.get_backend_name() == "sqlite" and url.database:
             Path(url.database).parent.mkdir(parents=True, exist_ok=True)
@@ -140,35 +155,3 @@ def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = Non
         return LakehouseConfig(**values)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, source="lakehouse defaults", origins=origins)) from exc
-
-
-def read_yaml_mapping(path: Path, what: str, unset: str) -> dict[str, Any]:
-    """A YAML file whose top level is a mapping; any problem is a ``ConfigError`` naming the file."""
-    if not path.is_file():
-        raise ConfigError(f"{what} {path} does not exist; create it or unset {unset}")
-    try:
-        data = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from exc
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: the top level must be a mapping")
-    return data
-
-
-def format_validation_error(exc: ValidationError, source: str, origins: Mapping[str, str] | None = None) -> str:
-    """Render pydantic errors as ``source: field.path: message`` lines a user can act on.
-
-    ``origins`` maps a top-level field to where its value came from (a file, a variable); that
-    place replaces ``source`` so the message sends the user to what to fix.
-    """
-    lines = []
-    for err in exc.errors():
-        where = ".".join(str(part) for part in err["loc"]) or "(top level)"
-        origin = (origins or {}).get(str(err["loc"][0]), source) if err["loc"] else source
-        message = err["msg"].removeprefix("Value error, ")
-        if err["type"] == "extra_forbidden":
-            message = "unknown field; remove it or check its spelling"
-        elif err["type"] == "missing":
-            message = "field required"
-        lines.append(f"{origin}: {where}: {message}")
-    return "\n".join(lines)

@@ -1,8 +1,10 @@
-"""One Leader tick: reconcile, check liveness, plan, assign, and commit the registry by CAS.
+"""The Leader tick: reconcile -> liveness -> plan -> grant -> fence and commit.
 
 The tick is the same whether a Dagster sensor or the headless ``consume`` loop runs it. It takes the
-run observer as a function, so this module knows nothing of Dagster. Everything it decides is held
-back until the registry commit succeeds; a tick that loses the CAS has no effects at all.
+run observer as a function, so this module knows nothing of Dagster. Each phase's decisions are the
+pure functions of ``iceberg/protocol/phases.py``; this module does the reads and the writes around
+them. Everything a tick decides is held back until the registry commit succeeds, so a tick that
+loses the compare-and-swap has no effects at all.
 """
 
 from __future__ import annotations
@@ -11,34 +13,28 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
-from datetime import time as dt_time
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.assignment import assign_leases
-from iceberg.dead_letter import STOPPED, DeadLetter, open_letters
-from iceberg.errors import ConfigError, IcegroupError, SourceError
+from iceberg.dead_letters import open_letters
+from iceberg.errors import SourceError
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp
-from iceberg.lineage import fence_key
-from iceberg.liveness import LeaseAction, RunState, lease_action, regrant
 from iceberg.planning import plan_increment
-from iceberg.registry import commit_state, load_state
-from iceberg.shards import Shard, cut_shards, window_label
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.phases import Liveness, Planned, Reconciled, check_drift, check_liveness, cut, grant, reconcile
+from iceberg.protocol.poison import STOPPED, DeadLetter
+from iceberg.protocol.shards import Shard
+from iceberg.protocol.state import GroupState, Lease
+from iceberg.registry import Loaded, commit_state, load_state
 from iceberg.sink_history import read_sink_history
-from iceberg.state import GroupState, Lease, LeasePhase, add_shards, apply_commits
 from iceberg.tables import load_optional, load_source, walk_back
 
 log = logging.getLogger(__name__)
 
 RunObserver = Callable[[Lease], RunState]
-
-
-class GroupStopped(IcegroupError):
-    """A poison shard stopped the group (``on_poison: stop``); it waits for ``icegroup redrive``."""
 
 
 @dataclass
@@ -115,46 +111,6 @@ def initial_state(table: Table, group: GroupConfig) -> GroupState:
     )
 
 
-def check_windows(group: GroupConfig, shards: list[Shard]) -> None:
-    """Every shard must fall in a sink partition; checked before anything is committed."""
-    first = int(datetime.combine(group.window_start, dt_time(), tzinfo=UTC).timestamp() * 1000)
-    early = [s for s in shards if s.window_start_ms < first]
-    if early:
-        raise SourceError(
-            f"group {group.name!r}: window_start: {group.window_start} is after source snapshot "
-            f"{early[0].to_snapshot}, so its rows have no sink partition; set window_start to "
-            f"{window_label(early[0].window_start_ms, 'day')} or earlier"
-        )
-
-
-def check_drift(state: GroupState, group: GroupConfig) -> None:
-    """The registry remembers what the group consumed from and wrote to; a changed config must not reuse it."""
-    for name, kept, now in (("source", state.source, group.source), ("sink", state.sink, group.sink)):
-        if kept != now:
-            raise ConfigError(
-                f"group {group.name!r}: {name}: the config says {now!r} but the group's registry was built for "
-                f"{kept!r}. Give the changed group a new name, or restore {name}: {kept}"
-            )
-
-
-def park(state: GroupState, lease: Lease, letters: dict[str, DeadLetter]) -> Lease:
-    """The lease cut down to its poisoned streams, parked, at a new attempt.
-
-    Its other streams' pending shards go back to the pool, so they are granted again and go on. The
-    attempt moves on (and its fence with it), so the Borrower that gave up commits nothing more.
-    """
-    pending = [sid for sid in lease.shard_ids if sid in state.shards]
-    streams = {state.shards[sid].stream for sid in pending if sid in letters}
-    return lease.model_copy(
-        update={
-            "phase": LeasePhase.PARKED,
-            "attempt": lease.attempt + 1,
-            "shard_ids": [sid for sid in pending if state.shards[sid].stream in streams],
-            "streams": sorted(streams),
-        }
-    )
-
-
 def tick(
     catalog: Catalog,
     group: GroupConfig,
@@ -170,70 +126,78 @@ def tick(
         check_drift(loaded.state, group)
     source = load_source(catalog, group.source)
     before = loaded.state or initial_state(source, group)
-
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
-    history = read_sink_history(catalog, group.sink, group.name, before.sink_cursor)
-    state, committed = apply_commits(before, history.shard_ids())
-    letters = {sid: d for sid, d in open_letters(catalog, group.name).items() if sid in state.shards}
-    state.sink_cursor = history.head if history.head is not None else state.sink_cursor
-    progressed = {c.lease_id for c in history.commits}
-    for lease_id, lease in state.leases.items():
-        if lease_id in progressed:
-            state.leases[lease_id] = lease.model_copy(update={"deadline_ms": now_ms + group.lease_timeout_s * 1000})
 
-    launch: list[Lease] = []
-    terminate: list[Lease] = []
-    fences: dict[str, int] = {}
-    for lease_id, lease in list(state.leases.items()):
-        poisoned = any(sid in letters for sid in lease.shard_ids)
-        decision = lease_action(lease, observed.get(lease_id, RunState.MISSING), now_ms, poisoned)
-        if decision.action is LeaseAction.REGRANT:
-            if decision.terminate:
-                terminate.append(lease)
-            state.leases[lease_id] = regrant(lease, now_ms, group.lease_timeout_s, owner_run_id, history.head)
-            fences[fence_key(group.name, lease_id)] = lease.attempt + 1
-            launch.append(state.leases[lease_id])
-            log.warning(
-                "group %s: lease %s attempt %d %s (%s); re-granting as attempt %d",
-                group.name, lease_id, lease.attempt, decision.phase.value, decision.reason, lease.attempt + 1,
-            )  # fmt: skip
-            continue
-        if decision.action is LeaseAction.PARK:
-            state.leases[lease_id] = park(state, lease, letters)
-            fences[fence_key(group.name, lease_id)] = lease.attempt + 1
-            log.warning("group %s: lease %s parked: %s", group.name, lease_id, decision.reason)
-            continue
-        if decision.phase is not lease.phase:
-            state.leases[lease_id] = lease.model_copy(update={"phase": decision.phase})
-        if decision.action is LeaseAction.LAUNCH:
-            launch.append(lease)
-    regranted = sum(1 for lease in launch if lease.attempt > before.leases[lease.lease_id].attempt)
-    failpoint("leader.after_liveness")
-
-    plan = plan_increment(source, state.planned_through, group)
-    if plan.skipped:
-        log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(plan.skipped))
-    new_shards: list[Shard] = []
-    if plan.through is not None:
-        new_shards = cut_shards(
-            group=group.name,
-            epoch=state.epoch,
-            snapshots=plan.appends,
-            files=plan.files,
-            stream_cursors=state.stream_cursors(),
-            plan_from=state.planned_through,
-            caps=group.shard_caps,
-            window=group.replay_window,
-        )
-        check_windows(group, new_shards)
-        state = add_shards(state, new_shards, plan.through.snapshot_id)
-
+    reconciled, sink_head = reconcile_with_sink(catalog, group, before, now_ms)
+    letters = {sid: d for sid, d in open_letters(catalog, group.name).items() if sid in reconciled.state.shards}
+    live = liveness(group, reconciled.state, observed, letters, now_ms, sink_head, owner_run_id)
+    planned = plan(source, group, live.state)
     stopped = [d for d in letters.values() if d.action == STOPPED]
-    grants = [] if stopped else assign_leases(state, group, now_ms, history.head, owner_run_id)
-    for lease in grants:
-        state.leases[lease.lease_id] = lease
-    launch.extend(grants)
+    granted = grant(planned.state, group, now_ms, sink_head, stopped=bool(stopped), owner_run_id=owner_run_id)
+    fence_and_commit(catalog, group, loaded, before, granted.state, live.fences)
 
+    head = source.current_snapshot()
+    return TickResult(
+        state=granted.state,
+        launch=[*live.launch, *granted.grants],
+        terminate=live.terminate,
+        parked=[d for d in letters.values() if d.action != STOPPED],
+        stopped=stopped,
+        committed=reconciled.committed,
+        new_shards=len(planned.new_shards),
+        regranted=len(live.revoked),
+        source_head=head.snapshot_id if head else None,
+        elapsed_ms=(time.perf_counter() - started) * 1000,
+    )
+
+
+def reconcile_with_sink(
+    catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int
+) -> tuple[Reconciled, int | None]:
+    """Read the sink's commits since the last reconciled snapshot and apply them; returns the sink head too."""
+    history = read_sink_history(catalog, group.sink, group.name, state.sink_cursor)
+    return reconcile(state, history.commits, history.head, now_ms, group.lease_timeout_s), history.head
+
+
+def liveness(
+    group: GroupConfig,
+    state: GroupState,
+    observed: dict[str, RunState],
+    letters: dict[str, DeadLetter],
+    now_ms: int,
+    sink_head: int | None,
+    owner_run_id: str | None,
+) -> Liveness:
+    """Revoke and re-grant dead leases, park poisoned ones, relaunch lost launches; logs each change."""
+    live = check_liveness(state, group, observed, set(letters), now_ms, sink_head, owner_run_id)
+    for lease, decision in live.revoked:
+        log.warning(
+            "group %s: lease %s attempt %d %s (%s); re-granting as attempt %d",
+            group.name, lease.lease_id, lease.attempt, decision.phase.value, decision.reason, lease.attempt + 1,
+        )  # fmt: skip
+    for lease, decision in live.parked:
+        log.warning("group %s: lease %s parked: %s", group.name, lease.lease_id, decision.reason)
+    failpoint("leader.after_liveness")
+    return live
+
+
+def plan(source: Table, group: GroupConfig, state: GroupState) -> Planned:
+    """Read what the source's snapshots after the planning cursor added, and cut it into shards."""
+    found = plan_increment(source, state.planned_through, group)
+    if found.skipped:
+        log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
+    through = found.through.snapshot_id if found.through is not None else None
+    return cut(state, group, found.appends, found.files, through)
+
+
+def fence_and_commit(
+    catalog: Catalog, group: GroupConfig, loaded: Loaded, before: GroupState, state: GroupState, fences: dict[str, int]
+) -> None:
+    """Raise the fences of revoked and parked leases on the sink, then commit the state by CAS.
+
+    Fences go first: once the registry names a lease's next attempt, the attempt it replaces must
+    already be unable to commit. A state that did not change is not committed again.
+    """
     if fences:
         sink = load_optional(catalog, group.sink)
         if sink is not None:
@@ -242,16 +206,3 @@ def tick(
     if loaded.state is None or state != before:
         commit_state(loaded, state)
         failpoint("leader.after_registry")
-    head = source.current_snapshot()
-    return TickResult(
-        state=state,
-        launch=launch,
-        terminate=terminate,
-        parked=[d for d in letters.values() if d.action != STOPPED],
-        stopped=stopped,
-        committed=committed,
-        new_shards=len(new_shards),
-        regranted=regranted,
-        source_head=head.snapshot_id if head else None,
-        elapsed_ms=(time.perf_counter() - started) * 1000,
-    )

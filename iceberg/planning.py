@@ -18,7 +18,7 @@ from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
 
 from iceberg.errors import SourceError
 from iceberg.groups import GroupConfig
-from iceberg.shards import FileEntry, PartitionValue, SnapshotInfo
+from iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
 from iceberg.tables import walk_back
 
 APPEND = "append"

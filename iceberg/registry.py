@@ -21,7 +21,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from iceberg.errors import RegistryConflict
-from iceberg.state import GroupState
+from iceberg.protocol.state import GroupState
 
 NAMESPACE = "icegroup"
 SCHEMA = Schema(

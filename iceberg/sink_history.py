@@ -12,7 +12,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.errors import SinkError
-from iceberg.lineage import SinkCommit, parse_commit
+from iceberg.protocol.lineage import SinkCommit, parse_commit
 from iceberg.tables import load_optional, walk_back
 
 

@@ -10,7 +10,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
 
 from iceberg.groups import GroupConfig
-from iceberg.lineage import COL_GROUP
+from iceberg.protocol.lineage import COL_GROUP
 from iceberg.tables import load_optional, load_source
 
 

@@ -10,8 +10,7 @@ import sys
 import time
 
 from dagster_project.cli import main as icegroup
-from dagster_project.definitions import groups_path
-from iceberg.groups import load_groups
+from dagster_project.definitions import groups_path, load_checked_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.verify import verify_group
 from infra.demo_data import append_batches, create_source
@@ -32,7 +31,7 @@ def main() -> int:
     """Run the demo; exit 1 if the sink does not match the source exactly."""
     started = time.perf_counter()
     lakehouse = load_lakehouse()
-    group = load_groups(groups_path())[GROUP]
+    group = load_checked_groups(groups_path())[GROUP]
     catalog = lakehouse.catalog()
     timings: dict[str, float] = {}
 

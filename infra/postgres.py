@@ -50,7 +50,7 @@ def server_bin_dir() -> Path | None:
 
 
 def start_local_postgres() -> LocalPostgres:
-    """initdb a fresh cluster in a temporary folder and start it on a free port."""
+    """Create a fresh cluster with initdb in a temporary folder and start it on a free port."""
     bin_dir = server_bin_dir()
     if bin_dir is None:
         raise RuntimeError("no PostgreSQL server binaries; run `make system` or apt-get install postgresql")

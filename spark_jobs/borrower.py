@@ -1,16 +1,16 @@
 """The Borrower: execute one lease, shard by shard, each shard one fenced sink commit.
 
-Its side of the lease protocol is EMQX's connecting -> connected -> unsubscribing:
+``run_lease`` is five phases, after EMQX's connecting -> connected -> unsubscribing:
 
-- *connecting*: check the registry still grants this attempt, and raise the lease's fence on the
-  sink to it, so any older attempt of the lease can no longer commit;
-- *connected*: per shard, read, transform and stage the output, then publish it in the fenced
-  commit. A read or transform that fails is delivered again with backoff, up to ``max_deliver``
-  times; then the shard is poison and goes to the dead-letter table (``on_poison``);
-- *unsubscribing*: read back what this attempt committed, for the run's metadata.
-
-Each shard's commit is the run's checkpoint. A later attempt of the same lease first reads the sink
-history and skips the shards already there, so a run that died resumes from its last checkpoint.
+- **connect**: the registry must still grant this attempt; the lease's fence on the sink is
+  raised to it, so any older attempt of the lease can no longer commit;
+- **resume**: the sink's history since the grant says which shards an earlier attempt already
+  committed; the run goes on after them (each shard's commit is the run's checkpoint);
+- **deliver**: per shard, read, transform and stage the output. A read or transform that fails is
+  delivered again with backoff, up to ``max_deliver`` times; then the shard is poison and goes to
+  the dead-letter table (``on_poison``);
+- **publish**: the fenced commit appends the staged output and the shard's progress to main;
+- **report**: what this attempt committed, for the run's metadata.
 """
 
 from __future__ import annotations
@@ -23,41 +23,34 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg.dead_letter import PARKED, STOPPED, DeadLetter, record
-from iceberg.errors import IcegroupError, SinkError
+from iceberg.dead_letters import record
+from iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, PoisonShard, SinkError, StaleLease
 from iceberg.failpoints import failpoint
-from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
-from iceberg.lineage import commit_properties, fence_key
-from iceberg.liveness import BorrowerPhase
+from iceberg.protocol.lineage import commit_properties
+from iceberg.protocol.liveness import BorrowerPhase
+from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
+from iceberg.protocol.shards import Shard
+from iceberg.protocol.state import Lease
 from iceberg.registry import load_state
-from iceberg.shards import Shard
-from iceberg.sink_history import read_sink_history
-from iceberg.state import Lease
-from iceberg.tables import load_optional, load_source, oldest_snapshot_id, shard_columns
-from spark_jobs.session import activate
-from spark_jobs.shard_reader import read_shard
-from spark_jobs.sink_writer import (
-    AlreadyCommitted,
-    Fenced,
+from iceberg.tables import load_source, oldest_snapshot_id, shard_columns
+from spark_jobs.fenced_commit import (
     align_to_sink,
+    claim,
     ensure_sink,
+    lease_history,
     publish_shard,
     stage_shard,
     with_lineage,
 )
+from spark_jobs.session import activate
+from spark_jobs.shard_reader import read_shard
 from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
 
-
-class StaleLease(IcegroupError):
-    """The lease is no longer this run's: re-granted to a later attempt, or finished by others."""
-
-
-class PoisonShard(SinkError):
-    """A shard failed ``max_deliver`` times; it is in the dead-letter table and this run stops."""
+Progress = Callable[[str], None]
 
 
 @dataclass
@@ -82,6 +75,32 @@ class LeaseReport:
     phase: BorrowerPhase = BorrowerPhase.CONNECTING
 
 
+@dataclass
+class LeaseRun:
+    """One attempt of a lease in flight: what every phase of ``run_lease`` shares."""
+
+    spark: SparkSession
+    lakehouse: LakehouseConfig
+    catalog: Catalog
+    group: GroupConfig
+    lease: Lease
+    transform: Transform
+    report: LeaseReport
+    progress: Progress
+    claimed: bool = False
+    sink_ready: bool = False
+
+    @property
+    def sink_table(self) -> str:
+        """The sink as Spark names it."""
+        return f"{self.lakehouse.catalog_name}.{self.group.sink}"
+
+    @property
+    def source_table(self) -> str:
+        """The source as Spark names it."""
+        return f"{self.lakehouse.catalog_name}.{self.group.source}"
+
+
 def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tuple[Lease, list[Shard]]:
     """The lease and its uncommitted shards as the registry has them; refuse a stale attempt."""
     state = load_state(catalog, group).state
@@ -95,20 +114,114 @@ def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tu
     return lease, [state.shards[sid] for sid in lease.shard_ids if sid in state.shards]
 
 
-def connect(catalog: Catalog, group: GroupConfig, lease: Lease) -> bool:
-    """Claim the lease on the sink: raise its fence to this attempt, or find a later attempt holds it.
+def run_lease(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    lease: Lease,
+    shards: list[Shard],
+    progress: Progress = log.info,
+) -> LeaseReport:
+    """Commit every shard of the lease that is not in the sink yet, in order."""
+    activate(spark)
+    run = LeaseRun(
+        spark=spark,
+        lakehouse=lakehouse,
+        catalog=lakehouse.catalog(),
+        group=group,
+        lease=lease,
+        transform=load_transform(group.transform),
+        report=LeaseReport(
+            lease_id=lease.lease_id,
+            attempt=lease.attempt,
+            epoch=lease.epoch,
+            window_start_ms=lease.window_start_ms,
+            shards_total=len(shards),
+        ),
+        progress=progress,
+    )
+    connect(run, len(shards))
+    todo = resume(run, shards)
+    source = load_source(run.catalog, group.source)
+    root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in todo) else None
+    for shard in todo:
+        failpoint("borrower.before_read")
+        build = _output(run, shard, root, shard_columns(source, shard.schema_id))
+        staged = stage_with_redelivery(group, shard, build, lambda out: deliver(run, out), run.report, progress)
+        if isinstance(staged, Exception):
+            claim(run.catalog, group, lease)  # only the lease's holder may declare its shard poison
+            raise record_poison_shard(run.catalog, group, lease, shard, staged)
+        failpoint("borrower.after_stage")
+        publish(run, shard, staged)
+    return report(run)
 
-    Returns False when there is no sink yet to claim it on; the claim is then made once it exists.
-    """
-    sink = load_optional(catalog, group.sink)
-    if sink is None:
-        return False
-    key = fence_key(group.name, lease.lease_id)
-    raise_fences(sink, {key: lease.attempt})
-    granted = int(sink.metadata.properties.get(key, "0"))
-    if granted > lease.attempt:
-        raise StaleLease(f"lease {lease.lease_id} of group {group.name!r} is fenced at attempt {granted}")
-    return True
+
+def connect(run: LeaseRun, shards: int) -> None:
+    """Claim the lease on the sink (if there is one yet): older attempts can no longer commit."""
+    run.claimed = claim(run.catalog, run.group, run.lease)
+    run.report.phase = BorrowerPhase.CONNECTED
+    run.progress(f"lease {run.lease.lease_id} attempt {run.lease.attempt}: connected, {shards} shards")
+
+
+def resume(run: LeaseRun, shards: list[Shard]) -> list[Shard]:
+    """The shards still to commit: those an earlier attempt committed are skipped, in order."""
+    done = lease_history(run.catalog, run.group, run.lease).shard_ids()
+    todo = []
+    for shard in shards:
+        run.report.source_from = shard.from_snapshot if run.report.source_from is None else run.report.source_from
+        run.report.source_to = shard.to_snapshot
+        if shard.shard_id in done:
+            run.report.resumed.append(shard.shard_id)
+            run.progress(f"shard {shard.shard_id} ({shard.stream}) already committed; resuming after it")
+        else:
+            todo.append(shard)
+    return todo
+
+
+def deliver(run: LeaseRun, out: DataFrame) -> str:
+    """Stage one shard's output on the sink; the first delivery creates the sink and claims the lease."""
+    if not run.sink_ready:
+        ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
+        if not run.claimed:
+            run.claimed = claim(run.catalog, run.group, run.lease)
+        run.sink_ready = True
+    aligned, evolve = align_to_sink(run.spark, run.sink_table, out)
+    return stage_shard(aligned, run.sink_table, evolve=evolve)
+
+
+def publish(run: LeaseRun, shard: Shard, token: str) -> None:
+    """Publish a staged shard in the fenced commit; a shard another attempt committed is skipped."""
+    group, lease = run.group, run.lease
+    props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+    try:
+        published = publish_shard(run.spark, run.sink_table, token, group.name, lease, shard.shard_id, props)
+    except Fenced as exc:
+        raise StaleLease(str(exc)) from exc
+    except AlreadyCommitted as exc:
+        if shard.shard_id not in lease_history(run.catalog, group, lease).shard_ids():
+            raise SinkError(
+                f"sink: the commit of shard {shard.shard_id} was refused as a duplicate, yet no commit of it "
+                f"is in {group.sink}'s history; refusing to skip it ({exc})"
+            ) from exc
+        run.report.fenced.append(shard.shard_id)
+        run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
+        return
+    failpoint("borrower.after_commit")
+    run.report.commit_conflicts += published.conflicts
+    run.report.committed.append(shard.shard_id)
+    run.report.rows_in += shard.rows
+    run.report.rows_out += published.added_records
+    run.report.sink_snapshots.append(published.snapshot_id)
+    run.progress(f"shard {shard.shard_id} ({shard.stream}, {shard.rows} rows) committed")
+
+
+def report(run: LeaseRun) -> LeaseReport:
+    """Close the attempt: its report holds every commit it made."""
+    run.report.phase = BorrowerPhase.UNSUBSCRIBING
+    run.progress(
+        f"lease {run.lease.lease_id} attempt {run.lease.attempt}: unsubscribing, {len(run.report.committed)} committed"
+    )
+    return run.report
 
 
 def stage_with_redelivery(
@@ -117,7 +230,7 @@ def stage_with_redelivery(
     output: Callable[[], DataFrame],
     stage: Callable[[DataFrame], str],
     report: LeaseReport,
-    progress: Callable[[str], None],
+    progress: Progress,
 ) -> str | Exception:
     """Read, transform and stage a shard, delivering it again with backoff when that fails.
 
@@ -137,13 +250,13 @@ def stage_with_redelivery(
             report.redeliveries += 1
             progress(
                 f"shard {shard.shard_id}: delivery {delivery}/{group.max_deliver} failed "
-                f"({type(exc).__name__}: {_first_line(exc)}); again in {wait:.1f}s"
+                f"({type(exc).__name__}: {first_line(exc)}); again in {wait:.1f}s"
             )
             time.sleep(wait)
     raise AssertionError("unreachable: max_deliver >= 1")
 
 
-def _first_line(exc: BaseException) -> str:
+def first_line(exc: BaseException) -> str:
     """The first line of what went wrong; for a JVM error, its root cause rather than py4j's wrapper."""
     java = getattr(exc, "java_exception", None)
     if java is not None:
@@ -156,7 +269,9 @@ def _first_line(exc: BaseException) -> str:
     return text[0][:300] if text else type(exc).__name__
 
 
-def park(catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error: Exception) -> PoisonShard:
+def record_poison_shard(
+    catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error: Exception
+) -> PoisonShard:
     """Record a poison shard in the dead-letter table; returns the error that ends the run."""
     action = PARKED if group.on_poison == "park" else STOPPED
     record(
@@ -169,7 +284,7 @@ def park(catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error
                 lease_id=lease.lease_id,
                 attempt=lease.attempt,
                 action=action,
-                error=f"{type(error).__name__}: {_first_line(error)}",
+                error=f"{type(error).__name__}: {first_line(error)}",
                 from_snapshot=shard.from_snapshot,
                 to_snapshot=shard.to_snapshot,
                 at_ms=int(time.time() * 1000),
@@ -179,116 +294,19 @@ def park(catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error
     what = "parked; the other streams go on" if action == PARKED else "stopped the group"
     return PoisonShard(
         f"shard {shard.shard_id} (stream {shard.stream}, source snapshots {shard.from_snapshot}.."
-        f"{shard.to_snapshot}) failed {group.max_deliver} deliveries and {what}: {_first_line(error)}. "
+        f"{shard.to_snapshot}) failed {group.max_deliver} deliveries and {what}: {first_line(error)}. "
         f"Fix the transform or the data, then run `icegroup redrive {group.name}`"
     )
 
 
-def run_lease(
-    spark: SparkSession,
-    lakehouse: LakehouseConfig,
-    group: GroupConfig,
-    lease: Lease,
-    shards: list[Shard],
-    progress: Callable[[str], None] = log.info,
-) -> LeaseReport:
-    """Commit every shard of the lease that is not in the sink yet, in order."""
-    activate(spark)
-    catalog = lakehouse.catalog()
-    transform = load_transform(group.transform)
-    report = LeaseReport(
-        lease_id=lease.lease_id,
-        attempt=lease.attempt,
-        epoch=lease.epoch,
-        window_start_ms=lease.window_start_ms,
-        shards_total=len(shards),
-    )
-    claimed = connect(catalog, group, lease)
-    report.phase = BorrowerPhase.CONNECTED
-    progress(f"lease {lease.lease_id} attempt {lease.attempt}: connected, {len(shards)} shards")
-    done = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant).shard_ids()
-    source = load_source(catalog, group.source)
-    root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in shards) else None
-    source_table = f"{lakehouse.catalog_name}.{group.source}"
-    sink_table = f"{lakehouse.catalog_name}.{group.sink}"
-    ready: list[bool] = []
-
-    def stage(out: DataFrame) -> str:
-        if not ready:
-            ensure_sink(spark, lakehouse.catalog_name, group.sink, out)
-            if not claimed:
-                connect(catalog, group, lease)
-            ready.append(True)
-        aligned, evolve = align_to_sink(spark, sink_table, out)
-        return stage_shard(aligned, sink_table, evolve=evolve)
-
-    for shard in shards:
-        report.source_from = shard.from_snapshot if report.source_from is None else report.source_from
-        report.source_to = shard.to_snapshot
-        if shard.shard_id in done:
-            report.resumed.append(shard.shard_id)
-            progress(f"shard {shard.shard_id} ({shard.stream}) already committed; resuming after it")
-            continue
-        failpoint("borrower.before_read")
-        staged = stage_with_redelivery(
-            group,
-            shard,
-            _output(spark, transform, source_table, shard, root, group, lease, shard_columns(source, shard.schema_id)),
-            stage,
-            report,
-            progress,
-        )
-        if isinstance(staged, Exception):
-            connect(catalog, group, lease)  # only the lease's holder may declare its shard poison
-            raise park(catalog, group, lease, shard, staged)
-        failpoint("borrower.after_stage")
-        props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
-        try:
-            published = publish_shard(
-                spark, sink_table, staged, group.name, lease.lease_id, lease.attempt, lease.epoch, shard.shard_id,
-                lease.sink_snapshot_at_grant, props,
-            )  # fmt: skip
-        except Fenced as exc:
-            raise StaleLease(str(exc)) from exc
-        except AlreadyCommitted as exc:
-            history = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant)
-            if shard.shard_id not in history.shard_ids():
-                raise SinkError(
-                    f"sink: the commit of shard {shard.shard_id} was refused as a duplicate, yet no commit of it "
-                    f"is in {group.sink}'s history; refusing to skip it ({exc})"
-                ) from exc
-            report.fenced.append(shard.shard_id)
-            progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
-            continue
-        failpoint("borrower.after_commit")
-        report.commit_conflicts += published.conflicts
-        report.committed.append(shard.shard_id)
-        report.rows_in += shard.rows
-        progress(f"shard {shard.shard_id} ({shard.stream}, {shard.rows} rows) committed")
-    report.phase = BorrowerPhase.UNSUBSCRIBING
-    history = read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant)
-    for commit in history.commits:
-        if commit.lease_id == lease.lease_id and commit.attempt == lease.attempt:
-            report.rows_out += commit.added_records
-            report.sink_snapshots.append(commit.snapshot_id)
-    progress(f"lease {lease.lease_id} attempt {lease.attempt}: unsubscribing, {len(report.committed)} committed")
-    return report
-
-
 def _output(
-    spark: SparkSession,
-    transform: Transform,
-    source_table: str,
-    shard: Shard,
-    root: int | None,
-    group: GroupConfig,
-    lease: Lease,
-    columns: list[tuple[str, str]] | None,
+    run: LeaseRun, shard: Shard, root: int | None, columns: list[tuple[str, str]] | None
 ) -> Callable[[], DataFrame]:
     """The shard's output as a fresh DataFrame per delivery, lineage columns included."""
+    group, lease = run.group, run.lease
 
     def build() -> DataFrame:
-        out = transform(read_shard(spark, source_table, shard, root, group.filter, columns))
-        return with_lineage(out, group.name, lease.lease_id, shard.shard_id, lease.epoch)
+        read = read_shard(run.spark, run.source_table, shard, root, group.filter, columns)
+        return with_lineage(run.transform(read), group.name, lease.lease_id, shard.shard_id, lease.epoch)
 
     return build

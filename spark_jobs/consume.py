@@ -13,13 +13,13 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from iceberg.errors import RegistryConflict
+from iceberg.errors import GroupStopped, PoisonShard, RegistryConflict, StaleLease
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
-from iceberg.leader import GroupStopped, RunObserver, TickResult, tick
-from iceberg.liveness import RunState
-from iceberg.state import Lease
-from spark_jobs.borrower import LeaseReport, PoisonShard, StaleLease, run_lease
+from iceberg.leader import RunObserver, TickResult, tick
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.state import Lease
+from spark_jobs.borrower import LeaseReport, run_lease
 
 LeaseCallback = Callable[[Lease, LeaseReport], None]
 

@@ -13,7 +13,9 @@ from iceberg.lakehouse import LakehouseConfig
 
 RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 DRIVER_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/share/java/postgresql.jar"}
-ICEGROUP_JAR = Path(__file__).parent / "jvm" / "icegroup-jvm.jar"
+COMMIT_JAR = Path(__file__).parent / "jvm" / "icegroup-commit.jar"
+# The SQLite shim is plumbing of the embedded stack, so it lives in infra/; a jar, not an import.
+SQLITE_SHIM_JAR = Path(__file__).resolve().parents[1] / "infra" / "sqlite_jdbc" / "icegroup-sqlite-jdbc.jar"
 
 
 def runtime_jar() -> Path:
@@ -28,18 +30,21 @@ def runtime_jar() -> Path:
 
 
 def driver_jars(lakehouse: LakehouseConfig) -> list[Path]:
-    """The JDBC driver for the catalog database (from Debian), plus icegroup's own jar.
+    """The JDBC driver for the catalog database (from Debian), plus icegroup's own jars.
 
-    ``icegroup-jvm.jar`` holds the fenced sink commit and the SQLite shim; ``make`` builds it.
+    ``icegroup-commit.jar`` holds the fenced sink commit; a SQLite catalog also needs the shim in
+    ``icegroup-sqlite-jdbc.jar``. ``make jvm`` builds both.
     """
     backend = make_url(lakehouse.catalog_uri).get_backend_name()
     jar = Path(DRIVER_JARS[backend])
     if not jar.is_file():
         package = "libxerial-sqlite-jdbc-java" if backend == "sqlite" else "libpostgresql-jdbc-java"
         raise ConfigError(f"catalog_uri: Spark needs {jar} for {backend}; install it with apt-get install {package}")
-    if not ICEGROUP_JAR.is_file():
-        raise ConfigError(f"Spark needs {ICEGROUP_JAR}; build it with `make jvm`")
-    return [jar, ICEGROUP_JAR]
+    jars = [jar, SQLITE_SHIM_JAR] if backend == "sqlite" else [jar]
+    for own in (*jars[1:], COMMIT_JAR):
+        if not own.is_file():
+            raise ConfigError(f"Spark needs {own}; build it with `make jvm`")
+    return [*jars, COMMIT_JAR]
 
 
 def spark_jdbc_url(lakehouse: LakehouseConfig) -> str:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.lineage import LINEAGE_COLUMNS
-from iceberg.shards import Shard
+from iceberg.protocol.lineage import LINEAGE_COLUMNS
+from iceberg.protocol.shards import Shard
 
 FILE_COLUMN = "_file"
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -11,6 +10,8 @@ from pyiceberg.catalog import Catalog
 
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig, load_lakehouse
+from tests import factories
+from tests.factories import MakeDeadLetter, MakeLease, MakeShard
 
 _names = itertools.count()
 
@@ -40,7 +41,7 @@ def ns() -> str:
 
 
 @pytest.fixture
-def make_group(ns: str) -> Iterator[type[GroupConfig]]:
+def make_group(ns: str) -> type[GroupConfig]:
     """Build a GroupConfig for this test's namespace with overrides."""
 
     def build(**overrides: object) -> GroupConfig:
@@ -53,7 +54,25 @@ def make_group(ns: str) -> Iterator[type[GroupConfig]]:
         fields.update(overrides)
         return GroupConfig.model_validate(fields)
 
-    yield build  # type: ignore[misc]
+    return build  # type: ignore[return-value]
+
+
+@pytest.fixture
+def make_shard() -> MakeShard:
+    """Build a Shard from defaults with overrides: ``make_shard(2, stream="a", rows=0)``."""
+    return factories.shard
+
+
+@pytest.fixture
+def make_lease() -> MakeLease:
+    """Build a Lease of the given shards from defaults with overrides: ``make_lease(["a1"], streams=["a"])``."""
+    return factories.lease
+
+
+@pytest.fixture
+def make_dead_letter() -> MakeDeadLetter:
+    """Build a DeadLetter from defaults with overrides: ``make_dead_letter("s1", PARKED, at_ms=2_000)``."""
+    return factories.dead_letter
 
 
 def repo_root() -> Path:

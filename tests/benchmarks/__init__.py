@@ -1,0 +1,1 @@
+"""Leader planning benchmarks; run with `make bench`."""

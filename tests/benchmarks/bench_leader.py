@@ -26,9 +26,9 @@ from pathlib import Path
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import load_lakehouse
 from iceberg.leader import tick
-from iceberg.liveness import RunState
 from iceberg.planning import plan_increment
-from infra.demo_data import append_batches, create_source
+from iceberg.protocol.liveness import RunState
+from tests.factories import append_batches, create_source
 
 HISTORIES = (50, 400)
 GAP = 10

@@ -1,0 +1,1 @@
+"""The kill -9 chaos suite: worker processes killed while a producer appends."""

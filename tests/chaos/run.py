@@ -38,10 +38,10 @@ import yaml
 
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.lineage import LINEAGE_COLUMNS
+from iceberg.protocol.lineage import LINEAGE_COLUMNS
 from iceberg.registry import load_state
 from iceberg.sink_history import read_sink_history
-from infra.demo_data import append_batches, create_source
+from tests.factories import append_batches, create_source
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).parent / "results"
@@ -139,12 +139,14 @@ class Workers:
     """The worker processes: start, find by pid, kill -9, restart."""
 
     def __init__(self, home: Path, groups: Path, group: str, folder: Path, logs: Path) -> None:
+        """Workers of ``group`` on the lakehouse at ``home``, sharing fail points and pid files in ``folder``."""
         self.env = {**os.environ, "ICEGROUP_HOME": str(home), "ICEGROUP_FAILPOINTS": str(folder / "points")}
         self.groups, self.group, self.folder, self.logs = groups, group, folder, logs
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.killed: set[int] = set()
 
     def start(self, name: str) -> None:
+        """Start (or restart) worker ``name``; its output goes to its log file."""
         log = (self.logs / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(
             [sys.executable, "-m", "tests.chaos.worker", "consume", "--groups", str(self.groups),
@@ -153,6 +155,7 @@ class Workers:
         )  # fmt: skip
 
     def by_pid(self, pid: int) -> str | None:
+        """The name of the worker with this pid, if it is one of ours."""
         return next((name for name, p in self.procs.items() if p.pid == pid), None)
 
     def run_id(self, pid: int) -> str | None:
@@ -163,6 +166,7 @@ class Workers:
         return None
 
     def kill(self, name: str) -> int:
+        """``kill -9`` worker ``name`` and reap it; returns the pid it had."""
         proc = self.procs[name]
         self.killed.add(proc.pid)
         os.kill(proc.pid, signal.SIGKILL)
@@ -199,6 +203,7 @@ class Monitor(threading.Thread):
     """Samples the registry: positions never move back; faults recover."""
 
     def __init__(self, lakehouse: LakehouseConfig, group: str, outcome: Outcome, started: float) -> None:
+        """A monitor of ``group`` that records what it finds in ``outcome``; times are from ``started``."""
         super().__init__(daemon=True)
         self.catalog = lakehouse.catalog()
         self.group, self.outcome, self.started = group, outcome, started
@@ -209,12 +214,14 @@ class Monitor(threading.Thread):
         self.leases: dict[str, int] = {}
 
     def watch(self, fault: Fault) -> None:
+        """Follow a fault until it is recovered, from the sink cursor it was injected at."""
         state = load_state(self.catalog, self.group).state
         fault.cursor = state.sink_cursor if state is not None else None
         with self.lock:
             self.pending.append(fault)
 
     def sample(self) -> None:
+        """One look at the registry: record position regressions, lease attempts and recovered faults."""
         state = load_state(self.catalog, self.group).state
         if state is None:
             return
@@ -238,6 +245,7 @@ class Monitor(threading.Thread):
             self.pending = [f for f in self.pending if f.recovered_s is None]
 
     def run(self) -> None:
+        """Sample until halted."""
         while not self.halt.is_set():
             try:
                 self.sample()

@@ -16,9 +16,14 @@ def test_kill_9_chaos_keeps_exactly_once(tmp_path: Path) -> None:
     print(outcome.line())
 
     assert len(outcome.faults) == 8
-    assert outcome.snapshots >= 20 and outcome.streams >= 3
+    assert outcome.snapshots >= 20
+    assert outcome.streams >= 3
     assert outcome.recovered == 8
-    assert outcome.lost == 0 and outcome.duplicated == 0 and outcome.rows_differ == 0
+    assert outcome.lost == 0
+    assert outcome.duplicated == 0
+    assert outcome.rows_differ == 0
     assert outcome.source_rows == outcome.sink_rows > 0
-    assert outcome.position_regressions == [] and outcome.order_violations == []
-    assert outcome.lease_problems == [] and outcome.worker_problems == []
+    assert outcome.position_regressions == []
+    assert outcome.order_violations == []
+    assert outcome.lease_problems == []
+    assert outcome.worker_problems == []

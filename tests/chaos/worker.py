@@ -22,12 +22,13 @@ import time
 import uuid
 from pathlib import Path
 
+from iceberg.errors import StaleLease
 from iceberg.groups import GroupConfig, load_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.leader import RunObserver, tick
-from iceberg.liveness import RunState
-from iceberg.state import Lease
-from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.state import Lease
+from spark_jobs.borrower import fetch_lease, run_lease
 from spark_jobs.consume import consume
 from spark_jobs.session import get_session
 

@@ -21,8 +21,8 @@ from iceberg.groups import load_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
-from infra.demo_data import append_batches, create_source
 from tests.conftest import repo_root
+from tests.factories import append_batches, create_source
 
 pytestmark = [pytest.mark.demo, pytest.mark.dagster]
 GROUP = {"name": "live", "source": "live.events", "sink": "live.events_out", "max_borrowers": 3}
@@ -94,6 +94,7 @@ def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
     assert verify_group(catalog, group, key="event_id").ok
     with dg.DagsterInstance.from_config(str(daemon / "dagster")) as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: "live"}))
-    assert runs and all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
+    assert runs
+    assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
     assert len({r.tags[TAG_LEASE] for r in runs}) == len(runs) == state.leases_done
     assert all(r.tags[TAG_ATTEMPT] == "0" and r.tags["dagster/sensor_name"] == "live_leader" for r in runs)

@@ -1,0 +1,1 @@
+"""Integration tests on a local Spark session and the test lakehouse."""

@@ -10,8 +10,8 @@ from pyspark.sql import SparkSession
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import TickResult, tick
-from iceberg.liveness import RunState
-from iceberg.state import Lease
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.state import Lease
 from spark_jobs.borrower import LeaseReport, run_lease
 
 

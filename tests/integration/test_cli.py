@@ -15,7 +15,7 @@ from dagster_project.cli import main
 from dagster_project.tags import TAG_GROUP
 from iceberg.groups import GroupConfig
 from iceberg.verify import verify_group
-from infra.demo_data import append_batches, create_source
+from tests.factories import append_batches, create_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -56,7 +56,8 @@ def test_consume_until_caught_up_runs_through_the_instance(
 
     assert verify_group(catalog, group, key="event_id").ok
     out = capsys.readouterr().out
-    assert "success" in out and "lag 0 snapshots / 0 rows" in out
+    assert "success" in out
+    assert "lag 0 snapshots / 0 rows" in out
     with dg.DagsterInstance.get() as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: group.name}))
         assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS]
@@ -74,7 +75,8 @@ def test_consume_without_until_caught_up_does_one_round(
     assert main(["--groups", str(groups_file), "consume", group.name]) == 0
 
     check = verify_group(catalog, group, key="event_id")
-    assert 0 < check.found < check.expected and check.duplicates == 0
+    assert 0 < check.found < check.expected
+    assert check.duplicates == 0
 
 
 def test_describe_and_list_report_lag_as_json(
@@ -89,7 +91,8 @@ def test_describe_and_list_report_lag_as_json(
 
     assert main(["--groups", str(groups_file), "describe", group.name, "--json"]) == 0
     described = json.loads(capsys.readouterr().out)
-    assert described["lag_rows"] == 27 and described["lag_snapshots"] == 9
+    assert described["lag_rows"] == 27
+    assert described["lag_snapshots"] == 9
     assert sorted(s["stream"] for s in described["streams"]) == [
         "0:region=apac",
         "0:region=eu",
@@ -97,7 +100,8 @@ def test_describe_and_list_report_lag_as_json(
     ]
     assert main(["--groups", str(groups_file), "list", "--json"]) == 0
     (listed,) = json.loads(capsys.readouterr().out)
-    assert listed["group"] == group.name and listed["lag_rows"] == 27
+    assert listed["group"] == group.name
+    assert listed["lag_rows"] == 27
 
 
 def test_unknown_group_and_missing_source_are_clear_errors(

@@ -13,13 +13,13 @@ from pyspark.sql import SparkSession
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.lineage import commit_properties
-from iceberg.liveness import RunState
+from iceberg.protocol.lineage import commit_properties
+from iceberg.protocol.liveness import RunState
 from iceberg.sink_history import read_sink_history
-from infra.demo_data import append_batches, create_source
+from spark_jobs.fenced_commit import Published, ensure_sink, publish_shard, stage_shard, with_lineage
 from spark_jobs.session import activate
 from spark_jobs.shard_reader import read_shard
-from spark_jobs.sink_writer import Published, ensure_sink, publish_shard, stage_shard, with_lineage
+from tests.factories import append_batches, create_source
 
 pytestmark = pytest.mark.spark
 
@@ -54,12 +54,9 @@ def test_sink_commits_racing_at_max_borrowers_are_retried_not_failed(
         activate(spark)
         props = commit_properties(group.name, group.source, lease.lease_id, 0, 0, shard)
         barrier.wait()
-        return publish_shard(
-            spark, sink_table, token, group.name, lease.lease_id, 0, 0, shard.shard_id, lease.sink_snapshot_at_grant,
-            props,
-        )  # fmt: skip
+        return publish_shard(spark, sink_table, token, group.name, lease, shard.shard_id, props)
 
-    with caplog.at_level(logging.WARNING, logger="spark_jobs.sink_writer"), ThreadPoolExecutor(len(staged)) as pool:
+    with caplog.at_level(logging.WARNING, logger="spark_jobs.fenced_commit"), ThreadPoolExecutor(len(staged)) as pool:
         published = list(pool.map(publish, staged))
 
     assert sum(p.conflicts for p in published) >= 1, "the commits really raced"

@@ -13,10 +13,10 @@ from pyspark.sql import SparkSession
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
 from iceberg.groups import GroupConfig
+from iceberg.protocol.shards import window_label
 from iceberg.registry import load_state
-from iceberg.shards import window_label
 from iceberg.verify import verify_group
-from infra.demo_data import append_batches, create_source
+from tests.factories import append_batches, create_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -50,7 +50,8 @@ def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[Gr
     sink = built.resolve_assets_def(dg.AssetKey(["lake", *group.sink.split(".")]))
     assert isinstance(sink.partitions_def, dg.HourlyPartitionsDefinition)
     (request,) = schedule.evaluate_tick(dg.build_schedule_context()).run_requests or []
-    assert request.run_config == {} and request.tags.get("dagster/schedule_name") == schedule.name
+    assert request.run_config == {}
+    assert request.tags.get("dagster/schedule_name") == schedule.name
 
 
 def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
@@ -70,7 +71,8 @@ def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
     for request in requests:
         assert request.tags[TAG_GROUP] == group.name
         assert request.tags[TAG_LEASE] in leases
-        assert request.tags[TAG_EPOCH] == "0" and request.tags[TAG_ATTEMPT] == "0"
+        assert request.tags[TAG_EPOCH] == "0"
+        assert request.tags[TAG_ATTEMPT] == "0"
         assert request.run_key == f"{group.name}:{request.tags[TAG_LEASE]}#0"
         assert request.partition_key == window_label(leases[request.tags[TAG_LEASE]].window_start_ms, "day")
 
@@ -84,7 +86,8 @@ def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
         assert {"source_from_snapshot", "source_to_snapshot", "lag_rows", "lag_snapshots"} <= set(meta)
 
     second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
-    assert isinstance(second, dg.SkipReason) and "caught up" in str(second.skip_message)
+    assert isinstance(second, dg.SkipReason)
+    assert "caught up" in str(second.skip_message)
     assert verify_group(catalog, group, key="event_id").ok
 
 
@@ -119,4 +122,5 @@ def test_a_run_without_a_lease_fails_with_an_explanation(
     )
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.error
-    assert failure is not None and "carries no icegroup/lease tag" in failure.message
+    assert failure is not None
+    assert "carries no icegroup/lease tag" in failure.message

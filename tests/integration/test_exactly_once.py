@@ -11,12 +11,12 @@ from pyspark.sql import SparkSession
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.lineage import COL_SHARD
-from iceberg.liveness import RunState
+from iceberg.protocol.lineage import COL_SHARD
+from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
-from infra.demo_data import REGIONS, append_batches, create_source
 from spark_jobs.shard_reader import read_shard
+from tests.factories import REGIONS, append_batches, create_source
 from tests.integration.helpers import drive
 
 pytestmark = pytest.mark.spark
@@ -47,7 +47,8 @@ def test_two_borrowers_consume_many_snapshots_across_streams_exactly_once(
     shards = {s for r in reports + more_reports for s in r.committed}
     assert len(shards) >= 3 * 4, "12 snapshots in 3 streams with 3 files per shard give at least 4 shards each"
     state = load_state(catalog, group.name).state
-    assert state is not None and state.is_idle()
+    assert state is not None
+    assert state.is_idle()
     assert sorted(state.streams) == sorted(f"0:region={r}" for r in REGIONS)
     assert all(s.committed_rows == 16 * 10 for s in state.streams.values())
 
@@ -96,5 +97,6 @@ def test_a_shard_read_pushes_its_stream_partition_down_to_iceberg(
     df = read_shard(spark, f"{lakehouse.catalog_name}.{group.source}", shard, root, None)
 
     scan = next(line for line in df._jdf.queryExecution().executedPlan().toString().splitlines() if "BatchScan" in line)
-    assert "filters=" in scan and "region = 'eu'" in scan, scan
+    assert "filters=" in scan, scan
+    assert "region = 'eu'" in scan, scan
     assert sorted(r.region for r in df.collect()) == ["eu"] * 6

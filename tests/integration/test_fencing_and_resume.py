@@ -6,18 +6,19 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.errors import AlreadyCommitted, StaleLease
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.lineage import COL_SHARD, commit_properties
-from iceberg.liveness import RunState
-from iceberg.shards import Shard
-from iceberg.state import Lease
+from iceberg.protocol.lineage import COL_SHARD, commit_properties
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.shards import Shard
+from iceberg.protocol.state import Lease
 from iceberg.verify import verify_group
-from infra.demo_data import append_batches, create_source
-from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
+from spark_jobs.borrower import fetch_lease, run_lease
+from spark_jobs.fenced_commit import publish_shard, stage_shard, with_lineage
 from spark_jobs.shard_reader import read_shard
-from spark_jobs.sink_writer import AlreadyCommitted, publish_shard, stage_shard, with_lineage
+from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -51,8 +52,10 @@ def test_rerunning_a_committed_lease_adds_nothing(
     snapshots = sink_snapshot_count(catalog, group)
     again = run_lease(spark, lakehouse, group, lease, shards, progress=quiet)
 
-    assert len(done.committed) == len(shards) and not done.resumed
-    assert again.committed == [] and again.resumed == [s.shard_id for s in shards]
+    assert len(done.committed) == len(shards)
+    assert not done.resumed
+    assert again.committed == []
+    assert again.resumed == [s.shard_id for s in shards]
     assert sink_snapshot_count(catalog, group) == snapshots
     assert verify_group(catalog, group, key="event_id").missing == 27 - sum(s.rows for s in shards)
     assert verify_group(catalog, group, key="event_id").duplicates == 0
@@ -84,14 +87,12 @@ def test_second_commit_of_a_shard_is_refused_at_commit_time(
     token = stage_shard(rows, sink_table)
     assert sink_snapshot_count(catalog, group) == snapshots + 1  # staged, not on main
     with pytest.raises(AlreadyCommitted, match=shard.shard_id):
-        publish_shard(
-            spark, sink_table, token, group.name, lease.lease_id, lease.attempt, lease.epoch, shard.shard_id,
-            lease.sink_snapshot_at_grant, props,
-        )  # fmt: skip
+        publish_shard(spark, sink_table, token, group.name, lease, shard.shard_id, props)
 
     assert sink_snapshot_count(catalog, group) == snapshots  # the refused stage is discarded
     check = verify_group(catalog, group, key="event_id")
-    assert check.found == shard.rows and check.duplicates == 0
+    assert check.found == shard.rows
+    assert check.duplicates == 0
 
 
 def test_a_new_attempt_resumes_after_the_last_committed_shard(
@@ -105,7 +106,8 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
 
     second = tick(catalog, group, lambda lease: RunState.FAILED)
     regranted = second.state.leases[lease.lease_id]
-    assert regranted.attempt == 1 and second.regranted == 1
+    assert regranted.attempt == 1
+    assert second.regranted == 1
     assert [s.shard_id for s in second.committed] == [shards[0].shard_id]
     lease1, pending = fetch_lease(catalog, group.name, lease.lease_id, attempt=1)
     assert [s.shard_id for s in pending] == [s.shard_id for s in shards[1:]]
@@ -147,4 +149,5 @@ def test_a_compacted_sink_keeps_consuming(
     drive(spark, lakehouse, group)
 
     check = verify_group(catalog, group, key="event_id")
-    assert check.ok and check.found == 120
+    assert check.ok
+    assert check.found == 120

@@ -16,13 +16,13 @@ from pyspark.sql import SparkSession
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.lineage import fence_key
-from iceberg.liveness import RunState
+from iceberg.protocol.lineage import fence_key
+from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
-from infra.demo_data import append_batches, create_source
 from spark_jobs.borrower import fetch_lease, run_lease
 from tests.conftest import repo_root
+from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet
 from tests.integration.test_zombie import write_groups
 
@@ -84,7 +84,8 @@ def test_killed_after_raising_a_fence_before_the_registry_commit(
     run_lease(spark, lakehouse, group, lease1, shards, progress=quiet)
     drive(spark, lakehouse, group)
     check = verify_group(catalog, group, key="event_id")
-    assert check.ok and check.found == 18
+    assert check.ok
+    assert check.found == 18
 
 
 def test_killed_after_the_registry_commit_before_the_launch(
@@ -97,10 +98,12 @@ def test_killed_after_the_registry_commit_before_the_launch(
     kill_tick_at("leader.after_registry", group, lake_home, tmp_path, "missing")
 
     granted = load_state(catalog, group.name).state
-    assert granted is not None and len(granted.leases) == 2
+    assert granted is not None
+    assert len(granted.leases) == 2
     relaunch = tick(catalog, group, lambda _: RunState.MISSING)
     assert {x.lease_id for x in relaunch.launch} == set(granted.leases), "the same grants, launched again"
     assert all(x.attempt == 0 for x in relaunch.launch)
     drive(spark, lakehouse, group)
     check = verify_group(catalog, group, key="event_id")
-    assert check.ok and check.found == 18
+    assert check.ok
+    assert check.found == 18

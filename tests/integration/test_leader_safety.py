@@ -17,7 +17,7 @@ from dagster_project.definitions import build_definitions
 from dagster_project.tags import TAG_ATTEMPT, TAG_LEASE
 from iceberg.groups import GroupConfig
 from iceberg.registry import load_state
-from infra.demo_data import append_batches, create_source
+from tests.factories import append_batches, create_source
 
 pytestmark = pytest.mark.dagster
 
@@ -68,11 +68,13 @@ def test_two_sensor_evaluations_at_once_grant_each_shard_once(
 
     winners = [r for r in results if isinstance(r, dg.SensorResult)]
     losers = [r for r in results if isinstance(r, dg.SkipReason)]
-    assert len(winners) == 1 and len(losers) == 1
+    assert len(winners) == 1
+    assert len(losers) == 1
     assert "another Leader committed first" in str(losers[0].skip_message)
     requested = {r.tags[TAG_LEASE] for r in winners[0].run_requests or []}
     state = load_state(catalog, group.name).state
-    assert state is not None and requested == set(state.leases)
+    assert state is not None
+    assert requested == set(state.leases)
     shards = granted_shards(catalog, group)
     assert len(shards) == len(set(shards))
 
@@ -99,7 +101,8 @@ def test_two_dagster_instances_on_one_lake_never_grant_a_shard_twice(
 
     assert sorted(type(r).__name__ for r in results) == ["SensorResult", "SkipReason"]
     shards = granted_shards(catalog, group)
-    assert shards and len(shards) == len(set(shards))
+    assert shards
+    assert len(shards) == len(set(shards))
 
 
 @pytest.mark.usefixtures("lake_env")
@@ -122,7 +125,9 @@ def test_a_run_still_started_past_its_deadline_is_terminated_and_its_lease_regra
         again = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
 
         canceled = instance.get_run_by_id(run.run_id)
-        assert canceled is not None and canceled.status == dg.DagsterRunStatus.CANCELED
+        assert canceled is not None
+        assert canceled.status == dg.DagsterRunStatus.CANCELED
     assert isinstance(again, dg.SensorResult)
     (retry,) = again.run_requests or []
-    assert retry.tags[TAG_LEASE] == request.tags[TAG_LEASE] and retry.tags[TAG_ATTEMPT] == "1"
+    assert retry.tags[TAG_LEASE] == request.tags[TAG_LEASE]
+    assert retry.tags[TAG_ATTEMPT] == "1"

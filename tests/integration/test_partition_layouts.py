@@ -12,7 +12,7 @@ from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
-from infra.demo_data import SCHEMA, append_batches
+from tests.factories import SCHEMA, append_batches
 from tests.integration.helpers import drive
 
 pytestmark = pytest.mark.spark
@@ -48,6 +48,7 @@ def test_group_consumes_exactly_once_whatever_the_partitioning(
 
     assert verify_group(catalog, group, key="event_id").ok
     state = load_state(catalog, group.name).state
-    assert state is not None and len(state.streams) == streams
+    assert state is not None
+    assert len(state.streams) == streams
     if layout == "unpartitioned":
         assert list(state.streams) == ["0:unpartitioned"]

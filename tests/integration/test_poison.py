@@ -6,16 +6,17 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.dead_letter import PARKED, STOPPED, open_letters, redrive
+from iceberg.dead_letters import open_letters, redrive
+from iceberg.errors import GroupStopped, PoisonShard
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
-from iceberg.leader import GroupStopped, tick
-from iceberg.liveness import RunState
-from iceberg.state import LeasePhase
+from iceberg.leader import tick
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.poison import PARKED, STOPPED
+from iceberg.protocol.state import LeasePhase
 from iceberg.verify import verify_group
-from infra.demo_data import append_batches, create_source
-from spark_jobs.borrower import PoisonShard
 from spark_jobs.consume import consume
+from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -34,11 +35,15 @@ def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
         consume(spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=lines.append, max_wait_s=5)
 
     (letter,) = open_letters(catalog, group.name).values()
-    assert letter.action == STOPPED and letter.shard_id in str(caught.value) and "poison row" in letter.error
+    assert letter.action == STOPPED
+    assert letter.shard_id in str(caught.value)
+    assert "poison row" in letter.error
     assert any("delivery 1/2 failed" in line and "again in 0.1s" in line for line in lines)
     stopped = tick(catalog, group, lambda _: RunState.FAILED)
-    assert stopped.stopped and not [x for x in stopped.launch if x.attempt == 0]
-    assert letter.shard_id in stopped.stop_message() and f"icegroup redrive {group.name}" in stopped.stop_message()
+    assert stopped.stopped
+    assert not [x for x in stopped.launch if x.attempt == 0]
+    assert letter.shard_id in stopped.stop_message()
+    assert f"icegroup redrive {group.name}" in stopped.stop_message()
     with pytest.raises(GroupStopped, match=letter.shard_id):
         consume(spark, lakehouse, group, "run-2", lambda _: RunState.FAILED, progress=quiet, max_wait_s=5)
 
@@ -46,7 +51,8 @@ def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
     assert [d.shard_id for d in redrive(catalog, group.name)] == [letter.shard_id]
     drive(spark, lakehouse, fixed, observe=lambda _: RunState.FAILED, max_ticks=6)
     check = verify_group(catalog, fixed, key="event_id")
-    assert check.ok and check.found == 9
+    assert check.ok
+    assert check.found == 9
 
 
 def test_a_parked_shard_holds_its_stream_while_the_others_go_on(
@@ -59,14 +65,16 @@ def test_a_parked_shard_holds_its_stream_while_the_others_go_on(
     summary = consume(spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=quiet, max_wait_s=3)
 
     letters = open_letters(catalog, group.name)
-    assert {d.action for d in letters.values()} == {PARKED} and {d.stream for d in letters.values()} == {
-        next(iter(letters.values())).stream
-    }
+    assert {d.action for d in letters.values()} == {PARKED}
+    assert {d.stream for d in letters.values()} == {next(iter(letters.values())).stream}
     state = tick(catalog, group, lambda _: RunState.FAILED).state
     parked = [lease for lease in state.leases.values() if lease.phase is LeasePhase.PARKED]
-    assert len(parked) == 1 and "apac" in parked[0].streams[0]
+    assert len(parked) == 1
+    assert "apac" in parked[0].streams[0]
     check = verify_group(catalog, group, key="event_id")
-    assert check.missing == 6 and check.duplicates == 0 and summary.shards >= 2, "eu and us went on"
+    assert check.missing == 6, "eu and us went on"
+    assert check.duplicates == 0, "eu and us went on"
+    assert summary.shards >= 2, "eu and us went on"
 
     redrive(catalog, group.name)
     fixed = make_group(max_borrowers=1, on_poison="park", lease_max_shards=8)

@@ -15,13 +15,13 @@ from iceberg.errors import RegistryConflict
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.liveness import RunState
+from iceberg.protocol.liveness import RunState
 from iceberg.registry import commit_state, load_state
 from iceberg.verify import verify_group
-from infra.demo_data import append_batches, create_source
 from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
+from spark_jobs.fenced_commit import ensure_sink, with_lineage
 from spark_jobs.session import DRIVER_JARS, activate, spark_conf
-from spark_jobs.sink_writer import ensure_sink, with_lineage
+from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive
 
 pytestmark = [
@@ -78,7 +78,8 @@ def test_registry_cas_holds_on_postgres(pg_lakehouse: LakehouseConfig, make_grou
     append_batches(create_source(catalog, group.source), 1, 6)
     tick(catalog, group, lambda lease: RunState.MISSING)
     first, second = load_state(catalog, group.name), load_state(catalog, group.name)
-    assert first.state is not None and second.state is not None
+    assert first.state is not None
+    assert second.state is not None
 
     commit_state(first, first.state.model_copy(update={"leases_done": 1}))
     with pytest.raises(RegistryConflict):

@@ -9,10 +9,10 @@ from pyiceberg.table.snapshots import Snapshot
 from iceberg.errors import RegistryConflict, SourceError
 from iceberg.groups import GroupConfig
 from iceberg.leader import initial_state, tick
-from iceberg.liveness import RunState
 from iceberg.planning import plan_increment
+from iceberg.protocol.liveness import RunState
 from iceberg.registry import commit_state, load_state
-from infra.demo_data import SCHEMA, append_batches, create_source
+from tests.factories import SCHEMA, append_batches, create_source
 
 
 def missing(_: object) -> RunState:
@@ -33,14 +33,16 @@ def test_a_stale_registry_write_loses_the_cas(catalog: Catalog, make_group: type
     append_batches(source, 1, 6)
     tick(catalog, group, missing)
     first, second = load_state(catalog, group.name), load_state(catalog, group.name)
-    assert first.state is not None and second.state is not None
+    assert first.state is not None
+    assert second.state is not None
 
     commit_state(first, first.state.model_copy(update={"leases_done": 1}))
     with pytest.raises(RegistryConflict, match="another Leader committed first"):
         commit_state(second, second.state.model_copy(update={"leases_done": 2}))
 
     final = load_state(catalog, group.name).state
-    assert final is not None and final.leases_done == 1
+    assert final is not None
+    assert final.leases_done == 1
 
 
 def test_two_leaders_on_the_same_state_cannot_both_grant(catalog: Catalog, make_group: type[GroupConfig]) -> None:
@@ -77,7 +79,8 @@ def test_planning_opens_only_the_new_snapshots(
     monkeypatch.setattr(Snapshot, "manifests", spy)
     plan = plan_increment(catalog.load_table(group.source), position.snapshot_id, group)
 
-    assert len(plan.appends) == 3 and len(opened) == 3
+    assert len(plan.appends) == 3
+    assert len(opened) == 3
     assert position.snapshot_id not in opened
     assert sum(f.record_count for f in plan.files) == 9
 
@@ -86,7 +89,8 @@ def test_planning_is_capped_per_tick(catalog: Catalog, make_group: type[GroupCon
     group = make_group(max_snapshots_per_tick=4)
     append_batches(create_source(catalog, group.source), 10, 3)
     plan = plan_increment(catalog.load_table(group.source), None, group)
-    assert len(plan.appends) == 4 and plan.remaining == 6
+    assert len(plan.appends) == 4
+    assert plan.remaining == 6
 
 
 def test_overwrite_snapshot_fails_by_default_and_is_skipped_on_request(
@@ -101,7 +105,8 @@ def test_overwrite_snapshot_fails_by_default_and_is_skipped_on_request(
     with pytest.raises(SourceError, match="non_append: skip"):
         plan_increment(catalog.load_table(group.source), None, group)
     plan = plan_increment(catalog.load_table(group.source), None, make_group(non_append="skip"))
-    assert len(plan.appends) == 3 and len(plan.skipped) == 1
+    assert len(plan.appends) == 3
+    assert len(plan.skipped) == 1
 
 
 def test_an_expired_position_stops_the_group_with_the_remedy(catalog: Catalog, make_group: type[GroupConfig]) -> None:

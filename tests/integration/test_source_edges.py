@@ -13,11 +13,11 @@ from iceberg.errors import SinkError, SourceError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.liveness import RunState
+from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from iceberg.sink_history import read_sink_history
 from iceberg.verify import verify_group
-from infra.demo_data import SCHEMA, append_batches, create_source, events
+from tests.factories import SCHEMA, append_batches, create_source, events
 from tests.integration.helpers import drive
 
 pytestmark = pytest.mark.spark
@@ -59,7 +59,8 @@ def test_compaction_of_the_source_is_ignored(
     drive(spark, lakehouse, group)
 
     check = verify_group(catalog, group, key="event_id")
-    assert check.ok and check.found == 48
+    assert check.ok
+    assert check.found == 48
 
 
 def test_partition_spec_evolution_merges_and_splits_streams(
@@ -84,7 +85,8 @@ def test_partition_spec_evolution_merges_and_splits_streams(
     assert len([s for s in streams if s.startswith("1:")]) == 1
     assert len([s for s in streams if s.startswith("2:")]) == 2
     check = verify_group(catalog, group, key="event_id")
-    assert check.ok and check.found == 72
+    assert check.ok
+    assert check.found == 72
 
 
 def test_schema_evolution_cuts_shards_and_each_transform_sees_its_shards_schema(
@@ -102,7 +104,8 @@ def test_schema_evolution_cuts_shards_and_each_transform_sees_its_shards_schema(
     drive(spark, lakehouse, group)
 
     history = read_sink_history(catalog, group.sink, group.name, None)
-    assert history.commits and all(
+    assert history.commits
+    assert all(
         len({catalog.load_table(group.source).snapshot_by_id(sid).schema_id for sid in shard.snapshots}) == 1
         for c in history.commits
         for shard in c.shards
@@ -110,7 +113,8 @@ def test_schema_evolution_cuts_shards_and_each_transform_sees_its_shards_schema(
     out = catalog.load_table(group.sink).scan(selected_fields=("event_id", "seen", "channel")).to_arrow().to_pylist()
     before = [r for r in out if r["event_id"] <= 6]
     after = [r for r in out if r["event_id"] > 6]
-    assert len(before) == 6 and len(after) == 6
+    assert len(before) == 6
+    assert len(after) == 6
     assert all("channel" not in r["seen"].split(",") and r["channel"] is None for r in before)
     assert all("channel" in r["seen"].split(",") and r["channel"] == "web" for r in after)
 
@@ -130,7 +134,8 @@ def test_empty_snapshots_are_consumed_as_nothing(
     assert ticks[-1].caught_up
     assert ticks[-1].state.planned_through == catalog.load_table(group.source).current_snapshot().snapshot_id
     check = verify_group(catalog, group, key="event_id")
-    assert check.ok and check.found == 6
+    assert check.ok
+    assert check.found == 6
 
 
 def test_a_groups_sink_is_consumed_by_a_chained_group(
@@ -147,7 +152,8 @@ def test_a_groups_sink_is_consumed_by_a_chained_group(
     operations = {s.summary.operation.value for s in catalog.load_table(first.sink).snapshots()}
     assert operations == {"append"}, "sink commits are appends, so incremental readers see them"
     check = verify_group(catalog, second, key="event_id")
-    assert check.ok and check.found == 48
+    assert check.ok
+    assert check.found == 48
     out = catalog.load_table(second.sink).scan(selected_fields=("_ig_group",)).to_arrow()
     assert set(out["_ig_group"].to_pylist()) == {second.name}
 

@@ -14,8 +14,8 @@ from iceberg.errors import SourceError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.liveness import RunState
-from infra.demo_data import append_batches, create_source
+from iceberg.protocol.liveness import RunState
+from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive
 
 pytestmark = pytest.mark.spark
@@ -52,7 +52,8 @@ def test_latest_consumes_only_what_is_appended_after_the_group_starts(
     group = make_group(start="latest")
     three_snapshots(catalog, group)
     first = tick(catalog, group, lambda lease: RunState.MISSING)
-    assert first.caught_up and not first.launch
+    assert first.caught_up
+    assert not first.launch
     append_batches(catalog.load_table(group.source), 1, 6)
     drive(spark, lakehouse, group)
     assert consumed(catalog, group) == list(range(19, 25))

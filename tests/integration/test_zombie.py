@@ -13,17 +13,18 @@ import yaml
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.errors import StaleLease
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.lineage import epoch_key, fence_key
-from iceberg.liveness import RunState
+from iceberg.protocol.lineage import epoch_key, fence_key
+from iceberg.protocol.liveness import RunState
 from iceberg.sink_history import read_sink_history
 from iceberg.verify import verify_group
-from infra.demo_data import append_batches, create_source
-from spark_jobs.borrower import StaleLease, fetch_lease, run_lease
+from spark_jobs.borrower import fetch_lease, run_lease
 from tests.chaos.worker import STALE_EXIT
 from tests.conftest import repo_root
+from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -93,14 +94,16 @@ def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
         zombie.kill()
 
     assert zombie.returncode == STALE_EXIT, out
-    assert "lease fenced" in out and "attempt 1" in out
+    assert "lease fenced" in out
+    assert "attempt 1" in out
     history = read_sink_history(catalog, group.sink, group.name, None)
     assert {c.attempt for c in history.commits} == {1}, "nothing of attempt 0 reached main"
     sink = catalog.load_table(group.sink)
     assert not [s for s in sink.snapshots() if "icegroup.stage" in s.summary.additional_properties]
     drive(spark, lakehouse, group)
     check = verify_group(catalog, group, key="event_id")
-    assert check.ok and check.found == 27
+    assert check.ok
+    assert check.found == 27
 
 
 def test_a_lease_of_a_stale_epoch_cannot_commit(

@@ -1,0 +1,1 @@
+"""Unit tests: pure functions and the SQLite-catalog lakehouse, no Spark."""

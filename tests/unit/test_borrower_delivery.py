@@ -6,28 +6,17 @@ from typing import Any
 
 import pytest
 
-from iceberg.errors import ConfigError, IcegroupError, SinkError
+from iceberg.errors import ConfigError, IcegroupError, SinkError, StaleLease
 from iceberg.groups import GroupConfig
-from iceberg.shards import Shard
 from spark_jobs import borrower
-from spark_jobs.borrower import LeaseReport, StaleLease, _first_line, stage_with_redelivery
+from spark_jobs.borrower import LeaseReport, first_line, stage_with_redelivery
+from tests.factories import shard
 
-SHARD = Shard(
-    shard_id="0123456789abcdef",
-    stream="0/region=eu",
-    from_snapshot=100,
-    to_snapshot=103,
-    to_sequence=7,
-    schema_id=0,
-    window_start_ms=1_767_225_600_000,
-    snapshots=[101, 103],
-    files=["wh/a.parquet"],
-    rows=12,
-    bytes=1200,
-)
+SHARD = shard()
 
 
 def report() -> LeaseReport:
+    """A fresh report of the lease being delivered, to count its redeliveries."""
     return LeaseReport(lease_id="fedcba9876543210", attempt=1, epoch=0, window_start_ms=0, shards_total=1)
 
 
@@ -43,15 +32,18 @@ class Deliveries:
     """``output`` and ``stage`` fakes: each delivery either raises the next planned error or stages a token."""
 
     def __init__(self, *errors: Exception | None) -> None:
+        """Deliveries that raise ``errors`` in turn (None: that one succeeds), then succeed."""
         self.errors = list(errors)
         self.outputs = 0
         self.staged: list[object] = []
 
     def output(self) -> Any:
+        """A fresh output frame, numbered by delivery."""
         self.outputs += 1
         return f"frame {self.outputs}"
 
     def stage(self, frame: Any) -> str:
+        """Stage ``frame``: raise the next planned error, or return a token naming the frame."""
         self.staged.append(frame)
         error = self.errors.pop(0) if self.errors else None
         if error is not None:
@@ -94,7 +86,9 @@ def test_a_failing_read_or_transform_is_delivered_again_too(make_group: type[Gro
     result = stage_with_redelivery(group, SHARD, output, lambda _: "token", lease, lines.append)
 
     assert isinstance(result, ZeroDivisionError)
-    assert len(calls) == 2 and waits == [0.0] and lease.redeliveries == 1
+    assert len(calls) == 2
+    assert waits == [0.0]
+    assert lease.redeliveries == 1
     assert lines == [
         f"shard {SHARD.shard_id}: delivery 1/2 failed (ZeroDivisionError: division by zero); again in 0.0s"
     ]
@@ -108,7 +102,9 @@ def test_one_delivery_allowed_returns_the_error_without_waiting(
 
     assert deliver(make_group(max_deliver=1), deliveries, lease, lines) is error
 
-    assert waits == [] and lines == [] and lease.redeliveries == 0
+    assert waits == []
+    assert lines == []
+    assert lease.redeliveries == 0
 
 
 def test_success_on_the_second_delivery_returns_its_token(make_group: type[GroupConfig], waits: list[float]) -> None:
@@ -118,7 +114,8 @@ def test_success_on_the_second_delivery_returns_its_token(make_group: type[Group
     assert deliver(group, deliveries, lease, lines) == "token for frame 2"
 
     assert deliveries.staged == ["frame 1", "frame 2"]
-    assert waits == [1.5] and lease.redeliveries == 1
+    assert waits == [1.5]
+    assert lease.redeliveries == 1
     assert lines == [f"shard {SHARD.shard_id}: delivery 1/3 failed (OSError: executor lost); again in 1.5s"]
 
 
@@ -137,14 +134,20 @@ def test_icegroup_errors_propagate_at_once_without_redelivery(
 
     assert info.value is error
     assert deliveries.staged == ["frame 1"]
-    assert waits == [] and lines == [] and lease.redeliveries == 0
+    assert waits == []
+    assert lines == []
+    assert lease.redeliveries == 0
 
 
 class FakeJavaClass:
+    """What ``getClass()`` of a JVM throwable returns, as far as ``first_line`` uses it."""
+
     def __init__(self, name: str) -> None:
+        """A class with this simple name."""
         self.name = name
 
     def getSimpleName(self) -> str:
+        """The class name without its package."""
         return self.name
 
 
@@ -152,42 +155,49 @@ class FakeThrowable:
     """What py4j hands over as ``java_exception``: a JVM throwable with a cause chain."""
 
     def __init__(self, name: str, message: str, cause: FakeThrowable | None = None) -> None:
+        """A throwable of class ``name`` with ``message``, caused by ``cause``."""
         self.name, self.message, self.cause = name, message, cause
 
     def getCause(self) -> FakeThrowable | None:
+        """The throwable that caused this one, if any."""
         return self.cause
 
     def getClass(self) -> FakeJavaClass:
+        """The throwable's class."""
         return FakeJavaClass(self.name)
 
     def getMessage(self) -> str:
+        """The throwable's message."""
         return self.message
 
 
 class FakePy4JError(Exception):
+    """A ``Py4JJavaError`` as the Borrower sees it: py4j's wrapper text, the JVM throwable behind it."""
+
     def __init__(self, java: FakeThrowable) -> None:
+        """The wrapper of ``java``."""
         super().__init__("An error occurred while calling o87.save.\n: org.apache.spark.SparkException: Job aborted")
         self.java_exception = java
 
 
 def test_first_line_of_a_plain_exception() -> None:
-    assert _first_line(ValueError("  bad row 7\n  at line 7\n")) == "bad row 7"
+    assert first_line(ValueError("  bad row 7\n  at line 7\n")) == "bad row 7"
 
 
 def test_first_line_of_an_exception_without_a_message_is_its_type() -> None:
-    assert _first_line(KeyError()) == "KeyError"
+    assert first_line(KeyError()) == "KeyError"
 
 
 def test_first_line_is_cut_at_300_characters() -> None:
-    assert _first_line(ValueError("x" * 400)) == "x" * 300
+    assert first_line(ValueError("x" * 400)) == "x" * 300
 
 
 def test_first_line_of_a_jvm_error_is_its_root_cause() -> None:
     root = FakeThrowable("ArithmeticException", "/ by zero\n\tat Foo.bar(Foo.java:1)")
     chain = FakeThrowable("SparkException", "Job aborted", FakeThrowable("TaskFailure", "task 3 failed", root))
 
-    assert _first_line(FakePy4JError(chain)) == "ArithmeticException: / by zero"
+    assert first_line(FakePy4JError(chain)) == "ArithmeticException: / by zero"
 
 
 def test_first_line_of_a_jvm_error_without_a_cause_is_the_error_itself() -> None:
-    assert _first_line(FakePy4JError(FakeThrowable("IOException", "disk full"))) == "IOException: disk full"
+    assert first_line(FakePy4JError(FakeThrowable("IOException", "disk full"))) == "IOException: disk full"

@@ -4,14 +4,26 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import main
-from iceberg.dead_letter import PARKED, REDRIVEN, STOPPED, DeadLetter, latest, open_letters, record
+from iceberg.dead_letters import latest, open_letters, record
 from iceberg.groups import GroupConfig
+from iceberg.protocol.poison import PARKED, REDRIVEN, STOPPED, DeadLetter
+from tests.factories import MakeDeadLetter
+
+# What the listing shows of every letter below; spelled out because the assertions spell it out.
+LISTED: dict[str, Any] = {
+    "lease_id": "fedcba9876543210",
+    "attempt": 2,
+    "error": "ZeroDivisionError: division by zero",
+    "from_snapshot": 101,
+    "to_snapshot": 103,
+}
 
 
 @pytest.fixture
@@ -35,30 +47,16 @@ def env(lake_home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
         monkeypatch.delenv(var, raising=False)
 
 
-def letter(shard_id: str, action: str, stream: str, at_ms: int = 1_000) -> DeadLetter:
-    return DeadLetter(
-        shard_id=shard_id,
-        stream=stream,
-        lease_id="fedcba9876543210",
-        attempt=2,
-        action=action,
-        error="ZeroDivisionError: division by zero",
-        from_snapshot=101,
-        to_snapshot=103,
-        at_ms=at_ms,
-    )
-
-
 @pytest.fixture
-def letters(catalog: Catalog, group: GroupConfig) -> list[DeadLetter]:
+def letters(catalog: Catalog, group: GroupConfig, make_dead_letter: MakeDeadLetter) -> list[DeadLetter]:
     """One parked and one stopped shard, and one that was parked and re-driven already."""
     recorded = [
-        letter("s1", PARKED, "0/region=eu"),
-        letter("s2", STOPPED, "0/region=us"),
-        letter("s3", PARKED, "0/region=apac"),
+        make_dead_letter("s1", PARKED, stream="0/region=eu", at_ms=1_000, **LISTED),
+        make_dead_letter("s2", STOPPED, stream="0/region=us", at_ms=1_000, **LISTED),
+        make_dead_letter("s3", PARKED, stream="0/region=apac", at_ms=1_000, **LISTED),
     ]
     record(catalog, group.name, recorded)
-    record(catalog, group.name, [letter("s3", REDRIVEN, "0/region=apac", at_ms=2_000)])
+    record(catalog, group.name, [make_dead_letter("s3", REDRIVEN, stream="0/region=apac", at_ms=2_000, **LISTED)])
     return recorded
 
 

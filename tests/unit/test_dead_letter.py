@@ -7,32 +7,10 @@ import dataclasses
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.dead_letter import (
-    PARKED,
-    REDRIVEN,
-    STOPPED,
-    DeadLetter,
-    dead_letter_identifier,
-    latest,
-    open_letters,
-    record,
-    redrive,
-)
+from iceberg.dead_letters import dead_letter_identifier, latest, open_letters, record, redrive
+from iceberg.protocol.poison import PARKED, REDRIVEN, STOPPED
 from iceberg.registry import NAMESPACE
-
-
-def letter(shard_id: str, action: str, at_ms: int = 1_000, stream: str = "0/region=eu") -> DeadLetter:
-    return DeadLetter(
-        shard_id=shard_id,
-        stream=stream,
-        lease_id="0123456789abcdef",
-        attempt=2,
-        action=action,
-        error="ZeroDivisionError: division by zero",
-        from_snapshot=None,
-        to_snapshot=103,
-        at_ms=at_ms,
-    )
+from tests.factories import MakeDeadLetter
 
 
 @pytest.fixture
@@ -46,16 +24,18 @@ def test_a_group_without_dead_letters_has_none(catalog: Catalog, group: str) -> 
     assert redrive(catalog, group) == []
 
 
-def test_dead_letters_live_in_the_icegroup_namespace(catalog: Catalog, group: str) -> None:
-    record(catalog, group, [letter("s1", PARKED)])
+def test_dead_letters_live_in_the_icegroup_namespace(
+    catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter
+) -> None:
+    record(catalog, group, [make_dead_letter("s1", PARKED)])
 
     assert dead_letter_identifier(group) == f"{NAMESPACE}.dead_letter_{group}"
     assert catalog.table_exists(dead_letter_identifier(group))
 
 
-def test_recorded_letters_round_trip(catalog: Catalog, group: str) -> None:
-    parked = letter("s1", PARKED)
-    stopped = dataclasses.replace(letter("s2", STOPPED, stream="1/region=us"), from_snapshot=101)
+def test_recorded_letters_round_trip(catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter) -> None:
+    parked = make_dead_letter("s1", PARKED, from_snapshot=None)  # from the table's first snapshot: a null
+    stopped = make_dead_letter("s2", STOPPED, stream="1/region=us", from_snapshot=101)
 
     record(catalog, group, [parked, stopped])
 
@@ -63,17 +43,21 @@ def test_recorded_letters_round_trip(catalog: Catalog, group: str) -> None:
     assert open_letters(catalog, group) == {"s1": parked, "s2": stopped}
 
 
-def test_latest_is_the_newest_row_of_each_shard_whatever_the_append_order(catalog: Catalog, group: str) -> None:
-    newest_first = letter("s1", STOPPED, at_ms=2_000)
-    newest_last = letter("s2", STOPPED, at_ms=2_000)
-    record(catalog, group, [newest_first, letter("s2", PARKED, at_ms=1_000)])
-    record(catalog, group, [letter("s1", PARKED, at_ms=1_000), newest_last])
+def test_latest_is_the_newest_row_of_each_shard_whatever_the_append_order(
+    catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter
+) -> None:
+    newest_first = make_dead_letter("s1", STOPPED, at_ms=2_000)
+    newest_last = make_dead_letter("s2", STOPPED, at_ms=2_000)
+    record(catalog, group, [newest_first, make_dead_letter("s2", PARKED, at_ms=1_000)])
+    record(catalog, group, [make_dead_letter("s1", PARKED, at_ms=1_000), newest_last])
 
     assert latest(catalog, group) == {"s1": newest_first, "s2": newest_last}
 
 
-def test_redrive_of_one_shard_leaves_the_other_open(catalog: Catalog, group: str) -> None:
-    record(catalog, group, [letter("s1", PARKED), letter("s2", STOPPED)])
+def test_redrive_of_one_shard_leaves_the_other_open(
+    catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter
+) -> None:
+    record(catalog, group, [make_dead_letter("s1", PARKED, at_ms=1_000), make_dead_letter("s2", STOPPED)])
 
     released = redrive(catalog, group, ["s1"])
 
@@ -83,8 +67,10 @@ def test_redrive_of_one_shard_leaves_the_other_open(catalog: Catalog, group: str
     assert latest(catalog, group)["s1"].action == REDRIVEN
 
 
-def test_redrive_of_all_clears_every_open_letter(catalog: Catalog, group: str) -> None:
-    record(catalog, group, [letter("s2", STOPPED), letter("s1", PARKED)])
+def test_redrive_of_all_clears_every_open_letter(
+    catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter
+) -> None:
+    record(catalog, group, [make_dead_letter("s2", STOPPED), make_dead_letter("s1", PARKED)])
 
     released = redrive(catalog, group)
 
@@ -93,8 +79,8 @@ def test_redrive_of_all_clears_every_open_letter(catalog: Catalog, group: str) -
     assert {d.action for d in latest(catalog, group).values()} == {REDRIVEN}
 
 
-def test_redrive_keeps_the_shards_lineage(catalog: Catalog, group: str) -> None:
-    original = dataclasses.replace(letter("s1", PARKED), from_snapshot=101)
+def test_redrive_keeps_the_shards_lineage(catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter) -> None:
+    original = make_dead_letter("s1", PARKED, from_snapshot=101)
     record(catalog, group, [original])
 
     (released,) = redrive(catalog, group)
@@ -102,10 +88,12 @@ def test_redrive_keeps_the_shards_lineage(catalog: Catalog, group: str) -> None:
     assert dataclasses.replace(released, action=PARKED, error=original.error, at_ms=original.at_ms) == original
 
 
-def test_redrive_is_newer_than_a_letter_from_the_future(catalog: Catalog, group: str) -> None:
+def test_redrive_is_newer_than_a_letter_from_the_future(
+    catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter
+) -> None:
     """Redriven rows must sort after the row they release even if the Borrower's clock ran ahead."""
     far = 32_503_680_000_000  # year 3000
-    record(catalog, group, [letter("s1", PARKED, at_ms=far)])
+    record(catalog, group, [make_dead_letter("s1", PARKED, at_ms=far)])
 
     (released,) = redrive(catalog, group)
 
@@ -114,8 +102,10 @@ def test_redrive_is_newer_than_a_letter_from_the_future(catalog: Catalog, group:
 
 
 @pytest.mark.parametrize("shard_ids", [["nope"], []], ids=["unknown", "none"])
-def test_redrive_of_unknown_shards_releases_nothing(catalog: Catalog, group: str, shard_ids: list[str]) -> None:
-    record(catalog, group, [letter("s1", PARKED)])
+def test_redrive_of_unknown_shards_releases_nothing(
+    catalog: Catalog, group: str, shard_ids: list[str], make_dead_letter: MakeDeadLetter
+) -> None:
+    record(catalog, group, [make_dead_letter("s1", PARKED)])
     table = catalog.load_table(dead_letter_identifier(group))
     snapshots = len(table.snapshots())
 
@@ -125,26 +115,30 @@ def test_redrive_of_unknown_shards_releases_nothing(catalog: Catalog, group: str
     assert len(catalog.load_table(dead_letter_identifier(group)).snapshots()) == snapshots  # nothing appended
 
 
-def test_redrive_of_an_already_redriven_shard_releases_nothing(catalog: Catalog, group: str) -> None:
-    record(catalog, group, [letter("s1", PARKED)])
+def test_redrive_of_an_already_redriven_shard_releases_nothing(
+    catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter
+) -> None:
+    record(catalog, group, [make_dead_letter("s1", PARKED)])
     redrive(catalog, group, ["s1"])
 
     assert redrive(catalog, group, ["s1"]) == []
     assert redrive(catalog, group) == []
 
 
-def test_a_shard_parked_again_after_a_redrive_is_open_again(catalog: Catalog, group: str) -> None:
-    record(catalog, group, [letter("s1", PARKED)])
+def test_a_shard_parked_again_after_a_redrive_is_open_again(
+    catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter
+) -> None:
+    record(catalog, group, [make_dead_letter("s1", PARKED)])
     (released,) = redrive(catalog, group)
 
-    again = letter("s1", STOPPED, at_ms=released.at_ms + 1)
+    again = make_dead_letter("s1", STOPPED, at_ms=released.at_ms + 1)
     record(catalog, group, [again])
 
     assert open_letters(catalog, group) == {"s1": again}
 
 
-def test_groups_do_not_see_each_others_letters(catalog: Catalog, group: str) -> None:
-    record(catalog, group, [letter("s1", PARKED)])
+def test_groups_do_not_see_each_others_letters(catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter) -> None:
+    record(catalog, group, [make_dead_letter("s1", PARKED)])
 
     assert open_letters(catalog, f"{group}_other") == {}
     assert redrive(catalog, f"{group}_other") == []

@@ -28,11 +28,13 @@ class Reach(threading.Thread):
     """Reach a fail point on a daemon thread, so a wrongly blocking point cannot hang the suite."""
 
     def __init__(self, name: str) -> None:
+        """A thread that reaches fail point ``name`` once started."""
         super().__init__(daemon=True)
         self.point = name
         self.error: BaseException | None = None
 
     def run(self) -> None:
+        """Reach the point; an error it raises is kept for the test."""
         try:
             failpoint(self.point)
         except BaseException as exc:  # reported by the test, not lost in the thread

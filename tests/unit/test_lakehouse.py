@@ -8,7 +8,7 @@ import pytest
 
 from iceberg.errors import ConfigError
 from iceberg.lakehouse import LakehouseConfig, load_lakehouse
-from spark_jobs.session import DRIVER_JARS, ICEGROUP_JAR, RUNTIME_JAR, spark_conf, spark_jdbc_url
+from spark_jobs.session import COMMIT_JAR, DRIVER_JARS, RUNTIME_JAR, SQLITE_SHIM_JAR, spark_conf, spark_jdbc_url
 
 PG_URI = "postgresql+psycopg2://user:pw@host:5433/db"
 
@@ -277,8 +277,9 @@ def test_spark_conf_for_sqlite_ships_runtime_driver_and_shim_jars(tmp_path: Path
     assert Path(jars[0]).is_file()
     assert DRIVER_JARS["sqlite"] in jars
     assert DRIVER_JARS["sqlite"] == "/usr/share/java/sqlite-jdbc.jar"
-    assert str(ICEGROUP_JAR) in jars
-    assert len(jars) == 3
+    assert str(SQLITE_SHIM_JAR) in jars
+    assert str(COMMIT_JAR) in jars
+    assert len(jars) == 4
 
 
 def test_spark_conf_without_packages_does_not_set_jars_packages(tmp_path: Path) -> None:
@@ -312,7 +313,8 @@ def test_spark_conf_for_postgresql_passes_credentials(tmp_path: Path) -> None:
     assert f"{prefix}.jdbc.busy_timeout" not in conf
     jars = conf["spark.jars"].split(",")
     assert DRIVER_JARS["postgresql"] in jars
-    assert str(ICEGROUP_JAR) in jars
+    assert str(COMMIT_JAR) in jars
+    assert str(SQLITE_SHIM_JAR) not in jars
 
 
 def test_spark_conf_extra_settings_are_applied_last(tmp_path: Path) -> None:

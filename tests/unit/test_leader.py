@@ -13,25 +13,29 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
-from iceberg.dead_letter import PARKED, STOPPED, DeadLetter, record, redrive
+from iceberg.dead_letters import record, redrive
 from iceberg.errors import ConfigError, SinkError
 from iceberg.groups import GroupConfig
-from iceberg.leader import TickResult, check_drift, tick
-from iceberg.lineage import commit_properties, fence_key
-from iceberg.liveness import RunState
+from iceberg.leader import TickResult, tick
+from iceberg.protocol.lineage import commit_properties, fence_key
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.phases import check_drift
+from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
+from iceberg.protocol.state import GroupState, Lease, LeasePhase
 from iceberg.registry import load_state
-from iceberg.state import GroupState, Lease, LeasePhase
-from infra.demo_data import REGIONS, append_batches, create_source
+from tests.factories import REGIONS, append_batches, create_source, dead_letter
 
 T0 = 1_900_000_000_000
 SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 
 
 def running(_: Lease) -> RunState:
+    """A run observer that sees every lease's run alive."""
     return RunState.RUNNING
 
 
 def failed(_: Lease) -> RunState:
+    """A run observer that sees every lease's run failed."""
     return RunState.FAILED
 
 
@@ -44,6 +48,7 @@ def three_stream_group(make_group: type[GroupConfig], catalog: Catalog, **overri
 
 
 def create_sink(catalog: Catalog, group: GroupConfig) -> Table:
+    """A sink for the simulated Borrower commits: one id column."""
     return catalog.create_table(group.sink, schema=SINK_SCHEMA)
 
 
@@ -58,13 +63,12 @@ def commit_as_borrower(catalog: Catalog, group: GroupConfig, result: TickResult,
 def poison(catalog: Catalog, group: GroupConfig, result: TickResult, lease: Lease, action: str) -> DeadLetter:
     """Record what a Borrower that gave up on the lease's first shard records."""
     shard = result.state.shards[lease.shard_ids[0]]
-    letter = DeadLetter(
-        shard_id=shard.shard_id,
+    letter = dead_letter(
+        shard.shard_id,
+        action,
         stream=shard.stream,
         lease_id=lease.lease_id,
         attempt=lease.attempt,
-        action=action,
-        error="ZeroDivisionError: division by zero",
         from_snapshot=shard.from_snapshot,
         to_snapshot=shard.to_snapshot,
         at_ms=T0,
@@ -79,6 +83,7 @@ def by_stream(result: TickResult) -> dict[str, Lease]:
 
 
 def state_for(group: GroupConfig, source: str, sink: str) -> GroupState:
+    """A registry state of the group as built for ``source`` and ``sink``."""
     return GroupState(group=group.name, source=source, sink=sink, start_position=None, planned_through=None)
 
 
@@ -98,7 +103,8 @@ def test_check_drift_names_the_changed_field_and_the_remedy(make_group: type[Gro
 
     message = str(info.value)
     assert message.startswith(f"group {group.name!r}: {field}: ")
-    assert repr(getattr(group, field)) in message and "'old.table'" in message
+    assert repr(getattr(group, field)) in message
+    assert "'old.table'" in message
     assert f"Give the changed group a new name, or restore {field}: old.table" in message
 
 
@@ -124,8 +130,10 @@ def test_a_running_lease_is_stored_as_granted(catalog: Catalog, make_group: type
 
     assert {lease.phase for lease in second.state.leases.values()} == {LeasePhase.GRANTED}
     stored = load_state(catalog, group.name).state
-    assert stored is not None and stored.leases == second.state.leases
-    assert second.launch == [] and second.terminate == []
+    assert stored is not None
+    assert stored.leases == second.state.leases
+    assert second.launch == []
+    assert second.terminate == []
 
 
 def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, make_group: type[GroupConfig]) -> None:
@@ -142,27 +150,36 @@ def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, 
 
     assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
     assert second.state.leases[bad.lease_id].attempt == 1  # parking fences the attempt that gave up
-    assert done.lease_id not in second.state.leases and len(second.committed) == 1
+    assert done.lease_id not in second.state.leases
+    assert len(second.committed) == 1
     assert set(second.state.leases) == {bad.lease_id, other.lease_id}  # no new grant for the free slot
     assert second.launch == []
-    assert second.stopped == [letter] and second.parked == []
+    assert second.stopped == [letter]
+    assert second.parked == []
     message = second.stop_message()
-    assert letter.shard_id in message and letter.stream in message and letter.error in message
+    assert letter.shard_id in message
+    assert letter.stream in message
+    assert letter.error in message
     assert f"`icegroup redrive {group.name}`" in message
     stored = load_state(catalog, group.name).state
-    assert stored is not None and stored.leases[bad.lease_id].phase is LeasePhase.PARKED
+    assert stored is not None
+    assert stored.leases[bad.lease_id].phase is LeasePhase.PARKED
 
     third = tick(catalog, group, running, now_ms=T0 + 2000)  # still stopped: nothing moves
     assert set(third.state.leases) == {bad.lease_id, other.lease_id}
-    assert third.launch == [] and third.stopped == [letter]
+    assert third.launch == []
+    assert third.stopped == [letter]
 
     assert [d.shard_id for d in redrive(catalog, group.name)] == [letter.shard_id]
     fourth = tick(catalog, group, running, now_ms=T0 + 3000)
 
     regranted = fourth.state.leases[bad.lease_id]
-    assert regranted.attempt == 2 and regranted.phase is LeasePhase.GRANTING
+    assert regranted.attempt == 2
+    assert regranted.phase is LeasePhase.GRANTING
     assert regranted.shard_ids == bad.shard_ids
-    assert fourth.regranted == 1 and fourth.stopped == [] and fourth.terminate == []
+    assert fourth.regranted == 1
+    assert fourth.stopped == []
+    assert fourth.terminate == []
     assert regranted in fourth.launch
     grants = [lease for lease in fourth.launch if lease.lease_id not in first.state.leases]
     assert [lease.streams for lease in grants] == [done.streams]  # the held-back grant is made now
@@ -183,9 +200,11 @@ def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
 
     assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
     assert second.state.leases[other.lease_id].phase is LeasePhase.GRANTED
-    assert second.parked == [letter] and second.stopped == []
+    assert second.parked == [letter]
+    assert second.stopped == []
     (grant,) = second.launch
-    assert grant.streams == done.streams and grant.lease_id not in first.state.leases
+    assert grant.streams == done.streams
+    assert grant.lease_id not in first.state.leases
     assert grant.shard_ids[0] not in done.shard_ids
     assert bad.lease_id not in {lease.lease_id for lease in second.launch}
 
@@ -213,7 +232,8 @@ def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
     create_sink(catalog, group)
     first = tick(catalog, group, running, now_ms=T0)
     held, done = sorted(first.state.leases.values(), key=lambda lease: lease.streams)
-    assert len(held.shard_ids) == len(done.shard_ids) == 2 and held.streams != done.streams
+    assert len(held.shard_ids) == len(done.shard_ids) == 2
+    assert held.streams != done.streams
     commit_as_borrower(catalog, group, first, held)  # its first shard only: the lease stays in flight
     letter = poison(catalog, group, first, held, action)  # for that committed shard
     commit_as_borrower(catalog, group, first, done)
@@ -222,7 +242,8 @@ def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
     second = tick(catalog, group, running, now_ms=T0 + 1000)
 
     assert letter.shard_id in {shard.shard_id for shard in second.committed}
-    assert second.stopped == [] and second.parked == []
+    assert second.stopped == []
+    assert second.parked == []
     kept = second.state.leases[held.lease_id]
     assert (kept.phase, kept.attempt, kept.shard_ids) == (LeasePhase.GRANTED, held.attempt, held.shard_ids)
     assert fence_key(group.name, held.lease_id) not in catalog.load_table(group.sink).metadata.properties
@@ -230,7 +251,8 @@ def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
     assert grant.lease_id not in first.state.leases
     assert not set(grant.streams) & {*held.streams, *done.streams}
     stored = load_state(catalog, group.name).state
-    assert stored is not None and stored.leases[held.lease_id].phase is LeasePhase.GRANTED
+    assert stored is not None
+    assert stored.leases[held.lease_id].phase is LeasePhase.GRANTED
 
 
 def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_group: type[GroupConfig]) -> None:
@@ -279,7 +301,8 @@ def test_the_fence_is_raised_before_the_registry_commit(
         tick(catalog, group, failed, now_ms=T0 + 1000)
 
     stored = load_state(catalog, group.name).state
-    assert stored is not None and stored.leases == first.state.leases
+    assert stored is not None
+    assert stored.leases == first.state.leases
 
 
 @pytest.mark.parametrize("run", [RunState.RUNNING, RunState.QUEUED])

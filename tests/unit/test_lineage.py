@@ -6,29 +6,20 @@ import json
 
 import pytest
 
-from iceberg.lineage import KEY_SHARDS, ShardRange, SinkCommit, commit_properties, parse_commit
-from iceberg.shards import Shard
+from iceberg.protocol.lineage import KEY_SHARD_IDS, KEY_SHARDS, ShardRange, SinkCommit, commit_properties, parse_commit
+from tests.factories import MakeShard
 
 
-def shard(from_snapshot: int | None = 100) -> Shard:
-    return Shard(
+@pytest.mark.parametrize("from_snapshot", [100, None], ids=["from-snapshot", "from-start"])
+def test_commit_properties_round_trip(make_shard: MakeShard, from_snapshot: int | None) -> None:
+    shard = make_shard(
         shard_id="0123456789abcdef",
         stream="0/region=eu",
         from_snapshot=from_snapshot,
         to_snapshot=103,
-        to_sequence=7,
-        schema_id=0,
-        window_start_ms=1_767_225_600_000,
         snapshots=[101, 103],
-        files=["wh/a.parquet"],
-        rows=12,
-        bytes=1200,
     )
-
-
-@pytest.mark.parametrize("from_snapshot", [100, None], ids=["from-snapshot", "from-start"])
-def test_commit_properties_round_trip(from_snapshot: int | None) -> None:
-    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard(from_snapshot))
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard)
 
     commit = parse_commit(555, 1_767_225_601_000, properties, added_records=9)
 
@@ -45,17 +36,20 @@ def test_commit_properties_round_trip(from_snapshot: int | None) -> None:
     )
 
 
-def test_commit_properties_are_lower_case_string_keys_and_values() -> None:
-    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard())
+def test_commit_properties_are_lower_case_string_keys_and_values(make_shard: MakeShard) -> None:
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, make_shard())
 
     assert all(key == key.lower() and key.startswith("icegroup.") for key in properties)
     assert all(isinstance(value, str) for value in properties.values())
 
 
-def test_commit_properties_hold_one_shard() -> None:
-    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard())
+def test_commit_properties_hold_one_shard(make_shard: MakeShard) -> None:
+    properties = commit_properties(
+        "orders", "demo.events", "fedcba9876543210", 3, 2, make_shard(shard_id="0123456789abcdef")
+    )
 
     assert [item["id"] for item in json.loads(properties[KEY_SHARDS])] == ["0123456789abcdef"]
+    assert properties[KEY_SHARD_IDS] == "0123456789abcdef"  # what the fenced commit's Java side looks for
 
 
 @pytest.mark.parametrize(

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from iceberg.liveness import Decision, LeaseAction, RunState, lease_action, regrant
-from iceberg.state import Lease, LeasePhase
+from iceberg.protocol.liveness import Decision, LeaseAction, RunState, lease_action, regrant
+from iceberg.protocol.state import Lease, LeasePhase
+from tests import factories
 
 DEADLINE = 1_060_000
 
@@ -41,16 +42,16 @@ EXPECTED: dict[RunState, tuple[Expected, Expected]] = {
 
 
 def outcome(decision: Decision) -> Expected:
+    """What the table above records of a decision."""
     return decision.phase, decision.action, decision.terminate
 
 
 def granted(phase: LeasePhase = LeasePhase.GRANTING) -> Lease:
-    return Lease(
-        lease_id="0123456789abcdef",
-        epoch=2,
-        window_start_ms=1_767_225_600_000,
-        shard_ids=["s1", "s2"],
+    """A first attempt due at DEADLINE; the fields a regrant must keep or reset differ from their defaults."""
+    return factories.lease(
+        ["s1", "s2"],
         streams=["a"],
+        epoch=2,
         attempt=0,
         granted_at_ms=1_000_000,
         deadline_ms=DEADLINE,

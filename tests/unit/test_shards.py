@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 import pytest
 
 from iceberg.groups import ShardCaps
-from iceberg.shards import (
+from iceberg.protocol.shards import (
     FileEntry,
     Shard,
     SnapshotInfo,

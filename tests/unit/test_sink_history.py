@@ -17,28 +17,12 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
 from iceberg.errors import SinkError
-from iceberg.lineage import commit_properties
-from iceberg.shards import Shard
+from iceberg.protocol.lineage import commit_properties
 from iceberg.sink_history import group_commits, read_sink_history
+from tests.factories import shard
 
 SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 GROUP = "orders"
-
-
-def shard(n: int) -> Shard:
-    return Shard(
-        shard_id=f"{n:016x}",
-        stream="0/region=eu",
-        from_snapshot=100 + n - 1,
-        to_snapshot=100 + n,
-        to_sequence=n,
-        schema_id=0,
-        window_start_ms=1_767_225_600_000,
-        snapshots=[100 + n],
-        files=[f"wh/{n}.parquet"],
-        rows=1,
-        bytes=100,
-    )
 
 
 def commit(sink: Table, n: int, group: str = GROUP) -> int:
@@ -58,7 +42,7 @@ def build_sink(catalog: Catalog, ns: str, shards: int) -> tuple[Table, list[int]
 
 
 def expire(sink: Table, snapshot_ids: list[int]) -> None:
-    """pyiceberg's expiry: the child of an expired snapshot loses its parent id."""
+    """Pyiceberg's expiry: the child of an expired snapshot loses its parent id."""
     sink.maintenance.expire_snapshots().by_ids(snapshot_ids).commit()
     assert not {s.snapshot_id for s in sink.snapshots()} & set(snapshot_ids)
 
@@ -89,6 +73,7 @@ def expired_sink(catalog: Catalog, sink: Table, snapshot_ids: list[int], style: 
 
 
 def shard_ids(sink: Table, since: int | None) -> list[str]:
+    """The ids of the shards the group committed after ``since``, oldest first."""
     return [s.shard_id for c in group_commits(sink, GROUP, since) for s in c.shards]
 
 
@@ -136,10 +121,12 @@ def test_expired_snapshots_after_the_cursor_are_an_error_naming_sink_cursor_and_
 
     message = str(info.value)
     assert message.startswith("sink: ")
-    assert identifier.split(".")[1] in message and ns in message
+    assert identifier.split(".")[1] in message
+    assert ns in message
     assert f"between {since} (the last one group {GROUP!r} reconciled)" in message
     assert "were expired" in message
-    assert "restore them" in message and "expire sink snapshots only once the group has reconciled them" in message
+    assert "restore them" in message
+    assert "expire sink snapshots only once the group has reconciled them" in message
     assert "icegroup describe" in message
 
 

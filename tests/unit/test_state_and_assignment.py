@@ -5,10 +5,12 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from iceberg.assignment import assign_leases, make_lease_id
 from iceberg.groups import GroupConfig
-from iceberg.shards import DAY_MS, Shard
-from iceberg.state import GroupState, Lease, StreamState, add_shards, apply_commits
+from iceberg.protocol.assignment import assign_leases, make_lease_id
+from iceberg.protocol.shards import DAY_MS, Shard
+from iceberg.protocol.state import GroupState, Lease, StreamState, add_shards, apply_commits
+from tests import factories
+from tests.factories import MakeLease
 
 W0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 W1 = W0 + DAY_MS
@@ -17,22 +19,11 @@ W2 = W1 + DAY_MS
 
 def shard(shard_id: str, stream: str, seq: int, *, window: int = W0, rows: int = 10) -> Shard:
     """Shard ending at snapshot 100+seq, starting after 100+seq-1."""
-    return Shard(
-        shard_id=shard_id,
-        stream=stream,
-        from_snapshot=100 + seq - 1,
-        to_snapshot=100 + seq,
-        to_sequence=seq,
-        schema_id=0,
-        window_start_ms=window,
-        snapshots=[100 + seq],
-        files=[f"wh/{stream}/{seq}.parquet"],
-        rows=rows,
-        bytes=rows * 10,
-    )
+    return factories.shard(seq, stream=stream, shard_id=shard_id, window_start_ms=window, rows=rows)
 
 
 def state_of(*shards: Shard, leases: tuple[Lease, ...] = (), epoch: int = 0, **streams: StreamState) -> GroupState:
+    """Group ``orders`` with these pending shards, leases in flight and stream states."""
     return GroupState(
         group="orders",
         source="demo.events",
@@ -46,24 +37,13 @@ def state_of(*shards: Shard, leases: tuple[Lease, ...] = (), epoch: int = 0, **s
     )
 
 
-def lease_of(lease_id: str, shard_ids: list[str], streams: list[str]) -> Lease:
-    return Lease(
-        lease_id=lease_id,
-        epoch=0,
-        window_start_ms=W0,
-        shard_ids=shard_ids,
-        streams=streams,
-        granted_at_ms=0,
-        deadline_ms=60_000,
-        sink_snapshot_at_grant=None,
-    )
-
-
 def group_of(**fields: Any) -> GroupConfig:
+    """Group ``orders`` with these config fields."""
     return GroupConfig.model_validate({"name": "orders", "source": "demo.events", "sink": "demo.events_out", **fields})
 
 
 def assign(state: GroupState, now_ms: int = 1_000_000, **fields: Any) -> list[Lease]:
+    """The leases granted for the state under a group with these config fields."""
     return assign_leases(state, group_of(**fields), now_ms=now_ms, sink_snapshot=None)
 
 
@@ -158,12 +138,15 @@ def test_apply_commits_ignores_unknown_and_already_committed_shards() -> None:
     assert again.model_dump() == once.model_dump()
 
 
-def test_apply_commits_retires_a_lease_whose_shards_are_all_committed() -> None:
+def test_apply_commits_retires_a_lease_whose_shards_are_all_committed(make_lease: MakeLease) -> None:
     state = state_of(
         shard("a1", "a", 1),
         shard("b2", "b", 2),
         shard("b3", "b", 3),
-        leases=(lease_of("la", ["a1"], ["a"]), lease_of("lb", ["b2", "b3"], ["b"])),
+        leases=(
+            make_lease(["a1"], streams=["a"], lease_id="la"),
+            make_lease(["b2", "b3"], streams=["b"], lease_id="lb"),
+        ),
     )
 
     after, _ = apply_commits(state, ["a1", "b2"])
@@ -172,8 +155,10 @@ def test_apply_commits_retires_a_lease_whose_shards_are_all_committed() -> None:
     assert after.leases_done == 1
 
 
-def test_apply_commits_retires_a_lease_once_its_last_shard_commits() -> None:
-    state = state_of(shard("b2", "b", 2), shard("b3", "b", 3), leases=(lease_of("lb", ["b2", "b3"], ["b"]),))
+def test_apply_commits_retires_a_lease_once_its_last_shard_commits(make_lease: MakeLease) -> None:
+    state = state_of(
+        shard("b2", "b", 2), shard("b3", "b", 3), leases=(make_lease(["b2", "b3"], streams=["b"], lease_id="lb"),)
+    )
 
     first, _ = apply_commits(state, ["b2"])
     second, _ = apply_commits(first, ["b3"])
@@ -203,20 +188,20 @@ def test_no_pending_shards_no_leases() -> None:
     assert assign(state_of()) == []
 
 
-def test_assign_fills_max_borrowers_minus_leases_in_flight() -> None:
+def test_assign_fills_max_borrowers_minus_leases_in_flight(make_lease: MakeLease) -> None:
     pending = [shard(f"{s}{i}", s, i) for i, s in enumerate("abcd", start=1)]
-    state = state_of(shard("x9", "x", 9), *pending, leases=(lease_of("lx", ["x9"], ["x"]),))
+    state = state_of(shard("x9", "x", 9), *pending, leases=(make_lease(["x9"], streams=["x"], lease_id="lx"),))
 
     assert len(assign(state, max_borrowers=3)) == 2
     assert assign(state, max_borrowers=1) == []
 
 
-def test_assign_never_gives_a_stream_held_by_a_lease_in_flight() -> None:
+def test_assign_never_gives_a_stream_held_by_a_lease_in_flight(make_lease: MakeLease) -> None:
     state = state_of(
         shard("a1", "a", 1),
         shard("a2", "a", 2),
         shard("b3", "b", 3),
-        leases=(lease_of("la", ["a1"], ["a"]),),
+        leases=(make_lease(["a1"], streams=["a"], lease_id="la"),),
     )
 
     leases = assign(state, max_borrowers=4)
@@ -332,5 +317,6 @@ def test_streams_without_rows_get_no_empty_lease() -> None:
 
     leases = assign(state, max_borrowers=3)
 
-    assert leases and all(lease.shard_ids for lease in leases)
+    assert leases
+    assert all(lease.shard_ids for lease in leases)
     assert sorted(sid for lease in leases for sid in lease.shard_ids) == ["a1", "b2", "c3"]

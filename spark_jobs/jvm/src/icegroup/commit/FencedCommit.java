@@ -39,8 +39,9 @@ import org.apache.iceberg.io.LocationProvider;
  * commit.
  */
 public final class FencedCommit {
+  // Snapshot summary keys shared with Python (iceberg/protocol/lineage.py); a unit test pins them.
   public static final String STAGE_KEY = "icegroup.stage";
-  public static final String SHARDS_KEY = "icegroup.shards";
+  public static final String SHARD_IDS_KEY = "icegroup.shard-ids";
   public static final String GROUP_KEY = "icegroup.group";
   public static final String TOKEN_KEY = "icegroup.token";
 
@@ -61,7 +62,9 @@ public final class FencedCommit {
   }
 
   /**
-   * Append the files staged under {@code stageToken} to main; returns {snapshot id, conflicts retried}.
+   * Append the files staged under {@code stageToken} to main.
+   *
+   * @return {snapshot id, conflicting commits retried, records added}
    *
    * @param validateFrom sink snapshot seen at grant; the shard check walks back to it (null: to the start)
    */
@@ -99,10 +102,12 @@ public final class FencedCommit {
     Snapshot head = ops.current().currentSnapshot();
     for (Snapshot s = head; s != null; s = parent(ops.current(), s)) {
       if (stageToken.equals(s.summary().get(TOKEN_KEY))) {
-        return new long[] {s.snapshotId(), ops.conflicts};
+        String added = s.summary().getOrDefault("added-records", "0");
+        return new long[] {s.snapshotId(), ops.conflicts, Long.parseLong(added)};
       }
     }
-    return new long[] {head == null ? -1L : head.snapshotId(), ops.conflicts};
+    throw new IllegalStateException(
+        "the commit of shard " + shardId + " succeeded but no snapshot on main carries its token " + stageToken);
   }
 
   /** Drop a staged snapshot and its files after a failed publish, so a fenced attempt leaves nothing. */
@@ -135,6 +140,19 @@ public final class FencedCommit {
   private static boolean onMain(Snapshot head, Table table, long snapshotId) {
     for (Snapshot s = head; s != null; s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
       if (s.snapshotId() == snapshotId) {
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /** Whether a comma-separated list of shard ids holds exactly {@code shardId}. */
+  static boolean carriesShard(String shardIds, String shardId) {
+    if (shardIds == null) {
+      return false;
+    }
+    for (String id : shardIds.split(",")) {
+      if (id.equals(shardId)) {
         return true;
       }
     }
@@ -190,7 +208,6 @@ public final class FencedCommit {
         throw new ValidationException(
             "staged output of shard %s (snapshot %s) was expired before it was published", shardId, staged.snapshotId());
       }
-      String needle = "\"id\":\"" + shardId + "\"";
       boolean reached = validateFrom == null;
       Snapshot last = null;
       for (Snapshot s = base.currentSnapshot(); s != null; s = parent(base, s)) {
@@ -200,8 +217,7 @@ public final class FencedCommit {
         }
         last = s;
         Map<String, String> summary = s.summary();
-        String shards = summary.get(SHARDS_KEY);
-        if (group.equals(summary.get(GROUP_KEY)) && shards != null && shards.contains(needle)) {
+        if (group.equals(summary.get(GROUP_KEY)) && carriesShard(summary.get(SHARD_IDS_KEY), shardId)) {
           throw new AlreadyCommitted("shard %s is already committed in snapshot %s", shardId, s.snapshotId());
         }
       }

@@ -13,8 +13,8 @@ import hashlib
 from collections import defaultdict
 
 from iceberg.groups import GroupConfig
-from iceberg.shards import Shard
-from iceberg.state import GroupState, Lease, LeasePhase
+from iceberg.protocol.shards import Shard
+from iceberg.protocol.state import GroupState, Lease, LeasePhase
 
 
 def make_lease_id(group: str, epoch: int, shard_ids: list[str]) -> str:

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from iceberg.state import Lease, LeasePhase
+from iceberg.protocol.state import Lease, LeasePhase
 
 
 class RunState(StrEnum):

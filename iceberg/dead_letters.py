@@ -4,13 +4,13 @@ A Borrower that gives up on a poison shard appends a row here and fails its run.
 the table every tick: a shard whose latest row is ``parked`` holds its lease (and so its stream)
 still while the other streams go on; ``stopped`` stops the whole group. ``icegroup redrive``
 appends ``redriven`` rows, and the Leader grants the shard again. The table is append-only, so it
-is also the history of every poison shard and what was done about it.
+is also the history of every poison shard and what was done about it. The record and the rules
+that need no table are in ``iceberg/protocol/poison.py``.
 """
 
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -18,12 +18,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
+from iceberg.protocol.poison import REDRIVEN, DeadLetter, is_open, latest_per_shard
 from iceberg.registry import NAMESPACE
 from iceberg.tables import load_optional
-
-PARKED = "parked"
-STOPPED = "stopped"
-REDRIVEN = "redriven"
 
 SCHEMA = Schema(
     NestedField(1, "shard_id", StringType(), required=True),
@@ -36,21 +33,6 @@ SCHEMA = Schema(
     NestedField(8, "to_snapshot", LongType(), required=True),
     NestedField(9, "at_ms", LongType(), required=True),
 )
-
-
-@dataclass(frozen=True)
-class DeadLetter:
-    """The latest word on one poison shard."""
-
-    shard_id: str
-    stream: str
-    lease_id: str
-    attempt: int
-    action: str
-    error: str
-    from_snapshot: int | None
-    to_snapshot: int
-    at_ms: int
 
 
 def dead_letter_identifier(group: str) -> str:
@@ -74,15 +56,12 @@ def latest(catalog: Catalog, group: str) -> dict[str, DeadLetter]:
     table = load_optional(catalog, dead_letter_identifier(group))
     if table is None or table.current_snapshot() is None:
         return {}
-    out: dict[str, DeadLetter] = {}
-    for row in sorted(table.scan().to_arrow().to_pylist(), key=lambda r: r["at_ms"]):
-        out[row["shard_id"]] = DeadLetter(**row)
-    return out
+    return latest_per_shard(DeadLetter(**row) for row in table.scan().to_arrow().to_pylist())
 
 
 def open_letters(catalog: Catalog, group: str) -> dict[str, DeadLetter]:
     """Shards that are parked or stopped and not re-driven since."""
-    return {sid: d for sid, d in latest(catalog, group).items() if d.action in (PARKED, STOPPED)}
+    return {sid: d for sid, d in latest(catalog, group).items() if is_open(d)}
 
 
 def redrive(catalog: Catalog, group: str, shard_ids: list[str] | None = None) -> list[DeadLetter]:

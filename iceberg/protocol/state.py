@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from iceberg.shards import Shard
+from iceberg.protocol.shards import Shard
 
 
 class LeasePhase(StrEnum):

@@ -2,7 +2,9 @@
 
 Progress lives in the sink commit itself (as Flink's ``flink.max-committed-checkpoint-id`` does), so
 data and progress commit together and the registry can always be rebuilt from sink history.
-Property keys are lower case: Spark lower-cases write options.
+Property keys are lower case: Spark lower-cases write options. ``KEY_STAGE``, ``KEY_TOKEN``,
+``KEY_GROUP`` and ``KEY_SHARD_IDS`` are read or written by the fenced commit's Java side too
+(``spark_jobs/jvm``); ``tests/unit/test_summary_keys.py`` pins that both sides spell them alike.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from iceberg.shards import Shard
+from iceberg.protocol.shards import Shard
 
 COL_GROUP = "_ig_group"
 COL_LEASE = "_ig_lease"
@@ -25,6 +27,9 @@ KEY_LEASE = "icegroup.lease"
 KEY_EPOCH = "icegroup.epoch"
 KEY_ATTEMPT = "icegroup.attempt"
 KEY_SHARDS = "icegroup.shards"
+KEY_SHARD_IDS = "icegroup.shard-ids"
+KEY_STAGE = "icegroup.stage"
+KEY_TOKEN = "icegroup.token"
 
 
 def fence_key(group: str, lease_id: str) -> str:
@@ -81,6 +86,7 @@ def commit_properties(group: str, source: str, lease_id: str, epoch: int, attemp
         KEY_EPOCH: str(epoch),
         KEY_ATTEMPT: str(attempt),
         KEY_SHARDS: json.dumps(shards, separators=(",", ":")),
+        KEY_SHARD_IDS: shard.shard_id,
     }
 
 

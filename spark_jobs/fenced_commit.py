@@ -1,18 +1,23 @@
 """The fenced sink commit: one shard's output and its progress in one Iceberg append.
 
-A shard is written in two steps. Spark writes the output as a staged snapshot (Iceberg's
-write-audit-publish; the sink sets ``write.wap.enabled``), which no reader of main sees. Then
-``icegroup.commit.FencedCommit`` (``spark_jobs/jvm``) appends those files to main. Its checks run
-inside the catalog's compare-and-swap, on exactly the metadata the commit is built on:
+Everything a Borrower does to the sink goes through this module:
 
-- the lease's fence (a sink property the Leader raises before it re-grants) is not above this
-  attempt, and the group epoch is the lease's: a zombie Borrower fails here and adds nothing to
-  main (if its output added columns, the sink keeps them, empty);
-- no sink snapshot since the grant carries the shard: a shard is committed once.
+- **claim**: raise the lease's fence (a sink property, ``icegroup.fence.<group>.<lease>``) to this
+  attempt, so that every older attempt of the lease can no longer commit;
+- **history**: the one read of the sink's history a lease needs, to resume after the shards an
+  earlier attempt committed;
+- **stage**: Spark writes the shard's output as a staged snapshot (Iceberg's write-audit-publish;
+  the sink sets ``write.wap.enabled``), which no reader of main sees;
+- **publish**: ``icegroup.commit.FencedCommit`` (``spark_jobs/jvm``) appends the staged files to
+  main. Its checks run inside the catalog's compare-and-swap, on exactly the metadata the commit
+  is built on: the lease's fence is not above this attempt and the group epoch is the lease's (a
+  zombie fails here and adds nothing to main), and no sink snapshot since the grant carries the
+  shard id (a shard is committed once).
 
 A conflicting commit makes the swap fail; Iceberg refreshes, backs off and retries, and the checks
 run again. The published snapshot is an ``append``, so another group can consume the sink, and it
-deletes nothing, so compacting the sink does not get in its way.
+deletes nothing, so compacting the sink does not get in its way. The Leader's side of the fence,
+raising it before a re-grant, is ``iceberg/fencing.py``.
 """
 
 from __future__ import annotations
@@ -23,15 +28,29 @@ from dataclasses import dataclass
 from typing import Any
 
 from py4j.protocol import Py4JJavaError
+from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.errors import SinkError
-from iceberg.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, LINEAGE_COLUMNS, epoch_key, fence_key
+from iceberg.errors import AlreadyCommitted, Fenced, SinkError, StaleLease
+from iceberg.fencing import raise_fences
+from iceberg.groups import GroupConfig
+from iceberg.protocol.lineage import (
+    COL_EPOCH,
+    COL_GROUP,
+    COL_LEASE,
+    COL_SHARD,
+    KEY_STAGE,
+    LINEAGE_COLUMNS,
+    epoch_key,
+    fence_key,
+)
+from iceberg.protocol.state import Lease
+from iceberg.sink_history import SinkHistory, read_sink_history
+from iceberg.tables import load_optional
 
 log = logging.getLogger(__name__)
 
-STAGE_KEY = "icegroup.stage"
 FENCED = "icegroup.commit.FencedCommit$Fenced"
 ALREADY_COMMITTED = "icegroup.commit.FencedCommit$AlreadyCommitted"
 SINK_PROPERTIES = {
@@ -52,20 +71,34 @@ SINK_PROPERTIES = {
 }
 
 
-class Fenced(SinkError):
-    """The lease was re-granted to a later attempt, or the group epoch moved: this attempt may not commit."""
-
-
 @dataclass(frozen=True)
 class Published:
     """A shard's commit on the sink's main branch."""
 
     snapshot_id: int
     conflicts: int
+    added_records: int
 
 
-class AlreadyCommitted(Exception):
-    """Validation found files of this shard added since the base: another attempt committed it."""
+def claim(catalog: Catalog, group: GroupConfig, lease: Lease) -> bool:
+    """Raise the lease's fence on the sink to this attempt; ``StaleLease`` if a later attempt holds it.
+
+    Returns False when there is no sink yet to claim it on; the claim is then made once it exists.
+    """
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        return False
+    key = fence_key(group.name, lease.lease_id)
+    raise_fences(sink, {key: lease.attempt})
+    granted = int(sink.metadata.properties.get(key, "0"))
+    if granted > lease.attempt:
+        raise StaleLease(f"lease {lease.lease_id} of group {group.name!r} is fenced at attempt {granted}")
+    return True
+
+
+def lease_history(catalog: Catalog, group: GroupConfig, lease: Lease) -> SinkHistory:
+    """The group's sink commits since the lease's grant: what an earlier attempt already committed."""
+    return read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant)
 
 
 def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch: int) -> DataFrame:
@@ -138,15 +171,11 @@ def stage_shard(df: DataFrame, table: str, evolve: bool = False) -> str:
     commit of its own, and Borrowers writing at once would contend for it).
     """
     token = uuid.uuid4().hex
-    writer = df.writeTo(table).option(f"snapshot-property.{STAGE_KEY}", token)
+    writer = df.writeTo(table).option(f"snapshot-property.{KEY_STAGE}", token)
     if evolve:
         writer = writer.option("mergeSchema", "true")
     writer.append()
     return token
-
-
-def _java_class(exc: Py4JJavaError) -> str:
-    return str(exc.java_exception.getClass().getName())
 
 
 def publish_shard(
@@ -154,11 +183,8 @@ def publish_shard(
     table: str,
     token: str,
     group: str,
-    lease_id: str,
-    attempt: int,
-    epoch: int,
+    lease: Lease,
     shard_id: str,
-    validate_from: int | None,
     properties: dict[str, str],
 ) -> Published:
     """Append the staged files to main in one fenced commit; ``Fenced`` or ``AlreadyCommitted`` if not allowed.
@@ -171,29 +197,30 @@ def publish_shard(
     props = jvm.java.util.HashMap()
     for key, value in properties.items():
         props.put(key, value)
+    validate_from = lease.sink_snapshot_at_grant
     base = None if validate_from is None else jvm.java.lang.Long(validate_from)
     try:
-        snapshot_id, conflicts = jvm.icegroup.commit.FencedCommit.commit(
+        snapshot_id, conflicts, added = jvm.icegroup.commit.FencedCommit.commit(
             iceberg_table,
             token,
             group,
-            fence_key(group, lease_id),
-            attempt,
+            fence_key(group, lease.lease_id),
+            lease.attempt,
             epoch_key(group),
-            epoch,
+            lease.epoch,
             shard_id,
             base,
             props,
         )
     except Py4JJavaError as exc:
-        name = _java_class(exc)
+        name = str(exc.java_exception.getClass().getName())
         if name not in (FENCED, ALREADY_COMMITTED):
             raise
         jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)
         message = str(exc.java_exception.getMessage())
         if name == FENCED:
             raise Fenced(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None
-        raise AlreadyCommitted(message) from None
+        raise AlreadyCommitted(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None
     if conflicts:
         log.warning("shard %s: sink commit retried after %d conflicting commits", shard_id, conflicts)
-    return Published(snapshot_id=int(snapshot_id), conflicts=int(conflicts))
+    return Published(snapshot_id=int(snapshot_id), conflicts=int(conflicts), added_records=int(added))

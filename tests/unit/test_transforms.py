@@ -1,0 +1,100 @@
+"""Transforms are imported where Spark lives, and a bad path still fails when the definitions load."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from dagster_project.cli import main
+from dagster_project.definitions import ENV_GROUPS, defs, load_checked_groups
+from iceberg.errors import ConfigError
+from spark_jobs.transforms import identity, import_transform, load_transform
+
+
+def groups_yaml(tmp_path: Path, transform: str) -> Path:
+    """A groups file with one group using ``transform``."""
+    path = tmp_path / "groups.yaml"
+    path.write_text(f"groups:\n  - {{name: orders, source: demo.events, sink: demo.out, transform: '{transform}'}}\n")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("transform", "expected"),
+    [
+        pytest.param(
+            "no_such_module_xyz:f",
+            "transform: 'no_such_module_xyz:f': module 'no_such_module_xyz' cannot be imported (ModuleNotFoundError",
+            id="module-missing",
+        ),
+        pytest.param(
+            "spark_jobs.transforms:nope",
+            "transform: 'spark_jobs.transforms:nope': module 'spark_jobs.transforms' has no function 'nope'; "
+            "fix the function name",
+            id="function-missing",
+        ),
+        pytest.param(
+            "iceberg.groups:NAME_RE",
+            "has no function 'NAME_RE'",
+            id="not-a-function",
+        ),
+    ],
+)
+def test_a_bad_transform_fails_when_the_groups_load(tmp_path: Path, transform: str, expected: str) -> None:
+    path = groups_yaml(tmp_path, transform)
+
+    with pytest.raises(ConfigError) as info:
+        load_checked_groups(path)
+
+    assert str(info.value).startswith(f"{path}: group 'orders': ")
+    assert expected in str(info.value)
+
+
+def test_the_code_location_fails_to_load_with_the_same_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(ENV_GROUPS, str(groups_yaml(tmp_path, "no_such_module_xyz:f")))
+
+    with pytest.raises(ConfigError, match="install it or fix the module path"):
+        dg.Definitions.merge(defs())
+
+
+def test_the_cli_prints_the_error_and_exits_2(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
+    path = groups_yaml(tmp_path, "spark_jobs.transforms:nope")
+
+    assert main(["--groups", str(path), "list"]) == 2
+
+    err = capsys.readouterr().err
+    assert err.startswith("icegroup: error: ")
+    assert "group 'orders': transform: 'spark_jobs.transforms:nope'" in err
+    assert "fix the function name" in err
+
+
+def test_every_problem_is_reported_together(tmp_path: Path) -> None:
+    path = tmp_path / "groups.yaml"
+    path.write_text(
+        "groups:\n"
+        "  - {name: a, source: demo.events, sink: demo.a, transform: 'nope_a:f'}\n"
+        "  - {name: b, source: demo.events, sink: demo.b, transform: 'spark_jobs.transforms:identity'}\n"
+        "  - {name: c, source: demo.events, sink: demo.c, transform: 'nope_c:f'}\n"
+    )
+
+    with pytest.raises(ConfigError) as info:
+        load_checked_groups(path)
+
+    lines = str(info.value).splitlines()
+    assert len(lines) == 2
+    assert "group 'a'" in lines[0]
+    assert "group 'c'" in lines[1]
+
+
+def test_import_transform_returns_the_function() -> None:
+    assert import_transform("spark_jobs.transforms:identity") is identity
+
+
+def test_load_transform_raises_config_error_naming_the_field() -> None:
+    assert load_transform("spark_jobs.transforms:identity") is identity
+    with pytest.raises(ConfigError, match=r"^transform: 'spark_jobs.transforms:nope': .*fix the function name"):
+        load_transform("spark_jobs.transforms:nope")
