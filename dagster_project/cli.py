@@ -18,7 +18,7 @@ import dagster as dg
 from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path, load_checked_groups
 from iceberg.dead_letters import latest, open_letters, redrive
 from iceberg.describe import GroupView, describe_group
-from iceberg.errors import IcegroupError
+from iceberg.errors import IcegroupError, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 
@@ -75,7 +75,7 @@ def parser() -> argparse.ArgumentParser:
 def pick(groups: dict[str, GroupConfig], name: str, source: Path) -> GroupConfig:
     """The named group, or an error listing the defined ones."""
     if name not in groups:
-        raise IcegroupError(f"group {name!r} is not defined in {source}; defined: {sorted(groups) or 'none'}")
+        raise UsageError(f"group {name!r} is not defined in {source}; defined: {sorted(groups) or 'none'}")
     return groups[name]
 
 
@@ -205,7 +205,7 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     catalog = lakehouse.catalog()
     unknown = sorted(set(args.shard or []) - set(open_letters(catalog, group.name)))
     if unknown:
-        raise IcegroupError(
+        raise UsageError(
             f"shard(s) {unknown} of group {group.name!r} are not parked or stopped; "
             f"see `icegroup dead-letters {group.name}`"
         )

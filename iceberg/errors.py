@@ -9,6 +9,10 @@ class IcegroupError(Exception):
     """Base class for every error icegroup raises on purpose."""
 
 
+class UsageError(IcegroupError):
+    """A command-line argument names something that is not there (a group, a shard)."""
+
+
 class ConfigError(IcegroupError):
     """A lakehouse or group config field is invalid; the message names the field and the fix."""
 

@@ -82,11 +82,16 @@ class LakehouseConfig(BaseModel):
         return Path(self.warehouse).resolve().as_uri()
 
     def pyiceberg_properties(self) -> dict[str, str]:
-        """Properties for ``SqlCatalog``; WAL plus a busy timeout keep SQLite usable by two engines."""
+        """Properties for ``SqlCatalog``.
+
+        WAL plus a busy timeout keep SQLite usable by two engines. The catalog is opened once per
+        process and its connection pool lives as long as a Dagster daemon does, so a pooled
+        connection is checked before use: one dropped by a database restart is replaced, not failed.
+        """
         uri = self.catalog_uri
         if make_url(uri).get_backend_name() == "sqlite" and "timeout=" not in uri:
             uri = f"{uri}{'&' if '?' in uri else '?'}timeout=30"
-        return {"uri": uri, "warehouse": self.warehouse_uri}
+        return {"uri": uri, "warehouse": self.warehouse_uri, "pool_pre_ping": "true"}
 
     def jdbc(self) -> tuple[str, dict[str, str]]:
         """The same catalog database as a JDBC URL plus driver properties, for Spark's JdbcCatalog."""

@@ -3,7 +3,7 @@
 # Usage: build_jar.sh SRC_DIR OUT_JAR PYTHON
 #   SRC_DIR  a folder of .java files (and an optional META-INF/)
 #   OUT_JAR  the jar to write
-#   PYTHON   the venv's python, to find the Iceberg runtime jar and the JDBC jars to compile against
+#   PYTHON   the venv's python, to find the Iceberg runtime jar to compile against
 set -euo pipefail
 src=${1:?usage: build_jar.sh SRC_DIR OUT_JAR PYTHON}
 out=${2:?usage: build_jar.sh SRC_DIR OUT_JAR PYTHON}

@@ -1,4 +1,4 @@
-"""Synthetic events for the demo and the tests: a source partitioned by region, one stream per region."""
+"""Synthetic events for the demo: a source partitioned by region, one stream per region."""
 
 from __future__ import annotations
 

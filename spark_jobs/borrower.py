@@ -2,8 +2,9 @@
 
 ``run_lease`` is five phases, after EMQX's connecting -> connected -> unsubscribing:
 
-- **connect**: the registry must still grant this attempt; the lease's fence on the sink is
-  raised to it, so any older attempt of the lease can no longer commit;
+- **connect**: the lease's fence on the sink is raised to this attempt, so any older attempt of
+  the lease can no longer commit (a Dagster Borrower run first checks, in ``fetch_lease``, that the
+  registry still grants it; ``consume`` runs the leases its own tick has just granted);
 - **resume**: the sink's history since the grant says which shards an earlier attempt already
   committed; the run goes on after them (each shard's commit is the run's checkpoint);
 - **deliver**: per shard, read, transform and stage the output. A read or transform that fails is
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
@@ -28,7 +29,7 @@ from iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, PoisonShard,
 from iceberg.failpoints import failpoint
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
-from iceberg.protocol.lineage import commit_properties
+from iceberg.protocol.lineage import SinkCommit, commit_properties
 from iceberg.protocol.liveness import BorrowerPhase
 from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
 from iceberg.protocol.shards import Shard
@@ -164,8 +165,13 @@ def connect(run: LeaseRun, shards: int) -> None:
 
 
 def resume(run: LeaseRun, shards: list[Shard]) -> list[Shard]:
-    """The shards still to commit: those an earlier attempt committed are skipped, in order."""
-    done = lease_history(run.catalog, run.group, run.lease).shard_ids()
+    """The shards still to commit: those already in the sink are skipped, in order.
+
+    Commits this very attempt made before (a retried run of the same attempt) count in its report.
+    """
+    history = lease_history(run.catalog, run.group, run.lease)
+    count_own_commits(run, history.commits)
+    done = history.shard_ids()
     todo = []
     for shard in shards:
         run.report.source_from = shard.from_snapshot if run.report.source_from is None else run.report.source_from
@@ -176,6 +182,15 @@ def resume(run: LeaseRun, shards: list[Shard]) -> list[Shard]:
         else:
             todo.append(shard)
     return todo
+
+
+def count_own_commits(run: LeaseRun, commits: Iterable[SinkCommit]) -> None:
+    """Add the sink commits made by this lease attempt to its report: rows out and sink snapshots."""
+    for commit in commits:
+        own = commit.lease_id == run.lease.lease_id and commit.attempt == run.lease.attempt
+        if own and commit.snapshot_id not in run.report.sink_snapshots:
+            run.report.rows_out += commit.added_records
+            run.report.sink_snapshots.append(commit.snapshot_id)
 
 
 def deliver(run: LeaseRun, out: DataFrame) -> str:
@@ -198,11 +213,19 @@ def publish(run: LeaseRun, shard: Shard, token: str) -> None:
     except Fenced as exc:
         raise StaleLease(str(exc)) from exc
     except AlreadyCommitted as exc:
-        if shard.shard_id not in lease_history(run.catalog, group, lease).shard_ids():
+        history = lease_history(run.catalog, group, lease)
+        carrying = [c for c in history.commits if shard.shard_id in {s.shard_id for s in c.shards}]
+        if not carrying:
             raise SinkError(
                 f"sink: the commit of shard {shard.shard_id} was refused as a duplicate, yet no commit of it "
                 f"is in {group.sink}'s history; refusing to skip it ({exc})"
             ) from exc
+        if any(c.lease_id == lease.lease_id and c.attempt == lease.attempt for c in carrying):
+            # A swap Iceberg retried had landed after all: the commit is this attempt's own.
+            count_own_commits(run, carrying)
+            run.report.committed.append(shard.shard_id)
+            run.report.rows_in += shard.rows
+            return
         run.report.fenced.append(shard.shard_id)
         run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
         return

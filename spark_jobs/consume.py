@@ -20,6 +20,7 @@ from iceberg.leader import RunObserver, TickResult, tick
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.state import Lease
 from spark_jobs.borrower import LeaseReport, run_lease
+from spark_jobs.transforms import load_transform
 
 LeaseCallback = Callable[[Lease, LeaseReport], None]
 
@@ -66,6 +67,7 @@ def consume(
             return executed.get((lease.lease_id, lease.attempt), RunState.MISSING)
         return observe_others(lease)
 
+    load_transform(group.transform)  # a transform that does not import fails before any lease is granted
     catalog = lakehouse.catalog()
     summary = ConsumeSummary()
     idle_since = time.monotonic()

@@ -53,6 +53,13 @@ log = logging.getLogger(__name__)
 
 FENCED = "icegroup.commit.FencedCommit$Fenced"
 ALREADY_COMMITTED = "icegroup.commit.FencedCommit$AlreadyCommitted"
+# The commit's other refusals: its own checks (staged output or sink history expired, a sink without
+# write-audit-publish) and a swap that kept losing. Each says what is wrong; none is the shard's fault.
+REFUSED = (
+    "org.apache.iceberg.exceptions.ValidationException",
+    "org.apache.iceberg.exceptions.CommitFailedException",
+    "java.lang.IllegalStateException",
+)
 SINK_PROPERTIES = {
     "format-version": "2",
     # Exact bounds on the lineage columns keep lineage queries and replays by shard exact.
@@ -214,10 +221,12 @@ def publish_shard(
         )
     except Py4JJavaError as exc:
         name = str(exc.java_exception.getClass().getName())
+        message = str(exc.java_exception.getMessage())
+        if name in REFUSED:
+            raise SinkError(f"sink: commit of shard {shard_id} to {table} failed: {message}") from None
         if name not in (FENCED, ALREADY_COMMITTED):
             raise
         jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)
-        message = str(exc.java_exception.getMessage())
         if name == FENCED:
             raise Fenced(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None
         raise AlreadyCommitted(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from iceberg.errors import SourceError
 from iceberg.protocol.lineage import LINEAGE_COLUMNS
 from iceberg.protocol.shards import Shard
 
@@ -33,7 +34,7 @@ def read_shard(
     reader = spark.read.format("iceberg")
     if shard.from_snapshot is None:
         if root_snapshot is None:
-            raise ValueError(f"shard {shard.shard_id} starts at the table's first snapshot; pass its id")
+            raise SourceError(f"shard {shard.shard_id} starts at the table's first snapshot, and it has none left")
         parts = [reader.option("snapshot-id", str(root_snapshot)).load(table).select("*", FILE_COLUMN)]
         if shard.to_snapshot != root_snapshot:
             parts.append(_incremental(spark, table, root_snapshot, shard.to_snapshot))

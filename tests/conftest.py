@@ -30,7 +30,7 @@ def lakehouse(lake_home: Path) -> LakehouseConfig:
 
 @pytest.fixture
 def catalog(lakehouse: LakehouseConfig) -> Catalog:
-    """A fresh pyiceberg catalog handle on the session's lakehouse."""
+    """The pyiceberg catalog of the session's lakehouse (one per process, as in the product)."""
     return lakehouse.catalog()
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from pyiceberg.catalog.sql import SqlCatalog
 
 from iceberg.errors import ConfigError
 from iceberg.lakehouse import LakehouseConfig, load_lakehouse
@@ -210,7 +211,30 @@ def test_pyiceberg_properties_add_a_busy_timeout_for_sqlite(tmp_path: Path) -> N
 
     props = lakehouse.pyiceberg_properties()
 
-    assert props == {"uri": f"{lakehouse.catalog_uri}?timeout=30", "warehouse": lakehouse.warehouse_uri}
+    assert props == {
+        "uri": f"{lakehouse.catalog_uri}?timeout=30",
+        "warehouse": lakehouse.warehouse_uri,
+        "pool_pre_ping": "true",
+    }
+
+
+def test_one_catalog_per_process_and_config(tmp_path: Path) -> None:
+    lakehouse = sqlite_lakehouse(tmp_path)
+
+    first = lakehouse.catalog()
+
+    assert lakehouse.catalog() is first
+    assert sqlite_lakehouse(tmp_path).catalog() is first, "an equal config shares the catalog"
+    other = sqlite_lakehouse(tmp_path, catalog_uri=f"sqlite:///{tmp_path / 'other.db'}").catalog()
+    assert other is not first
+    assert lakehouse.model_copy(update={"spark_master": "local[1]"}).catalog() is not first
+
+
+def test_the_cached_catalog_checks_a_pooled_connection_before_using_it(tmp_path: Path) -> None:
+    catalog = sqlite_lakehouse(tmp_path).catalog()
+
+    assert isinstance(catalog, SqlCatalog)
+    assert catalog.engine.pool._pre_ping
 
 
 def test_pyiceberg_properties_append_timeout_to_an_existing_query(tmp_path: Path) -> None:

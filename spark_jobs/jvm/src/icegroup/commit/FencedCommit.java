@@ -1,5 +1,7 @@
 package icegroup.commit;
 
+import java.io.IOException;
+import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.Collections;
 import java.util.List;
@@ -17,6 +19,8 @@ import org.apache.iceberg.exceptions.CommitFailedException;
 import org.apache.iceberg.exceptions.ValidationException;
 import org.apache.iceberg.io.FileIO;
 import org.apache.iceberg.io.LocationProvider;
+import org.apache.iceberg.shaded.com.fasterxml.jackson.databind.JsonNode;
+import org.apache.iceberg.util.JsonUtil;
 
 /**
  * The Borrower's sink commit: publish one shard's staged files as an append, fenced by its lease.
@@ -42,6 +46,7 @@ public final class FencedCommit {
   // Snapshot summary keys shared with Python (iceberg/protocol/lineage.py); a unit test pins them.
   public static final String STAGE_KEY = "icegroup.stage";
   public static final String SHARD_IDS_KEY = "icegroup.shard-ids";
+  public static final String SHARDS_KEY = "icegroup.shards";
   public static final String GROUP_KEY = "icegroup.group";
   public static final String TOKEN_KEY = "icegroup.token";
 
@@ -146,15 +151,35 @@ public final class FencedCommit {
     return false;
   }
 
-  /** Whether a comma-separated list of shard ids holds exactly {@code shardId}. */
-  static boolean carriesShard(String shardIds, String shardId) {
-    if (shardIds == null) {
+  /**
+   * Whether a commit's summary carries exactly {@code shardId}.
+   *
+   * <p>Commits list their shard ids, comma-separated, under {@link #SHARD_IDS_KEY}. Commits written
+   * before that key existed carry them only in the JSON ranges under {@link #SHARDS_KEY}; those are
+   * parsed, and each {@code id} is compared exactly, so no commit of a shard goes unseen.
+   */
+  public static boolean carriesShard(Map<String, String> summary, String shardId) {
+    String ids = summary.get(SHARD_IDS_KEY);
+    if (ids != null) {
+      for (String id : ids.split(",")) {
+        if (id.equals(shardId)) {
+          return true;
+        }
+      }
       return false;
     }
-    for (String id : shardIds.split(",")) {
-      if (id.equals(shardId)) {
-        return true;
+    String ranges = summary.get(SHARDS_KEY);
+    if (ranges == null) {
+      return false;
+    }
+    try {
+      for (JsonNode range : JsonUtil.mapper().readTree(ranges)) {
+        if (shardId.equals(range.path("id").asText(null))) {
+          return true;
+        }
       }
+    } catch (IOException e) {
+      throw new UncheckedIOException("unreadable " + SHARDS_KEY + " in a sink commit: " + ranges, e);
     }
     return false;
   }
@@ -217,7 +242,7 @@ public final class FencedCommit {
         }
         last = s;
         Map<String, String> summary = s.summary();
-        if (group.equals(summary.get(GROUP_KEY)) && carriesShard(summary.get(SHARD_IDS_KEY), shardId)) {
+        if (group.equals(summary.get(GROUP_KEY)) && carriesShard(summary, shardId)) {
           throw new AlreadyCommitted("shard %s is already committed in snapshot %s", shardId, s.snapshotId());
         }
       }

@@ -1,0 +1,123 @@
+"""The Borrower's phases that need no Spark: connect (the claim on the sink), resume and report.
+
+Deliver and publish stage and commit through Spark; the integration tier runs them
+(``test_fencing_and_resume.py``, ``test_zombie.py``). Sink commits are simulated here with pyiceberg
+appends that carry the summary a Borrower writes.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import LongType, NestedField
+
+from iceberg.errors import StaleLease
+from iceberg.fencing import raise_fences
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.protocol.lineage import commit_properties, fence_key
+from iceberg.protocol.liveness import BorrowerPhase
+from iceberg.protocol.shards import Shard
+from iceberg.protocol.state import Lease
+from spark_jobs.borrower import LeaseReport, LeaseRun, connect, report, resume
+from spark_jobs.transforms import identity
+from tests.factories import lease, shard
+
+SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
+
+
+def lease_run(lakehouse: LakehouseConfig, catalog: Catalog, group: GroupConfig, held: Lease) -> LeaseRun:
+    """A lease attempt in flight, without a Spark session (these phases never touch one)."""
+    return LeaseRun(
+        spark=None,  # type: ignore[arg-type]
+        lakehouse=lakehouse,
+        catalog=catalog,
+        group=group,
+        lease=held,
+        transform=identity,
+        report=LeaseReport(held.lease_id, held.attempt, held.epoch, held.window_start_ms, len(held.shard_ids)),
+        progress=lambda _: None,
+    )
+
+
+def create_sink(catalog: Catalog, group: GroupConfig) -> Table:
+    """The group's sink, as the first Borrower would have created it."""
+    catalog.create_namespace_if_not_exists(group.sink.split(".")[0])
+    return catalog.create_table(group.sink, schema=SINK_SCHEMA)
+
+
+def commit(sink: Table, group: GroupConfig, by: Lease, done: Shard, rows: int) -> int:
+    """Append ``rows`` rows as ``by``'s commit of ``done``; returns the sink snapshot."""
+    props = commit_properties(group.name, group.source, by.lease_id, by.epoch, by.attempt, done)
+    data = pa.Table.from_pylist([{"id": i} for i in range(rows)], schema=SINK_SCHEMA.as_arrow())
+    sink.append(data, snapshot_properties=props)
+    head = sink.current_snapshot()
+    assert head is not None
+    return head.snapshot_id
+
+
+def test_connect_without_a_sink_claims_nothing_yet(
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    run = lease_run(lakehouse, catalog, make_group(), lease([shard(1).shard_id], attempt=1))
+
+    connect(run, shards=1)
+
+    assert run.claimed is False
+    assert run.report.phase is BorrowerPhase.CONNECTED
+
+
+def test_connect_raises_the_fence_to_its_own_attempt(
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    sink = create_sink(catalog, group)
+    held = lease([shard(1).shard_id], attempt=2)
+
+    connect(lease_run(lakehouse, catalog, group, held), shards=1)
+
+    sink.refresh()
+    assert sink.metadata.properties[fence_key(group.name, held.lease_id)] == "2"
+
+
+def test_connect_of_an_attempt_already_fenced_off_is_stale(
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    held = lease([shard(1).shard_id], attempt=1)
+    raise_fences(create_sink(catalog, group), {fence_key(group.name, held.lease_id): 2})
+
+    with pytest.raises(StaleLease, match="fenced at attempt 2"):
+        connect(lease_run(lakehouse, catalog, group, held), shards=1)
+
+
+def test_resume_skips_the_shards_in_the_sink_and_counts_this_attempts_own_commits(
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    sink = create_sink(catalog, group)
+    first, second, third = shard(1), shard(2), shard(3)
+    held = lease([first.shard_id, second.shard_id, third.shard_id], attempt=1)
+    commit(sink, group, held.model_copy(update={"attempt": 0}), first, rows=4)
+    own = commit(sink, group, held, second, rows=5)
+    run = lease_run(lakehouse, catalog, group, held)
+
+    todo = resume(run, [first, second, third])
+
+    assert todo == [third]
+    assert run.report.resumed == [first.shard_id, second.shard_id]
+    assert run.report.rows_out == 5
+    assert run.report.sink_snapshots == [own]
+    assert (run.report.source_from, run.report.source_to) == (first.from_snapshot, third.to_snapshot)
+
+
+def test_report_closes_the_attempt(lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    run = lease_run(lakehouse, catalog, make_group(), lease([shard(1).shard_id]))
+
+    closed = report(run)
+
+    assert closed is run.report
+    assert closed.phase is BorrowerPhase.UNSUBSCRIBING
