@@ -8,6 +8,8 @@ from dagster_project.resources import IcegroupResource
 from dagster_project.tags import TAG_ATTEMPT, TAG_LEASE
 from iceberg.describe import describe_group
 from iceberg.groups import GroupConfig
+from iceberg.heartbeats import heartbeat
+from iceberg.protocol.liveness import holder_of
 from iceberg.protocol.shards import window_label
 from spark_jobs.borrower import LeaseReport, fetch_lease, run_lease
 
@@ -80,7 +82,9 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
             )
         lakehouse = icegroup.lakehouse()
         lease, shards = fetch_lease(lakehouse.catalog(), group.name, tags[TAG_LEASE], int(tags[TAG_ATTEMPT]))
-        report = run_lease(icegroup.spark(), lakehouse, group, lease, shards, progress=context.log.info)
+        catalog = lakehouse.catalog()
+        with heartbeat(catalog, group.name, holder_of(lease), interval_s=group.session_timeout_s / 3):
+            report = run_lease(icegroup.spark(), lakehouse, group, lease, shards, progress=context.log.info)
         view = describe_group(lakehouse.catalog(), group)
         return dg.MaterializeResult(metadata=lease_metadata(group, report, view.lag_rows, view.lag_snapshots))
 

@@ -7,10 +7,13 @@ Every command shares one error handler: any ``IcegroupError`` is printed as
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
 import os
 import sys
-from collections.abc import Sequence
+import traceback
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 import dagster as dg
@@ -18,9 +21,14 @@ import dagster as dg
 from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path, load_checked_groups
 from iceberg.dead_letters import latest, open_letters, redrive
 from iceberg.describe import GroupView, describe_group
-from iceberg.errors import IcegroupError, UsageError
+from iceberg.errors import IcegroupError, NotCaughtUp, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
+
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+EXIT_ERROR = 2
+EXIT_NOT_CAUGHT_UP = 3
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -33,14 +41,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         groups = load_checked_groups(args.groups)
         result: int = args.run(args, lakehouse, groups)
         return result
+    except NotCaughtUp as exc:
+        print(f"icegroup: not caught up: {exc}", file=sys.stderr)
+        return EXIT_NOT_CAUGHT_UP
     except IcegroupError as exc:
         print(f"icegroup: error: {exc}", file=sys.stderr)
-        return 2
+        return EXIT_ERROR
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line."""
-    top = argparse.ArgumentParser(prog="icegroup", description="Consumer groups for Apache Iceberg tables.")
+    top = argparse.ArgumentParser(
+        prog="icegroup",
+        description="Consumer groups for Apache Iceberg tables.",
+        epilog="exit codes: 0 done; 1 a run failed unexpectedly (the traceback and the Dagster run say why); "
+        "2 an error icegroup names, with its remedy (bad input, a stopped group, a refused commit); "
+        "3 consume --until-caught-up stopped without catching up (it names the leases held elsewhere)",
+    )
     top.add_argument("--groups", help=f"group definitions YAML (default: ${ENV_GROUPS} or the packaged one)")
     top.add_argument("--lakehouse", help=f"lakehouse config YAML (default: ${ENV_CONFIG} or .lake/ in ${ENV_HOME})")
     sub = top.add_subparsers(required=True, metavar="COMMAND")
@@ -135,7 +152,8 @@ def render(view: GroupView) -> str:
         for s in view.streams
     ]
     columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "committed_rows", "leases"]
-    return f"{head}\n{table(rows, columns)}"
+    holds = "".join(f"\n  {line}" for line in view.hold_lines())
+    return f"{head}\n{table(rows, columns)}" + (f"\nleases in flight:{holds}" if holds else "")
 
 
 def table(rows: list[dict[str, object]], columns: list[str]) -> str:
@@ -152,6 +170,24 @@ def dagster_home() -> Path:
     return home
 
 
+@contextmanager
+def open_instance(home: Path) -> Iterator[dg.DagsterInstance]:
+    """The Dagster instance in ``home``; opening it is serialized across processes by a file lock.
+
+    Opening a SQLite-backed instance creates and migrates its databases the first time. Consumers
+    started at the same moment on a fresh home would race through that (tables that already exist,
+    two alembic heads), so the opening, and only the opening, takes turns.
+    """
+    with (home / ".icegroup-instance.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            instance = dg.DagsterInstance.from_config(str(home))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    with instance:
+        yield instance
+
+
 def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance."""
     group = pick(groups, args.group, args.groups)
@@ -165,17 +201,25 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
             }
         },
     }
-    with dg.DagsterInstance.from_config(str(home)) as instance:
+    with open_instance(home) as instance:
         try:
             result = job.execute_in_process(run_config=run_config, instance=instance)
-        except dg.DagsterExecutionStepExecutionError as exc:
-            cause = exc.__cause__
-            if isinstance(cause, IcegroupError):
-                raise cause from None
-            raise
+        except Exception as exc:
+            # Dagster raises the op's own error, or wraps it in a step error: unwrap that.
+            wrapped = isinstance(exc, dg.DagsterExecutionStepExecutionError) and exc.__cause__ is not None
+            failed = exc.__cause__ if wrapped and exc.__cause__ is not None else exc
+            if isinstance(failed, IcegroupError):
+                raise failed from None
+            traceback.print_exception(failed, file=sys.stderr)
+            print(
+                f"icegroup: run failed: {type(failed).__name__}: {failed} (the run is in the instance at {home}; "
+                "`make ui` shows its logs)",
+                file=sys.stderr,
+            )
+            return EXIT_RUN_FAILED
     print(f"run {result.run_id}: {'success' if result.success else 'failure'} (instance {home})")
     print(render(describe_group(lakehouse.catalog(), group)))
-    return 0 if result.success else 1
+    return EXIT_OK if result.success else EXIT_RUN_FAILED
 
 
 def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

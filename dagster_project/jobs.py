@@ -10,7 +10,7 @@ from pydantic import Field
 
 from dagster_project.assets import lease_metadata, table_key
 from dagster_project.resources import IcegroupResource
-from dagster_project.run_observer import observe_runs
+from dagster_project.run_observer import observe_runs, terminate_runs
 from dagster_project.tags import TAG_GROUP
 from iceberg.describe import describe_group
 from iceberg.groups import GroupConfig
@@ -71,6 +71,7 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
             progress=context.log.info,
             max_wait_s=config.max_wait_s,
             until_caught_up=config.until_caught_up,
+            terminate=lambda leases: terminate_runs(context.instance, group.name, leases),
         )
         context.log.info(
             f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "

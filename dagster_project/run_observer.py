@@ -47,7 +47,10 @@ def observe_runs(instance: dg.DagsterInstance, group: str) -> RunObserver:
 
 
 def terminate_runs(instance: dg.DagsterInstance, group: str, leases: list[Lease]) -> list[str]:
-    """Terminate the runs of revoked attempts that are still alive past their deadline; returns their ids.
+    """Terminate the runs of revoked attempts that still look alive; returns their ids.
+
+    They are past their deadline, or their heartbeat stopped (a process killed with ``kill -9``
+    leaves its run STARTED for good).
 
     A run the launcher cannot reach (its worker is gone, or it never started) is marked canceled,
     so the instance does not show it running forever. Either way the raised fence keeps it from
@@ -65,6 +68,8 @@ def terminate_runs(instance: dg.DagsterInstance, group: str, leases: list[Lease]
             run = instance.get_run_by_id(run_id)
             if run is not None and not run.is_finished:
                 if not instance.run_coordinator.cancel_run(run_id):
-                    instance.report_run_canceled(run, message="icegroup: lease past its deadline; re-granted")
+                    instance.report_run_canceled(
+                        run, message="icegroup: its Borrower went silent or ran past its deadline; lease re-granted"
+                    )
                 stopped.append(run_id)
     return stopped

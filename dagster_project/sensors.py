@@ -49,7 +49,9 @@ def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition) -> dg.S
             f"{len(result.committed)} committed, {result.regranted} re-granted, {len(result.launch)} to launch"
         )
         for run_id in terminate_runs(context.instance, group.name, result.terminate):
-            context.log.warning(f"{group.name}: terminated run {run_id}: its lease is past its deadline")
+            context.log.warning(
+                f"{group.name}: terminated run {run_id}: its Borrower went silent or ran past its deadline"
+            )
         for letter in result.parked:
             context.log.warning(f"{group.name}: shard {letter.shard_id} is parked: {letter.error}")
         if result.stopped:

@@ -20,7 +20,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from iceberg.protocol.poison import REDRIVEN, DeadLetter, is_open, latest_per_shard
 from iceberg.registry import NAMESPACE
-from iceberg.tables import load_optional
+from iceberg.tables import ensure_namespace, load_optional
 
 SCHEMA = Schema(
     NestedField(1, "shard_id", StringType(), required=True),
@@ -41,7 +41,7 @@ def dead_letter_identifier(group: str) -> str:
 
 
 def _open(catalog: Catalog, group: str) -> Table:
-    catalog.create_namespace_if_not_exists(NAMESPACE)
+    ensure_namespace(catalog, NAMESPACE)
     return catalog.create_table_if_not_exists(dead_letter_identifier(group), schema=SCHEMA)
 
 

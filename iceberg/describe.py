@@ -5,6 +5,7 @@ Read-only: it plans the not-yet-planned snapshots the way a tick would, but comm
 
 from __future__ import annotations
 
+import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -12,8 +13,10 @@ from typing import Any
 from pyiceberg.catalog import Catalog
 
 from iceberg.groups import GroupConfig
+from iceberg.heartbeats import read_beats
 from iceberg.leader import initial_state
 from iceberg.planning import plan_increment
+from iceberg.protocol.liveness import Hold, hold_of
 from iceberg.registry import load_state
 from iceberg.tables import load_source
 
@@ -47,6 +50,12 @@ class GroupView:
     leases_done: int
     unplanned_snapshots: int
     streams: list[StreamView]
+    holds: list[Hold] = field(default_factory=list)
+    as_of_ms: int = 0
+
+    def hold_lines(self) -> list[str]:
+        """Each lease in flight: its holder, its last heartbeat, and when it is re-granted if silent."""
+        return [hold.describe(self.as_of_ms) for hold in self.holds]
 
     @property
     def lag_rows(self) -> int:
@@ -83,6 +92,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         lag_snaps[entry.stream].add(entry.snapshot_id)
         lag_rows[entry.stream] += entry.record_count
         heads[entry.stream] = max(heads.get(entry.stream, (0, 0)), (sequence[entry.snapshot_id], entry.snapshot_id))
+    beats = {holder: b.beat_ms for holder, b in read_beats(catalog, group.name).items()}
     leases_by_stream: dict[str, list[str]] = defaultdict(list)
     for lease in state.leases.values():
         for stream in lease.streams:
@@ -117,4 +127,6 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         leases_done=state.leases_done,
         unplanned_snapshots=len(plan.appends) + plan.remaining,
         streams=streams,
+        holds=[hold_of(lease, beats, group.session_timeout_s) for lease in state.leases.values()],
+        as_of_ms=int(time.time() * 1000),
     )

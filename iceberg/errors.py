@@ -17,12 +17,20 @@ class ConfigError(IcegroupError):
     """A lakehouse or group config field is invalid; the message names the field and the fix."""
 
 
+class CatalogUnavailable(IcegroupError):
+    """The catalog database cannot be opened or read; the message names it, the cause and the remedy."""
+
+
 class SourceError(IcegroupError):
     """The source table cannot be consumed as configured (missing, non-append snapshot, expired)."""
 
 
 class RegistryConflict(IcegroupError):
     """Another Leader committed the registry first; this tick's decisions are void."""
+
+
+class NotCaughtUp(IcegroupError):
+    """``consume --until-caught-up`` gave up waiting on leases held elsewhere; the CLI exits 3."""
 
 
 class GroupStopped(IcegroupError):

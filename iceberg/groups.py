@@ -14,6 +14,8 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.parser import parse as parse_filter
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.schema import Schema
 
 from iceberg.config_files import format_validation_error, read_yaml_mapping
 from iceberg.errors import ConfigError
@@ -77,7 +79,17 @@ class GroupConfig(BaseModel):
     shard_caps: ShardCaps = Field(default_factory=ShardCaps, description="Size caps of one shard.")
     lease_max_shards: int = Field(default=16, ge=1, description="Shards granted in one lease at most.")
     lease_timeout_s: int = Field(
-        default=1800, ge=10, description="Seconds after which a granted lease is re-granted to a new run."
+        default=1800,
+        ge=10,
+        description="Seconds after which a granted lease is re-granted to a new run even though its holder still "
+        "beats: the bound for a Borrower that is alive but stuck. A dead one is noticed by session_timeout_s.",
+    )
+    session_timeout_s: int = Field(
+        default=30,
+        ge=5,
+        le=3600,
+        description="Seconds without a heartbeat after which a Borrower counts as dead and its leases are "
+        "re-granted (at the next Leader tick); Borrowers beat every third of it. Kafka's session timeout.",
     )
     start: StartPosition = Field(default="earliest", description=f"Where a new group starts; {START_HELP}.")
     non_append: Literal["fail", "skip"] = Field(
@@ -168,6 +180,20 @@ class GroupConfig(BaseModel):
     def row_filter(self) -> BooleanExpression | None:
         """The filter as a pyiceberg expression."""
         return parse_row_filter(self.filter) if self.filter else None
+
+
+def check_filter(group: GroupConfig, schema: Schema) -> None:
+    """The filter may name only columns the source has now; checked at every tick, so also after a schema change."""
+    if group.row_filter is None:
+        return
+    try:
+        bind(schema, group.row_filter, case_sensitive=True)
+    except ValueError as exc:
+        columns = ", ".join(field.name for field in schema.fields)
+        raise ConfigError(
+            f"group {group.name!r}: filter: {group.filter!r} does not fit source {group.source!r} "
+            f"({str(exc).splitlines()[0]}); its columns are {columns}. Fix the filter"
+        ) from exc
 
 
 def parse_row_filter(text: str) -> BooleanExpression:

@@ -18,10 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from iceberg.config_files import format_validation_error, read_yaml_mapping
-from iceberg.errors import ConfigError
+from iceberg.errors import CatalogUnavailable, ConfigError
 
 _CATALOGS: dict[str, Catalog] = {}
 _CATALOGS_LOCK = threading.Lock()
@@ -123,13 +123,36 @@ class LakehouseConfig(BaseModel):
 
     def _open_catalog(self) -> Catalog:
         url = make_url(self.catalog_uri)
-        if url.get_backend_name() == "sqlite" and url.database:
-            Path(url.database).parent.mkdir(parents=True, exist_ok=True)
-            with sqlite3.connect(url.database, timeout=30) as connection:
-                connection.execute("PRAGMA journal_mode=WAL")
         if "://" not in self.warehouse:
             Path(self.warehouse).mkdir(parents=True, exist_ok=True)
-        return SqlCatalog(self.catalog_name, **self.pyiceberg_properties())
+        try:
+            if url.get_backend_name() == "sqlite" and url.database:
+                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+                with sqlite3.connect(url.database, timeout=30) as connection:
+                    connection.execute("PRAGMA journal_mode=WAL")
+            try:
+                return SqlCatalog(self.catalog_name, **self.pyiceberg_properties())
+            except SQLAlchemyError:
+                # Another process created the catalog's tables at the same moment; they exist now.
+                return SqlCatalog(self.catalog_name, **self.pyiceberg_properties())
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise CatalogUnavailable(self._unavailable(exc)) from exc
+
+    def _unavailable(self, exc: Exception) -> str:
+        url = make_url(self.catalog_uri)
+        cause = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        where = url.render_as_string(hide_password=True)
+        if url.get_backend_name() == "sqlite":
+            remedy = (
+                "Check that the file is an icegroup catalog (a SQLite database) and readable; restore it from a "
+                "backup, or point catalog_uri (ICEGROUP_CATALOG_URI) at the right file"
+            )
+        else:
+            remedy = (
+                "Check that the database server is up and reachable, and that the user, password and database in "
+                "catalog_uri (ICEGROUP_CATALOG_URI) are right"
+            )
+        return f"catalog_uri: catalog {self.catalog_name!r} at {where} cannot be opened: {cause}. {remedy}"
 
 
 def embedded_default(home: Path) -> dict[str, str]:

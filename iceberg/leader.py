@@ -21,9 +21,10 @@ from iceberg.dead_letters import open_letters
 from iceberg.errors import SourceError
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
-from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp
+from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp, check_filter
+from iceberg.heartbeats import forget, read_beats
 from iceberg.planning import plan_increment
-from iceberg.protocol.liveness import RunState
+from iceberg.protocol.liveness import RunState, holder_of
 from iceberg.protocol.phases import Liveness, Planned, Reconciled, check_drift, check_liveness, cut, grant, reconcile
 from iceberg.protocol.poison import STOPPED, DeadLetter
 from iceberg.protocol.shards import Shard
@@ -35,6 +36,8 @@ from iceberg.tables import load_optional, load_source, walk_back
 log = logging.getLogger(__name__)
 
 RunObserver = Callable[[Lease], RunState]
+# Heartbeat rows of holders that hold nothing are dropped once this many session timeouts old.
+PRUNE_AFTER_TIMEOUTS = 10
 
 
 @dataclass
@@ -125,12 +128,14 @@ def tick(
     if loaded.state is not None:
         check_drift(loaded.state, group)
     source = load_source(catalog, group.source)
+    check_filter(group, source.schema())
     before = loaded.state or initial_state(source, group)
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
 
     reconciled, sink_head = reconcile_with_sink(catalog, group, before, now_ms)
     letters = {sid: d for sid, d in open_letters(catalog, group.name).items() if sid in reconciled.state.shards}
-    live = liveness(group, reconciled.state, observed, letters, now_ms, sink_head, owner_run_id)
+    beats = read_heartbeats(catalog, group, reconciled.state, now_ms)
+    live = liveness(group, reconciled.state, observed, letters, beats, now_ms, sink_head, owner_run_id)
     planned = plan(source, group, live.state)
     stopped = [d for d in letters.values() if d.action == STOPPED]
     granted = grant(planned.state, group, now_ms, sink_head, stopped=bool(stopped), owner_run_id=owner_run_id)
@@ -159,17 +164,31 @@ def reconcile_with_sink(
     return reconcile(state, history.commits, history.head, now_ms, group.lease_timeout_s), history.head
 
 
+def read_heartbeats(catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int) -> dict[str, int]:
+    """Each holder's last heartbeat; rows of holders long gone and holding nothing are pruned."""
+    beats = read_beats(catalog, group.name)
+    holding = {holder_of(lease) for lease in state.leases.values()}
+    gone = [
+        h
+        for h, b in beats.items()
+        if h not in holding and now_ms - b.beat_ms > PRUNE_AFTER_TIMEOUTS * 1000 * group.session_timeout_s
+    ]
+    forget(catalog, group.name, gone)
+    return {holder: b.beat_ms for holder, b in beats.items()}
+
+
 def liveness(
     group: GroupConfig,
     state: GroupState,
     observed: dict[str, RunState],
     letters: dict[str, DeadLetter],
+    beats: dict[str, int],
     now_ms: int,
     sink_head: int | None,
     owner_run_id: str | None,
 ) -> Liveness:
     """Revoke and re-grant dead leases, park poisoned ones, relaunch lost launches; logs each change."""
-    live = check_liveness(state, group, observed, set(letters), now_ms, sink_head, owner_run_id)
+    live = check_liveness(state, group, observed, set(letters), now_ms, sink_head, owner_run_id, beats)
     for lease, decision in live.revoked:
         log.warning(
             "group %s: lease %s attempt %d %s (%s); re-granting as attempt %d",

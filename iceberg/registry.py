@@ -22,6 +22,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from iceberg.errors import RegistryConflict
 from iceberg.protocol.state import GroupState
+from iceberg.tables import ensure_namespace, load_optional
 
 NAMESPACE = "icegroup"
 SCHEMA = Schema(
@@ -39,15 +40,21 @@ PROPERTIES = {
 
 @dataclass
 class Loaded:
-    """A state as read, with the table handle whose head is the CAS precondition."""
+    """A state as read, with the table handle whose head is the CAS precondition.
+
+    ``table`` is None for a group that has never committed: its registry table is created by its
+    first commit, so a tick that fails its start-up checks leaves nothing behind.
+    """
 
     state: GroupState | None
-    table: Table
+    table: Table | None
+    catalog: Catalog
+    group: str
 
     @property
     def token(self) -> int | None:
         """The registry snapshot the state was read at."""
-        snapshot = self.table.current_snapshot()
+        snapshot = self.table.current_snapshot() if self.table is not None else None
         return snapshot.snapshot_id if snapshot else None
 
 
@@ -57,19 +64,18 @@ def registry_identifier(group: str) -> str:
 
 
 def _open(catalog: Catalog, group: str) -> Table:
-    catalog.create_namespace_if_not_exists(NAMESPACE)
+    ensure_namespace(catalog, NAMESPACE)
     return catalog.create_table_if_not_exists(registry_identifier(group), schema=SCHEMA, properties=PROPERTIES)
 
 
 def load_state(catalog: Catalog, group: str) -> Loaded:
-    """Read a group's state; ``state`` is None for a group that has never ticked."""
-    table = _open(catalog, group)
-    if table.current_snapshot() is None:
-        return Loaded(state=None, table=table)
+    """Read a group's state; ``state`` is None for a group that has never ticked. Creates nothing."""
+    table = load_optional(catalog, registry_identifier(group))
+    if table is None or table.current_snapshot() is None:
+        return Loaded(state=None, table=table, catalog=catalog, group=group)
     rows = table.scan().to_arrow().to_pylist()
-    if not rows:
-        return Loaded(state=None, table=table)
-    return Loaded(state=GroupState.model_validate_json(rows[0]["state"]), table=table)
+    state = GroupState.model_validate_json(rows[0]["state"]) if rows else None
+    return Loaded(state=state, table=table, catalog=catalog, group=group)
 
 
 def commit_state(loaded: Loaded, state: GroupState) -> None:
@@ -85,10 +91,18 @@ def commit_state(loaded: Loaded, state: GroupState) -> None:
         ],
         schema=SCHEMA.as_arrow(),
     )
+    table = loaded.table
+    if table is None:
+        table = _open(loaded.catalog, loaded.group)
+        if table.current_snapshot() is not None:
+            raise RegistryConflict(
+                f"registry of group {state.group!r} was created and committed by another Leader while this one "
+                "worked; another Leader committed first"
+            )
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-            loaded.table.overwrite(row)
+            table.overwrite(row)
     except CommitFailedException as exc:
         raise RegistryConflict(
             f"registry of group {state.group!r} moved past snapshot {loaded.token} while this Leader "

@@ -5,9 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from sqlalchemy import select
+from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.orm import Session
 
 from iceberg.errors import SourceError
 
@@ -17,10 +21,43 @@ def load_source(catalog: Catalog, identifier: str, field: str = "source") -> Tab
     try:
         return catalog.load_table(identifier)
     except NoSuchTableError as exc:
+        if is_view(catalog, identifier):
+            raise SourceError(
+                f"{field}: {identifier!r} in catalog {catalog.name!r} is an Iceberg view, not a table; a group "
+                "consumes a table's snapshots, so name the table the view reads from"
+            ) from exc
         raise SourceError(
             f"{field}: table {identifier!r} does not exist in catalog {catalog.name!r}; "
             "create it or correct the group's source"
         ) from exc
+
+
+def is_view(catalog: Catalog, identifier: str) -> bool:
+    """Whether the SQL catalog has ``identifier`` as a view (Spark's JDBC catalog writes them; pyiceberg cannot)."""
+    if not isinstance(catalog, SqlCatalog):
+        return False
+    namespace, _, name = identifier.rpartition(".")
+    query = select(IcebergTables.iceberg_type).where(
+        IcebergTables.catalog_name == catalog.name,
+        IcebergTables.table_namespace == namespace,
+        IcebergTables.table_name == name,
+    )
+    with Session(catalog.engine) as session:
+        kind = session.execute(query).scalar_one_or_none()
+    return kind is not None and kind.upper() == "VIEW"
+
+
+def ensure_namespace(catalog: Catalog, namespace: str) -> None:
+    """Create ``namespace`` unless it exists; losing the race to create it at the same moment is fine.
+
+    pyiceberg's SQL catalog checks, then inserts: two processes starting together both see no
+    namespace, and the second insert fails on the primary key instead of saying it already exists.
+    """
+    try:
+        catalog.create_namespace_if_not_exists(namespace)
+    except SQLAlchemyError:
+        if not catalog.namespace_exists(namespace):
+            raise
 
 
 def load_optional(catalog: Catalog, identifier: str) -> Table | None:

@@ -11,14 +11,16 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.errors import GroupStopped, PoisonShard, RegistryConflict, StaleLease
+from iceberg.errors import GroupStopped, NotCaughtUp, PoisonShard, RegistryConflict, StaleLease
 from iceberg.groups import GroupConfig
+from iceberg.heartbeats import heartbeat, read_beats
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import RunObserver, TickResult, tick
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.state import Lease
+from iceberg.protocol.liveness import RunState, hold_of
+from iceberg.protocol.state import Lease, LeasePhase
 from spark_jobs.borrower import LeaseReport, run_lease
 from spark_jobs.transforms import load_transform
 
@@ -50,15 +52,20 @@ def consume(
     max_wait_s: float = 600.0,
     poll_s: float = 1.0,
     until_caught_up: bool = True,
+    terminate: Callable[[list[Lease]], object] | None = None,
 ) -> ConsumeSummary:
     """Tick and execute this process's leases until the group is caught up with the source head.
 
-    Leases held by other live Borrowers are waited for, up to ``max_wait_s`` without progress.
-    With ``until_caught_up=False`` it stops after one round: one tick and the leases it granted.
+    The process beats for its leases while it runs (``iceberg/heartbeats.py``), so if it dies its
+    leases are re-granted a session timeout later. Leases held by other live Borrowers are waited
+    for, up to ``max_wait_s`` without progress; then it raises ``NotCaughtUp``, naming each held
+    lease, its holder and until when it is theirs. With ``until_caught_up=False`` it stops after one
+    round: one tick and the leases it granted.
     A Borrower error propagates: the run fails, and the next tick re-grants the lease. Two are
     expected and handled here: a lease fenced by a re-grant elsewhere, and a shard parked by
     ``on_poison: park``; the loop goes on with the other streams. A stopped group raises
-    ``GroupStopped``.
+    ``GroupStopped``. ``terminate`` is handed the revoked attempts whose runs still look alive (a
+    killed consumer's run, say), so the orchestrator can mark them ended.
     """
     executed: dict[tuple[str, int], RunState] = {}  # leases this process ran to the end
 
@@ -70,54 +77,80 @@ def consume(
     load_transform(group.transform)  # a transform that does not import fails before any lease is granted
     catalog = lakehouse.catalog()
     summary = ConsumeSummary()
-    idle_since = time.monotonic()
-    while True:
-        try:
-            result = tick(catalog, group, observe, owner_run_id=owner_run_id)
-        except RegistryConflict as exc:
-            progress(f"{group.name}: backing off: {exc}")
-            if time.monotonic() - idle_since > max_wait_s:
-                return summary
-            time.sleep(poll_s)
-            continue
-        summary.ticks += 1
-        summary.last_tick = result
-        if result.stopped:
-            raise GroupStopped(result.stop_message())
-        if result.caught_up:
-            summary.caught_up = True
-            progress(f"{group.name}: caught up at source snapshot {result.source_head}")
-            return summary
-        mine = [lease for lease in result.launch if lease.owner_run_id == owner_run_id]
-        pending = len(result.state.shards)
-        progress(
-            f"{group.name}: tick {summary.ticks}: {result.new_shards} new shards, {len(result.committed)} "
-            f"committed, {pending} pending, {len(result.state.leases)} leases in flight ({len(mine)} here)"
-        )
-        for lease in mine:
-            shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
+    with heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3):
+        idle_since = time.monotonic()
+        while True:
             try:
-                report = run_lease(spark, lakehouse, group, lease, shards, progress=progress)
-            except (StaleLease, PoisonShard) as exc:
-                if isinstance(exc, PoisonShard) and group.on_poison == "stop":
-                    raise
-                executed[(lease.lease_id, lease.attempt)] = RunState.FAILED
-                progress(f"{group.name}: lease {lease.lease_id} attempt {lease.attempt} ended: {exc}")
+                result = tick(catalog, group, observe, owner_run_id=owner_run_id)
+            except RegistryConflict as exc:
+                progress(f"{group.name}: backing off: {exc}")
+                if time.monotonic() - idle_since > max_wait_s:
+                    raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s) from exc
+                time.sleep(poll_s)
                 continue
-            executed[(lease.lease_id, lease.attempt)] = RunState.SUCCEEDED
-            summary.leases += 1
-            summary.shards += len(report.committed)
-            summary.rows_in += report.rows_in
-            summary.rows_out += report.rows_out
-            summary.reports.append(report)
-            if on_lease is not None:
-                on_lease(lease, report)
-        if not until_caught_up:
-            return summary
-        if mine or result.new_shards or result.committed:
-            idle_since = time.monotonic()
-        elif time.monotonic() - idle_since > max_wait_s:
-            progress(f"{group.name}: no progress for {max_wait_s:.0f}s; leases held elsewhere; stopping")
-            return summary
-        else:
-            time.sleep(poll_s)
+            summary.ticks += 1
+            summary.last_tick = result
+            if result.terminate and terminate is not None:
+                terminate(result.terminate)
+            if result.stopped:
+                raise GroupStopped(result.stop_message())
+            if result.caught_up:
+                summary.caught_up = True
+                progress(f"{group.name}: caught up at source snapshot {result.source_head}")
+                return summary
+            mine = [lease for lease in result.launch if lease.owner_run_id == owner_run_id]
+            pending = len(result.state.shards)
+            progress(
+                f"{group.name}: tick {summary.ticks}: {result.new_shards} new shards, {len(result.committed)} "
+                f"committed, {pending} pending, {len(result.state.leases)} leases in flight ({len(mine)} here)"
+            )
+            for lease in mine:
+                shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
+                try:
+                    report = run_lease(spark, lakehouse, group, lease, shards, progress=progress)
+                except (StaleLease, PoisonShard) as exc:
+                    if isinstance(exc, PoisonShard) and group.on_poison == "stop":
+                        raise
+                    executed[(lease.lease_id, lease.attempt)] = RunState.FAILED
+                    progress(f"{group.name}: lease {lease.lease_id} attempt {lease.attempt} ended: {exc}")
+                    continue
+                executed[(lease.lease_id, lease.attempt)] = RunState.SUCCEEDED
+                summary.leases += 1
+                summary.shards += len(report.committed)
+                summary.rows_in += report.rows_in
+                summary.rows_out += report.rows_out
+                summary.reports.append(report)
+                if on_lease is not None:
+                    on_lease(lease, report)
+            if not until_caught_up:
+                return summary
+            if mine or result.new_shards or result.committed:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > max_wait_s:
+                raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s)
+            else:
+                time.sleep(poll_s)
+
+
+def not_caught_up(
+    catalog: Catalog, group: GroupConfig, summary: ConsumeSummary, owner_run_id: str, waited_s: float
+) -> NotCaughtUp:
+    """Why consuming stopped short: each lease held elsewhere, by whom, and until when."""
+    now_ms = int(time.time() * 1000)
+    beats = {holder: b.beat_ms for holder, b in read_beats(catalog, group.name).items()}
+    state = summary.last_tick.state if summary.last_tick is not None else None
+    leases = list(state.leases.values()) if state else []
+    parked = [lease for lease in leases if lease.phase is LeasePhase.PARKED]
+    held = [lease for lease in leases if lease.owner_run_id != owner_run_id and lease not in parked]
+    reasons = [hold_of(lease, beats, group.session_timeout_s).describe(now_ms) for lease in held]
+    reasons += [
+        f"lease {lease.lease_id} ({', '.join(lease.streams)}) is parked on a poison shard: see `icegroup "
+        f"dead-letters {group.name}`, fix the cause, then `icegroup redrive {group.name}`"
+        for lease in parked
+    ]
+    why = "; ".join(reasons) or "Another Leader kept winning the registry."
+    return NotCaughtUp(
+        f"group {group.name!r} is not caught up: no progress for {waited_s:.0f}s "
+        f"({summary.shards} shards committed here). {why}. Run again once those leases are re-granted, "
+        "or raise --max-wait"
+    )

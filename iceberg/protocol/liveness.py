@@ -2,8 +2,9 @@
 
 The Leader side follows EMQX's shared-subscription protocol: a lease is *granting* until its
 Borrower run is seen running, then *granted*. When the Borrower is dead (its run failed or was
-canceled, it is still running past the lease deadline, or its run worker vanished, which run
-monitoring reports as a failure), the lease goes through *revoking* (the fence is raised so the old
+canceled, its heartbeat stopped for longer than the session timeout, it is still running past the
+lease deadline, or its run worker vanished, which run monitoring reports as a failure), the lease
+goes through *revoking* (the fence is raised so the old
 attempt cannot commit, and a run past its deadline is terminated) to *revoked*, and is re-granted
 as the next attempt from the last committed shard: Pravega's "reader offline" takeover. A lease
 whose shard turned out poison is *parked* until it is re-driven.
@@ -14,6 +15,7 @@ New shards go to free slots, and only the shards of a dead Borrower move.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -58,7 +60,19 @@ class Decision:
     terminate: bool = False
 
 
-def lease_action(lease: Lease, run: RunState, now_ms: int, poisoned: bool = False) -> Decision:
+def holder_of(lease: Lease) -> str:
+    """Who beats for a lease: the run that executes it in-process, else the lease attempt's own run."""
+    return lease.owner_run_id or f"{lease.lease_id}#{lease.attempt}"
+
+
+def lease_action(
+    lease: Lease,
+    run: RunState,
+    now_ms: int,
+    poisoned: bool = False,
+    last_beat_ms: int | None = None,
+    session_timeout_s: int | None = None,
+) -> Decision:
     """Decide from run state, deadline and the dead-letter table; for leases with shards uncommitted.
 
     - a shard of the lease is parked or stopped: park the lease; it keeps its stream, so the
@@ -66,6 +80,10 @@ def lease_action(lease: Lease, run: RunState, now_ms: int, poisoned: bool = Fals
     - parked and re-driven: revoke and re-grant;
     - failed, canceled, or succeeded without committing everything: revoke and re-grant; the next
       attempt resumes after the last committed shard;
+    - its holder beat once and then went silent for longer than the session timeout (a process
+      killed with ``kill -9`` leaves its run looking alive): revoke, terminating the run if it
+      still looks alive; a holder that never beat yet (a run still starting) is judged by its run
+      state and deadline alone;
     - past the deadline: revoke; a run still queued or running is terminated, and the raised fence
       stops it from committing even if it does not die;
     - no run yet (the Leader died between the registry commit and the launch): launch it again;
@@ -79,6 +97,12 @@ def lease_action(lease: Lease, run: RunState, now_ms: int, poisoned: bool = Fals
         return Decision(LeasePhase.REVOKED, LeaseAction.REGRANT, "re-driven")
     if run in (RunState.FAILED, RunState.CANCELED, RunState.SUCCEEDED):
         return Decision(LeasePhase.REVOKED, LeaseAction.REGRANT, f"Borrower run {run.value}")
+    if last_beat_ms is not None and session_timeout_s is not None:
+        silent_s = (now_ms - last_beat_ms) / 1000
+        if silent_s > session_timeout_s:
+            alive = run in (RunState.QUEUED, RunState.RUNNING)
+            reason = f"no heartbeat for {silent_s:.0f}s (session_timeout_s: {session_timeout_s})"
+            return Decision(LeasePhase.REVOKING, LeaseAction.REGRANT, reason, terminate=alive)
     if now_ms > lease.deadline_ms:
         alive = run in (RunState.QUEUED, RunState.RUNNING)
         reason = f"past its deadline ({run.value})" if alive else "past its deadline, never launched"
@@ -105,4 +129,43 @@ def regrant(lease: Lease, now_ms: int, timeout_s: int, owner_run_id: str | None,
             "sink_snapshot_at_grant": sink_snapshot if sink_snapshot is not None else lease.sink_snapshot_at_grant,
             "phase": LeasePhase.GRANTING,
         }
+    )
+
+
+@dataclass(frozen=True)
+class Hold:
+    """Who holds a lease, when it was last heard of, and when it is re-granted if it stays silent."""
+
+    lease_id: str
+    attempt: int
+    streams: tuple[str, ...]
+    holder: str
+    last_beat_ms: int | None
+    regrant_at_ms: int
+    deadline_ms: int
+
+    def describe(self, now_ms: int) -> str:
+        """One line for a person: the lease, its holder, and until when it is theirs."""
+        lease = f"lease {self.lease_id}#{self.attempt} ({', '.join(self.streams)}) held by {self.holder}"
+        if self.last_beat_ms is None:
+            heard = "no heartbeat yet"
+        else:
+            heard = f"last heartbeat {max(0, now_ms - self.last_beat_ms) / 1000:.0f}s ago"
+        until = f"re-granted in {max(0, self.regrant_at_ms - now_ms) / 1000:.0f}s if it stays silent"
+        return f"{lease}: {heard}; {until}, at the latest in {max(0, self.deadline_ms - now_ms) / 1000:.0f}s"
+
+
+def hold_of(lease: Lease, beats: Mapping[str, int], session_timeout_s: int) -> Hold:
+    """The hold on ``lease``: a silent holder loses it a session timeout after its last beat (next tick)."""
+    holder = holder_of(lease)
+    last = beats.get(holder)
+    regrant = min(lease.deadline_ms, last + session_timeout_s * 1000) if last is not None else lease.deadline_ms
+    return Hold(
+        lease_id=lease.lease_id,
+        attempt=lease.attempt,
+        streams=tuple(lease.streams),
+        holder=holder,
+        last_beat_ms=last,
+        regrant_at_ms=regrant,
+        deadline_ms=lease.deadline_ms,
     )

@@ -17,7 +17,7 @@ from iceberg.errors import ConfigError, SourceError
 from iceberg.groups import GroupConfig
 from iceberg.protocol.assignment import assign_leases
 from iceberg.protocol.lineage import SinkCommit, fence_key
-from iceberg.protocol.liveness import Decision, LeaseAction, RunState, lease_action, regrant
+from iceberg.protocol.liveness import Decision, LeaseAction, RunState, holder_of, lease_action, regrant
 from iceberg.protocol.poison import park_poisoned_lease
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards, window_label
 from iceberg.protocol.state import GroupState, Lease, add_shards, apply_commits
@@ -99,18 +99,23 @@ def check_liveness(
     now_ms: int,
     sink_head: int | None,
     owner_run_id: str | None = None,
+    beats: Mapping[str, int] | None = None,
 ) -> Liveness:
-    """Decide every lease's next step from its run's state, its deadline and the poisoned shards.
+    """Decide every lease's next step from its run's state, its heartbeat, its deadline and the poisoned shards.
 
     Dead leases are revoked and re-granted at the next attempt; leases with a poisoned shard are
     cut down to the poisoned streams and parked; leases whose run never started are launched again.
-    ``observed`` maps a lease id to its run's state (missing: no run seen).
+    ``observed`` maps a lease id to its run's state (missing: no run seen); ``beats`` maps a holder
+    (``holder_of``) to the time of its last heartbeat.
     """
+    beats = beats or {}
     new = state.model_copy(deep=True)
     out = Liveness(state=new)
     for lease_id, lease in state.leases.items():
         is_poisoned = any(sid in poisoned for sid in lease.shard_ids)
-        decision = lease_action(lease, observed.get(lease_id, RunState.MISSING), now_ms, is_poisoned)
+        run = observed.get(lease_id, RunState.MISSING)
+        last_beat = beats.get(holder_of(lease))
+        decision = lease_action(lease, run, now_ms, is_poisoned, last_beat, group.session_timeout_s)
         if decision.action is LeaseAction.REGRANT:
             if decision.terminate:
                 out.terminate.append(lease)

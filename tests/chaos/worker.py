@@ -22,7 +22,7 @@ import time
 import uuid
 from pathlib import Path
 
-from iceberg.errors import StaleLease
+from iceberg.errors import NotCaughtUp, StaleLease
 from iceberg.groups import GroupConfig, load_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.leader import RunObserver, tick
@@ -67,10 +67,13 @@ def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
     observe = observe_pids(folder)
     print(f"ready {run_id}", flush=True)
     while not (folder / "stop").exists():
-        consume(
-            spark, lakehouse, group, run_id, observe,
-            progress=lambda line: print(line, flush=True), max_wait_s=20, poll_s=0.2,
-        )  # fmt: skip
+        try:
+            consume(
+                spark, lakehouse, group, run_id, observe,
+                progress=lambda line: print(line, flush=True), max_wait_s=20, poll_s=0.2,
+            )  # fmt: skip
+        except NotCaughtUp as exc:
+            print(f"waiting on leases held elsewhere: {exc}", flush=True)
         time.sleep(0.3)
 
 

@@ -57,7 +57,7 @@ def test_the_known_errors_are_all_there() -> None:
 
 
 @pytest.mark.parametrize("error", ERRORS, ids=lambda e: e.__name__)
-def test_the_cli_prints_any_of_them_with_its_remedy_and_exits_2(
+def test_the_cli_prints_any_of_them_with_its_remedy_and_exits_non_zero(
     error: type[Exception],
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
@@ -71,5 +71,9 @@ def test_the_cli_prints_any_of_them_with_its_remedy_and_exits_2(
     monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
     monkeypatch.setattr(cli, "cmd_list", fail)
 
-    assert cli.main(["list"]) == 2
-    assert capsys.readouterr().err == f"icegroup: error: {remedy}\n"
+    if error is errors.NotCaughtUp:
+        assert cli.main(["list"]) == cli.EXIT_NOT_CAUGHT_UP == 3
+        assert capsys.readouterr().err == f"icegroup: not caught up: {remedy}\n"
+    else:
+        assert cli.main(["list"]) == cli.EXIT_ERROR == 2
+        assert capsys.readouterr().err == f"icegroup: error: {remedy}\n"

@@ -1,0 +1,35 @@
+"""A source that is an Iceberg view, created by Spark, is named as a view and the remedy given."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from iceberg.errors import SourceError
+from iceberg.groups import GroupConfig
+from iceberg.leader import tick
+from iceberg.protocol.liveness import RunState
+from iceberg.registry import registry_identifier
+from tests.factories import append_batches, create_source
+
+pytestmark = pytest.mark.spark
+
+
+def test_a_view_given_as_the_source_is_named_as_a_view(
+    spark: SparkSession, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 1, 3)
+    view = f"{group.source}_eu"
+    spark.sql(f"CREATE VIEW lake.{view} AS SELECT * FROM lake.{group.source} WHERE region = 'eu'")
+    on_view = group.model_copy(update={"source": view})
+
+    with pytest.raises(SourceError) as info:
+        tick(catalog, on_view, lambda _: RunState.MISSING)
+
+    assert str(info.value) == (
+        f"source: {view!r} in catalog 'lake' is an Iceberg view, not a table; a group consumes a table's "
+        "snapshots, so name the table the view reads from"
+    )
+    assert not catalog.table_exists(registry_identifier(group.name))

@@ -1,0 +1,53 @@
+"""Every exit code of ``icegroup consume`` that needs no Spark: 1 for an unforeseen failure, 2 and 3 for named ones."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from dagster_project import cli, jobs
+from dagster_project.resources import IcegroupResource
+from iceberg.errors import NotCaughtUp
+from tests.conftest import repo_root
+
+
+@pytest.fixture
+def consume_fails_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[pytest.MonkeyPatch]:
+    """Make the consume loop raise a given error, with no Spark started; a fresh home and instance."""
+    monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    shutil.copy(repo_root() / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    monkeypatch.setattr(IcegroupResource, "spark", lambda self: None)
+
+    def use(error: Exception) -> None:
+        def consume(*args: object, **kwargs: object) -> None:
+            raise error
+
+        monkeypatch.setattr(jobs, "consume", consume)
+
+    return use  # type: ignore[return-value]
+
+
+def test_an_unforeseen_failure_exits_1_with_the_cause(
+    consume_fails_with: object, capsys: pytest.CaptureFixture[str]
+) -> None:
+    consume_fails_with(RuntimeError("disk on fire"))  # type: ignore[operator]
+
+    assert cli.main(["consume", "demo", "--until-caught-up"]) == cli.EXIT_RUN_FAILED == 1
+
+    err = capsys.readouterr().err
+    assert "icegroup: run failed: RuntimeError: disk on fire" in err
+    assert "Traceback" in err
+
+
+def test_not_caught_up_exits_3(consume_fails_with: object, capsys: pytest.CaptureFixture[str]) -> None:
+    consume_fails_with(NotCaughtUp("group 'demo' is not caught up: lease x#0 held by run-1"))  # type: ignore[operator]
+
+    assert cli.main(["consume", "demo", "--until-caught-up"]) == cli.EXIT_NOT_CAUGHT_UP == 3
+
+    err = capsys.readouterr().err
+    assert err.endswith("icegroup: not caught up: group 'demo' is not caught up: lease x#0 held by run-1\n")

@@ -1,0 +1,77 @@
+"""Start-up checks that fail leave nothing behind; a filter is checked against the source's columns, not by Spark."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import Catalog
+
+from iceberg.dead_letters import dead_letter_identifier
+from iceberg.errors import ConfigError, SourceError
+from iceberg.groups import GroupConfig
+from iceberg.leader import tick
+from iceberg.protocol.liveness import RunState
+from iceberg.registry import load_state, registry_identifier
+from tests.factories import append_batches, create_source
+
+
+def missing(_: object) -> RunState:
+    """No run was ever seen."""
+    return RunState.MISSING
+
+
+def nothing_left(catalog: Catalog, group: GroupConfig) -> None:
+    """Neither the registry nor the dead-letter table of the group exists."""
+    assert not catalog.table_exists(registry_identifier(group.name))
+    assert not catalog.table_exists(dead_letter_identifier(group.name))
+
+
+def test_a_missing_source_leaves_nothing_behind(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = make_group()
+
+    with pytest.raises(SourceError, match="does not exist"):
+        tick(catalog, group, missing)
+
+    nothing_left(catalog, group)
+
+
+def test_an_unknown_start_snapshot_leaves_nothing_behind(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = make_group(start={"snapshot_id": 42})
+    append_batches(create_source(catalog, group.source), 1, 3)
+
+    with pytest.raises(SourceError, match=r"start\.snapshot_id: 42"):
+        tick(catalog, group, missing)
+
+    nothing_left(catalog, group)
+
+
+def test_a_filter_on_a_column_the_source_lacks_is_refused_before_anything_is_recorded(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(filter="regionn = 'eu'")
+    append_batches(create_source(catalog, group.source), 1, 3)
+
+    with pytest.raises(ConfigError) as info:
+        tick(catalog, group, missing)
+
+    message = str(info.value)
+    assert f"group {group.name!r}: filter: \"regionn = 'eu'\" does not fit source {group.source!r}" in message
+    assert "regionn" in message
+    assert "its columns are event_id, region, event_ts, amount, user_id. Fix the filter" in message
+    nothing_left(catalog, group)
+
+
+def test_a_filter_is_checked_again_after_the_source_schema_changes(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(filter="amount > 10")
+    source = create_source(catalog, group.source)
+    append_batches(source, 1, 3)
+    tick(catalog, group, missing)
+    token = load_state(catalog, group.name).token
+    with source.update_schema() as update:
+        update.rename_column("amount", "amount_eur")
+
+    with pytest.raises(ConfigError, match="filter: 'amount > 10' does not fit source"):
+        tick(catalog, group, missing)
+
+    assert load_state(catalog, group.name).token == token, "the failed tick committed nothing"
