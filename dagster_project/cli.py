@@ -24,6 +24,7 @@ from iceberg.describe import GroupView, describe_group
 from iceberg.errors import IcegroupError, NotCaughtUp, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
+from iceberg.protocol.shards import snapshot_range
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
@@ -112,6 +113,7 @@ def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[
                 "streams": len(view.streams),
                 "lag_rows": view.lag_rows,
                 "leases_in_flight": view.leases_in_flight,
+                "state": view.status,
             }
         )
     if args.json:
@@ -134,7 +136,7 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
 def render(view: GroupView) -> str:
     """``describe`` as text: a header, then one line per stream."""
     head = (
-        f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}\n"
+        f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}  {view.status}\n"
         f"source head {view.source_head}  planned through {view.planned_through}  "
         f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
         f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
@@ -230,7 +232,7 @@ def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, group
             "shard": d.shard_id,
             "stream": d.stream,
             "state": d.action,
-            "source_snapshots": f"{d.from_snapshot}..{d.to_snapshot}",
+            "source_snapshots": snapshot_range(d.from_snapshot, d.to_snapshot),
             "lease": f"{d.lease_id}#{d.attempt}",
             "error": d.error,
         }

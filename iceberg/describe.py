@@ -12,12 +12,17 @@ from typing import Any
 
 from pyiceberg.catalog import Catalog
 
+from iceberg.dead_letters import open_letters
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import read_beats
 from iceberg.leader import initial_state
 from iceberg.planning import plan_increment
 from iceberg.protocol.liveness import Hold, hold_of
+from iceberg.protocol.phases import reconcile
+from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
+from iceberg.protocol.state import GroupState
 from iceberg.registry import load_state
+from iceberg.sink_history import read_sink_history
 from iceberg.tables import load_source
 
 
@@ -52,6 +57,7 @@ class GroupView:
     streams: list[StreamView]
     holds: list[Hold] = field(default_factory=list)
     as_of_ms: int = 0
+    status: str = "caught up"
 
     def hold_lines(self) -> list[str]:
         """Each lease in flight: its holder, its last heartbeat, and when it is re-granted if silent."""
@@ -76,9 +82,17 @@ class GroupView:
 
 
 def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
-    """Describe a group from its registry, plus a dry-run plan of what arrived since the last tick."""
+    """Describe a group as a tick would see it now, committing nothing.
+
+    Its registry is reconciled with the sink's commits since the last tick, so a stream whose rows
+    are already in the sink shows them, and a dry-run plan adds what arrived since then.
+    """
     source = load_source(catalog, group.source)
-    state = load_state(catalog, group.name).state or initial_state(source, group)
+    now_ms = int(time.time() * 1000)
+    stored = load_state(catalog, group.name).state or initial_state(source, group)
+    history = read_sink_history(catalog, group.sink, group.name, stored.sink_cursor)
+    state = reconcile(stored, history.commits, history.head, now_ms, group.lease_timeout_s).state
+    letters = open_letters(catalog, group.name)
     lag_snaps: dict[str, set[int]] = defaultdict(set)
     lag_rows: dict[str, int] = defaultdict(int)
     heads: dict[str, tuple[int, int]] = {}
@@ -128,5 +142,18 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         unplanned_snapshots=len(plan.appends) + plan.remaining,
         streams=streams,
         holds=[hold_of(lease, beats, group.session_timeout_s) for lease in state.leases.values()],
-        as_of_ms=int(time.time() * 1000),
+        as_of_ms=now_ms,
+        status=status_of(state, letters, sum(len(s) for s in lag_snaps.values())),
     )
+
+
+def status_of(state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: int) -> str:
+    """One word for where the group stands: stopped, parked, consuming, lagging or caught up."""
+    actions = {letter.action for sid, letter in letters.items() if sid in state.shards}
+    if STOPPED in actions:
+        return "stopped (poison shard; see icegroup dead-letters)"
+    if PARKED in actions:
+        return "parked (poison shard; the other streams go on)"
+    if state.leases:
+        return "consuming"
+    return "lagging" if lag_snapshots else "caught up"

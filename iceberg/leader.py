@@ -27,7 +27,7 @@ from iceberg.planning import plan_increment
 from iceberg.protocol.liveness import RunState, holder_of
 from iceberg.protocol.phases import Liveness, Planned, Reconciled, check_drift, check_liveness, cut, grant, reconcile
 from iceberg.protocol.poison import STOPPED, DeadLetter
-from iceberg.protocol.shards import Shard
+from iceberg.protocol.shards import Shard, snapshot_range
 from iceberg.protocol.state import GroupState, Lease
 from iceberg.registry import Loaded, commit_state, load_state
 from iceberg.sink_history import read_sink_history
@@ -66,7 +66,8 @@ class TickResult:
     def stop_message(self) -> str:
         """Why the group is stopped, naming each poison shard and the remedy."""
         shards = "; ".join(
-            f"shard {d.shard_id} (stream {d.stream}, source snapshots {d.from_snapshot}..{d.to_snapshot}): {d.error}"
+            f"shard {d.shard_id} (stream {d.stream}, source snapshots "
+            f"{snapshot_range(d.from_snapshot, d.to_snapshot)}): {d.error}"
             for d in self.stopped
         )
         group = self.state.group

@@ -17,9 +17,12 @@
 from __future__ import annotations
 
 import logging
+import re
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
@@ -32,7 +35,7 @@ from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.lineage import SinkCommit, commit_properties
 from iceberg.protocol.liveness import BorrowerPhase
 from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
-from iceberg.protocol.shards import Shard
+from iceberg.protocol.shards import Shard, snapshot_range
 from iceberg.protocol.state import Lease
 from iceberg.registry import load_state
 from iceberg.tables import load_source, oldest_snapshot_id, shard_columns
@@ -273,23 +276,66 @@ def stage_with_redelivery(
             report.redeliveries += 1
             progress(
                 f"shard {shard.shard_id}: delivery {delivery}/{group.max_deliver} failed "
-                f"({type(exc).__name__}: {first_line(exc)}); again in {wait:.1f}s"
+                f"({describe_error(exc)}); again in {wait:.1f}s"
             )
             time.sleep(wait)
     raise AssertionError("unreachable: max_deliver >= 1")
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of what went wrong; for a JVM error, its root cause rather than py4j's wrapper."""
+def describe_error(exc: BaseException) -> str:
+    """What went wrong, for a person: the root cause's type and message, and where it was raised.
+
+    A transform that raises inside a Spark task reaches the driver wrapped twice: py4j's error
+    around a JVM ``PythonException``, whose message is the Python worker's traceback as text. The
+    user's own exception is its last line, and the user's code its last frame outside Spark; that is
+    what is shown. A JVM error shows its root cause; a plain Python error its type, message and
+    last frame. The whole chain goes to the debug log.
+    """
+    log.debug("delivery failed", exc_info=exc)
     java = getattr(exc, "java_exception", None)
     if java is not None:
         while java.getCause() is not None:
             java = java.getCause()
-        message = java.getMessage()
-        text = f"{java.getClass().getSimpleName()}: {message if message is not None else ''}".splitlines()
-    else:
-        text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+        message = str(java.getMessage() or "")
+        return _python_error(message) or _cut(f"{java.getClass().getSimpleName()}: {_first(message)}")
+    text = str(exc)
+    from_worker = _python_error(text)
+    if from_worker is not None:
+        return from_worker
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_spark(f.filename)]
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    message = _first(text)
+    return _cut(f"{type(exc).__name__}{': ' + message if message else ''}{where}")
+
+
+TRACEBACK = "Traceback (most recent call last):"
+FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _python_error(text: str) -> str | None:
+    """The last exception of a Python traceback given as text, and its last frame outside Spark."""
+    if TRACEBACK not in text:
+        return None
+    lines = text[text.rindex(TRACEBACK) + len(TRACEBACK) :].splitlines()
+    frames = [m for m in (FRAME.match(line) for line in lines) if m is not None and not _is_spark(m.group(1))]
+    errors = [line.strip() for line in lines if line.strip() and not line.startswith((" ", "\t"))]
+    if not errors:
+        return None
+    where = f" (at {Path(frames[-1].group(1)).name}:{frames[-1].group(2)} in {frames[-1].group(3)})" if frames else ""
+    return _cut(f"{errors[-1]}{where}")
+
+
+def _is_spark(path: str) -> bool:
+    return any(part in path for part in ("/pyspark/", "pyspark.zip", "/py4j/", "py4j-"))
+
+
+def _first(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _cut(text: str) -> str:
+    return text[:400]
 
 
 def record_poison_shard(
@@ -307,7 +353,7 @@ def record_poison_shard(
                 lease_id=lease.lease_id,
                 attempt=lease.attempt,
                 action=action,
-                error=f"{type(error).__name__}: {first_line(error)}",
+                error=describe_error(error),
                 from_snapshot=shard.from_snapshot,
                 to_snapshot=shard.to_snapshot,
                 at_ms=int(time.time() * 1000),
@@ -316,8 +362,9 @@ def record_poison_shard(
     )
     what = "parked; the other streams go on" if action == PARKED else "stopped the group"
     return PoisonShard(
-        f"shard {shard.shard_id} (stream {shard.stream}, source snapshots {shard.from_snapshot}.."
-        f"{shard.to_snapshot}) failed {group.max_deliver} deliveries and {what}: {first_line(error)}. "
+        f"shard {shard.shard_id} (stream {shard.stream}, source snapshots "
+        f"{snapshot_range(shard.from_snapshot, shard.to_snapshot)}) failed {group.max_deliver} deliveries "
+        f"and {what}: {describe_error(error)}. "
         f"Fix the transform or the data, then run `icegroup redrive {group.name}`"
     )
 

@@ -25,7 +25,7 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType, Times
 from iceberg.protocol.assignment import make_lease_id
 from iceberg.protocol.poison import DeadLetter
 from iceberg.protocol.shards import Shard
-from iceberg.protocol.state import Lease
+from iceberg.protocol.state import GroupState, Lease
 
 GROUP = "orders"
 STREAM = "0/region=eu"
@@ -83,6 +83,20 @@ def dead_letter(shard_id: str, action: str, **overrides: Any) -> DeadLetter:
         "at_ms": 1_000,
     }
     return DeadLetter(**{**fields, **overrides})
+
+
+def group_state(shards: list[Shard], leases: list[Lease] | None = None, **overrides: Any) -> GroupState:
+    """The state of group ``orders`` holding these pending shards and leases."""
+    fields: dict[str, Any] = {
+        "group": GROUP,
+        "source": "demo.events",
+        "sink": "demo.events_out",
+        "start_position": None,
+        "planned_through": max((s.to_snapshot for s in shards), default=None),
+        "shards": {s.shard_id: s for s in shards},
+        "leases": {x.lease_id: x for x in leases or []},
+    }
+    return GroupState(**{**fields, **overrides})
 
 
 class MakeShard(Protocol):

@@ -85,6 +85,11 @@ def window_label(start_ms: int, window: Window) -> str:
     return moment.strftime("%Y-%m-%d-%H:%M" if window == "hour" else "%Y-%m-%d")
 
 
+def snapshot_range(from_snapshot: int | None, to_snapshot: int) -> str:
+    """A shard's source range as people read it: ``A..B`` is after A through B; ``start..B`` begins the table."""
+    return f"{'start' if from_snapshot is None else from_snapshot}..{to_snapshot}"
+
+
 def make_shard_id(group: str, epoch: int, stream: str, from_snapshot: int | None, to_snapshot: int) -> str:
     """16 hex characters: short enough that Iceberg's column bounds keep it exact (no truncation)."""
     key = f"{group}|{epoch}|{stream}|{from_snapshot}|{to_snapshot}"

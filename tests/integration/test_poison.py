@@ -81,3 +81,21 @@ def test_a_parked_shard_holds_its_stream_while_the_others_go_on(
     fixed = make_group(max_borrowers=1, on_poison="park", lease_max_shards=8)
     drive(spark, lakehouse, fixed, observe=lambda _: RunState.FAILED, max_ticks=6)
     assert verify_group(catalog, fixed, key="event_id").ok
+
+
+def test_a_transform_that_raises_in_a_spark_task_is_reported_as_its_own_error(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(transform="tests.integration.transforms:reject_large_amounts", max_deliver=1, max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 1, 30)
+
+    with pytest.raises(PoisonShard) as caught:
+        consume(spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=quiet, max_wait_s=5)
+
+    (letter,) = open_letters(catalog, group.name).values()
+    for said in (str(caught.value), letter.error):
+        assert "ValueError: amount " in said
+        assert "is over the limit (at transforms.py:" in said
+        assert "in _checked_amount)" in said
+        assert "An exception was thrown from the Python worker" not in said
+    assert verify_group(catalog, group, key="event_id").found == 0, "nothing of the shard was committed"

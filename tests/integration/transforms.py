@@ -21,3 +21,15 @@ def fail_on_apac(df: DataFrame) -> DataFrame:
 def event_id_as_string(df: DataFrame) -> DataFrame:
     """Output whose event_id type differs from a sink written with the source's types."""
     return df.withColumn("event_id", F.col("event_id").cast("string"))
+
+
+@F.udf("double")
+def _checked_amount(amount: float) -> float:
+    if amount > 50:
+        raise ValueError(f"amount {amount} is over the limit")
+    return amount
+
+
+def reject_large_amounts(df: DataFrame) -> DataFrame:
+    """A Python UDF that raises ValueError inside the Spark task, as user code does."""
+    return df.withColumn("amount", _checked_amount("amount"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import pytest
@@ -9,10 +10,15 @@ import pytest
 from iceberg.errors import ConfigError, IcegroupError, SinkError, StaleLease
 from iceberg.groups import GroupConfig
 from spark_jobs import borrower
-from spark_jobs.borrower import LeaseReport, first_line, stage_with_redelivery
+from spark_jobs.borrower import LeaseReport, describe_error, stage_with_redelivery
 from tests.factories import shard
 
 SHARD = shard()
+
+
+def without_where(line: str) -> str:
+    """A progress line without the ``(at file:line in function)`` of where the error was raised."""
+    return re.sub(r" \(at [^)]*\)", "", line)
 
 
 def report() -> LeaseReport:
@@ -68,7 +74,7 @@ def test_a_failing_shard_is_delivered_max_deliver_times_and_the_last_error_retur
     assert deliveries.staged == ["frame 1", "frame 2", "frame 3", "frame 4"]  # a fresh output per delivery
     assert waits == [0.5, 1.0, 2.0]
     assert lease.redeliveries == 3
-    assert lines == [
+    assert [without_where(line) for line in lines] == [
         f"shard {SHARD.shard_id}: delivery {n}/4 failed (ValueError: bad row {n}); again in {wait:.1f}s"
         for n, wait in zip((1, 2, 3), waits, strict=True)
     ]
@@ -89,9 +95,10 @@ def test_a_failing_read_or_transform_is_delivered_again_too(make_group: type[Gro
     assert len(calls) == 2
     assert waits == [0.0]
     assert lease.redeliveries == 1
-    assert lines == [
+    assert [without_where(line) for line in lines] == [
         f"shard {SHARD.shard_id}: delivery 1/2 failed (ZeroDivisionError: division by zero); again in 0.0s"
     ]
+    assert " in output)" in lines[0], "the line names the frame the error was raised in"
 
 
 def test_one_delivery_allowed_returns_the_error_without_waiting(
@@ -116,7 +123,9 @@ def test_success_on_the_second_delivery_returns_its_token(make_group: type[Group
     assert deliveries.staged == ["frame 1", "frame 2"]
     assert waits == [1.5]
     assert lease.redeliveries == 1
-    assert lines == [f"shard {SHARD.shard_id}: delivery 1/3 failed (OSError: executor lost); again in 1.5s"]
+    assert [without_where(line) for line in lines] == [
+        f"shard {SHARD.shard_id}: delivery 1/3 failed (OSError: executor lost); again in 1.5s"
+    ]
 
 
 @pytest.mark.parametrize(
@@ -140,7 +149,7 @@ def test_icegroup_errors_propagate_at_once_without_redelivery(
 
 
 class FakeJavaClass:
-    """What ``getClass()`` of a JVM throwable returns, as far as ``first_line`` uses it."""
+    """What ``getClass()`` of a JVM throwable returns, as far as ``describe_error`` uses it."""
 
     def __init__(self, name: str) -> None:
         """A class with this simple name."""
@@ -180,24 +189,56 @@ class FakePy4JError(Exception):
         self.java_exception = java
 
 
-def test_first_line_of_a_plain_exception() -> None:
-    assert first_line(ValueError("  bad row 7\n  at line 7\n")) == "bad row 7"
+WORKER_TRACEBACK = """An exception was thrown from the Python worker. Please see the stack trace below.
+Traceback (most recent call last):
+  File "/venv/lib/python3.11/site-packages/pyspark/python/lib/pyspark.zip/pyspark/worker.py", line 1247, in main
+    process()
+  File "/home/me/pipelines/checks.py", line 31, in checked_amount
+    raise ValueError(f"amount {amount} is over the limit")
+ValueError: amount 97.1 is over the limit
+"""
 
 
-def test_first_line_of_an_exception_without_a_message_is_its_type() -> None:
-    assert first_line(KeyError()) == "KeyError"
+def raised_here() -> ValueError:
+    """A ValueError raised (so it has a traceback) in this file."""
+    try:
+        raise ValueError("bad row 7")
+    except ValueError as exc:
+        return exc
 
 
-def test_first_line_is_cut_at_300_characters() -> None:
-    assert first_line(ValueError("x" * 400)) == "x" * 300
+def test_a_plain_exception_shows_its_type_message_and_where_it_was_raised() -> None:
+    assert describe_error(raised_here()).startswith("ValueError: bad row 7 (at test_borrower_delivery.py:")
+    assert describe_error(raised_here()).endswith(" in raised_here)")
 
 
-def test_first_line_of_a_jvm_error_is_its_root_cause() -> None:
+def test_only_the_first_line_of_a_message_is_shown() -> None:
+    assert describe_error(ValueError("  bad row 7\n  at line 7\n")) == "ValueError: bad row 7"
+
+
+def test_an_exception_without_a_message_is_its_type() -> None:
+    assert describe_error(KeyError()) == "KeyError"
+
+
+def test_a_description_is_cut_at_400_characters() -> None:
+    assert describe_error(ValueError("x" * 500)) == ("ValueError: " + "x" * 500)[:400]
+
+
+def test_a_jvm_error_is_its_root_cause() -> None:
     root = FakeThrowable("ArithmeticException", "/ by zero\n\tat Foo.bar(Foo.java:1)")
     chain = FakeThrowable("SparkException", "Job aborted", FakeThrowable("TaskFailure", "task 3 failed", root))
 
-    assert first_line(FakePy4JError(chain)) == "ArithmeticException: / by zero"
+    assert describe_error(FakePy4JError(chain)) == "ArithmeticException: / by zero"
 
 
-def test_first_line_of_a_jvm_error_without_a_cause_is_the_error_itself() -> None:
-    assert first_line(FakePy4JError(FakeThrowable("IOException", "disk full"))) == "IOException: disk full"
+def test_a_jvm_error_without_a_cause_is_the_error_itself() -> None:
+    assert describe_error(FakePy4JError(FakeThrowable("IOException", "disk full"))) == "IOException: disk full"
+
+
+def test_a_transform_that_raised_in_a_spark_task_shows_its_own_error_and_frame() -> None:
+    worker = FakeThrowable("PythonException", WORKER_TRACEBACK)
+    chain = FakeThrowable("SparkException", "Job aborted due to stage failure", worker)
+
+    assert describe_error(FakePy4JError(chain)) == (
+        "ValueError: amount 97.1 is over the limit (at checks.py:31 in checked_amount)"
+    )

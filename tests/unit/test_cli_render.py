@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dagster_project.cli import render, table
 from iceberg.describe import GroupView, StreamView
+from iceberg.protocol.liveness import Hold
 
 
 def view() -> GroupView:
@@ -22,6 +23,9 @@ def view() -> GroupView:
             StreamView("0/region=eu", 101, 109, 3, 120, 2, 40, ["0123456789abcdef#1"]),
             StreamView("0/region=us", 100, 104, 2, 30, 0, 0, []),
         ],
+        holds=[Hold("0123456789abcdef", 1, ("0/region=eu",), "run-7", 1_000_000, 1_030_000, 2_800_000)],
+        as_of_ms=1_010_000,
+        status="consuming",
     )
 
 
@@ -44,7 +48,7 @@ def test_table_without_rows_is_the_header() -> None:
 def test_render_header_has_group_positions_and_lag_totals() -> None:
     header = render(view()).splitlines()[:2]
 
-    assert header[0] == "group orders: demo.events -> demo.events_out  epoch 2"
+    assert header[0] == "group orders: demo.events -> demo.events_out  epoch 2  consuming"
     assert "source head 109" in header[1]
     assert "planned through 107" in header[1]
     assert "pending shards 3" in header[1]
@@ -54,7 +58,7 @@ def test_render_header_has_group_positions_and_lag_totals() -> None:
 
 
 def test_render_has_one_line_per_stream() -> None:
-    lines = render(view()).splitlines()[2:]
+    lines = render(view()).splitlines()[2:5]
 
     assert lines[0].split() == [
         "STREAM",
@@ -67,4 +71,14 @@ def test_render_has_one_line_per_stream() -> None:
     ]
     assert lines[1].split() == ["0/region=eu", "101", "109", "3", "120", "40", "0123456789abcdef#1"]
     assert lines[2].split() == ["0/region=us", "100", "104", "2", "30", "0", "-"]
-    assert len(lines) == 3
+    assert render(view()).splitlines()[5] == "leases in flight:", "the streams come first, then the holds"
+
+
+def test_render_ends_with_who_holds_each_lease_and_until_when() -> None:
+    lines = render(view()).splitlines()
+
+    assert lines[-2:] == [
+        "leases in flight:",
+        "  lease 0123456789abcdef#1 (0/region=eu) held by run-7: last heartbeat 10s ago; re-granted in 20s if it "
+        "stays silent, at the latest in 1790s",
+    ]

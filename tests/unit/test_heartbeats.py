@@ -13,8 +13,8 @@ from iceberg.heartbeats import beat, ensure_table, forget, heartbeat, read_beats
 from iceberg.leader import tick
 from iceberg.protocol.liveness import LeaseAction, RunState, hold_of, holder_of, lease_action
 from iceberg.protocol.phases import check_liveness
-from iceberg.protocol.state import GroupState, LeasePhase
-from tests.factories import append_batches, create_source, lease, shard
+from iceberg.protocol.state import LeasePhase
+from tests.factories import append_batches, create_source, group_state, lease, shard
 
 NOW = 1_900_000_000_000
 
@@ -113,15 +113,7 @@ def test_a_hold_says_who_holds_the_lease_and_until_when() -> None:
 def test_check_liveness_revokes_only_the_silent_holders_leases(make_group: type[GroupConfig]) -> None:
     silent = lease([shard(1).shard_id], owner_run_id="dead", deadline_ms=NOW + 3_600_000, streams=["a"])
     alive = lease([shard(2).shard_id], owner_run_id="alive", deadline_ms=NOW + 3_600_000, streams=["b"])
-    state = GroupState(
-        group="g",
-        source="s.t",
-        sink="s.u",
-        start_position=None,
-        planned_through=None,
-        shards={s.shard_id: s for s in (shard(1), shard(2))},
-        leases={silent.lease_id: silent, alive.lease_id: alive},
-    )
+    state = group_state([shard(1), shard(2)], [silent, alive])
     running = {silent.lease_id: RunState.RUNNING, alive.lease_id: RunState.RUNNING}
 
     out = check_liveness(

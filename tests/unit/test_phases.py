@@ -12,8 +12,8 @@ from iceberg.protocol.lineage import ShardRange, SinkCommit, fence_key
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.phases import check_drift, check_liveness, cut, grant, reconcile
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo
-from iceberg.protocol.state import GroupState, Lease, LeasePhase
-from tests.factories import lease, shard
+from iceberg.protocol.state import Lease, LeasePhase
+from tests.factories import group_state, lease, shard
 
 W0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
 NOW = W0 + 5_000
@@ -22,21 +22,7 @@ EU, US = "0/region=eu", "0/region=us"
 
 def group_of(**fields: Any) -> GroupConfig:
     """The group every phase test decides for."""
-    return GroupConfig.model_validate({"name": "orders", "source": "demo.events", "sink": "demo.out", **fields})
-
-
-def state_of(shards: list[Shard], leases: list[Lease] = (), **fields: Any) -> GroupState:  # type: ignore[assignment]
-    """A state holding these pending shards and leases."""
-    return GroupState(
-        group="orders",
-        source="demo.events",
-        sink="demo.out",
-        start_position=None,
-        planned_through=max((s.to_snapshot for s in shards), default=None),
-        shards={s.shard_id: s for s in shards},
-        leases={x.lease_id: x for x in leases},
-        **fields,
-    )
+    return GroupConfig.model_validate({"name": "orders", "source": "demo.events", "sink": "demo.events_out", **fields})
 
 
 def commit_of(held: Lease, *shards: Shard, snapshot_id: int = 900) -> SinkCommit:
@@ -63,7 +49,7 @@ def test_reconcile_moves_positions_retires_finished_leases_and_moves_the_sink_cu
     first, second = shard(1, stream=EU), shard(2, stream=EU)
     done = lease([first.shard_id], streams=[EU], lease_id="a" * 16)
     busy = lease([second.shard_id], streams=[EU], lease_id="b" * 16)
-    state = state_of([first, second], [done, busy])
+    state = group_state([first, second], [done, busy])
 
     out = reconcile(state, [commit_of(done, first)], sink_head=900, now_ms=NOW, lease_timeout_s=60)
 
@@ -81,14 +67,14 @@ def test_reconcile_extends_the_deadline_of_a_lease_that_made_progress_only() -> 
     moving = lease([first.shard_id, second.shard_id], streams=[EU], lease_id="a" * 16, deadline_ms=NOW + 1)
     idle = lease([third.shard_id], streams=[US], lease_id="b" * 16, deadline_ms=NOW + 1)
 
-    out = reconcile(state_of([first, second, third], [moving, idle]), [commit_of(moving, first)], 900, NOW, 60)
+    out = reconcile(group_state([first, second, third], [moving, idle]), [commit_of(moving, first)], 900, NOW, 60)
 
     assert out.state.leases[moving.lease_id].deadline_ms == NOW + 60_000
     assert out.state.leases[idle.lease_id].deadline_ms == NOW + 1
 
 
 def test_reconcile_without_a_sink_keeps_the_cursor() -> None:
-    out = reconcile(state_of([shard(1)], sink_cursor=42), [], sink_head=None, now_ms=NOW, lease_timeout_s=60)
+    out = reconcile(group_state([shard(1)], sink_cursor=42), [], sink_head=None, now_ms=NOW, lease_timeout_s=60)
 
     assert out.state.sink_cursor == 42
     assert out.committed == []
@@ -99,7 +85,7 @@ def test_reconcile_without_a_sink_keeps_the_cursor() -> None:
 
 def test_a_failed_run_is_revoked_and_regranted_behind_a_raised_fence() -> None:
     held = lease([shard(1).shard_id], streams=[EU], attempt=2, deadline_ms=NOW + 1_000)
-    state = state_of([shard(1)], [held])
+    state = group_state([shard(1)], [held])
 
     out = check_liveness(state, group_of(lease_timeout_s=60), {held.lease_id: RunState.FAILED}, set(), NOW, 77)
 
@@ -118,7 +104,9 @@ def test_a_failed_run_is_revoked_and_regranted_behind_a_raised_fence() -> None:
 def test_a_run_still_alive_past_its_deadline_is_terminated_and_regranted() -> None:
     held = lease([shard(1).shard_id], streams=[EU], deadline_ms=NOW - 1)
 
-    out = check_liveness(state_of([shard(1)], [held]), group_of(), {held.lease_id: RunState.RUNNING}, set(), NOW, None)
+    out = check_liveness(
+        group_state([shard(1)], [held]), group_of(), {held.lease_id: RunState.RUNNING}, set(), NOW, None
+    )
 
     assert out.terminate == [held]
     assert out.state.leases[held.lease_id].attempt == held.attempt + 1
@@ -127,7 +115,9 @@ def test_a_run_still_alive_past_its_deadline_is_terminated_and_regranted() -> No
 def test_a_live_run_keeps_its_lease_which_becomes_granted() -> None:
     held = lease([shard(1).shard_id], streams=[EU], deadline_ms=NOW + 1_000)
 
-    out = check_liveness(state_of([shard(1)], [held]), group_of(), {held.lease_id: RunState.RUNNING}, set(), NOW, None)
+    out = check_liveness(
+        group_state([shard(1)], [held]), group_of(), {held.lease_id: RunState.RUNNING}, set(), NOW, None
+    )
 
     assert out.state.leases[held.lease_id] == held.model_copy(update={"phase": LeasePhase.GRANTED})
     assert out.launch == []
@@ -138,7 +128,7 @@ def test_a_live_run_keeps_its_lease_which_becomes_granted() -> None:
 def test_a_lease_whose_run_never_appeared_is_launched_again_at_the_same_attempt() -> None:
     held = lease([shard(1).shard_id], streams=[EU], deadline_ms=NOW + 1_000)
 
-    out = check_liveness(state_of([shard(1)], [held]), group_of(), {}, set(), NOW, None)
+    out = check_liveness(group_state([shard(1)], [held]), group_of(), {}, set(), NOW, None)
 
     assert out.launch == [held]
     assert out.fences == {}
@@ -149,7 +139,7 @@ def test_a_poisoned_lease_is_parked_on_its_poisoned_stream_behind_a_raised_fence
     held = lease([eu.shard_id, us.shard_id], streams=[EU, US], deadline_ms=NOW + 1_000)
 
     out = check_liveness(
-        state_of([eu, us], [held]), group_of(), {held.lease_id: RunState.FAILED}, {us.shard_id}, NOW, None
+        group_state([eu, us], [held]), group_of(), {held.lease_id: RunState.FAILED}, {us.shard_id}, NOW, None
     )
 
     parked = out.state.leases[held.lease_id]
@@ -168,7 +158,7 @@ def test_a_poisoned_lease_is_parked_on_its_poisoned_stream_behind_a_raised_fence
 def test_cut_adds_shards_and_moves_the_planning_cursor() -> None:
     snaps = [SnapshotInfo(101, None, 1, W0 + 1, 0, "append"), SnapshotInfo(102, 101, 2, W0 + 2, 0, "append")]
     files = [FileEntry(EU, 101, "wh/a.parquet", 5, 50), FileEntry(US, 102, "wh/b.parquet", 7, 70)]
-    state = state_of([])
+    state = group_state([])
 
     out = cut(state, group_of(), snaps, files, through=102)
 
@@ -179,7 +169,7 @@ def test_cut_adds_shards_and_moves_the_planning_cursor() -> None:
 
 
 def test_cut_with_nothing_planned_changes_nothing() -> None:
-    state = state_of([shard(1)])
+    state = group_state([shard(1)])
 
     out = cut(state, group_of(), [], [], through=None)
 
@@ -191,7 +181,7 @@ def test_cut_refuses_a_shard_older_than_window_start() -> None:
     snaps = [SnapshotInfo(101, None, 1, W0 + 1, 0, "append")]
 
     with pytest.raises(SourceError, match="window_start: 2026-06-01 is after source snapshot 101"):
-        cut(state_of([]), group_of(window_start="2026-06-01"), snaps, [FileEntry(EU, 101, "wh/a", 1, 1)], 101)
+        cut(group_state([]), group_of(window_start="2026-06-01"), snaps, [FileEntry(EU, 101, "wh/a", 1, 1)], 101)
 
 
 # grant
@@ -200,7 +190,7 @@ def test_cut_refuses_a_shard_older_than_window_start() -> None:
 def test_grant_fills_the_free_slots_and_records_the_leases() -> None:
     eu, us = shard(1, stream=EU), shard(2, stream=US)
 
-    out = grant(state_of([eu, us]), group_of(max_borrowers=2), NOW, 77, stopped=False, owner_run_id="run-1")
+    out = grant(group_state([eu, us]), group_of(max_borrowers=2), NOW, 77, stopped=False, owner_run_id="run-1")
 
     assert len(out.grants) == 2
     assert out.state.leases == {g.lease_id: g for g in out.grants}
@@ -208,7 +198,7 @@ def test_grant_fills_the_free_slots_and_records_the_leases() -> None:
 
 
 def test_a_stopped_group_grants_nothing() -> None:
-    state = state_of([shard(1)])
+    state = group_state([shard(1)])
 
     out = grant(state, group_of(), NOW, None, stopped=True)
 
@@ -222,4 +212,4 @@ def test_a_stopped_group_grants_nothing() -> None:
 @pytest.mark.parametrize(("field", "value"), [("source", "demo.other"), ("sink", "demo.elsewhere")])
 def test_a_changed_source_or_sink_is_refused_naming_the_field(field: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"{field}: the config says '{value}'"):
-        check_drift(state_of([]), group_of(**{field: value}))
+        check_drift(group_state([]), group_of(**{field: value}))

@@ -1,4 +1,4 @@
-"""Start-up checks that fail leave nothing behind; a filter is checked against the source's columns, not by Spark."""
+"""Failed start-up checks leave nothing behind; filters are checked against the source; a group says how it stands."""
 
 from __future__ import annotations
 
@@ -6,12 +6,14 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from iceberg.dead_letters import dead_letter_identifier
+from iceberg.describe import status_of
 from iceberg.errors import ConfigError, SourceError
 from iceberg.groups import GroupConfig
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
+from iceberg.protocol.poison import PARKED, STOPPED
 from iceberg.registry import load_state, registry_identifier
-from tests.factories import append_batches, create_source
+from tests.factories import append_batches, create_source, dead_letter, group_state, lease, shard
 
 
 def missing(_: object) -> RunState:
@@ -75,3 +77,22 @@ def test_a_filter_is_checked_again_after_the_source_schema_changes(
         tick(catalog, group, missing)
 
     assert load_state(catalog, group.name).token == token, "the failed tick committed nothing"
+
+
+@pytest.mark.parametrize(
+    ("actions", "leases", "lag", "expected"),
+    [
+        pytest.param({STOPPED, PARKED}, True, 3, "stopped", id="stopped"),
+        pytest.param({PARKED}, True, 3, "parked", id="parked"),
+        pytest.param(set(), True, 3, "consuming", id="consuming"),
+        pytest.param(set(), False, 3, "lagging", id="lagging"),
+        pytest.param(set(), False, 0, "caught up", id="caught-up"),
+    ],
+)
+def test_a_group_says_where_it_stands(actions: set[str], leases: bool, lag: int, expected: str) -> None:
+    pending = [shard(n, stream=f"s{n}") for n in range(1, 3)]
+    held = [lease([pending[0].shard_id], streams=["s1"])] if leases else []
+    state = group_state(pending, held)
+    letters = {pending[i].shard_id: dead_letter(pending[i].shard_id, a) for i, a in enumerate(sorted(actions))}
+
+    assert status_of(state, letters, lag).startswith(expected)

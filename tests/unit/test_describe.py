@@ -1,0 +1,46 @@
+"""``describe`` reports what the sink already holds, even before the next Leader tick reconciles it."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import LongType, NestedField
+
+from iceberg.describe import describe_group
+from iceberg.groups import GroupConfig
+from iceberg.leader import tick
+from iceberg.protocol.lineage import commit_properties
+from iceberg.protocol.liveness import RunState
+from iceberg.registry import load_state
+from tests.factories import append_batches, create_source
+
+SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
+
+
+def test_describe_counts_a_commit_the_registry_has_not_seen_yet(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=3, shard_caps={"max_files": 1}, lease_max_shards=1)
+    append_batches(create_source(catalog, group.source), 1, 6)
+    granted = tick(catalog, group, lambda _: RunState.MISSING)
+    lease = granted.launch[0]
+    shard = granted.state.shards[lease.shard_ids[0]]
+    sink = catalog.create_table(group.sink, schema=SINK_SCHEMA)
+    rows = pa.Table.from_pylist([{"id": n} for n in range(shard.rows)], schema=SINK_SCHEMA.as_arrow())
+    props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+    sink.append(rows, snapshot_properties=props)
+    before = describe_group(catalog, group)
+    token = load_state(catalog, group.name).token
+
+    view = describe_group(catalog, group)
+
+    stream = next(s for s in view.streams if s.stream == shard.stream)
+    assert stream.committed_rows == shard.rows
+    assert stream.position == shard.to_snapshot
+    assert stream.lag_rows == 0
+    assert view.lag_rows == 6 - shard.rows, "lag is what is still left to consume"
+    assert view.leases_in_flight == 2
+    assert view.status == "consuming"
+    assert before.lag_rows == view.lag_rows
+    assert load_state(catalog, group.name).token == token, "describe committed nothing"
