@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
+import yaml
 from pyspark.sql import SparkSession
 
 from iceberg.groups import GroupConfig
@@ -55,3 +58,19 @@ def drive(
         with ThreadPoolExecutor(max_workers=borrowers) as pool:
             reports.extend(pool.map(execute, result.launch))
     raise AssertionError(f"group {group.name} not caught up after {max_ticks} ticks")
+
+
+def write_groups(path: Path, group: GroupConfig) -> Path:
+    """The group as a YAML file a worker or ``icegroup`` process can load."""
+    path.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
+    return path
+
+
+def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
+    """Poll until ``predicate()`` is true."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")

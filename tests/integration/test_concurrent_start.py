@@ -9,7 +9,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 
 from dagster_project.cli import EXIT_OK
 from iceberg.groups import GroupConfig
@@ -17,6 +16,7 @@ from iceberg.lakehouse import load_lakehouse
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
+from tests.integration.helpers import write_groups
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -31,8 +31,7 @@ def test_consumers_started_together_on_a_fresh_home_all_catch_up_exactly_once(tm
     catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
     group = GroupConfig.model_validate({"name": "fresh", "source": "fresh.events", "sink": "fresh.out"})
     append_batches(create_source(catalog, group.source), 3, 30)
-    groups = tmp_path / "groups.yaml"
-    groups.write_text(yaml.safe_dump({"groups": [{"name": group.name, "source": group.source, "sink": group.sink}]}))
+    groups = write_groups(tmp_path / "groups.yaml", group)
     env = {**os.environ, "ICEGROUP_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
     command = [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"]
 

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import dagster as dg
 import pytest
-import yaml
 from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import EXIT_NOT_CAUGHT_UP, EXIT_OK
@@ -27,6 +26,7 @@ from iceberg.groups import GroupConfig
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
+from tests.integration.helpers import wait_for, write_groups
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
 
@@ -41,16 +41,6 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
     )
 
 
-def wait_for(predicate: object, timeout_s: float, what: str) -> None:
-    """Poll until ``predicate()`` holds."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.2)
-    raise AssertionError(f"timed out after {timeout_s:.0f}s waiting for {what}")
-
-
 def test_a_consumer_killed_with_kill_9_is_noticed_by_its_silence(
     tmp_path: Path, lake_home: Path, catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
@@ -58,8 +48,7 @@ def test_a_consumer_killed_with_kill_9_is_noticed_by_its_silence(
     assert group.session_timeout_s == 30
     assert group.lease_timeout_s == 1800
     append_batches(create_source(catalog, group.source), 4, 30)
-    groups = tmp_path / "groups.yaml"
-    groups.write_text(yaml.safe_dump({"groups": [{"name": group.name, "source": group.source, "sink": group.sink}]}))
+    groups = write_groups(tmp_path / "groups.yaml", group)
     points = tmp_path / "points"
     points.mkdir()
     env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}

@@ -5,11 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-import yaml
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
@@ -25,25 +23,9 @@ from spark_jobs.borrower import fetch_lease, run_lease
 from tests.chaos.worker import STALE_EXIT
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import drive, quiet, wait_for, write_groups
 
 pytestmark = pytest.mark.spark
-
-
-def write_groups(path: Path, group: GroupConfig) -> Path:
-    """The group as a YAML file a worker process can load."""
-    path.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
-    return path
-
-
-def wait_for(predicate: object, timeout_s: float, what: str) -> None:
-    """Poll until ``predicate()`` is true."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
 
 
 def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
