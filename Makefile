@@ -50,9 +50,10 @@ test: jvm lint ## every tier this machine can run
 chaos: jvm ## kill -9 fault injection, full size; records tests/chaos/results/
 	$(PY) -m tests.chaos.run --full
 
-bench: venv ## Leader planning and heartbeat-cost benchmarks; records tests/benchmarks/results/
+bench: venv ## Leader planning, heartbeat cost, one vs two consumer processes; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_leader
 	$(PY) -m tests.benchmarks.bench_heartbeat
+	$(PY) -m tests.benchmarks.bench_processes
 
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

@@ -11,6 +11,8 @@ runs a CI-sized setting through ``tests/chaos/test_chaos.py``. One run:
    with its output staged but not published, after the sink commit but before any registry update,
    and mid-tick: after liveness, after raising fences, after the registry commit but before the
    run is launched). A killed worker is started again;
+   the group keeps the default liveness settings: a killed worker's run still looks alive, and
+   only its stopped heartbeat gets its leases re-granted, ``session_timeout_s`` (30 s) later;
 4. samples the registry all along: stream positions must never move back, and a fault counts as
    recovered once every lease the killed process held has been re-granted or finished *and* the
    group has committed to the sink again since the kill (or has nothing left to do);
@@ -102,6 +104,7 @@ class Outcome:
     attempts_max: int = 0
     elapsed_s: float = 0.0
     skipped_points: int = 0
+    session_timeout_s: int = 0
 
     @property
     def recovered(self) -> int:
@@ -131,7 +134,8 @@ class Outcome:
         """The summary line the suite ends with."""
         return (
             f"chaos: faults={len(self.faults)} recovered={self.recovered} lost={self.lost} "
-            f"duplicated={self.duplicated} max_recovery_s={self.max_recovery_s:.1f}"
+            f"duplicated={self.duplicated} max_recovery_s={self.max_recovery_s:.1f} "
+            f"session_timeout_s={self.session_timeout_s}"
         )
 
 
@@ -355,7 +359,7 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
     catalog = lakehouse.catalog()
     group = GroupConfig(
         name="chaos", source="chaos.events", sink="chaos.events_out", max_borrowers=settings.workers,
-        shard_caps={"max_files": 1}, lease_max_shards=2, lease_timeout_s=60,
+        shard_caps={"max_files": 1}, lease_max_shards=2,
     )  # fmt: skip
     source = create_source(catalog, group.source)
     append_batches(source, 2, settings.rows_per_snapshot)
@@ -364,7 +368,7 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
     groups = folder / "groups.yaml"
     groups.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
     workers = Workers(home, groups, group.name, folder, folder)
-    outcome = Outcome()
+    outcome = Outcome(session_timeout_s=group.session_timeout_s)
     started = time.monotonic()
     monitor = Monitor(lakehouse, group.name, outcome, started)
     producing = threading.Event()
@@ -427,9 +431,23 @@ def wait_caught_up(lakehouse: LakehouseConfig, group: GroupConfig, timeout_s: fl
     raise TimeoutError(f"group {group.name} did not catch up within {timeout_s:.0f}s")
 
 
+def spread(values: list[float]) -> dict[str, float]:
+    """Median, p90, p95 and max of ``values`` (nearest rank); zeros when there are none."""
+    ranked = sorted(values)
+    if not ranked:
+        return {"n": 0, "median": 0.0, "p90": 0.0, "p95": 0.0, "max": 0.0}
+
+    def at(q: float) -> float:
+        return ranked[min(len(ranked) - 1, int(len(ranked) * q))]
+
+    return {"n": len(ranked), "median": at(0.5), "p90": at(0.9), "p95": at(0.95), "max": ranked[-1]}
+
+
 def record(outcome: Outcome, settings: Settings, path: Path) -> None:
-    """Keep a run's figures in the repo."""
-    recoveries = sorted(f.recovered_s or 0.0 for f in outcome.faults)
+    """Keep a run's figures in the repo, with recovery measured against the session timeout."""
+    recoveries = [f.recovered_s or 0.0 for f in outcome.faults]
+    holding = [f.recovered_s or 0.0 for f in outcome.faults if f.held]
+    session_timeout_s = outcome.session_timeout_s
     data = {
         "line": outcome.line(),
         "ok": outcome.ok,
@@ -443,10 +461,11 @@ def record(outcome: Outcome, settings: Settings, path: Path) -> None:
         "max_attempt": outcome.attempts_max,
         "faults_by_kind": dict(Counter(f.kind for f in outcome.faults)),
         "armed_points_not_reached": outcome.skipped_points,
-        "recovery_s": {
-            "median": recoveries[len(recoveries) // 2] if recoveries else 0.0,
-            "p90": recoveries[int(len(recoveries) * 0.9)] if recoveries else 0.0,
-            "max": outcome.max_recovery_s,
+        "session_timeout_s": session_timeout_s,
+        "recovery_s": spread(recoveries),
+        "recovery_s_of_faults_holding_leases": spread(holding),
+        "recovery_over_session_timeout_of_faults_holding_leases": {
+            k: round(v / session_timeout_s, 2) if k != "n" else v for k, v in spread(holding).items()
         },
         "position_regressions": outcome.position_regressions,
         "order_violations": outcome.order_violations,

@@ -4,8 +4,10 @@ Two modes:
 
 - ``consume``: Leader and Borrower in one process, as ``icegroup consume`` runs, until a ``stop``
   file appears. Several of these run at once, so several Leaders race for the registry. A lease's
-  owner is this process's run id; other workers see it alive while its pid file names a live
-  process, which is how a vanished run worker shows up (Dagster's run monitoring does the same).
+  owner is this process's run id. Every other worker's run looks alive, as a ``kill -9``'d
+  ``icegroup consume`` run stays STARTED in Dagster: only its stopped heartbeat shows that it is
+  gone, after the group's default ``session_timeout_s``. The pid file is only for the chaos runner,
+  to name the leases a killed worker held.
 - ``lease``: execute one granted lease attempt, as a Dagster Borrower run does.
 - ``tick``: one Leader tick that sees every Borrower run as ``--observe`` says, as a sensor does.
 
@@ -25,7 +27,7 @@ from pathlib import Path
 from iceberg.errors import NotCaughtUp, StaleLease
 from iceberg.groups import GroupConfig, load_groups
 from iceberg.lakehouse import load_lakehouse
-from iceberg.leader import RunObserver, tick
+from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.state import Lease
 from spark_jobs.borrower import fetch_lease, run_lease
@@ -35,27 +37,9 @@ from spark_jobs.session import get_session
 STALE_EXIT = 3
 
 
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this pid exists and is not a zombie."""
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0]
-    except OSError:
-        return False
-    return state not in ("Z", "X")
-
-
-def observe_pids(folder: Path) -> RunObserver:
-    """Run state of another worker's lease, from its pid file."""
-
-    def observe(lease: Lease) -> RunState:
-        if lease.owner_run_id is None:
-            return RunState.MISSING
-        pid_file = folder / f"{lease.owner_run_id}.pid"
-        if not pid_file.exists():
-            return RunState.FAILED
-        return RunState.RUNNING if pid_alive(int(pid_file.read_text())) else RunState.FAILED
-
-    return observe
+def looks_running(lease: Lease) -> RunState:
+    """Another worker's run, as an orchestrator without run monitoring sees it: running, dead or alive."""
+    return RunState.MISSING if lease.owner_run_id is None else RunState.RUNNING
 
 
 def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
@@ -64,12 +48,11 @@ def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
     (folder / f"{run_id}.pid").write_text(str(os.getpid()))
     lakehouse = load_lakehouse()
     spark = get_session(lakehouse)
-    observe = observe_pids(folder)
     print(f"ready {run_id}", flush=True)
     while not (folder / "stop").exists():
         try:
             consume(
-                spark, lakehouse, group, run_id, observe,
+                spark, lakehouse, group, run_id, looks_running,
                 progress=lambda line: print(line, flush=True), max_wait_s=20, poll_s=0.2,
             )  # fmt: skip
         except NotCaughtUp as exc:
