@@ -6,7 +6,8 @@ runs a CI-sized setting through ``tests/chaos/test_chaos.py``. One run:
 1. creates a source with three streams (identity partitions) and a group on it;
 2. starts worker processes (``tests.chaos.worker consume``); each is a Leader and a Borrower, so
    Leaders race for the registry too;
-3. keeps appending source snapshots while it injects faults, one after another: ``kill -9`` of a
+3. keeps appending source snapshots (up to ``max_snapshots``: every kill costs the group a session
+   timeout, so an endless producer would outrun it) while it injects faults, one after another: ``kill -9`` of a
    worker at a random moment (often mid-write), or at an armed fail point (before a shard's read,
    with its output staged but not published, after the sink commit but before any registry update,
    and mid-tick: after liveness, after raising fences, after the registry commit but before the
@@ -64,6 +65,7 @@ class Settings:
 
     faults: int
     min_snapshots: int
+    max_snapshots: int
     workers: int = 2
     rows_per_snapshot: int = 30
     produce_every_s: float = 2.0
@@ -377,7 +379,8 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
     def produce() -> None:
         table = lakehouse.catalog().load_table(group.source)
         while producing.is_set() or len(table.snapshots()) < settings.min_snapshots:
-            append_batches(table, 1, settings.rows_per_snapshot)
+            if len(table.snapshots()) < settings.max_snapshots:
+                append_batches(table, 1, settings.rows_per_snapshot)
             time.sleep(settings.produce_every_s)
 
     producer = threading.Thread(target=produce, daemon=True)
@@ -481,11 +484,12 @@ def record(outcome: Outcome, settings: Settings, path: Path) -> None:
 def main(argv: list[str] | None = None) -> int:
     """``python -m tests.chaos.run [--full] [--faults N]``."""
     parser = argparse.ArgumentParser(prog="tests.chaos.run")
-    parser.add_argument("--full", action="store_true", help="the full size: 50 faults, 30+ snapshots")
+    parser.add_argument("--full", action="store_true", help="the full size: 50 faults, 30 to 150 snapshots")
     parser.add_argument("--faults", type=int)
     parser.add_argument("--home", type=Path, help="folder for the run's lakehouse (default: a new temp folder)")
     args = parser.parse_args(argv)
-    settings = Settings(faults=50, min_snapshots=30) if args.full else Settings(faults=8, min_snapshots=20)
+    full = Settings(faults=50, min_snapshots=30, max_snapshots=150)
+    settings = full if args.full else Settings(faults=8, min_snapshots=20, max_snapshots=45)
     if args.faults:
         settings.faults = args.faults
     home = args.home or Path(os.environ.get("TMPDIR", "/tmp")) / f"icegroup-chaos-{os.getpid()}"

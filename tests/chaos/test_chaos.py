@@ -12,7 +12,7 @@ pytestmark = pytest.mark.chaos
 
 
 def test_kill_9_chaos_keeps_exactly_once(tmp_path: Path) -> None:
-    outcome = run_chaos(Settings(faults=8, min_snapshots=20, produce_every_s=1.0), tmp_path)
+    outcome = run_chaos(Settings(faults=8, min_snapshots=20, max_snapshots=45, produce_every_s=1.0), tmp_path)
     print(outcome.line())
 
     assert len(outcome.faults) == 8
