@@ -6,7 +6,8 @@ own Spark. On a 2-core machine the two share the cores. The benchmark measures i
 - arm ``one``: one ``icegroup consume GROUP --until-caught-up`` on a fresh lakehouse;
 - arm ``two``: two of them started at the same moment on a fresh lakehouse of the same data;
 - every arm consumes the same source (SNAPSHOTS appends over 3 streams, ROWS_PER_SNAPSHOT rows each)
-  with ``max_borrowers: 2``, its sink is verified equal to its source, and the arms alternate
+  in 18 shards of 4 files, 2 shards a lease, with ``max_borrowers: 2``; its sink is verified equal
+  to its source, and the arms alternate
   (one, two, two, one, ...) for ROUNDS rounds so drift in the machine hits both alike.
 
 The figure is wall time from start until every process has exited caught up, as a ratio to arm
@@ -32,7 +33,7 @@ from tests.integration.helpers import write_groups
 
 ROUNDS = 2
 SNAPSHOTS = 24
-ROWS_PER_SNAPSHOT = 3000
+ROWS_PER_SNAPSHOT = 20_000
 REPO = Path(__file__).resolve().parents[2]
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
 RESULTS = Path(__file__).parent / "results" / "consumer_processes.json"
@@ -42,7 +43,10 @@ def run_arm(processes: int, folder: Path) -> float:
     """Seconds until ``processes`` consumers started together have all caught up; the sink is verified."""
     home = folder / "lake"
     lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(home)})
-    group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out", max_borrowers=2)
+    group = GroupConfig(
+        name="bench", source="bench.events", sink="bench.events_out", max_borrowers=2,
+        shard_caps={"max_files": 4}, lease_max_shards=2,
+    )  # fmt: skip
     append_batches(create_source(lakehouse.catalog(), group.source), SNAPSHOTS, ROWS_PER_SNAPSHOT)
     groups = write_groups(folder / "groups.yaml", group)
     env = {**os.environ, "ICEGROUP_HOME": str(home), "DAGSTER_HOME": str(folder / "dagster")}
@@ -74,7 +78,14 @@ def main() -> None:
         print(f"run {index + 1}/{2 * ROUNDS}: {arm} process(es): {seconds:.1f}s", flush=True)
     one, two = statistics.median(times["one"]), statistics.median(times["two"])
     result = {
-        "workload": {"snapshots": SNAPSHOTS, "rows_per_snapshot": ROWS_PER_SNAPSHOT, "streams": 3, "max_borrowers": 2},
+        "workload": {
+            "snapshots": SNAPSHOTS,
+            "rows_per_snapshot": ROWS_PER_SNAPSHOT,
+            "streams": 3,
+            "shards": 18,
+            "lease_max_shards": 2,
+            "max_borrowers": 2,
+        },
         "cores": os.cpu_count(),
         "seconds": times,
         "median_s": {"one": one, "two": two},

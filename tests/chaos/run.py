@@ -7,13 +7,13 @@ runs a CI-sized setting through ``tests/chaos/test_chaos.py``. One run:
 2. starts worker processes (``tests.chaos.worker consume``); each is a Leader and a Borrower, so
    Leaders race for the registry too;
 3. keeps appending source snapshots (up to ``max_snapshots``: every kill costs the group a session
-   timeout, so an endless producer would outrun it) while it injects faults, one after another: ``kill -9`` of a
-   worker at a random moment (often mid-write), or at an armed fail point (before a shard's read,
-   with its output staged but not published, after the sink commit but before any registry update,
-   and mid-tick: after liveness, after raising fences, after the registry commit but before the
-   run is launched). A killed worker is started again;
-   the group keeps the default liveness settings: a killed worker's run still looks alive, and
-   only its stopped heartbeat gets its leases re-granted, ``session_timeout_s`` (30 s) later;
+   timeout, so an endless producer would outrun it) while it injects faults, one after another:
+   ``kill -9`` of a worker at a random moment (often mid-write), or at an armed fail point (before a
+   shard's read, with its output staged but not published, after the sink commit but before any
+   registry update, and mid-tick: after liveness, after raising fences, after the registry commit
+   but before the run is launched). A killed worker is started again. The group keeps the default
+   liveness settings: a killed worker's run still looks alive, and only its stopped heartbeat gets
+   its leases re-granted, ``session_timeout_s`` (30 s) later;
 4. samples the registry all along: stream positions must never move back, and a fault counts as
    recovered once every lease the killed process held has been re-granted or finished *and* the
    group has committed to the sink again since the kill (or has nothing left to do);
