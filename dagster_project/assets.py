@@ -84,7 +84,9 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
         lease, shards = fetch_lease(lakehouse.catalog(), group.name, tags[TAG_LEASE], int(tags[TAG_ATTEMPT]))
         catalog = lakehouse.catalog()
         with heartbeat(catalog, group.name, holder_of(lease), interval_s=group.session_timeout_s / 3):
-            report = run_lease(icegroup.spark(), lakehouse, group, lease, shards, progress=context.log.info)
+            report = run_lease(
+                icegroup.spark(), lakehouse, group, lease, shards, progress=context.log.info, run_id=context.run.run_id
+            )
         view = describe_group(lakehouse.catalog(), group)
         return dg.MaterializeResult(metadata=lease_metadata(group, report, view.lag_rows, view.lag_snapshots))
 

@@ -1,4 +1,4 @@
-"""The ``icegroup`` command: list, describe and consume groups, and look at or re-drive poison shards.
+"""The ``icegroup`` command: list, describe, consume, pause and resume groups; dead letters; rebuild.
 
 Every command shares one error handler: any ``IcegroupError`` is printed as
 ``icegroup: error: <message and remedy>`` and the command exits 2.
@@ -14,16 +14,21 @@ import sys
 import traceback
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import asdict
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
 
 from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path, load_checked_groups
+from iceberg.admin import set_paused
+from iceberg.checkpoints import list_checkpoints
 from iceberg.dead_letters import latest, open_letters, redrive
-from iceberg.describe import GroupView, describe_group
+from iceberg.describe import GroupView, describe_as_of, describe_group
 from iceberg.errors import IcegroupError, NotCaughtUp, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
+from iceberg.leader import rebuild_registry
 from iceberg.protocol.shards import snapshot_range
 
 EXIT_OK = 0
@@ -70,6 +75,7 @@ def parser() -> argparse.ArgumentParser:
     describe = sub.add_parser("describe", help="per stream: position, head, lag, leases in flight")
     describe.add_argument("group")
     describe.add_argument("--json", action="store_true", help="print JSON")
+    describe.add_argument("--as-of", help="the group as its registry held it then (ISO-8601; UTC if no zone)")
     describe.set_defaults(run=cmd_describe)
 
     consume = sub.add_parser("consume", help="run the Leader and Borrowers headless, as a Dagster run")
@@ -87,6 +93,26 @@ def parser() -> argparse.ArgumentParser:
     again.add_argument("group")
     again.add_argument("--shard", action="append", help="only this shard (repeatable); default: all open ones")
     again.set_defaults(run=cmd_redrive)
+
+    pause = sub.add_parser("pause", help="grant nothing new; leases in flight finish")
+    pause.add_argument("group")
+    pause.set_defaults(run=cmd_pause)
+
+    resume = sub.add_parser("resume", help="continue a paused group from the same positions")
+    resume.add_argument("group")
+    resume.set_defaults(run=cmd_resume)
+
+    points = sub.add_parser("checkpoints", help="the group's sink commits: run, lease, epoch, source range, rows")
+    points.add_argument("group")
+    points.add_argument("--window", help="only this replay window (a partition key such as 2026-01-31)")
+    points.add_argument("--json", action="store_true", help="print JSON")
+    points.set_defaults(run=cmd_checkpoints)
+
+    rebuild = sub.add_parser("rebuild", help="rebuild the registry from the sink's commits (dry run by default)")
+    rebuild.add_argument("group")
+    rebuild.add_argument("--execute", action="store_true", help="commit the rebuilt registry in a new epoch")
+    rebuild.add_argument("--json", action="store_true", help="print JSON")
+    rebuild.set_defaults(run=cmd_rebuild)
     return top
 
 
@@ -124,8 +150,12 @@ def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[
 
 
 def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup describe GROUP``."""
-    view = describe_group(lakehouse.catalog(), pick(groups, args.group, args.groups))
+    """``icegroup describe GROUP [--as-of T]``."""
+    group = pick(groups, args.group, args.groups)
+    if args.as_of is None:
+        view = describe_group(lakehouse.catalog(), group)
+    else:
+        view = describe_as_of(lakehouse.catalog(), group, parse_time(args.as_of, "--as-of"))
     if args.json:
         print(json.dumps(view.as_dict(), indent=2, default=str))
     else:
@@ -133,10 +163,23 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     return 0
 
 
+def parse_time(text: str, option: str) -> int:
+    """An ISO-8601 time (UTC if it names no zone) as epoch milliseconds, or an error naming the option."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(f"{option}: {text!r} is not an ISO-8601 time; write it like 2026-11-23T14:05:00Z") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp() * 1000)
+
+
 def render(view: GroupView) -> str:
     """``describe`` as text: a header, then one line per stream."""
+    at = datetime.fromtimestamp(view.as_of_ms / 1000, tz=UTC).isoformat(timespec="seconds")
     head = (
-        f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}  {view.status}\n"
+        (f"as of {at} (the registry's commit then; not reconciled with the sink)\n" if view.historical else "")
+        + f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}  {view.status}\n"
         f"source head {view.source_head}  planned through {view.planned_through}  "
         f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
         f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
@@ -243,6 +286,72 @@ def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, group
     else:
         print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
     return 0
+
+
+def cmd_checkpoints(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup checkpoints GROUP [--window W]``: one line per sink commit of the group, oldest first."""
+    group = pick(groups, args.group, args.groups)
+    rows = [asdict(point) for point in list_checkpoints(lakehouse.catalog(), group, args.window)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return EXIT_OK
+    columns = ["committed_at", "sink_snapshot", "run_id", "lease", "epoch", "stream", "source_range", "window", "rows"]
+    print(table(rows, columns))
+    print(f"{len(rows)} checkpoints of group {group.name} in {group.sink}")
+    return EXIT_OK
+
+
+def cmd_pause(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup pause GROUP``: the Leader grants nothing new until ``resume``."""
+    group = pick(groups, args.group, args.groups)
+    state, changed = set_paused(lakehouse.catalog(), group, paused=True)
+    flight = f"{len(state.leases)} leases in flight finish" if state.leases else "no leases in flight"
+    print(f"group {group.name}: {'paused' if changed else 'already paused'}; {flight}; nothing new is granted")
+    return EXIT_OK
+
+
+def cmd_resume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup resume GROUP``: the Leader grants again, from the same positions."""
+    group = pick(groups, args.group, args.groups)
+    _, changed = set_paused(lakehouse.catalog(), group, paused=False)
+    print(f"group {group.name}: {'resumed' if changed else 'not paused'}; the next Leader tick grants again")
+    return EXIT_OK
+
+
+def cmd_rebuild(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup rebuild GROUP [--execute]``: per stream, the registry's position and the sink's."""
+    group = pick(groups, args.group, args.groups)
+    found = rebuild_registry(lakehouse.catalog(), group, execute=args.execute)
+    stored = found.stored.streams if found.stored else {}
+    rebuilt = found.rebuilt.streams
+    rows: list[dict[str, object]] = [
+        {
+            "stream": name,
+            "registry_position": stored[name].position if name in stored else None,
+            "sink_position": rebuilt[name].position if name in rebuilt else None,
+            "committed_shards": rebuilt[name].committed_shards if name in rebuilt else 0,
+            "committed_rows": rebuilt[name].committed_rows if name in rebuilt else 0,
+        }
+        for name in sorted(set(stored) | set(rebuilt))
+    ]
+    if found.stored is None:
+        verdict = "missing"
+    else:
+        verdict = f"epoch {found.stored.epoch}, " + (found.disagreement or "agrees with the sink")
+    if args.json:
+        print(json.dumps({"registry": verdict, "epoch": found.rebuilt.epoch, "committed": found.committed,
+                          "streams": rows}, indent=2))  # fmt: skip
+        return EXIT_OK
+    print(f"group {group.name}: registry {verdict}; sink {group.sink}: {found.rebuilt.leases_done} leases committed")
+    print(table(rows, ["stream", "registry_position", "sink_position", "committed_shards", "committed_rows"]))
+    if found.committed:
+        print(f"rebuilt: the registry is at epoch {found.rebuilt.epoch}; leases of older epochs can no longer commit")
+    else:
+        print(
+            f"dry run: nothing changed. `icegroup rebuild {group.name} --execute` commits this registry in epoch "
+            f"{found.rebuilt.epoch}; leases in flight then can no longer commit and are granted again"
+        )
+    return EXIT_OK
 
 
 def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.assets import sink_asset, source_spec
+from dagster_project.assets import sink_asset, source_spec, table_key
 from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, consume_schedule
 from dagster_project.resources import IcegroupResource
 from dagster_project.sensors import leader_sensor
@@ -39,7 +39,13 @@ def load_checked_groups(path: Path) -> dict[str, GroupConfig]:
 def build_definitions(
     groups: dict[str, GroupConfig], catalog_name: str, lakehouse_config: Path | None = None
 ) -> dg.Definitions:
-    """Definitions for the given groups; separate from loading so the CLI and tests pass their own."""
+    """Definitions for the given groups; separate from loading so the CLI and tests pass their own.
+
+    A group whose source is another group's sink (chained groups) gets no source spec of its own:
+    the upstream group's sink asset is its source, so the asset graph runs from the first source
+    through every group to the last sink.
+    """
+    sinks = {table_key(catalog_name, group.sink) for group in groups.values()}
     specs: dict[dg.AssetKey, dg.AssetSpec] = {}
     assets: list[dg.AssetsDefinition] = []
     jobs: list[dg.JobDefinition | UnresolvedAssetJobDefinition] = []
@@ -47,7 +53,8 @@ def build_definitions(
     schedules: list[dg.ScheduleDefinition] = []
     for group in groups.values():
         spec = source_spec(group, catalog_name)
-        specs[spec.key] = spec
+        if spec.key not in sinks:
+            specs[spec.key] = spec
         sink = sink_asset(group, catalog_name)
         assets.append(sink)
         borrower = borrower_job(group, sink)

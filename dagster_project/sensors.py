@@ -56,6 +56,8 @@ def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition) -> dg.S
             context.log.warning(f"{group.name}: shard {letter.shard_id} is parked: {letter.error}")
         if result.stopped:
             raise GroupStopped(result.stop_message())
+        if not result.launch and result.paused:
+            return dg.SkipReason(f"{group.name}: {result.pause_message()}")
         if not result.launch:
             state = "caught up" if result.caught_up else f"{len(result.state.leases)} leases in flight"
             return dg.SkipReason(f"{group.name}: nothing to launch ({state})")

@@ -8,21 +8,23 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.catalog import Catalog
 
 from iceberg.dead_letters import open_letters
+from iceberg.errors import UsageError
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import read_beats
-from iceberg.leader import initial_state
+from iceberg.leader import sync_with_sink
 from iceberg.planning import plan_increment
 from iceberg.protocol.liveness import Hold, hold_of
 from iceberg.protocol.phases import reconcile
 from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
+from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState
-from iceberg.registry import load_state
-from iceberg.sink_history import read_sink_history
+from iceberg.registry import load_state, state_as_of
 from iceberg.tables import load_source
 
 
@@ -58,9 +60,19 @@ class GroupView:
     holds: list[Hold] = field(default_factory=list)
     as_of_ms: int = 0
     status: str = "caught up"
+    historical: bool = False
 
     def hold_lines(self) -> list[str]:
-        """Each lease in flight: its holder, its last heartbeat, and when it is re-granted if silent."""
+        """Each lease in flight: its holder, its last heartbeat, and when it is re-granted if silent.
+
+        A view of the past has no heartbeats (they are not kept); it shows each lease's deadline.
+        """
+        if self.historical:
+            return [
+                f"lease {h.lease_id}#{h.attempt} ({', '.join(h.streams)}) held by {h.holder}; deadline "
+                f"{datetime.fromtimestamp(h.deadline_ms / 1000, tz=UTC).isoformat(timespec='seconds')}"
+                for h in self.holds
+            ]
         return [hold.describe(self.as_of_ms) for hold in self.holds]
 
     @property
@@ -85,13 +97,14 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     """Describe a group as a tick would see it now, committing nothing.
 
     Its registry is reconciled with the sink's commits since the last tick, so a stream whose rows
-    are already in the sink shows them, and a dry-run plan adds what arrived since then.
+    are already in the sink shows them, and a dry-run plan adds what arrived since then. A registry
+    that is missing or behind the sink shows as the next tick would rebuild it.
     """
     source = load_source(catalog, group.source)
     now_ms = int(time.time() * 1000)
-    stored = load_state(catalog, group.name).state or initial_state(source, group)
-    history = read_sink_history(catalog, group.sink, group.name, stored.sink_cursor)
-    state = reconcile(stored, history.commits, history.head, now_ms, group.lease_timeout_s).state
+    synced = sync_with_sink(catalog, group, source, load_state(catalog, group.name).state)
+    history = synced.history
+    state = reconcile(synced.state, history.commits, history.head, now_ms, group.lease_timeout_s).state
     letters = open_letters(catalog, group.name)
     lag_snaps: dict[str, set[int]] = defaultdict(set)
     lag_rows: dict[str, int] = defaultdict(int)
@@ -102,7 +115,10 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         heads[shard.stream] = max(heads.get(shard.stream, (0, 0)), (shard.to_sequence, shard.to_snapshot))
     plan = plan_increment(source, state.planned_through, group.model_copy(update={"non_append": "skip"}))
     sequence = {s.snapshot_id: s.sequence_number for s in plan.appends}
+    floors = {name: stream.position_sequence for name, stream in state.streams.items()}
     for entry in plan.files:
+        if sequence[entry.snapshot_id] <= floors.get(entry.stream, 0):
+            continue  # committed already: planning after a rebuild starts over from the group's start
         lag_snaps[entry.stream].add(entry.snapshot_id)
         lag_rows[entry.stream] += entry.record_count
         heads[entry.stream] = max(heads.get(entry.stream, (0, 0)), (sequence[entry.snapshot_id], entry.snapshot_id))
@@ -147,11 +163,71 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     )
 
 
+def describe_as_of(catalog: Catalog, group: GroupConfig, at_ms: int) -> GroupView:
+    """The group as its registry held it at ``at_ms``: positions, pending shards and who held which lease.
+
+    It shows the registry's own state then, not reconciled with the sink; lag counts the shards
+    that were cut and not yet committed, and the source head is the source snapshot current then.
+    """
+    found = state_as_of(catalog, group.name, at_ms)
+    if found is None:
+        at = datetime.fromtimestamp(at_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+        raise UsageError(f"--as-of: group {group.name!r} had no registry yet at {at}; pick a later time")
+    state, committed_ms = found
+    source = load_source(catalog, group.source)
+    then = [s for s in source.snapshots() if s.timestamp_ms <= at_ms]
+    pending: dict[str, list[Shard]] = defaultdict(list)
+    for shard in state.shards.values():
+        pending[shard.stream].append(shard)
+    leases_by_stream: dict[str, list[str]] = defaultdict(list)
+    for lease in state.leases.values():
+        for stream in lease.streams:
+            leases_by_stream[stream].append(f"{lease.lease_id}#{lease.attempt}")
+    streams = []
+    for name in sorted(set(state.streams) | set(pending)):
+        progress = state.streams.get(name)
+        position = progress.position if progress else state.start_position
+        cut = sorted(pending[name], key=lambda s: s.to_sequence)
+        streams.append(
+            StreamView(
+                stream=name,
+                position=position,
+                head=cut[-1].to_snapshot if cut else position,
+                lag_snapshots=len({sid for s in cut for sid in s.snapshots}),
+                lag_rows=sum(s.rows for s in cut),
+                committed_shards=progress.committed_shards if progress else 0,
+                committed_rows=progress.committed_rows if progress else 0,
+                leases=leases_by_stream[name],
+            )
+        )
+    lag = sum(s.lag_snapshots for s in streams)
+    return GroupView(
+        group=group.name,
+        source=group.source,
+        sink=group.sink,
+        epoch=state.epoch,
+        source_head=max(then, key=lambda s: s.timestamp_ms).snapshot_id if then else None,
+        planned_through=state.planned_through,
+        pending_shards=len(state.shards),
+        leases_in_flight=len(state.leases),
+        leases_done=state.leases_done,
+        unplanned_snapshots=0,
+        streams=streams,
+        holds=[hold_of(lease, {}, group.session_timeout_s) for lease in state.leases.values()],
+        as_of_ms=committed_ms,
+        status=status_of(state, {}, lag),
+        historical=True,
+    )
+
+
 def status_of(state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: int) -> str:
-    """One word for where the group stands: stopped, parked, consuming, lagging or caught up."""
+    """One word for where the group stands: stopped, paused, parked, consuming, lagging or caught up."""
     actions = {letter.action for sid, letter in letters.items() if sid in state.shards}
     if STOPPED in actions:
         return "stopped (poison shard; see icegroup dead-letters)"
+    if state.paused_at_ms is not None:
+        flight = f"; {len(state.leases)} leases in flight finish" if state.leases else ""
+        return f"paused (icegroup resume {state.group} continues it){flight}"
     if PARKED in actions:
         return "parked (poison shard; the other streams go on)"
     if state.leases:

@@ -6,6 +6,8 @@ Every error names the group, the field and what is allowed.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import re
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -124,6 +126,13 @@ class GroupConfig(BaseModel):
         "the other streams go on (park); both wait for `icegroup redrive`.",
     )
 
+    on_change: Literal["fail", "continue"] = Field(
+        default="fail",
+        description="What the Leader does when filter or transform changed since the sink's output was made: "
+        "fail (stop, naming the choices: a new group name, or on_change: continue) or continue (record the "
+        "change in the registry and go on; earlier output stays as it was made).",
+    )
+
     @field_validator("name")
     @classmethod
     def _name(cls, value: str) -> str:
@@ -175,6 +184,15 @@ class GroupConfig(BaseModel):
         if self.sink.lower() == self.source.lower():
             raise ValueError("sink: must differ from source, or the group would consume its own output")
         return self
+
+    @property
+    def config_hash(self) -> str:
+        """16 hex characters over the settings that decide what the output is: filter and transform.
+
+        The transform counts by its import path; a changed body under the same path is not seen.
+        """
+        pinned = json.dumps({"filter": self.filter, "transform": self.transform}, sort_keys=True)
+        return hashlib.sha256(pinned.encode()).hexdigest()[:16]
 
     @property
     def row_filter(self) -> BooleanExpression | None:
@@ -233,6 +251,13 @@ def parse_groups(data: Any, source: str) -> dict[str, GroupConfig]:
             continue
         if group.name in groups:
             problems.append(f"{source}: {label}: name: defined twice; give each group its own name")
+            continue
+        shared = next((other for other in groups.values() if other.sink.lower() == group.sink.lower()), None)
+        if shared is not None:
+            problems.append(
+                f"{source}: {label}: sink: {group.sink!r} is already the sink of group {shared.name!r}; give each "
+                "group its own sink (a sink can be another group's source)"
+            )
             continue
         groups[group.name] = group
     if problems:

@@ -1,5 +1,9 @@
 """The Leader tick: reconcile -> liveness -> plan -> grant -> fence and commit.
 
+Reconciling first checks that the registry agrees with the sink. A registry that is missing while
+the sink holds the group's commits, or that is behind the sink (restored from an older backup), is
+rebuilt from the sink's commits (``protocol/rebuild.py``) in a new epoch.
+
 The tick is the same whether a Dagster sensor or the headless ``consume`` loop runs it. It takes the
 run observer as a function, so this module knows nothing of Dagster. Each phase's decisions are the
 pure functions of ``iceberg/protocol/phases.py``; this module does the reads and the writes around
@@ -18,19 +22,30 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.dead_letters import open_letters
-from iceberg.errors import SourceError
+from iceberg.errors import SinkError, SourceError, UsageError
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp, check_filter
 from iceberg.heartbeats import forget, read_beats
 from iceberg.planning import plan_increment
+from iceberg.protocol.lineage import COL_GROUP, COL_SHARD, epoch_key
 from iceberg.protocol.liveness import RunState, holder_of
-from iceberg.protocol.phases import Liveness, Planned, Reconciled, check_drift, check_liveness, cut, grant, reconcile
+from iceberg.protocol.phases import (
+    Liveness,
+    Planned,
+    check_config,
+    check_drift,
+    check_liveness,
+    cut,
+    grant,
+    reconcile,
+)
 from iceberg.protocol.poison import STOPPED, DeadLetter
+from iceberg.protocol.rebuild import rebuild_state, registry_behind
 from iceberg.protocol.shards import Shard, snapshot_range
 from iceberg.protocol.state import GroupState, Lease
 from iceberg.registry import Loaded, commit_state, load_state
-from iceberg.sink_history import read_sink_history
+from iceberg.sink_history import SinkHistory, read_sink_history
 from iceberg.tables import load_optional, load_source, walk_back
 
 log = logging.getLogger(__name__)
@@ -57,6 +72,17 @@ class TickResult:
     regranted: int = 0
     source_head: int | None = None
     elapsed_ms: float = 0.0
+    rebuilt: str | None = None
+
+    @property
+    def paused(self) -> bool:
+        """``icegroup pause`` holds the group: leases in flight finish, nothing new is granted."""
+        return self.state.paused_at_ms is not None
+
+    def pause_message(self) -> str:
+        """Why nothing new is granted, and how to go on."""
+        group = self.state.group
+        return f"group {group!r} is paused; `icegroup resume {group}` continues it from the same positions"
 
     @property
     def caught_up(self) -> bool:
@@ -115,6 +141,125 @@ def initial_state(table: Table, group: GroupConfig) -> GroupState:
     )
 
 
+@dataclass(frozen=True)
+class Synced:
+    """A registry state brought into agreement with the sink, before the sink's new commits are applied.
+
+    ``state`` is the stored state, or the state rebuilt from the sink when the stored one is missing
+    or behind (``rebuilt`` says why); ``history`` holds the commits still to apply, and ``fences``
+    the epoch fence a rebuild must raise before its state is committed.
+    """
+
+    state: GroupState
+    history: SinkHistory
+    fences: dict[str, int]
+    rebuilt: str | None = None
+
+
+def sync_with_sink(catalog: Catalog, group: GroupConfig, source: Table, stored: GroupState | None) -> Synced:
+    """Check the registry against the sink's commits since its cursor; rebuild it if it is missing or behind."""
+    state = stored or initial_state(source, group)
+    history = read_sink_history(catalog, group.sink, group.name, state.sink_cursor)
+    reason = disagreement(stored, history)
+    if reason is None:
+        return Synced(state=state, history=history, fences={})
+    rebuilt = rebuild(catalog, group, source, max(state.epoch, history.epoch), reason)
+    if stored is not None:
+        rebuilt.paused_at_ms = stored.paused_at_ms
+    return Synced(
+        state=rebuilt,
+        history=SinkHistory(head=rebuilt.sink_cursor, commits=[], epoch=rebuilt.epoch),
+        fences={epoch_key(group.name): rebuilt.epoch},
+        rebuilt=reason,
+    )
+
+
+def disagreement(stored: GroupState | None, history: SinkHistory) -> str | None:
+    """Why the stored registry cannot go on from the sink's commits since its cursor, or None."""
+    if stored is not None:
+        return registry_behind(stored, history.commits, history.epoch)
+    if history.commits:
+        return f"the registry is missing, and the sink holds {len(history.commits)} commits of the group"
+    return None
+
+
+def rebuild(catalog: Catalog, group: GroupConfig, source: Table, epoch: int, reason: str) -> GroupState:
+    """The group's state rebuilt from every commit of it in the sink, in an epoch above ``epoch``.
+
+    The caller raises the sink's epoch fence to the new epoch before it commits the state, so the
+    leases of the registry being replaced can no longer commit.
+    """
+    history = read_sink_history(catalog, group.sink, group.name, None)
+    if not history.commits:
+        raise UsageError(
+            f"group {group.name!r}: the sink {group.sink!r} holds no commits of the group, so there is nothing to "
+            "rebuild the registry from; without a registry, the group's next tick starts it from its `start`"
+        )
+    check_history_complete(catalog, group, history)
+    sequences = {s.snapshot_id: s.sequence_number or 0 for s in source.snapshots()}
+    newest = max((c.epoch for c in history.commits), default=0)
+    state = rebuild_state(group, history.commits, sequences, history.head, max(epoch, newest, history.epoch) + 1)
+    log.info(
+        "group %s: registry rebuilt from %d sink commits (%s); epoch %d, streams at %s",
+        group.name, len(history.commits), reason, state.epoch,
+        ", ".join(f"{name}@{s.position}" for name, s in sorted(state.streams.items())),
+    )  # fmt: skip
+    return state
+
+
+@dataclass(frozen=True)
+class RegistryRebuild:
+    """What ``icegroup rebuild`` found: the stored state, the one rebuilt from the sink, and how they disagree."""
+
+    stored: GroupState | None
+    rebuilt: GroupState
+    disagreement: str | None
+    committed: bool
+
+
+def rebuild_registry(catalog: Catalog, group: GroupConfig, execute: bool) -> RegistryRebuild:
+    """Rebuild a group's registry from the sink; with ``execute``, raise the epoch fence and commit it.
+
+    A tick does this by itself when the registry is missing or behind the sink. The command is for
+    an operator who wants to see the sink's view first, or to replace a registry that is wrong in a
+    way the sink does not show (say, edited by hand).
+    """
+    loaded = load_state(catalog, group.name)
+    if loaded.state is not None:
+        check_drift(loaded.state, group)
+    source = load_source(catalog, group.source)
+    stored = loaded.state
+    history = read_sink_history(catalog, group.sink, group.name, stored.sink_cursor if stored else None)
+    found = disagreement(stored, history)
+    epoch = max(stored.epoch if stored else 0, history.epoch)
+    rebuilt = rebuild(catalog, group, source, epoch, found or "asked for by icegroup rebuild")
+    if stored is not None:
+        rebuilt.paused_at_ms = stored.paused_at_ms
+    if execute:
+        fence_and_commit(catalog, group, loaded, rebuilt, {epoch_key(group.name): rebuilt.epoch})
+    return RegistryRebuild(stored=stored, rebuilt=rebuilt, disagreement=found, committed=execute)
+
+
+def check_history_complete(catalog: Catalog, group: GroupConfig, history: SinkHistory) -> None:
+    """Every shard whose rows are in the sink must have its commit in the sink's history.
+
+    A history cut short (sink snapshots expired) would rebuild positions that are too old, and the
+    group would consume again what the sink already holds; the rows' lineage column tells.
+    """
+    sink = load_optional(catalog, group.sink)
+    if sink is None or sink.current_snapshot() is None:
+        return
+    rows = sink.scan(row_filter=f"{COL_GROUP} = '{group.name}'", selected_fields=(COL_SHARD,)).to_arrow()
+    missing = set(rows.column(COL_SHARD).to_pylist()) - history.shard_ids()
+    if missing:
+        raise SinkError(
+            f"group {group.name!r}: cannot rebuild the registry from {group.sink!r}: it holds rows of {len(missing)} "
+            f"shards (e.g. {sorted(missing)[0]}) whose commits are no longer in its history (expired sink "
+            "snapshots), so positions rebuilt from what is left would consume them again. Restore the registry "
+            "from a backup, or consume into a new sink under a new group name"
+        )
+
+
 def tick(
     catalog: Catalog,
     group: GroupConfig,
@@ -130,17 +275,26 @@ def tick(
         check_drift(loaded.state, group)
     source = load_source(catalog, group.source)
     check_filter(group, source.schema())
-    before = loaded.state or initial_state(source, group)
+    synced = sync_with_sink(catalog, group, source, loaded.state)
+    if synced.rebuilt is not None:
+        log.warning(
+            "group %s: rebuilding the registry from the sink (%s); epoch %d", group.name, synced.rebuilt,
+            synced.state.epoch,
+        )  # fmt: skip
+    history = synced.history
+    before = check_config(synced.state, group, now_ms, history.head)
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
 
-    reconciled, sink_head = reconcile_with_sink(catalog, group, before, now_ms)
+    reconciled = reconcile(before, history.commits, history.head, now_ms, group.lease_timeout_s)
+    sink_head = history.head
     letters = {sid: d for sid, d in open_letters(catalog, group.name).items() if sid in reconciled.state.shards}
     beats = read_heartbeats(catalog, group, reconciled.state, now_ms)
     live = liveness(group, reconciled.state, observed, letters, beats, now_ms, sink_head, owner_run_id)
     planned = plan(source, group, live.state)
     stopped = [d for d in letters.values() if d.action == STOPPED]
-    granted = grant(planned.state, group, now_ms, sink_head, stopped=bool(stopped), owner_run_id=owner_run_id)
-    fence_and_commit(catalog, group, loaded, before, granted.state, live.fences)
+    held = bool(stopped) or planned.state.paused_at_ms is not None
+    granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
+    fence_and_commit(catalog, group, loaded, granted.state, {**synced.fences, **live.fences})
 
     head = source.current_snapshot()
     return TickResult(
@@ -154,15 +308,8 @@ def tick(
         regranted=len(live.revoked),
         source_head=head.snapshot_id if head else None,
         elapsed_ms=(time.perf_counter() - started) * 1000,
+        rebuilt=synced.rebuilt,
     )
-
-
-def reconcile_with_sink(
-    catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int
-) -> tuple[Reconciled, int | None]:
-    """Read the sink's commits since the last reconciled snapshot and apply them; returns the sink head too."""
-    history = read_sink_history(catalog, group.sink, group.name, state.sink_cursor)
-    return reconcile(state, history.commits, history.head, now_ms, group.lease_timeout_s), history.head
 
 
 def read_heartbeats(catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int) -> dict[str, int]:
@@ -211,7 +358,7 @@ def plan(source: Table, group: GroupConfig, state: GroupState) -> Planned:
 
 
 def fence_and_commit(
-    catalog: Catalog, group: GroupConfig, loaded: Loaded, before: GroupState, state: GroupState, fences: dict[str, int]
+    catalog: Catalog, group: GroupConfig, loaded: Loaded, state: GroupState, fences: dict[str, int]
 ) -> None:
     """Raise the fences of revoked and parked leases on the sink, then commit the state by CAS.
 
@@ -223,6 +370,6 @@ def fence_and_commit(
         if sink is not None:
             raise_fences(sink, fences)
         failpoint("leader.after_fence")
-    if loaded.state is None or state != before:
+    if loaded.state is None or state != loaded.state:
         commit_state(loaded, state)
         failpoint("leader.after_registry")

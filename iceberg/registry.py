@@ -78,6 +78,26 @@ def load_state(catalog: Catalog, group: str) -> Loaded:
     return Loaded(state=state, table=table, catalog=catalog, group=group)
 
 
+def state_as_of(catalog: Catalog, group: str, at_ms: int) -> tuple[GroupState, int] | None:
+    """The group's state as its registry held it at ``at_ms``, and when that state was committed.
+
+    Every registry commit is a snapshot of the registry table, so its history is the group's; it is
+    kept for as long as the registry table's snapshots are (icegroup expires none of them yet).
+    None when the registry did not exist yet at ``at_ms``.
+    """
+    table = load_optional(catalog, registry_identifier(group))
+    if table is None:
+        return None
+    earlier = [s for s in table.snapshots() if s.timestamp_ms <= at_ms]
+    if not earlier:
+        return None
+    snapshot = max(earlier, key=lambda s: (s.timestamp_ms, s.sequence_number or 0))
+    rows = table.scan(snapshot_id=snapshot.snapshot_id).to_arrow().to_pylist()
+    if not rows:
+        return None
+    return GroupState.model_validate_json(rows[0]["state"]), snapshot.timestamp_ms
+
+
 def commit_state(loaded: Loaded, state: GroupState) -> None:
     """Replace the state iff the registry is still at ``loaded.token``."""
     row = pa.Table.from_pylist(

@@ -12,16 +12,17 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.errors import SinkError
-from iceberg.protocol.lineage import SinkCommit, parse_commit
+from iceberg.protocol.lineage import SinkCommit, epoch_key, parse_commit
 from iceberg.tables import load_optional, walk_back
 
 
 @dataclass(frozen=True)
 class SinkHistory:
-    """Commits of one group found in the sink after a cursor, oldest first."""
+    """Commits of one group found in the sink after a cursor, oldest first, and the group's epoch fence."""
 
     head: int | None
     commits: list[SinkCommit]
+    epoch: int = 0
 
     def shard_ids(self) -> set[str]:
         """Every shard committed in these commits."""
@@ -67,4 +68,8 @@ def read_sink_history(catalog: Catalog, sink: str, group: str, since: int | None
     if table is None:
         return SinkHistory(head=None, commits=[])
     head = table.current_snapshot()
-    return SinkHistory(head=head.snapshot_id if head else None, commits=group_commits(table, group, since))
+    return SinkHistory(
+        head=head.snapshot_id if head else None,
+        commits=group_commits(table, group, since),
+        epoch=int(table.properties.get(epoch_key(group), "0")),
+    )

@@ -28,7 +28,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 
 from iceberg.dead_letters import record
-from iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, PoisonShard, SinkError, StaleLease
+from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, PoisonShard, SinkError, StaleLease
 from iceberg.failpoints import failpoint
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
@@ -91,6 +91,7 @@ class LeaseRun:
     transform: Transform
     report: LeaseReport
     progress: Progress
+    run_id: str | None = None
     claimed: bool = False
     sink_ready: bool = False
 
@@ -125,8 +126,9 @@ def run_lease(
     lease: Lease,
     shards: list[Shard],
     progress: Progress = log.info,
+    run_id: str | None = None,
 ) -> LeaseReport:
-    """Commit every shard of the lease that is not in the sink yet, in order."""
+    """Commit every shard of the lease that is not in the sink yet, in order; each commit names ``run_id``."""
     activate(spark)
     run = LeaseRun(
         spark=spark,
@@ -143,6 +145,7 @@ def run_lease(
             shards_total=len(shards),
         ),
         progress=progress,
+        run_id=run_id,
     )
     connect(run, len(shards))
     todo = resume(run, shards)
@@ -161,7 +164,18 @@ def run_lease(
 
 
 def connect(run: LeaseRun, shards: int) -> None:
-    """Claim the lease on the sink (if there is one yet): older attempts can no longer commit."""
+    """Claim the lease on the sink (if there is one yet): older attempts can no longer commit.
+
+    A Borrower whose filter or transform differs from the config the lease was granted under would
+    mix two versions of output in one group; it refuses before it claims anything.
+    """
+    origin = run.lease.origin
+    if origin is not None and origin.config_hash is not None and origin.config_hash != run.group.config_hash:
+        raise ConfigError(
+            f"group {run.group.name!r}: this Borrower's filter/transform (config hash {run.group.config_hash}) "
+            f"differ from the config lease {run.lease.lease_id} was granted under ({origin.config_hash}); "
+            "run every Borrower and the Leader with the same group config"
+        )
     run.claimed = claim(run.catalog, run.group, run.lease)
     run.report.phase = BorrowerPhase.CONNECTED
     run.progress(f"lease {run.lease.lease_id} attempt {run.lease.attempt}: connected, {shards} shards")
@@ -210,7 +224,9 @@ def deliver(run: LeaseRun, out: DataFrame) -> str:
 def publish(run: LeaseRun, shard: Shard, token: str) -> None:
     """Publish a staged shard in the fenced commit; a shard another attempt committed is skipped."""
     group, lease = run.group, run.lease
-    props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+    props = commit_properties(
+        group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard, lease.origin, run.run_id
+    )
     try:
         published = publish_shard(run.spark, run.sink_table, token, group.name, lease, shard.shard_id, props)
     except Fenced as exc:

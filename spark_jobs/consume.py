@@ -64,8 +64,9 @@ def consume(
     A Borrower error propagates: the run fails, and the next tick re-grants the lease. Two are
     expected and handled here: a lease fenced by a re-grant elsewhere, and a shard parked by
     ``on_poison: park``; the loop goes on with the other streams. A stopped group raises
-    ``GroupStopped``. ``terminate`` is handed the revoked attempts whose runs still look alive (a
-    killed consumer's run, say), so the orchestrator can mark them ended.
+    ``GroupStopped``; a paused one raises ``NotCaughtUp`` once nothing is left to run here.
+    ``terminate`` is handed the revoked attempts whose runs still look alive (a killed consumer's
+    run, say), so the orchestrator can mark them ended.
     """
     executed: dict[tuple[str, int], RunState] = {}  # leases this process ran to the end
 
@@ -99,6 +100,8 @@ def consume(
                 progress(f"{group.name}: caught up at source snapshot {result.source_head}")
                 return summary
             mine = [lease for lease in result.launch if lease.owner_run_id == owner_run_id]
+            if result.paused and not mine:
+                raise NotCaughtUp(result.pause_message())
             pending = len(result.state.shards)
             progress(
                 f"{group.name}: tick {summary.ticks}: {result.new_shards} new shards, {len(result.committed)} "
@@ -107,7 +110,7 @@ def consume(
             for lease in mine:
                 shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
                 try:
-                    report = run_lease(spark, lakehouse, group, lease, shards, progress=progress)
+                    report = run_lease(spark, lakehouse, group, lease, shards, progress=progress, run_id=owner_run_id)
                 except (StaleLease, PoisonShard) as exc:
                     if isinstance(exc, PoisonShard) and group.on_poison == "stop":
                         raise

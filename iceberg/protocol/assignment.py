@@ -85,6 +85,7 @@ def assign_leases(
                     deadline_ms=now_ms + group.lease_timeout_s * 1000,
                     sink_snapshot_at_grant=sink_snapshot,
                     owner_run_id=owner_run_id,
+                    origin=state.origin,
                 )
             )
         slots -= sum(1 for b in bins if b)

@@ -14,6 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from iceberg.protocol.shards import Shard
+from iceberg.protocol.state import Origin
 
 COL_GROUP = "_ig_group"
 COL_LEASE = "_ig_lease"
@@ -30,6 +31,9 @@ KEY_SHARDS = "icegroup.shards"
 KEY_SHARD_IDS = "icegroup.shard-ids"
 KEY_STAGE = "icegroup.stage"
 KEY_TOKEN = "icegroup.token"
+KEY_START = "icegroup.start"
+KEY_CONFIG = "icegroup.config-hash"
+KEY_RUN = "icegroup.run"
 
 
 def fence_key(group: str, lease_id: str) -> str:
@@ -51,6 +55,9 @@ class ShardRange:
     from_snapshot: int | None
     to_snapshot: int
     snapshots: tuple[int, ...]
+    to_sequence: int | None = None
+    rows: int | None = None
+    window_start_ms: int | None = None
 
 
 @dataclass(frozen=True)
@@ -66,20 +73,45 @@ class SinkCommit:
     attempt: int
     shards: tuple[ShardRange, ...]
     added_records: int
+    origin: Origin | None = None
+    run_id: str | None = None
 
 
-def commit_properties(group: str, source: str, lease_id: str, epoch: int, attempt: int, shard: Shard) -> dict[str, str]:
-    """Summary properties for the commit of one shard."""
+def commit_properties(
+    group: str,
+    source: str,
+    lease_id: str,
+    epoch: int,
+    attempt: int,
+    shard: Shard,
+    origin: Origin | None = None,
+    run_id: str | None = None,
+) -> dict[str, str]:
+    """Summary properties for the commit of one shard.
+
+    Besides the shard's range they carry its end's sequence number, its source rows and its replay
+    window, the group's start and config hash (everything a lost registry is rebuilt from, see
+    ``protocol/rebuild.py``), and the run that committed it (for ``icegroup checkpoints``).
+    """
     shards = [
         {
             "id": shard.shard_id,
             "stream": shard.stream,
             "from": shard.from_snapshot,
             "to": shard.to_snapshot,
+            "seq": shard.to_sequence,
+            "rows": shard.rows,
+            "window": shard.window_start_ms,
             "snapshots": shard.snapshots,
         }
     ]
+    pinned = {KEY_RUN: run_id} if run_id is not None else {}
+    if origin is not None:
+        pinned[KEY_START] = json.dumps(origin.start_position)
+        if origin.config_hash is not None:
+            pinned[KEY_CONFIG] = origin.config_hash
     return {
+        **pinned,
         KEY_GROUP: group,
         KEY_SOURCE: source,
         KEY_LEASE: lease_id,
@@ -103,9 +135,15 @@ def parse_commit(
             from_snapshot=item["from"],
             to_snapshot=item["to"],
             snapshots=tuple(item.get("snapshots", [])),
+            to_sequence=item.get("seq"),
+            rows=item.get("rows"),
+            window_start_ms=item.get("window"),
         )
         for item in json.loads(properties[KEY_SHARDS])
     )
+    origin = None
+    if KEY_START in properties:
+        origin = Origin(start_position=json.loads(properties[KEY_START]), config_hash=properties.get(KEY_CONFIG))
     return SinkCommit(
         snapshot_id=snapshot_id,
         timestamp_ms=timestamp_ms,
@@ -116,4 +154,6 @@ def parse_commit(
         attempt=int(properties.get(KEY_ATTEMPT, "0")),
         shards=shards,
         added_records=added_records,
+        origin=origin,
+        run_id=properties.get(KEY_RUN),
     )

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from iceberg.protocol.state import Lease, LeasePhase
+from iceberg.protocol.state import Lease, LeasePhase, Origin
 
 
 class RunState(StrEnum):
@@ -114,11 +114,19 @@ def lease_action(
     return Decision(LeasePhase.GRANTED, LeaseAction.WAIT, "run alive")
 
 
-def regrant(lease: Lease, now_ms: int, timeout_s: int, owner_run_id: str | None, sink_snapshot: int | None) -> Lease:
+def regrant(
+    lease: Lease,
+    now_ms: int,
+    timeout_s: int,
+    owner_run_id: str | None,
+    sink_snapshot: int | None,
+    origin: Origin | None = None,
+) -> Lease:
     """The next attempt of a lease: same id and shards; new deadline, owner and validation base.
 
     The base moves to the sink head the tick just reconciled: every commit up to it is already
-    accounted for, so the commit check needs to look only at what comes after it.
+    accounted for, so the commit check needs to look only at what comes after it. The origin moves
+    to the group's current one, so a config change accepted meanwhile reaches the next attempt.
     """
     return lease.model_copy(
         update={
@@ -128,6 +136,7 @@ def regrant(lease: Lease, now_ms: int, timeout_s: int, owner_run_id: str | None,
             "owner_run_id": owner_run_id,
             "sink_snapshot_at_grant": sink_snapshot if sink_snapshot is not None else lease.sink_snapshot_at_grant,
             "phase": LeasePhase.GRANTING,
+            "origin": origin if origin is not None else lease.origin,
         }
     )
 

@@ -20,7 +20,7 @@ from iceberg.protocol.lineage import SinkCommit, fence_key
 from iceberg.protocol.liveness import Decision, LeaseAction, RunState, holder_of, lease_action, regrant
 from iceberg.protocol.poison import park_poisoned_lease
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards, window_label
-from iceberg.protocol.state import GroupState, Lease, add_shards, apply_commits
+from iceberg.protocol.state import ConfigChange, GroupState, Lease, add_shards, apply_commits
 
 
 @dataclass(frozen=True)
@@ -73,6 +73,33 @@ def check_drift(state: GroupState, group: GroupConfig) -> None:
             )
 
 
+def check_config(state: GroupState, group: GroupConfig, now_ms: int, sink_head: int | None) -> GroupState:
+    """Pin the filter and transform that make the sink's output; a change is refused or recorded.
+
+    A registry without a hash (new, or written before hashes) adopts the config's. A changed hash
+    stops the group, naming the choices, unless the group says ``on_change: continue``: then the
+    change is recorded with the sink head it happened at, and leases from now on carry the new hash.
+    """
+    current = group.config_hash
+    if state.config_hash == current:
+        return state
+    new = state.model_copy(deep=True)
+    new.config_hash = current
+    if state.config_hash is None:
+        return new
+    if group.on_change == "fail":
+        raise ConfigError(
+            f"group {group.name!r}: filter/transform changed since the sink's output was made (config hash "
+            f"{state.config_hash} -> {current}), and on_change is fail. Choose one: restore the previous filter "
+            "and transform; give the changed group a new name (a new registry, consuming from its start); or set "
+            "on_change: continue (the change is recorded, earlier output stays as it was made)"
+        )
+    new.config_changes.append(
+        ConfigChange(at_ms=now_ms, old_hash=state.config_hash, new_hash=current, sink_snapshot=sink_head)
+    )
+    return new
+
+
 def reconcile(
     state: GroupState, commits: Iterable[SinkCommit], sink_head: int | None, now_ms: int, lease_timeout_s: int
 ) -> Reconciled:
@@ -119,7 +146,7 @@ def check_liveness(
         if decision.action is LeaseAction.REGRANT:
             if decision.terminate:
                 out.terminate.append(lease)
-            new.leases[lease_id] = regrant(lease, now_ms, group.lease_timeout_s, owner_run_id, sink_head)
+            new.leases[lease_id] = regrant(lease, now_ms, group.lease_timeout_s, owner_run_id, sink_head, new.origin)
             out.fences[fence_key(group.name, lease_id)] = lease.attempt + 1
             out.launch.append(new.leases[lease_id])
             out.revoked.append((lease, decision))
@@ -170,6 +197,7 @@ def cut(
         plan_from=state.planned_through,
         caps=group.shard_caps,
         window=group.replay_window,
+        floors={name: stream.position_sequence for name, stream in state.streams.items()},
     )
     check_windows(group, shards)
     return Planned(state=add_shards(state, shards, through), new_shards=shards)
@@ -183,7 +211,7 @@ def grant(
     stopped: bool,
     owner_run_id: str | None = None,
 ) -> Granted:
-    """Grant pending shards to the free Borrower slots; a stopped group grants nothing."""
+    """Grant pending shards to the free Borrower slots; a stopped or paused group grants nothing."""
     if stopped:
         return Granted(state=state, grants=[])
     grants = assign_leases(state, group, now_ms, sink_head, owner_run_id)

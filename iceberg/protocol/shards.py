@@ -85,6 +85,20 @@ def window_label(start_ms: int, window: Window) -> str:
     return moment.strftime("%Y-%m-%d-%H:%M" if window == "hour" else "%Y-%m-%d")
 
 
+def parse_window_label(label: str, window: Window) -> int:
+    """The start (ms, UTC) of the window a partition key names; ValueError naming the expected form."""
+    form = "%Y-%m-%d-%H:%M" if window == "hour" else "%Y-%m-%d"
+    try:
+        moment = datetime.strptime(label, form).replace(tzinfo=UTC)
+    except ValueError:
+        example = "2026-01-31-13:00" if window == "hour" else "2026-01-31"
+        raise ValueError(f"{label!r} is not a {window} window; write it like {example}") from None
+    start = int(moment.timestamp() * 1000)
+    if start != window_start_ms(start, window):
+        raise ValueError(f"{label!r} does not start an {window} window; write the full hour, like 2026-01-31-13:00")
+    return start
+
+
 def snapshot_range(from_snapshot: int | None, to_snapshot: int) -> str:
     """A shard's source range as people read it: ``A..B`` is after A through B; ``start..B`` begins the table."""
     return f"{'start' if from_snapshot is None else from_snapshot}..{to_snapshot}"
@@ -121,26 +135,32 @@ def cut_shards(
     plan_from: int | None,
     caps: ShardCaps,
     window: Window,
+    floors: Mapping[str, int] | None = None,
 ) -> list[Shard]:
     """Cut the files of the planned snapshots into shards, stream by stream.
 
     ``snapshots`` are the append snapshots of the planned range, oldest first. ``stream_cursors``
     gives, per known stream, the end of its last shard; a stream seen for the first time starts at
-    ``plan_from``, since it had no files before it. A shard closes before a snapshot that would cross
-    a schema change, a replay-window boundary or a cap. A single snapshot larger than a cap becomes a
-    shard of its own: shards are cut on snapshot boundaries only.
+    ``plan_from``, since it had no files before it. ``floors`` gives, per stream, the sequence number
+    through which it is already committed: its snapshots up to there are left out. Normally the
+    planned range lies past every floor; after a rebuild from the sink it starts at the group's
+    start, and the floors keep committed ranges from being cut again. A shard closes before a
+    snapshot that would cross a schema change, a replay-window boundary or a cap. A single snapshot
+    larger than a cap becomes a shard of its own: shards are cut on snapshot boundaries only.
     """
     ordered = list(snapshots)
     by_stream: dict[str, dict[int, list[FileEntry]]] = defaultdict(lambda: defaultdict(list))
     for entry in files:
         by_stream[entry.stream][entry.snapshot_id].append(entry)
     shards: list[Shard] = []
+    floors = floors or {}
     for stream in sorted(by_stream):
         cursor = stream_cursors.get(stream, plan_from)
+        floor = floors.get(stream, 0)
         current: _Open | None = None
         for snap in ordered:
             added = by_stream[stream].get(snap.snapshot_id)
-            if not added:
+            if not added or snap.sequence_number <= floor:
                 continue
             win = window_start_ms(snap.timestamp_ms, window)
             if current is not None and (

@@ -29,6 +29,22 @@ class LeasePhase(StrEnum):
     PARKED = "parked"
 
 
+class Origin(BaseModel):
+    """What every commit of a lease records about the group, so the registry can be rebuilt from the sink."""
+
+    start_position: int | None = Field(description="The group's resolved start; None is the table's beginning.")
+    config_hash: str | None = Field(description="Hash of the filter and transform that make the output.")
+
+
+class ConfigChange(BaseModel):
+    """A change of the group's output-defining config, accepted under ``on_change: continue``."""
+
+    at_ms: int = Field(description="When the Leader first saw the new config.")
+    old_hash: str = Field(description="The hash the registry held before.")
+    new_hash: str = Field(description="The hash of the config from then on.")
+    sink_snapshot: int | None = Field(description="Sink head at the change: output after it is of the new config.")
+
+
 class Lease(BaseModel):
     """Shards granted to one Borrower run; the id is deterministic, the attempt counts re-grants."""
 
@@ -48,6 +64,9 @@ class Lease(BaseModel):
         default=None, description="Run executing the lease in-process; None for a launched Borrower run."
     )
     phase: LeasePhase = Field(default=LeasePhase.GRANTING, description="Where the lease is in its lifecycle.")
+    origin: Origin | None = Field(
+        default=None, description="Start and config hash its commits record; None for leases of older versions."
+    )
 
 
 class StreamState(BaseModel):
@@ -73,6 +92,18 @@ class GroupState(BaseModel):
     shards: dict[str, Shard] = Field(default_factory=dict, description="Cut and not yet committed.")
     leases: dict[str, Lease] = Field(default_factory=dict, description="Granted and not yet done.")
     leases_done: int = 0
+    config_hash: str | None = Field(default=None, description="Hash of the config whose output the sink holds.")
+    paused_at_ms: int | None = Field(
+        default=None, description="When `icegroup pause` paused the group; while set the Leader grants nothing new."
+    )
+    config_changes: list[ConfigChange] = Field(
+        default_factory=list, description="Config changes accepted under on_change: continue, oldest first."
+    )
+
+    @property
+    def origin(self) -> Origin:
+        """What the commits of leases granted now record."""
+        return Origin(start_position=self.start_position, config_hash=self.config_hash)
 
     def stream_cursors(self) -> dict[str, int | None]:
         """Where the next shard of each stream starts: its last cut shard, else its position."""

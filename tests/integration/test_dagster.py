@@ -40,6 +40,23 @@ def test_packaged_definitions_load() -> None:
     assert sink.descriptions_by_key[sink.key]
 
 
+def test_a_location_with_chained_groups_loads_as_one_graph(make_group: type[GroupConfig]) -> None:
+    upstream = make_group(name="first")
+    downstream = make_group(name="second", source=upstream.sink, sink=f"{upstream.sink}_2", replay_window="hour")
+    built = build_definitions({g.name: g for g in (upstream, downstream)}, "lake")
+
+    built.get_repository_def().load_all_definitions()
+
+    graph = built.resolve_asset_graph()
+    source, middle, last = (
+        dg.AssetKey(["lake", *t.split(".")]) for t in (upstream.source, upstream.sink, downstream.sink)
+    )
+    assert graph.get(middle).is_materializable, "the upstream sink is the downstream source, built by the first group"
+    assert graph.get(last).parent_keys == {middle}
+    assert graph.get(middle).parent_keys == {source}
+    assert not graph.get(source).is_materializable
+
+
 def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[GroupConfig]) -> None:
     group = make_group(schedule="0 2 * * *", replay_window="hour")
     built = build_definitions({group.name: group}, "lake")

@@ -47,7 +47,8 @@ def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
     with pytest.raises(GroupStopped, match=letter.shard_id):
         consume(spark, lakehouse, group, "run-2", lambda _: RunState.FAILED, progress=quiet, max_wait_s=5)
 
-    fixed = make_group(max_borrowers=3)  # the transform is fixed, then the shard re-driven
+    # The fix is a new transform path, a pinned-config change the group must be told to accept.
+    fixed = make_group(max_borrowers=3, on_change="continue")
     assert [d.shard_id for d in redrive(catalog, group.name)] == [letter.shard_id]
     drive(spark, lakehouse, fixed, observe=lambda _: RunState.FAILED, max_ticks=6)
     check = verify_group(catalog, fixed, key="event_id")
@@ -78,7 +79,7 @@ def test_a_parked_shard_holds_its_stream_while_the_others_go_on(
     assert check.found == check.expected - 6, "eu and us went on"
 
     redrive(catalog, group.name)
-    fixed = make_group(max_borrowers=1, on_poison="park", lease_max_shards=8)
+    fixed = make_group(max_borrowers=1, on_poison="park", lease_max_shards=8, on_change="continue")
     drive(spark, lakehouse, fixed, observe=lambda _: RunState.FAILED, max_ticks=6)
     assert verify_group(catalog, fixed, key="event_id").ok
 

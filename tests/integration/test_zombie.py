@@ -91,18 +91,21 @@ def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
 def test_a_lease_of_a_stale_epoch_cannot_commit(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
-    """A reset bumps the epoch on the sink; leases granted before it are refused at commit time."""
+    """An epoch raised on the sink (a rebuild, a reset) refuses leases granted before it, at commit time."""
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=1)
     append_batches(create_source(catalog, group.source), 2, 9)
     first = tick(catalog, group, lambda lease: RunState.MISSING)
     lease = first.launch[0]
     done = first.state.shards[lease.shard_ids[0]]
     run_lease(spark, lakehouse, group, lease, [done], progress=quiet)
-    catalog.load_table(group.sink).transaction().set_properties({epoch_key(group.name): "1"}).commit_transaction()
     second = tick(catalog, group, lambda _: RunState.SUCCEEDED)
     nxt = next(x for x in second.launch if x.lease_id != lease.lease_id)
+    catalog.load_table(group.sink).transaction().set_properties({epoch_key(group.name): "1"}).commit_transaction()
 
     with pytest.raises(StaleLease, match="epoch fenced"):
         run_lease(spark, lakehouse, group, nxt, [second.state.shards[nxt.shard_ids[0]]], progress=quiet)
 
     assert verify_group(catalog, group, key="event_id").found == done.rows
+    ticks, _ = drive(spark, lakehouse, group)
+    assert ticks[0].rebuilt == "the sink's epoch fence is 1, the registry's epoch is 0"
+    assert verify_group(catalog, group, key="event_id").ok

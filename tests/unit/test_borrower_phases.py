@@ -14,14 +14,14 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
-from iceberg.errors import StaleLease
+from iceberg.errors import ConfigError, StaleLease
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.lineage import commit_properties, fence_key
 from iceberg.protocol.liveness import BorrowerPhase
 from iceberg.protocol.shards import Shard
-from iceberg.protocol.state import Lease
+from iceberg.protocol.state import Lease, Origin
 from spark_jobs.borrower import LeaseReport, LeaseRun, connect, report, resume
 from spark_jobs.transforms import identity
 from tests.factories import lease, shard
@@ -81,6 +81,20 @@ def test_connect_raises_the_fence_to_its_own_attempt(
 
     sink.refresh()
     assert sink.metadata.properties[fence_key(group.name, held.lease_id)] == "2"
+
+
+def test_connect_refuses_a_lease_granted_under_another_filter_or_transform_and_claims_nothing(
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    sink = create_sink(catalog, group)
+    held = lease([shard(1).shard_id], origin=Origin(start_position=None, config_hash="0" * 16))
+
+    with pytest.raises(ConfigError, match=r"differ from the config lease .* was granted under"):
+        connect(lease_run(lakehouse, catalog, group, held), shards=1)
+
+    sink.refresh()
+    assert fence_key(group.name, held.lease_id) not in sink.metadata.properties
 
 
 def test_connect_of_an_attempt_already_fenced_off_is_stale(

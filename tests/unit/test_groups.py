@@ -291,6 +291,13 @@ def test_duplicate_group_names_are_rejected() -> None:
         parse_groups({"groups": [BASE, other]}, source=SOURCE)
 
 
+def test_two_groups_writing_one_sink_are_rejected() -> None:
+    other = {**BASE, "name": "refunds", "source": "demo.refunds"}
+
+    with pytest.raises(ConfigError, match=r"group 'refunds': sink: 'demo\.events_out' is already the sink of group"):
+        parse_groups({"groups": [BASE, other]}, source=SOURCE)
+
+
 def test_errors_of_two_bad_groups_are_reported_together() -> None:
     first = {**BASE, "max_borrowers": 0}
     second = {"name": "refunds", "source": "demo.refunds", "sink": "demo.refunds", "replay_window": "week"}

@@ -52,7 +52,7 @@ def test_fence_and_commit_raises_fences_before_the_registry_names_the_next_attem
 
     monkeypatch.setattr(leader, "commit_state", commit_state)
 
-    fence_and_commit(catalog, group, loaded, state, state, {key: 3})
+    fence_and_commit(catalog, group, loaded, state, {key: 3})
 
     assert seen_at_commit == ["3"], "the fence was up when the registry committed"
     assert load_state(catalog, group.name).state == state
@@ -64,10 +64,10 @@ def test_fence_and_commit_does_not_commit_a_state_that_did_not_change(
     group = make_group()
     source = create_source(catalog, group.source)
     state = initial_state(source, group)
-    fence_and_commit(catalog, group, load_state(catalog, group.name), state, state, {})
+    fence_and_commit(catalog, group, load_state(catalog, group.name), state, {})
     loaded = load_state(catalog, group.name)
     token = loaded.token
 
-    fence_and_commit(catalog, group, loaded, state, state, {})
+    fence_and_commit(catalog, group, loaded, state, {})
 
     assert load_state(catalog, group.name).token == token

@@ -7,19 +7,24 @@ import json
 import pytest
 
 from iceberg.protocol.lineage import KEY_SHARD_IDS, KEY_SHARDS, ShardRange, SinkCommit, commit_properties, parse_commit
-from tests.factories import MakeShard
+from iceberg.protocol.state import Origin
+from tests.factories import WINDOW_START_MS, MakeShard
 
 
 @pytest.mark.parametrize("from_snapshot", [100, None], ids=["from-snapshot", "from-start"])
-def test_commit_properties_round_trip(make_shard: MakeShard, from_snapshot: int | None) -> None:
+@pytest.mark.parametrize("start", [99, None], ids=["start-snapshot", "start-beginning"])
+def test_commit_properties_round_trip(make_shard: MakeShard, from_snapshot: int | None, start: int | None) -> None:
     shard = make_shard(
         shard_id="0123456789abcdef",
         stream="0/region=eu",
         from_snapshot=from_snapshot,
         to_snapshot=103,
+        to_sequence=7,
+        rows=12,
         snapshots=[101, 103],
     )
-    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard)
+    origin = Origin(start_position=start, config_hash="0a1b2c3d4e5f6a7b")
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard, origin=origin)
 
     commit = parse_commit(555, 1_767_225_601_000, properties, added_records=9)
 
@@ -31,8 +36,9 @@ def test_commit_properties_round_trip(make_shard: MakeShard, from_snapshot: int 
         lease_id="fedcba9876543210",
         epoch=3,
         attempt=2,
-        shards=(ShardRange("0123456789abcdef", "0/region=eu", from_snapshot, 103, (101, 103)),),
+        shards=(ShardRange("0123456789abcdef", "0/region=eu", from_snapshot, 103, (101, 103), 7, 12, WINDOW_START_MS),),
         added_records=9,
+        origin=origin,
     )
 
 
@@ -73,3 +79,4 @@ def test_parse_commit_defaults_missing_optional_keys() -> None:
     assert commit is not None
     assert (commit.source, commit.lease_id, commit.epoch, commit.attempt) == ("", "", 0, 0)
     assert commit.shards == (ShardRange("s", "a", None, 5, ()),)
+    assert commit.origin is None  # written before start and config hash were recorded

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from iceberg.protocol.liveness import Decision, LeaseAction, RunState, lease_action, regrant
-from iceberg.protocol.state import Lease, LeasePhase
+from iceberg.protocol.state import Lease, LeasePhase, Origin
 from tests import factories
 
 DEADLINE = 1_060_000
@@ -195,6 +195,14 @@ def test_regrant_leaves_the_old_attempts_phase_untouched() -> None:
     regrant(lease, now_ms=2_000_000, timeout_s=30, owner_run_id="run-2", sink_snapshot=77)
 
     assert lease.phase is LeasePhase.PARKED
+
+
+def test_regrant_carries_the_groups_current_origin_and_keeps_the_old_one_without_it() -> None:
+    old = granted().model_copy(update={"origin": Origin(start_position=1, config_hash="a" * 16)})
+    now = Origin(start_position=1, config_hash="b" * 16)
+
+    assert regrant(old, 2_000_000, 30, None, None, origin=now).origin == now
+    assert regrant(old, 2_000_000, 30, None, None).origin == old.origin
 
 
 def test_regrant_counts_every_attempt() -> None:

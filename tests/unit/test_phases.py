@@ -10,7 +10,7 @@ from iceberg.errors import ConfigError, SourceError
 from iceberg.groups import GroupConfig
 from iceberg.protocol.lineage import ShardRange, SinkCommit, fence_key
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.phases import check_drift, check_liveness, cut, grant, reconcile
+from iceberg.protocol.phases import check_config, check_drift, check_liveness, cut, grant, reconcile
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo
 from iceberg.protocol.state import Lease, LeasePhase
 from tests.factories import group_state, lease, shard
@@ -40,6 +40,48 @@ def commit_of(held: Lease, *shards: Shard, snapshot_id: int = 900) -> SinkCommit
         ),
         added_records=sum(s.rows for s in shards),
     )
+
+
+# the config pin
+
+
+def test_a_registry_without_a_config_hash_adopts_the_groups() -> None:
+    group = group_of()
+
+    assert check_config(group_state([]), group, NOW, sink_head=None).config_hash == group.config_hash
+
+
+def test_an_unchanged_config_leaves_the_state_as_it_is() -> None:
+    group = group_of(filter="region = 'eu'")
+    state = group_state([], config_hash=group.config_hash)
+
+    assert check_config(state, group, NOW, sink_head=7) is state
+
+
+def test_a_changed_filter_or_transform_is_refused_by_default() -> None:
+    state = group_state([], config_hash=group_of().config_hash)
+
+    with pytest.raises(ConfigError, match=r"filter/transform changed .* Choose one"):
+        check_config(state, group_of(transform="spark_jobs.transforms:enrich_events"), NOW, sink_head=7)
+    with pytest.raises(ConfigError, match="on_change is fail"):
+        check_config(state, group_of(filter="region = 'eu'"), NOW, sink_head=7)
+
+
+def test_a_change_under_on_change_continue_is_recorded_with_the_sink_head() -> None:
+    old = group_of().config_hash
+    group = group_of(filter="region = 'eu'", on_change="continue")
+
+    new = check_config(group_state([], config_hash=old), group, NOW, sink_head=7)
+
+    assert new.config_hash == group.config_hash
+    assert [(c.old_hash, c.new_hash, c.sink_snapshot, c.at_ms) for c in new.config_changes] == [
+        (old, group.config_hash, 7, NOW)
+    ]
+
+
+def test_settings_that_do_not_change_the_output_do_not_change_the_hash() -> None:
+    assert group_of(max_borrowers=5, lease_timeout_s=60).config_hash == group_of().config_hash
+    assert group_of(filter="region = 'eu'").config_hash != group_of().config_hash
 
 
 # reconcile

@@ -1,0 +1,49 @@
+"""Sink commits without Spark: pyiceberg appends that carry what the fenced commit writes.
+
+The rows carry the lineage columns and the snapshot summary carries the lineage properties, exactly
+as a Borrower commits them, so Leader-side code (rebuild, checkpoints, describe) can be tested
+against a real catalog without starting Spark.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+from iceberg.groups import GroupConfig
+from iceberg.protocol.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, commit_properties
+from iceberg.protocol.state import GroupState, Lease
+
+SINK_SCHEMA = Schema(
+    NestedField(1, "id", LongType(), required=True),
+    NestedField(2, COL_GROUP, StringType(), required=False),
+    NestedField(3, COL_LEASE, StringType(), required=False),
+    NestedField(4, COL_SHARD, StringType(), required=False),
+    NestedField(5, COL_EPOCH, IntegerType(), required=False),
+)
+
+
+def sink_of(catalog: Catalog, group: GroupConfig) -> Table:
+    """The group's sink, created as the first Borrower would."""
+    table = catalog.load_table(group.sink) if catalog.table_exists(group.sink) else None
+    return table or catalog.create_table(group.sink, schema=SINK_SCHEMA)
+
+
+def commit_lease(
+    catalog: Catalog, group: GroupConfig, state: GroupState, lease: Lease, run_id: str | None = None
+) -> None:
+    """Commit every shard of ``lease`` to the sink, one commit per shard, as a Borrower does."""
+    sink = sink_of(catalog, group)
+    for shard_id in lease.shard_ids:
+        shard = state.shards[shard_id]
+        rows = [
+            {"id": n, COL_GROUP: group.name, COL_LEASE: lease.lease_id, COL_SHARD: shard_id, COL_EPOCH: lease.epoch}
+            for n in range(shard.rows)
+        ]
+        props = commit_properties(
+            group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard, lease.origin, run_id
+        )
+        sink.append(pa.Table.from_pylist(rows, schema=SINK_SCHEMA.as_arrow()), snapshot_properties=props)

@@ -1,0 +1,201 @@
+"""A registry that is lost or behind the sink is rebuilt from the sink's commits, by stream and range.
+
+The Borrower's sink commits are simulated with pyiceberg (``tests/sink_commits.py``), so these tests
+need no Spark; the integration tier drops the registry under real consumption
+(``tests/integration/test_registry_rebuild.py``).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import Catalog
+
+from dagster_project.cli import EXIT_ERROR, main
+from iceberg.describe import describe_group
+from iceberg.errors import ConfigError, SinkError
+from iceberg.groups import GroupConfig
+from iceberg.leader import TickResult, tick
+from iceberg.protocol.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, epoch_key
+from iceberg.protocol.liveness import RunState
+from iceberg.registry import commit_state, load_state, registry_identifier
+from tests.factories import append_batches, create_source
+from tests.integration.helpers import write_groups
+from tests.sink_commits import SINK_SCHEMA, commit_lease, sink_of
+
+
+def run(catalog: Catalog, group: GroupConfig) -> TickResult:
+    """One tick whose Borrowers are not running yet."""
+    return tick(catalog, group, lambda _: RunState.MISSING)
+
+
+def consume_all(catalog: Catalog, group: GroupConfig) -> None:
+    """Tick and commit every granted lease until the group is caught up."""
+    for _ in range(50):
+        result = run(catalog, group)
+        if result.caught_up:
+            return
+        for lease in result.launch:
+            commit_lease(catalog, group, result.state, lease)
+    raise AssertionError("the group did not catch up in 50 ticks")
+
+
+def committed_ranges(catalog: Catalog, group: GroupConfig) -> list[tuple[str, int]]:
+    """(stream, source snapshot) of every committed shard's snapshots, once per commit."""
+    sink = catalog.load_table(group.sink)
+    found = []
+    for snapshot in sink.snapshots():
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        if props.get("icegroup.group") == group.name:
+            for item in json.loads(props["icegroup.shards"]):
+                found.extend((item["stream"], s) for s in item["snapshots"])
+    return found
+
+
+def drop_registry(catalog: Catalog, group: GroupConfig) -> None:
+    """Lose the registry, as a catalog restored without it would."""
+    catalog.drop_table(registry_identifier(group.name))
+
+
+@pytest.fixture
+def group(catalog: Catalog, make_group: type[GroupConfig]) -> GroupConfig:
+    """A group with small shards over a source with 4 snapshots of 3 streams."""
+    built = make_group(shard_caps={"max_files": 1}, lease_max_shards=1, max_borrowers=2)
+    append_batches(create_source(catalog, built.source), 4, 30)
+    return built
+
+
+def test_a_lost_registry_is_rebuilt_from_the_sink_and_nothing_is_consumed_twice(
+    catalog: Catalog, group: GroupConfig
+) -> None:
+    first = run(catalog, group)
+    for lease in first.launch:
+        commit_lease(catalog, group, first.state, lease)
+    before = {name: s.position for name, s in run(catalog, group).state.streams.items() if s.committed_shards}
+    drop_registry(catalog, group)
+
+    rebuilt = run(catalog, group)
+
+    assert rebuilt.rebuilt is not None
+    assert "the registry is missing" in rebuilt.rebuilt
+    assert rebuilt.state.epoch == 1
+    assert catalog.load_table(group.sink).properties[epoch_key(group.name)] == "1", "older leases are fenced"
+    assert {n: s.position for n, s in rebuilt.state.streams.items() if s.committed_shards} == before
+    consume_all(catalog, group)
+    ranges = committed_ranges(catalog, group)
+    assert len(ranges) == len(set(ranges)), "no source snapshot of a stream was committed twice"
+    snapshots = {s.snapshot_id for s in catalog.load_table(group.source).snapshots()}
+    streams = {stream for stream, _ in ranges}
+    assert len(streams) == 3
+    assert set(ranges) == {(stream, s) for stream in streams for s in snapshots}, "every range was committed"
+
+
+def test_a_registry_restored_from_an_older_backup_is_rebuilt(catalog: Catalog, group: GroupConfig) -> None:
+    first = run(catalog, group)
+    backup = load_state(catalog, group.name).state
+    assert backup is not None
+    for lease in first.launch:
+        commit_lease(catalog, group, first.state, lease)
+    append_batches(catalog.load_table(group.source), 2, 30)  # cut, granted and committed after the backup
+    consume_all(catalog, group)
+    commit_state(load_state(catalog, group.name), backup)  # the restore
+
+    behind = run(catalog, group)
+
+    assert behind.rebuilt is not None
+    assert "which the registry does not hold" in behind.rebuilt
+    consume_all(catalog, group)
+    ranges = committed_ranges(catalog, group)
+    assert len(ranges) == len(set(ranges)), "no source snapshot of a stream was committed twice"
+    assert len(ranges) == 6 * 3
+
+
+def test_a_sink_whose_history_lost_commits_is_not_rebuilt_from_what_is_left(
+    catalog: Catalog, group: GroupConfig
+) -> None:
+    consume_all(catalog, group)
+    orphan = {"id": 0, COL_GROUP: group.name, COL_LEASE: "f" * 16, COL_SHARD: "0123456789abcdef", COL_EPOCH: 0}
+    sink_of(catalog, group).append(pa.Table.from_pylist([orphan], schema=SINK_SCHEMA.as_arrow()))
+    drop_registry(catalog, group)
+
+    with pytest.raises(SinkError, match=r"holds rows of 1 shards .* whose commits are no longer in its history"):
+        run(catalog, group)
+
+    assert not catalog.table_exists(registry_identifier(group.name)), "nothing was committed"
+
+
+def test_a_changed_filter_stops_the_group_naming_the_choices(catalog: Catalog, group: GroupConfig) -> None:
+    run(catalog, group)
+    changed = group.model_copy(update={"filter": "region = 'eu'"})
+    token = load_state(catalog, group.name).token
+
+    with pytest.raises(ConfigError, match="filter/transform changed since the sink's output was made") as caught:
+        run(catalog, changed)
+
+    assert "give the changed group a new name" in str(caught.value)
+    assert "on_change: continue" in str(caught.value)
+    assert load_state(catalog, group.name).token == token, "nothing was committed"
+
+
+def test_on_change_continue_records_the_change_and_new_leases_carry_the_new_hash(
+    catalog: Catalog, group: GroupConfig
+) -> None:
+    first = run(catalog, group)
+    commit_lease(catalog, group, first.state, first.launch[0])
+    changed = group.model_copy(update={"filter": "region = 'eu'", "on_change": "continue"})
+
+    result = run(catalog, changed)
+
+    assert result.state.config_hash == changed.config_hash != group.config_hash
+    [change] = result.state.config_changes
+    assert (change.old_hash, change.new_hash) == (group.config_hash, changed.config_hash)
+    assert change.sink_snapshot == catalog.load_table(group.sink).current_snapshot().snapshot_id  # type: ignore[union-attr]
+    assert all(lease.origin is not None for lease in result.state.leases.values())
+    new = [lease for lease in result.launch if lease.lease_id not in first.state.leases]
+    assert all(lease.origin.config_hash == changed.config_hash for lease in new if lease.origin)
+
+
+def test_icegroup_rebuild_shows_the_sink_view_and_commits_it_only_with_execute(
+    catalog: Catalog, group: GroupConfig, tmp_path: Path, lake_home: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    first = run(catalog, group)
+    commit_lease(catalog, group, first.state, first.launch[0])
+    drop_registry(catalog, group)
+    groups = write_groups(tmp_path / "groups.yaml", group)
+
+    assert main(["--groups", str(groups), "rebuild", group.name]) == 0
+    dry = capsys.readouterr().out
+    assert f"group {group.name}: registry missing" in dry
+    assert "dry run: nothing changed" in dry
+    assert not catalog.table_exists(registry_identifier(group.name))
+
+    assert main(["--groups", str(groups), "rebuild", group.name, "--execute"]) == 0
+    done = capsys.readouterr().out
+    assert "rebuilt: the registry is at epoch 1" in done
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert state.epoch == 1
+    shard = first.state.shards[first.launch[0].shard_ids[0]]
+    assert state.streams[shard.stream].position == shard.to_snapshot
+    view = describe_group(catalog, group)
+    assert view.lag_rows == 4 * 30 - shard.rows, "lag is what the sink lacks, though planning starts over"
+
+
+def test_icegroup_rebuild_of_a_group_with_nothing_in_the_sink_says_so(
+    catalog: Catalog, group: GroupConfig, tmp_path: Path, lake_home: Path, monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:  # fmt: skip
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    run(catalog, group)
+    token = load_state(catalog, group.name).token
+    groups = write_groups(tmp_path / "groups.yaml", group)
+
+    assert main(["--groups", str(groups), "rebuild", group.name, "--execute"]) == EXIT_ERROR
+
+    assert "holds no commits of the group, so there is nothing to rebuild the registry from" in capsys.readouterr().err
+    assert load_state(catalog, group.name).token == token
