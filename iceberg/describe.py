@@ -102,7 +102,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     """
     source = load_source(catalog, group.source)
     now_ms = int(time.time() * 1000)
-    synced = sync_with_sink(catalog, group, source, load_state(catalog, group.name).state)
+    synced = sync_with_sink(catalog, group, source, load_state(catalog, group.name), fence=False)
     history = synced.history
     state = reconcile(synced.state, history.commits, history.head, now_ms, group.lease_timeout_s).state
     letters = open_letters(catalog, group.name)

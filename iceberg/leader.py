@@ -22,7 +22,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.dead_letters import open_letters
-from iceberg.errors import SinkError, SourceError, UsageError
+from iceberg.errors import RegistryConflict, SinkError, SourceError, UsageError
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp, check_filter
@@ -146,31 +146,34 @@ class Synced:
     """A registry state brought into agreement with the sink, before the sink's new commits are applied.
 
     ``state`` is the stored state, or the state rebuilt from the sink when the stored one is missing
-    or behind (``rebuilt`` says why); ``history`` holds the commits still to apply, and ``fences``
-    the epoch fence a rebuild must raise before its state is committed.
+    or behind (``rebuilt`` says why); ``history`` holds the commits still to apply.
     """
 
     state: GroupState
     history: SinkHistory
-    fences: dict[str, int]
     rebuilt: str | None = None
 
 
-def sync_with_sink(catalog: Catalog, group: GroupConfig, source: Table, stored: GroupState | None) -> Synced:
-    """Check the registry against the sink's commits since its cursor; rebuild it if it is missing or behind."""
+def sync_with_sink(catalog: Catalog, group: GroupConfig, source: Table, loaded: Loaded, fence: bool = True) -> Synced:
+    """Check the registry against the sink's commits since its cursor; rebuild it if it is missing or behind.
+
+    A tick rebuilds with ``fence``: the sink's epoch fence goes up first (see ``rebuild``). Without
+    it the rebuilt state is only shown (``describe``), and nothing is written.
+    """
+    stored = loaded.state
     state = stored or initial_state(source, group)
     history = read_sink_history(catalog, group.sink, group.name, state.sink_cursor)
     reason = disagreement(stored, history)
     if reason is None:
-        return Synced(state=state, history=history, fences={})
-    rebuilt = rebuild(catalog, group, source, max(state.epoch, history.epoch), reason)
-    if stored is not None:
-        rebuilt.paused_at_ms = stored.paused_at_ms
+        return Synced(state=state, history=history)
+    if fence and load_state(catalog, group.name).token != loaded.token:
+        raise RegistryConflict(
+            f"registry of group {group.name!r} moved while this Leader compared it with the sink; another Leader "
+            "committed first"
+        )
+    rebuilt = rebuild(catalog, group, source, stored, max(state.epoch, history.epoch) + 1, reason, fence=fence)
     return Synced(
-        state=rebuilt,
-        history=SinkHistory(head=rebuilt.sink_cursor, commits=[], epoch=rebuilt.epoch),
-        fences={epoch_key(group.name): rebuilt.epoch},
-        rebuilt=reason,
+        state=rebuilt, history=SinkHistory(head=rebuilt.sink_cursor, commits=[], epoch=rebuilt.epoch), rebuilt=reason
     )
 
 
@@ -183,12 +186,30 @@ def disagreement(stored: GroupState | None, history: SinkHistory) -> str | None:
     return None
 
 
-def rebuild(catalog: Catalog, group: GroupConfig, source: Table, epoch: int, reason: str) -> GroupState:
-    """The group's state rebuilt from every commit of it in the sink, in an epoch above ``epoch``.
+def rebuild(
+    catalog: Catalog,
+    group: GroupConfig,
+    source: Table,
+    stored: GroupState | None,
+    epoch: int,
+    reason: str,
+    fence: bool,
+) -> GroupState:
+    """The group's state rebuilt from every commit of it in the sink, in ``epoch``.
 
-    The caller raises the sink's epoch fence to the new epoch before it commits the state, so the
-    leases of the registry being replaced can no longer commit.
+    With ``fence``, the sink's epoch fence is raised to ``epoch`` *before* the history is read. A
+    lease of an older epoch can then no longer commit, so no commit lands that the rebuild did not
+    see, and none of the ranges it re-cuts can be committed twice. If another Leader raised the
+    fence that far already, it is rebuilding too, and this one backs off. A pause carries over.
     """
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        raise UsageError(f"group {group.name!r}: the sink {group.sink!r} does not exist; there is nothing to rebuild")
+    if fence and not raise_fences(sink, {epoch_key(group.name): epoch}):
+        raise RegistryConflict(
+            f"group {group.name!r}: the sink's epoch fence is at {epoch} already: another Leader is rebuilding the "
+            "registry; another Leader committed first"
+        )
     history = read_sink_history(catalog, group.sink, group.name, None)
     if not history.commits:
         raise UsageError(
@@ -196,9 +217,16 @@ def rebuild(catalog: Catalog, group: GroupConfig, source: Table, epoch: int, rea
             "rebuild the registry from; without a registry, the group's next tick starts it from its `start`"
         )
     check_history_complete(catalog, group, history)
+    above = [c for c in history.commits if c.epoch >= epoch]
+    if above:
+        raise SinkError(
+            f"group {group.name!r}: sink snapshot {above[0].snapshot_id} was committed in epoch {above[0].epoch}, "
+            f"not below the epoch fence {epoch} a rebuild would start; the sink's epoch property was lowered by "
+            "hand? Restore it, then rebuild"
+        )
     sequences = {s.snapshot_id: s.sequence_number or 0 for s in source.snapshots()}
-    newest = max((c.epoch for c in history.commits), default=0)
-    state = rebuild_state(group, history.commits, sequences, history.head, max(epoch, newest, history.epoch) + 1)
+    state = rebuild_state(group, history.commits, sequences, history.head, epoch)
+    state.paused_at_ms = stored.paused_at_ms if stored is not None else None
     log.info(
         "group %s: registry rebuilt from %d sink commits (%s); epoch %d, streams at %s",
         group.name, len(history.commits), reason, state.epoch,
@@ -231,12 +259,10 @@ def rebuild_registry(catalog: Catalog, group: GroupConfig, execute: bool) -> Reg
     stored = loaded.state
     history = read_sink_history(catalog, group.sink, group.name, stored.sink_cursor if stored else None)
     found = disagreement(stored, history)
-    epoch = max(stored.epoch if stored else 0, history.epoch)
-    rebuilt = rebuild(catalog, group, source, epoch, found or "asked for by icegroup rebuild")
-    if stored is not None:
-        rebuilt.paused_at_ms = stored.paused_at_ms
+    epoch = max(stored.epoch if stored else 0, history.epoch) + 1
+    rebuilt = rebuild(catalog, group, source, stored, epoch, found or "asked for by icegroup rebuild", fence=execute)
     if execute:
-        fence_and_commit(catalog, group, loaded, rebuilt, {epoch_key(group.name): rebuilt.epoch})
+        fence_and_commit(catalog, group, loaded, rebuilt, {})
     return RegistryRebuild(stored=stored, rebuilt=rebuilt, disagreement=found, committed=execute)
 
 
@@ -247,9 +273,11 @@ def check_history_complete(catalog: Catalog, group: GroupConfig, history: SinkHi
     group would consume again what the sink already holds; the rows' lineage column tells.
     """
     sink = load_optional(catalog, group.sink)
-    if sink is None or sink.current_snapshot() is None:
+    if sink is None or history.head is None:
         return
-    rows = sink.scan(row_filter=f"{COL_GROUP} = '{group.name}'", selected_fields=(COL_SHARD,)).to_arrow()
+    rows = sink.scan(
+        row_filter=f"{COL_GROUP} = '{group.name}'", selected_fields=(COL_SHARD,), snapshot_id=history.head
+    ).to_arrow()
     missing = set(rows.column(COL_SHARD).to_pylist()) - history.shard_ids()
     if missing:
         raise SinkError(
@@ -275,7 +303,7 @@ def tick(
         check_drift(loaded.state, group)
     source = load_source(catalog, group.source)
     check_filter(group, source.schema())
-    synced = sync_with_sink(catalog, group, source, loaded.state)
+    synced = sync_with_sink(catalog, group, source, loaded)
     if synced.rebuilt is not None:
         log.warning(
             "group %s: rebuilding the registry from the sink (%s); epoch %d", group.name, synced.rebuilt,
@@ -294,7 +322,7 @@ def tick(
     stopped = [d for d in letters.values() if d.action == STOPPED]
     held = bool(stopped) or planned.state.paused_at_ms is not None
     granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
-    fence_and_commit(catalog, group, loaded, granted.state, {**synced.fences, **live.fences})
+    fence_and_commit(catalog, group, loaded, granted.state, live.fences)
 
     head = source.current_snapshot()
     return TickResult(

@@ -34,6 +34,7 @@ KEY_TOKEN = "icegroup.token"
 KEY_START = "icegroup.start"
 KEY_CONFIG = "icegroup.config-hash"
 KEY_RUN = "icegroup.run"
+KEY_CONFIG_VERSION = "icegroup.config-version"
 
 
 def fence_key(group: str, lease_id: str) -> str:
@@ -110,6 +111,7 @@ def commit_properties(
         pinned[KEY_START] = json.dumps(origin.start_position)
         if origin.config_hash is not None:
             pinned[KEY_CONFIG] = origin.config_hash
+            pinned[KEY_CONFIG_VERSION] = str(origin.config_version)
     return {
         **pinned,
         KEY_GROUP: group,
@@ -143,7 +145,11 @@ def parse_commit(
     )
     origin = None
     if KEY_START in properties:
-        origin = Origin(start_position=json.loads(properties[KEY_START]), config_hash=properties.get(KEY_CONFIG))
+        origin = Origin(
+            start_position=json.loads(properties[KEY_START]),
+            config_hash=properties.get(KEY_CONFIG),
+            config_version=int(properties.get(KEY_CONFIG_VERSION, "0")),
+        )
     return SinkCommit(
         snapshot_id=snapshot_id,
         timestamp_ms=timestamp_ms,

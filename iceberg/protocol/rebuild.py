@@ -65,7 +65,10 @@ def rebuild_state(
             stream.committed_shards += 1
             stream.committed_rows += shard.rows or 0
     start = recorded_start(commits, sequences, group)
-    pinned = [c for c in commits if c.origin is not None and c.origin.config_hash is not None]
+    pinned = sorted(
+        (c for c in commits if c.origin is not None and c.origin.config_hash is not None),
+        key=lambda c: c.origin.config_version if c.origin else 0,
+    )  # stable: within a config version, commit order
     return GroupState(
         group=group.name,
         source=group.source,
@@ -108,7 +111,11 @@ def recorded_start(commits: Sequence[SinkCommit], sequences: Mapping[int, int], 
 
 
 def config_changes(commits: Sequence[SinkCommit]) -> list[ConfigChange]:
-    """Each point where consecutive commits carry different config hashes."""
+    """Each point where the config version moves on to a different hash, in commits ordered by version.
+
+    A lease granted before a change can commit after it; ordering by the version its grant saw
+    keeps its old hash from looking like a change back.
+    """
     changes = []
     for before, after in pairwise(commits):
         old = before.origin.config_hash if before.origin else None

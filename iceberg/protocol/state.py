@@ -34,6 +34,9 @@ class Origin(BaseModel):
 
     start_position: int | None = Field(description="The group's resolved start; None is the table's beginning.")
     config_hash: str | None = Field(description="Hash of the filter and transform that make the output.")
+    config_version: int = Field(
+        default=0, description="Config changes accepted before the grant; orders the hashes of overlapping leases."
+    )
 
 
 class ConfigChange(BaseModel):
@@ -103,7 +106,9 @@ class GroupState(BaseModel):
     @property
     def origin(self) -> Origin:
         """What the commits of leases granted now record."""
-        return Origin(start_position=self.start_position, config_hash=self.config_hash)
+        return Origin(
+            start_position=self.start_position, config_hash=self.config_hash, config_version=len(self.config_changes)
+        )
 
     def stream_cursors(self) -> dict[str, int | None]:
         """Where the next shard of each stream starts: its last cut shard, else its position."""

@@ -54,13 +54,28 @@ def test_positions_start_counts_and_config_hash_come_back_from_the_commits() -> 
 def test_a_config_change_between_commits_is_recorded_where_it_happened() -> None:
     commits = [
         committed(shard(1), snapshot_id=901, origin=Origin(start_position=100, config_hash="aaaa")),
-        committed(shard(2), snapshot_id=902, origin=Origin(start_position=100, config_hash="bbbb")),
+        committed(shard(2), snapshot_id=902, origin=Origin(start_position=100, config_hash="bbbb", config_version=1)),
     ]
 
     state = rebuild_state(GROUP, commits, sequences={}, sink_head=902, epoch=1)
 
     assert state.config_hash == "bbbb"
     assert [(c.old_hash, c.new_hash, c.sink_snapshot) for c in state.config_changes] == [("aaaa", "bbbb", 901)]
+
+
+def test_a_lease_granted_before_a_config_change_that_commits_after_it_does_not_undo_the_change() -> None:
+    old = Origin(start_position=100, config_hash="aaaa")
+    new = Origin(start_position=100, config_hash="bbbb", config_version=1)
+    commits = [
+        committed(shard(1), snapshot_id=901, origin=old),
+        committed(shard(2), snapshot_id=902, origin=new),
+        committed(shard(3, stream=US), snapshot_id=903, origin=old),  # granted before the change
+    ]
+
+    state = rebuild_state(GROUP, commits, sequences={}, sink_head=903, epoch=1)
+
+    assert state.config_hash == "bbbb"
+    assert [(c.old_hash, c.new_hash) for c in state.config_changes] == [("aaaa", "bbbb")]
 
 
 def test_commits_from_before_recorded_sequences_use_the_source_and_the_earliest_range_start() -> None:

@@ -15,13 +15,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import EXIT_ERROR, main
+from iceberg import leader
 from iceberg.describe import describe_group
-from iceberg.errors import ConfigError, SinkError
+from iceberg.errors import ConfigError, RegistryConflict, SinkError
 from iceberg.groups import GroupConfig
-from iceberg.leader import TickResult, tick
+from iceberg.leader import TickResult, sync_with_sink, tick
 from iceberg.protocol.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, epoch_key
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import commit_state, load_state, registry_identifier
+from iceberg.sink_history import SinkHistory
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups
 from tests.sink_commits import SINK_SCHEMA, commit_lease, sink_of
@@ -197,5 +199,48 @@ def test_icegroup_rebuild_of_a_group_with_nothing_in_the_sink_says_so(
 
     assert main(["--groups", str(groups), "rebuild", group.name, "--execute"]) == EXIT_ERROR
 
-    assert "holds no commits of the group, so there is nothing to rebuild the registry from" in capsys.readouterr().err
+    assert "there is nothing to rebuild" in capsys.readouterr().err
     assert load_state(catalog, group.name).token == token
+
+
+def test_a_rebuild_raises_the_epoch_fence_before_it_reads_the_sink_history(
+    catalog: Catalog, group: GroupConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    first = run(catalog, group)
+    commit_lease(catalog, group, first.state, first.launch[0])
+    drop_registry(catalog, group)
+    fence_at_full_read: list[str | None] = []
+    real_read = leader.read_sink_history
+
+    def read(catalog: Catalog, sink: str, name: str, since: int | None) -> SinkHistory:
+        if since is None:
+            fence_at_full_read.append(catalog.load_table(sink).properties.get(epoch_key(name)))
+        return real_read(catalog, sink, name, since)
+
+    monkeypatch.setattr(leader, "read_sink_history", read)
+
+    run(catalog, group)
+
+    assert fence_at_full_read[-1] == "1", "a lease of epoch 0 could no longer commit once the history was read"
+
+
+def test_a_registry_read_before_another_leader_committed_is_not_rebuilt(catalog: Catalog, group: GroupConfig) -> None:
+    stale = load_state(catalog, group.name)  # read before the group's first tick: no registry yet
+    first = run(catalog, group)  # another Leader's first tick, and its Borrower's commit
+    commit_lease(catalog, group, first.state, first.launch[0])
+
+    with pytest.raises(RegistryConflict, match="moved while this Leader compared it with the sink"):
+        sync_with_sink(catalog, group, catalog.load_table(group.source), stale)
+
+    assert epoch_key(group.name) not in catalog.load_table(group.sink).properties, "no fence was raised"
+
+
+def test_a_second_leader_rebuilding_into_the_same_epoch_backs_off(catalog: Catalog, group: GroupConfig) -> None:
+    first = run(catalog, group)
+    commit_lease(catalog, group, first.state, first.launch[0])
+    drop_registry(catalog, group)
+    source = catalog.load_table(group.source)
+    leader.rebuild(catalog, group, source, None, 1, "registry missing", fence=True)  # the first raises the fence
+
+    with pytest.raises(RegistryConflict, match="another Leader is rebuilding"):
+        leader.rebuild(catalog, group, source, None, 1, "registry missing", fence=True)
