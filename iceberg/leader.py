@@ -136,8 +136,14 @@ def initial_state(table: Table, group: GroupConfig) -> GroupState:
             "ALTER TABLE ... SET TBLPROPERTIES ('format-version'='2')"
         )
     position = resolve_start(table, group)
+    start = table.snapshot_by_id(position) if position is not None else None
     return GroupState(
-        group=group.name, source=group.source, sink=group.sink, start_position=position, planned_through=position
+        group=group.name,
+        source=group.source,
+        sink=group.sink,
+        start_position=position,
+        planned_through=position,
+        planned_through_sequence=start.sequence_number or 0 if start is not None else 0,
     )
 
 
@@ -161,17 +167,17 @@ def sync_with_sink(catalog: Catalog, group: GroupConfig, source: Table, loaded: 
     it the rebuilt state is only shown (``describe``), and nothing is written.
     """
     stored = loaded.state
-    state = stored or initial_state(source, group)
-    history = read_sink_history(catalog, group.sink, group.name, state.sink_cursor)
+    history = read_sink_history(catalog, group.sink, group.name, stored.sink_cursor if stored else None)
     reason = disagreement(stored, history)
     if reason is None:
-        return Synced(state=state, history=history)
+        return Synced(state=stored or initial_state(source, group), history=history)
     if fence and load_state(catalog, group.name).token != loaded.token:
         raise RegistryConflict(
             f"registry of group {group.name!r} moved while this Leader compared it with the sink; another Leader "
             "committed first"
         )
-    rebuilt = rebuild(catalog, group, source, stored, max(state.epoch, history.epoch) + 1, reason, fence=fence)
+    epoch = max(stored.epoch if stored else 0, history.epoch) + 1
+    rebuilt = rebuild(catalog, group, source, stored, epoch, reason, fence=fence)
     return Synced(
         state=rebuilt, history=SinkHistory(head=rebuilt.sink_cursor, commits=[], epoch=rebuilt.epoch), rebuilt=reason
     )
@@ -381,8 +387,9 @@ def plan(source: Table, group: GroupConfig, state: GroupState) -> Planned:
     found = plan_increment(source, state.planned_through, group)
     if found.skipped:
         log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
-    through = found.through.snapshot_id if found.through is not None else None
-    return cut(state, group, found.appends, found.files, through)
+    if found.through is None:
+        return cut(state, group, found.appends, found.files, None)
+    return cut(state, group, found.appends, found.files, found.through.snapshot_id, found.through.sequence_number)
 
 
 def fence_and_commit(

@@ -35,6 +35,7 @@ KEY_START = "icegroup.start"
 KEY_CONFIG = "icegroup.config-hash"
 KEY_RUN = "icegroup.run"
 KEY_CONFIG_VERSION = "icegroup.config-version"
+KEY_LOW_WATERMARK = "icegroup.low-watermark"
 
 
 def fence_key(group: str, lease_id: str) -> str:
@@ -112,6 +113,8 @@ def commit_properties(
         if origin.config_hash is not None:
             pinned[KEY_CONFIG] = origin.config_hash
             pinned[KEY_CONFIG_VERSION] = str(origin.config_version)
+        if origin.low_watermark_sequence is not None:
+            pinned[KEY_LOW_WATERMARK] = json.dumps([origin.low_watermark, origin.low_watermark_sequence])
     return {
         **pinned,
         KEY_GROUP: group,
@@ -145,10 +148,13 @@ def parse_commit(
     )
     origin = None
     if KEY_START in properties:
+        mark = json.loads(properties[KEY_LOW_WATERMARK]) if KEY_LOW_WATERMARK in properties else [None, None]
         origin = Origin(
             start_position=json.loads(properties[KEY_START]),
             config_hash=properties.get(KEY_CONFIG),
             config_version=int(properties.get(KEY_CONFIG_VERSION, "0")),
+            low_watermark=mark[0],
+            low_watermark_sequence=mark[1],
         )
     return SinkCommit(
         snapshot_id=snapshot_id,

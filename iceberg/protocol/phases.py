@@ -180,11 +180,13 @@ def cut(
     appends: list[SnapshotInfo],
     files: list[FileEntry],
     through: int | None,
+    through_sequence: int = 0,
 ) -> Planned:
     """Cut what planning read into shards and move the planning cursor to ``through``.
 
     ``appends`` and ``files`` are the append snapshots after the cursor and the data files they
-    added; ``through`` is the last snapshot planned (None: nothing new, the state stays as it is).
+    added; ``through`` is the last snapshot planned (None: nothing new, the state stays as it is)
+    and ``through_sequence`` its sequence number.
     """
     if through is None:
         return Planned(state=state, new_shards=[])
@@ -200,7 +202,7 @@ def cut(
         floors={name: stream.position_sequence for name, stream in state.streams.items()},
     )
     check_windows(group, shards)
-    return Planned(state=add_shards(state, shards, through), new_shards=shards)
+    return Planned(state=add_shards(state, shards, through, through_sequence), new_shards=shards)
 
 
 def grant(

@@ -53,7 +53,9 @@ def rebuild_state(
     ``sequences`` maps source snapshot ids to sequence numbers, for commits written before the
     sequence was recorded. The start is the one the newest commit recorded; commits written before
     it was recorded fall back to the earliest range start they name. Planning starts over from the
-    start, and each stream's committed position keeps its committed ranges from being cut again.
+    newest low watermark the commits recorded (every stream was committed through it when its
+    lease was granted, and commits are durable), else from the start; each stream's committed
+    position keeps its committed ranges above that from being cut again.
     """
     streams: dict[str, StreamState] = {}
     for commit in commits:
@@ -65,6 +67,12 @@ def rebuild_state(
             stream.committed_shards += 1
             stream.committed_rows += shard.rows or 0
     start = recorded_start(commits, sequences, group)
+    marks = [
+        (c.origin.low_watermark, c.origin.low_watermark_sequence)
+        for c in commits
+        if c.origin is not None and c.origin.low_watermark_sequence is not None
+    ]
+    plan_from, plan_from_sequence = max(marks, key=lambda mark: mark[1] or 0) if marks else (start, 0)
     pinned = sorted(
         (c for c in commits if c.origin is not None and c.origin.config_hash is not None),
         key=lambda c: c.origin.config_version if c.origin else 0,
@@ -75,7 +83,8 @@ def rebuild_state(
         sink=group.sink,
         epoch=epoch,
         start_position=start,
-        planned_through=start,
+        planned_through=plan_from,
+        planned_through_sequence=plan_from_sequence or 0,
         sink_cursor=sink_head,
         streams=streams,
         leases_done=len({(c.lease_id, c.epoch) for c in commits}),

@@ -37,6 +37,12 @@ class Origin(BaseModel):
     config_version: int = Field(
         default=0, description="Config changes accepted before the grant; orders the hashes of overlapping leases."
     )
+    low_watermark: int | None = Field(
+        default=None, description="A source snapshot through which every stream was committed at the grant."
+    )
+    low_watermark_sequence: int | None = Field(
+        default=None, description="Its sequence number (0: the table's beginning); None: no low watermark was known."
+    )
 
 
 class ConfigChange(BaseModel):
@@ -90,6 +96,9 @@ class GroupState(BaseModel):
     epoch: int = 0
     start_position: int | None = Field(description="Resolved start: the snapshot consumption begins after.")
     planned_through: int | None = Field(description="Source snapshot through which shards have been cut.")
+    planned_through_sequence: int = Field(
+        default=0, description="Sequence number of planned_through; 0 for the table's beginning or when not known."
+    )
     sink_cursor: int | None = Field(default=None, description="Last sink snapshot reconciled.")
     streams: dict[str, StreamState] = Field(default_factory=dict)
     shards: dict[str, Shard] = Field(default_factory=dict, description="Cut and not yet committed.")
@@ -106,9 +115,31 @@ class GroupState(BaseModel):
     @property
     def origin(self) -> Origin:
         """What the commits of leases granted now record."""
+        mark = self.low_watermark()
         return Origin(
-            start_position=self.start_position, config_hash=self.config_hash, config_version=len(self.config_changes)
+            start_position=self.start_position,
+            config_hash=self.config_hash,
+            config_version=len(self.config_changes),
+            low_watermark=mark[0] if mark else None,
+            low_watermark_sequence=mark[1] if mark else None,
         )
+
+    def low_watermark(self) -> tuple[int | None, int] | None:
+        """A snapshot (and its sequence number) through which every stream is committed; None if not known.
+
+        A stream holding pending shards is committed through its position; every other stream has
+        all its cut shards committed, so through the planning cursor. A rebuild from the sink plans
+        from the newest low watermark its commits recorded, not from the group's start. A position
+        whose sequence number is not known (0, but not the table's beginning) makes it unknown.
+        """
+        marks = [(self.planned_through, self.planned_through_sequence)]
+        for name in {shard.stream for shard in self.shards.values()}:
+            stream = self.streams.get(name)
+            if stream is not None:
+                marks.append((stream.position, stream.position_sequence))
+        if any(snapshot is not None and sequence == 0 for snapshot, sequence in marks):
+            return None
+        return min(marks, key=lambda mark: mark[1])
 
     def stream_cursors(self) -> dict[str, int | None]:
         """Where the next shard of each stream starts: its last cut shard, else its position."""
@@ -122,13 +153,19 @@ class GroupState(BaseModel):
         return not self.shards and not self.leases
 
 
-def add_shards(state: GroupState, shards: Iterable[Shard], through: int) -> GroupState:
-    """Record newly cut shards and move the planning cursor; re-adding a known shard is a no-op."""
+def add_shards(state: GroupState, shards: Iterable[Shard], through: int, through_sequence: int = 0) -> GroupState:
+    """Record newly cut shards and move the planning cursor; re-adding a known shard is a no-op.
+
+    A stream seen for the first time starts at the old planning cursor, so that is its position.
+    """
     new = state.model_copy(deep=True)
     for shard in shards:
         new.shards.setdefault(shard.shard_id, shard)
-        new.streams.setdefault(shard.stream, StreamState(position=shard.from_snapshot, position_sequence=0))
+        new.streams.setdefault(
+            shard.stream, StreamState(position=shard.from_snapshot, position_sequence=state.planned_through_sequence)
+        )
     new.planned_through = through
+    new.planned_through_sequence = through_sequence
     return new
 
 

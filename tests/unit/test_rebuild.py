@@ -11,7 +11,7 @@ from iceberg.groups import GroupConfig
 from iceberg.protocol.lineage import SinkCommit, commit_properties, parse_commit
 from iceberg.protocol.rebuild import rebuild_state, registry_behind
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
-from iceberg.protocol.state import Origin
+from iceberg.protocol.state import Origin, StreamState, add_shards
 from tests.factories import WINDOW_START_MS, group_state, shard
 
 EU, US = "0/region=eu", "0/region=us"
@@ -144,3 +144,45 @@ def test_cutting_after_a_rebuild_leaves_out_what_each_stream_committed() -> None
     assert by_stream[EU].snapshots == [103, 104]
     assert by_stream[US].from_snapshot is None
     assert by_stream[US].snapshots == [101, 102, 103, 104]
+
+
+def test_the_low_watermark_is_the_lowest_position_of_a_stream_with_pending_shards() -> None:
+    state = group_state([shard(3, stream=EU)], planned_through=105, planned_through_sequence=5)
+    state.streams[EU] = StreamState(position=102, position_sequence=2)
+    state.streams[US] = StreamState(position=104, position_sequence=4)  # nothing pending: committed through 105
+
+    assert state.low_watermark() == (102, 2)
+    assert group_state([], planned_through=105, planned_through_sequence=5).low_watermark() == (105, 5)
+    assert group_state([], planned_through=None).low_watermark() == (None, 0), "the table's beginning"
+
+
+def test_a_low_watermark_with_a_position_of_unknown_sequence_is_not_known() -> None:
+    state = group_state([shard(3, stream=EU)], planned_through=105, planned_through_sequence=5)
+    state.streams[EU] = StreamState(position=102, position_sequence=0)  # written before sequences were kept
+
+    assert state.low_watermark() is None
+    assert state.origin.low_watermark_sequence is None
+
+
+def test_a_stream_seen_for_the_first_time_is_positioned_at_the_old_planning_cursor() -> None:
+    before = group_state([], planned_through=102, planned_through_sequence=2)
+
+    after = add_shards(before, [shard(4, stream=US, from_snapshot=102)], through=104, through_sequence=4)
+
+    assert (after.streams[US].position, after.streams[US].position_sequence) == (102, 2)
+    assert (after.planned_through, after.planned_through_sequence) == (104, 4)
+
+
+def test_a_rebuild_plans_from_the_newest_low_watermark_its_commits_recorded() -> None:
+    early = Origin(start_position=100, config_hash="aaaa", low_watermark=100, low_watermark_sequence=0)
+    later = Origin(start_position=100, config_hash="aaaa", low_watermark=102, low_watermark_sequence=2)
+    commits = [
+        committed(shard(1), snapshot_id=901, origin=early),
+        committed(shard(3), snapshot_id=903, origin=later),
+        committed(shard(2, stream=US), snapshot_id=902, origin=early),  # granted earlier, committed later
+    ]
+
+    state = rebuild_state(GROUP, commits, sequences={}, sink_head=903, epoch=1)
+
+    assert (state.planned_through, state.planned_through_sequence) == (102, 2)
+    assert state.start_position == 100

@@ -18,7 +18,7 @@ from dagster_project.cli import EXIT_ERROR, main
 from iceberg import leader
 from iceberg.describe import describe_group
 from iceberg.errors import ConfigError, RegistryConflict, SinkError
-from iceberg.groups import GroupConfig
+from iceberg.groups import GroupConfig, StartAtSnapshot
 from iceberg.leader import TickResult, sync_with_sink, tick
 from iceberg.protocol.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, epoch_key
 from iceberg.protocol.liveness import RunState
@@ -244,3 +244,25 @@ def test_a_second_leader_rebuilding_into_the_same_epoch_backs_off(catalog: Catal
 
     with pytest.raises(RegistryConflict, match="another Leader is rebuilding"):
         leader.rebuild(catalog, group, source, None, 1, "registry missing", fence=True)
+
+
+def test_a_rebuild_plans_from_the_low_watermark_so_expired_early_source_history_does_not_stop_it(
+    catalog: Catalog, group: GroupConfig
+) -> None:
+    source = catalog.load_table(group.source)
+    early = [s.snapshot_id for s in sorted(source.snapshots(), key=lambda s: s.sequence_number or 0)][:3]
+    group = group.model_copy(update={"start": StartAtSnapshot(snapshot_id=early[1])})  # consumes after early[0]
+    consume_all(catalog, group)
+    append_batches(source, 2, 30)
+    consume_all(catalog, group)
+    source.maintenance.expire_snapshots().by_ids(early).commit()  # the start position is gone
+    drop_registry(catalog, group)
+
+    rebuilt = run(catalog, group)
+
+    assert rebuilt.rebuilt is not None
+    assert rebuilt.state.start_position == early[0]
+    assert rebuilt.state.planned_through not in early
+    assert rebuilt.caught_up, "nothing left: every range was committed before the registry was lost"
+    ranges = committed_ranges(catalog, group)
+    assert len(ranges) == len(set(ranges)) == 5 * 3
