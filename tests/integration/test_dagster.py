@@ -12,11 +12,13 @@ from pyspark.sql import SparkSession
 
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
+from iceberg.admin import set_paused
 from iceberg.groups import GroupConfig
 from iceberg.protocol.shards import window_label
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
 from tests.factories import append_batches, create_source
+from tests.sink_commits import commit_lease
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -55,6 +57,25 @@ def test_a_location_with_chained_groups_loads_as_one_graph(make_group: type[Grou
     assert graph.get(last).parent_keys == {middle}
     assert graph.get(middle).parent_keys == {source}
     assert not graph.get(source).is_materializable
+
+
+def test_the_leader_of_a_paused_group_skips_saying_so(
+    instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=1)
+    append_batches(create_source(catalog, group.source), 2, 30)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    sensor(dg.build_sensor_context(instance=instance, resources=built.resources))  # grants the one slot
+    set_paused(catalog, group, paused=True)
+    held = load_state(catalog, group.name).state
+    assert held is not None
+    commit_lease(catalog, group, held, next(iter(held.leases.values())))
+
+    paused = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+
+    assert isinstance(paused, dg.SkipReason)
+    assert f"group '{group.name}' is paused; `icegroup resume {group.name}` continues it" in str(paused.skip_message)
 
 
 def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[GroupConfig]) -> None:
