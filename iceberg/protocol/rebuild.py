@@ -1,14 +1,14 @@
 """Rebuilding a group's state from the sink's commits, when its registry is lost or behind the sink.
 
 Progress lives in the sink commit (DESIGN §3): each commit names its shards by stream and source
-range, with the range end's sequence number, the group's start and its config hash. That is
-enough to rebuild every stream's position without the registry. Shards are matched by *range*,
-not by id: the shards a rebuilt registry cuts next start after each stream's committed position,
-whatever ids the lost registry gave them.
+range, with the range end's sequence number, the group's start, a low watermark and its config
+hash. That is enough to rebuild every stream's position without the registry. Shards are matched
+by *range*, not by id: the shards a rebuilt registry cuts next start after each stream's committed
+position, whatever ids the lost registry gave them.
 
-A rebuild also moves the group to a new epoch. The sink's epoch fence is raised before the rebuilt
-state is committed, so every lease of the lost registry, known or not, can no longer commit; its
-shards are cut again from the positions, and their ids carry the new epoch.
+A rebuild also moves the group to a new epoch. The Leader raises the sink's epoch fence before it
+reads the history (``iceberg/leader.py``), so every lease of the lost registry, known or not, can
+no longer commit; its shards are cut again from the positions, and their ids carry the new epoch.
 """
 
 from __future__ import annotations

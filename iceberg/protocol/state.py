@@ -74,7 +74,7 @@ class Lease(BaseModel):
     )
     phase: LeasePhase = Field(default=LeasePhase.GRANTING, description="Where the lease is in its lifecycle.")
     origin: Origin | None = Field(
-        default=None, description="Start and config hash its commits record; None for leases of older versions."
+        default=None, description="What its commits record of the group; None for leases of older versions."
     )
 
 
