@@ -28,8 +28,8 @@ from iceberg.describe import GroupView, describe_as_of, describe_group
 from iceberg.errors import IcegroupError, NotCaughtUp, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
-from iceberg.leader import rebuild_registry
 from iceberg.protocol.shards import snapshot_range
+from iceberg.rebuild import rebuild_registry
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1

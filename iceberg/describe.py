@@ -17,13 +17,13 @@ from iceberg.dead_letters import open_letters
 from iceberg.errors import UsageError
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import read_beats
-from iceberg.leader import sync_with_sink
 from iceberg.planning import plan_increment
 from iceberg.protocol.liveness import Hold, hold_of
 from iceberg.protocol.phases import reconcile
 from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState
+from iceberg.rebuild import sync_with_sink
 from iceberg.registry import load_state, state_as_of
 from iceberg.tables import load_source
 

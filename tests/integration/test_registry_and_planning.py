@@ -8,10 +8,11 @@ from pyiceberg.table.snapshots import Snapshot
 
 from iceberg.errors import RegistryConflict, SourceError
 from iceberg.groups import GroupConfig
-from iceberg.leader import initial_state, tick
+from iceberg.leader import tick
 from iceberg.planning import plan_increment
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import commit_state, load_state
+from iceberg.start import initial_state
 from tests.factories import SCHEMA, append_batches, create_source
 
 

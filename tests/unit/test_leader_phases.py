@@ -9,9 +9,10 @@ from pyiceberg.types import LongType, NestedField
 
 from iceberg import leader
 from iceberg.groups import GroupConfig
-from iceberg.leader import fence_and_commit, initial_state, plan
+from iceberg.leader import fence_and_commit, plan
 from iceberg.protocol.lineage import fence_key
 from iceberg.registry import Loaded, load_state
+from iceberg.start import initial_state
 from tests.factories import append_batches, create_source
 
 

@@ -15,13 +15,14 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import EXIT_ERROR, main
-from iceberg import leader
+from iceberg import rebuild
 from iceberg.describe import describe_group
 from iceberg.errors import ConfigError, RegistryConflict, SinkError
 from iceberg.groups import GroupConfig, StartAtSnapshot
-from iceberg.leader import TickResult, sync_with_sink, tick
+from iceberg.leader import TickResult, tick
 from iceberg.protocol.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, epoch_key
 from iceberg.protocol.liveness import RunState
+from iceberg.rebuild import sync_with_sink
 from iceberg.registry import commit_state, load_state, registry_identifier
 from iceberg.sink_history import SinkHistory
 from tests.factories import append_batches, create_source
@@ -210,14 +211,14 @@ def test_a_rebuild_raises_the_epoch_fence_before_it_reads_the_sink_history(
     commit_lease(catalog, group, first.state, first.launch[0])
     drop_registry(catalog, group)
     fence_at_full_read: list[str | None] = []
-    real_read = leader.read_sink_history
+    real_read = rebuild.read_sink_history
 
     def read(catalog: Catalog, sink: str, name: str, since: int | None) -> SinkHistory:
         if since is None:
             fence_at_full_read.append(catalog.load_table(sink).properties.get(epoch_key(name)))
         return real_read(catalog, sink, name, since)
 
-    monkeypatch.setattr(leader, "read_sink_history", read)
+    monkeypatch.setattr(rebuild, "read_sink_history", read)
 
     run(catalog, group)
 
@@ -240,10 +241,10 @@ def test_a_second_leader_rebuilding_into_the_same_epoch_backs_off(catalog: Catal
     commit_lease(catalog, group, first.state, first.launch[0])
     drop_registry(catalog, group)
     source = catalog.load_table(group.source)
-    leader.rebuild(catalog, group, source, None, 1, "registry missing", fence=True)  # the first raises the fence
+    rebuild.rebuild(catalog, group, source, None, 1, "registry missing", fence=True)  # the first raises the fence
 
     with pytest.raises(RegistryConflict, match="another Leader is rebuilding"):
-        leader.rebuild(catalog, group, source, None, 1, "registry missing", fence=True)
+        rebuild.rebuild(catalog, group, source, None, 1, "registry missing", fence=True)
 
 
 def test_a_rebuild_plans_from_the_low_watermark_so_expired_early_source_history_does_not_stop_it(

@@ -1,0 +1,54 @@
+"""Where a new group starts: its ``start`` setting resolved on the source, and the state of its first tick."""
+
+from __future__ import annotations
+
+from pyiceberg.table import Table
+
+from iceberg.errors import SourceError
+from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp
+from iceberg.protocol.state import GroupState
+from iceberg.tables import walk_back
+
+
+def resolve_start(table: Table, group: GroupConfig) -> int | None:
+    """The snapshot a new group consumes after, from its ``start`` setting."""
+    chain = list(walk_back(table, None))
+    head = chain[0].snapshot_id if chain else None
+    start = group.start
+    if start == "latest" or not chain:
+        return head
+    if start == "earliest":
+        return chain[-1].parent_snapshot_id
+    if isinstance(start, StartAtSnapshot):
+        for snapshot in chain:
+            if snapshot.snapshot_id == start.snapshot_id:
+                return snapshot.parent_snapshot_id
+        raise SourceError(
+            f"group {group.name!r}: start.snapshot_id: {start.snapshot_id} is not a snapshot on the main "
+            f"branch of {group.source!r}; pick one from its snapshots table or use earliest/latest"
+        )
+    if isinstance(start, StartAtTimestamp):
+        cutoff = int(start.timestamp.timestamp() * 1000)
+        later = [s for s in chain if s.timestamp_ms >= cutoff]
+        return later[-1].parent_snapshot_id if later else head
+    raise SourceError(f"group {group.name!r}: start: unsupported value {start!r}")
+
+
+def initial_state(table: Table, group: GroupConfig) -> GroupState:
+    """State of a group that has never ticked."""
+    if table.format_version < 2:
+        raise SourceError(
+            f"group {group.name!r}: source {group.source!r} is an Iceberg format-version 1 table, whose "
+            "snapshots carry no sequence numbers to order streams by; upgrade it with "
+            "ALTER TABLE ... SET TBLPROPERTIES ('format-version'='2')"
+        )
+    position = resolve_start(table, group)
+    start = table.snapshot_by_id(position) if position is not None else None
+    return GroupState(
+        group=group.name,
+        source=group.source,
+        sink=group.sink,
+        start_position=position,
+        planned_through=position,
+        planned_through_sequence=start.sequence_number or 0 if start is not None else 0,
+    )
