@@ -55,3 +55,15 @@ class AlreadyCommitted(SinkError):
 
 class PoisonShard(SinkError):
     """A shard failed ``max_deliver`` times; it is in the dead-letter table and this run stops."""
+
+
+class ReplayConflict(IcegroupError):
+    """Another replay of the same window holds it; this one did not start."""
+
+
+class WindowMoved(SinkError):
+    """Output of the window being replayed was committed after the replay planned it; plan again."""
+
+
+class ReplayIncomplete(SourceError):
+    """Some of a window's committed source data is gone; the window is not replaced with partial data."""

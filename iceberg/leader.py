@@ -28,6 +28,7 @@ from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, check_filter
 from iceberg.heartbeats import forget, read_beats
 from iceberg.planning import plan_increment
+from iceberg.protocol.lineage import replay_fence_key
 from iceberg.protocol.liveness import RunState, holder_of
 from iceberg.protocol.phases import (
     Liveness,
@@ -40,6 +41,7 @@ from iceberg.protocol.phases import (
     reconcile,
 )
 from iceberg.protocol.poison import STOPPED, DeadLetter
+from iceberg.protocol.replay import expire_replays
 from iceberg.protocol.shards import Shard, snapshot_range
 from iceberg.protocol.state import GroupState, Lease
 from iceberg.rebuild import sync_with_sink
@@ -131,11 +133,12 @@ def tick(
     letters = {sid: d for sid, d in open_letters(catalog, group.name).items() if sid in reconciled.state.shards}
     beats = read_heartbeats(catalog, group, reconciled.state, now_ms)
     live = liveness(group, reconciled.state, observed, letters, beats, now_ms, sink_head, owner_run_id)
-    planned = plan(source, group, live.state)
+    replaying, replay_fences = expire_dead_replays(group, live.state, beats, now_ms)
+    planned = plan(source, group, replaying)
     stopped = [d for d in letters.values() if d.action == STOPPED]
     held = bool(stopped) or planned.state.paused_at_ms is not None
     granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
-    fence_and_commit(catalog, group, loaded, granted.state, live.fences)
+    fence_and_commit(catalog, group, loaded, granted.state, {**live.fences, **replay_fences})
 
     head = source.current_snapshot()
     return TickResult(
@@ -156,7 +159,7 @@ def tick(
 def read_heartbeats(catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int) -> dict[str, int]:
     """Each holder's last heartbeat; rows of holders long gone and holding nothing are pruned."""
     beats = read_beats(catalog, group.name)
-    holding = {holder_of(lease) for lease in state.leases.values()}
+    holding = {holder_of(lease) for lease in state.leases.values()} | {t.holder for t in state.replays.values()}
     gone = [
         h
         for h, b in beats.items()
@@ -187,6 +190,19 @@ def liveness(
         log.warning("group %s: lease %s parked: %s", group.name, lease.lease_id, decision.reason)
     failpoint("leader.after_liveness")
     return live
+
+
+def expire_dead_replays(
+    group: GroupConfig, state: GroupState, beats: dict[str, int], now_ms: int
+) -> tuple[GroupState, dict[str, int]]:
+    """Drop the tickets of replays whose holder stopped beating; returns the fences that keep them out."""
+    kept, dead = expire_replays(state, beats, now_ms, group.session_timeout_s)
+    for ticket in dead:
+        log.warning(
+            "group %s: replay of window %s (generation %d, %s) stopped beating; its window is granted again",
+            group.name, ticket.window, ticket.generation, ticket.holder,
+        )  # fmt: skip
+    return kept, {replay_fence_key(group.name, t.window): t.generation + 1 for t in dead}
 
 
 def plan(source: Table, group: GroupConfig, state: GroupState) -> Planned:

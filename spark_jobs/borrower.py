@@ -35,7 +35,7 @@ from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.lineage import SinkCommit, commit_properties
 from iceberg.protocol.liveness import BorrowerPhase
 from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
-from iceberg.protocol.shards import Shard, snapshot_range
+from iceberg.protocol.shards import Shard, snapshot_range, window_label
 from iceberg.protocol.state import Lease
 from iceberg.registry import load_state
 from iceberg.tables import load_source, oldest_snapshot_id, shard_columns
@@ -393,6 +393,7 @@ def _output(
 
     def build() -> DataFrame:
         read = read_shard(run.spark, run.source_table, shard, root, group.filter, columns)
-        return with_lineage(run.transform(read), group.name, lease.lease_id, shard.shard_id, lease.epoch)
+        window = window_label(shard.window_start_ms, group.replay_window)
+        return with_lineage(run.transform(read), group.name, lease.lease_id, shard.shard_id, lease.epoch, window)
 
     return build

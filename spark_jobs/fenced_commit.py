@@ -32,7 +32,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.errors import AlreadyCommitted, Fenced, SinkError, StaleLease
+from iceberg.errors import AlreadyCommitted, Fenced, SinkError, StaleLease, WindowMoved
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig
 from iceberg.protocol.lineage import (
@@ -40,18 +40,21 @@ from iceberg.protocol.lineage import (
     COL_GROUP,
     COL_LEASE,
     COL_SHARD,
+    COL_WINDOW,
     KEY_STAGE,
     LINEAGE_COLUMNS,
     epoch_key,
     fence_key,
+    replay_fence_key,
 )
-from iceberg.protocol.state import Lease
+from iceberg.protocol.state import Lease, ReplayTicket
 from iceberg.sink_history import SinkHistory, read_sink_history
 from iceberg.tables import load_optional
 
 log = logging.getLogger(__name__)
 
 FENCED = "icegroup.commit.FencedCommit$Fenced"
+WINDOW_MOVED = "icegroup.commit.WindowReplace$WindowMoved"
 ALREADY_COMMITTED = "icegroup.commit.FencedCommit$AlreadyCommitted"
 # The commit's other refusals: its own checks (staged output or sink history expired, a sink without
 # write-audit-publish) and a swap that kept losing. Each says what is wrong; none is the shard's fault.
@@ -108,8 +111,8 @@ def lease_history(catalog: Catalog, group: GroupConfig, lease: Lease) -> SinkHis
     return read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant)
 
 
-def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch: int) -> DataFrame:
-    """Add the lineage columns; a transform must not produce columns with these names."""
+def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch: int, window: str) -> DataFrame:
+    """Add the lineage columns and the replay window; a transform must not produce columns with these names."""
     clash = [c for c in df.columns if c in LINEAGE_COLUMNS]
     if clash:
         raise SinkError(f"transform: output has reserved lineage column(s) {clash}; rename them")
@@ -118,6 +121,7 @@ def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch:
         .withColumn(COL_LEASE, F.lit(lease_id))
         .withColumn(COL_SHARD, F.lit(shard_id))
         .withColumn(COL_EPOCH, F.lit(epoch).cast("int"))
+        .withColumn(COL_WINDOW, F.lit(window))
     )
 
 
@@ -137,10 +141,14 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
         if not spark.catalog.databaseExists(f"{catalog}.{namespace}"):
             raise
     try:
-        spark.sql(f"CREATE TABLE IF NOT EXISTS {catalog}.{sink} ({columns}) USING iceberg TBLPROPERTIES ({properties})")
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {catalog}.{sink} ({columns}) USING iceberg "
+            f"PARTITIONED BY ({COL_WINDOW}) TBLPROPERTIES ({properties})"
+        )
     except Exception:
         if not spark.catalog.tableExists(f"{catalog}.{sink}"):
             raise
+    ensure_window_partition(spark, f"{catalog}.{sink}")
     if spark.conf.get("spark.wap.id", None) != "icegroup":
         raise SinkError("spark.wap.id: must be 'icegroup' so that shard output is staged; use spark_jobs.session")
     needed = ("write.wap.enabled", "write.spark.accept-any-schema")
@@ -148,6 +156,34 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
     missing = ", ".join(f"'{key}'='true'" for key in needed if have.get(key) != "true")
     if missing:
         spark.sql(f"ALTER TABLE {catalog}.{sink} SET TBLPROPERTIES ({missing})")
+
+
+def window_partitioned(spark: SparkSession, table: str) -> bool:
+    """Whether the sink's current partition spec has the replay window as a field."""
+    jvm: Any = spark._jvm
+    spec = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table).spec()
+    return any(str(field.name()) == COL_WINDOW for field in spec.fields())
+
+
+def ensure_window_partition(spark: SparkSession, table: str) -> None:
+    """Partition the sink by the replay window, in addition to any partitioning it already has.
+
+    A sink created before the window column (or by the user, with partitioning of its own) gains
+    the column and the partition field by schema and partition-spec evolution; its existing files
+    keep their spec, and new output is written per window. Borrowers may do this at once: whoever
+    loses the race finds the field there.
+    """
+    if window_partitioned(spark, table):
+        return
+    columns = {f.name for f in spark.table(table).schema.fields}
+    try:
+        if COL_WINDOW not in columns:
+            spark.sql(f"ALTER TABLE {table} ADD COLUMN {COL_WINDOW} string")
+        spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD {COL_WINDOW}")
+    except Exception:
+        if not window_partitioned(spark, table):
+            raise
+    log.info("sink %s: now partitioned by %s as well", table, COL_WINDOW)
 
 
 def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataFrame, bool]:
@@ -233,3 +269,48 @@ def publish_shard(
     if conflicts:
         log.warning("shard %s: sink commit retried after %d conflicting commits", shard_id, conflicts)
     return Published(snapshot_id=int(snapshot_id), conflicts=int(conflicts), added_records=int(added))
+
+
+@dataclass(frozen=True)
+class Replaced:
+    """A replay's commit: the window's old rows out, the new rows in, in one snapshot."""
+
+    snapshot_id: int
+    conflicts: int
+    added_records: int
+    deleted_records: int
+
+
+def publish_replay(
+    spark: SparkSession, table: str, token: str, group: str, ticket: ReplayTicket, validate_from: int | None,
+    properties: dict[str, str],
+) -> Replaced:  # fmt: skip
+    """Replace the window's rows with the staged output in one fenced overwrite (``WindowReplace.java``).
+
+    ``Fenced`` if a later replay of the window, or a new epoch, began; ``WindowMoved`` if output of the
+    window was committed after ``validate_from`` (the sink head the replay planned at). Either way
+    the staged output is dropped and the window keeps its old rows.
+    """
+    jvm: Any = spark._jvm
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    props = jvm.java.util.HashMap()
+    for key, value in properties.items():
+        props.put(key, value)
+    base = None if validate_from is None else jvm.java.lang.Long(validate_from)
+    try:
+        snapshot_id, conflicts, added, deleted = jvm.icegroup.commit.WindowReplace.replace(
+            iceberg_table, token, group, epoch_key(group), ticket.epoch, replay_fence_key(group, ticket.window),
+            ticket.generation, COL_WINDOW, ticket.window, ticket.window_start_ms, base, props,
+        )  # fmt: skip
+    except Py4JJavaError as exc:
+        name = str(exc.java_exception.getClass().getName())
+        message = str(exc.java_exception.getMessage())
+        if name not in (FENCED, WINDOW_MOVED, *REFUSED):
+            raise
+        jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)
+        if name == FENCED:
+            raise Fenced(f"sink: the replay of window {ticket.window} in {table} was refused: {message}") from None
+        if name == WINDOW_MOVED:
+            raise WindowMoved(f"sink: window {ticket.window} of {table} moved: {message}") from None
+        raise SinkError(f"sink: the replay of window {ticket.window} in {table} failed: {message}") from None
+    return Replaced(int(snapshot_id), int(conflicts), int(added), int(deleted))

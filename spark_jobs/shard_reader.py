@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -49,6 +51,22 @@ def read_shard(
     df = df.drop(FILE_COLUMN)
     if columns is not None:
         df = df.select(*[F.col(f"`{now}`").alias(then) for now, then in columns])
+    return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
+
+
+def read_files(
+    spark: SparkSession, table: str, snapshot_id: int, files: Iterable[str], row_filter: str | None
+) -> DataFrame:
+    """Rows of the given data files as of ``snapshot_id``, restricted by the group's filter: what a replay reads.
+
+    A replay reads a shard by its files, not by its snapshot range, because the range's snapshots
+    may have expired while the files are still live in the table.
+    """
+    df = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id)).load(table).select("*", FILE_COLUMN)
+    df = df.where(F.col(FILE_COLUMN).isin(list(files)))
+    if row_filter:
+        df = df.where(row_filter)
+    df = df.drop(FILE_COLUMN)
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 

@@ -48,7 +48,8 @@ def assign_leases(
 ) -> list[Lease]:
     """New leases for the free borrower slots; existing leases are never touched.
 
-    A parked lease keeps its stream (so its order holds) but not a slot: it has no Borrower.
+    A parked lease keeps its stream (so its order holds) but not a slot: it has no Borrower. A stream
+    whose next shard is in a window being replayed waits, so the replay sees the window hold still.
     """
     slots = group.max_borrowers - sum(1 for lease in state.leases.values() if lease.phase is not LeasePhase.PARKED)
     if slots <= 0:
@@ -57,9 +58,12 @@ def assign_leases(
     for stream, run in stream_heads(state, group.lease_max_shards).items():
         by_window[run[0].window_start_ms][stream] = run
     leases: list[Lease] = []
+    replaying = {ticket.window_start_ms for ticket in state.replays.values()}
     for window in sorted(by_window):
         if slots <= 0:
             break
+        if window in replaying:
+            continue
         streams = by_window[window]
         bins: list[list[Shard]] = [[] for _ in range(min(slots, len(streams)))]
         loads = [0] * len(bins)

@@ -20,7 +20,10 @@ COL_GROUP = "_ig_group"
 COL_LEASE = "_ig_lease"
 COL_SHARD = "_ig_shard"
 COL_EPOCH = "_ig_epoch"
-LINEAGE_COLUMNS = (COL_GROUP, COL_LEASE, COL_SHARD, COL_EPOCH)
+# The replay window (its Dagster partition key); the sink is partitioned by it, so a replay replaces
+# whole partitions, however the sink's files were compacted.
+COL_WINDOW = "_ig_window"
+LINEAGE_COLUMNS = (COL_GROUP, COL_LEASE, COL_SHARD, COL_EPOCH, COL_WINDOW)
 
 KEY_GROUP = "icegroup.group"
 KEY_SOURCE = "icegroup.source"
@@ -36,11 +39,21 @@ KEY_CONFIG = "icegroup.config-hash"
 KEY_RUN = "icegroup.run"
 KEY_CONFIG_VERSION = "icegroup.config-version"
 KEY_LOW_WATERMARK = "icegroup.low-watermark"
+# A replay commit names its window (also read by the Java side), its generation and what it covers.
+# It carries no KEY_SHARDS: it consumes nothing new, so progress and the shard check never see it.
+KEY_REPLAY = "icegroup.replay"
+KEY_GENERATION = "icegroup.replay-generation"
+KEY_COVERS = "icegroup.replay-covers"
 
 
 def fence_key(group: str, lease_id: str) -> str:
     """Sink table property holding the lowest attempt of a lease that may still commit."""
     return f"icegroup.fence.{group}.{lease_id}"
+
+
+def replay_fence_key(group: str, window: str) -> str:
+    """Sink table property holding the lowest replay generation of a window that may still commit."""
+    return f"icegroup.replay.{group}.{window}"
 
 
 def epoch_key(group: str) -> str:
@@ -79,6 +92,100 @@ class SinkCommit:
     run_id: str | None = None
 
 
+@dataclass(frozen=True)
+class ReplayCommit:
+    """One sink snapshot that replaced a window's output, decoded from its summary."""
+
+    snapshot_id: int
+    timestamp_ms: int
+    group: str
+    window: str
+    generation: int
+    epoch: int
+    covers: tuple[ShardRange, ...]
+    added_records: int
+    deleted_records: int
+    run_id: str | None = None
+
+
+def shard_range_json(shard: ShardRange | Shard) -> dict[str, object]:
+    """A shard's range as commit summaries record it."""
+    if isinstance(shard, Shard):
+        shard = ShardRange(
+            shard_id=shard.shard_id,
+            stream=shard.stream,
+            from_snapshot=shard.from_snapshot,
+            to_snapshot=shard.to_snapshot,
+            snapshots=tuple(shard.snapshots),
+            to_sequence=shard.to_sequence,
+            rows=shard.rows,
+            window_start_ms=shard.window_start_ms,
+        )
+    return {
+        "id": shard.shard_id,
+        "stream": shard.stream,
+        "from": shard.from_snapshot,
+        "to": shard.to_snapshot,
+        "seq": shard.to_sequence,
+        "rows": shard.rows,
+        "window": shard.window_start_ms,
+        "snapshots": list(shard.snapshots),
+    }
+
+
+def parse_ranges(text: str) -> tuple[ShardRange, ...]:
+    """Shard ranges as ``shard_range_json`` wrote them."""
+    return tuple(
+        ShardRange(
+            shard_id=item["id"],
+            stream=item["stream"],
+            from_snapshot=item["from"],
+            to_snapshot=item["to"],
+            snapshots=tuple(item.get("snapshots", [])),
+            to_sequence=item.get("seq"),
+            rows=item.get("rows"),
+            window_start_ms=item.get("window"),
+        )
+        for item in json.loads(text)
+    )
+
+
+def replay_properties(
+    group: str, source: str, window: str, generation: int, epoch: int, covers: list[ShardRange], run_id: str | None
+) -> dict[str, str]:
+    """Summary properties of a replay commit: the window, its generation, and the shard ranges replayed."""
+    pinned = {KEY_RUN: run_id} if run_id is not None else {}
+    return {
+        **pinned,
+        KEY_GROUP: group,
+        KEY_SOURCE: source,
+        KEY_REPLAY: window,
+        KEY_GENERATION: str(generation),
+        KEY_EPOCH: str(epoch),
+        KEY_COVERS: json.dumps([shard_range_json(s) for s in covers], separators=(",", ":")),
+    }
+
+
+def parse_replay(
+    snapshot_id: int, timestamp_ms: int, properties: Mapping[str, str], added: int, deleted: int
+) -> ReplayCommit | None:
+    """Decode a replay commit's summary; None for any other snapshot."""
+    if KEY_REPLAY not in properties or KEY_GROUP not in properties:
+        return None
+    return ReplayCommit(
+        snapshot_id=snapshot_id,
+        timestamp_ms=timestamp_ms,
+        group=properties[KEY_GROUP],
+        window=properties[KEY_REPLAY],
+        generation=int(properties.get(KEY_GENERATION, "0")),
+        epoch=int(properties.get(KEY_EPOCH, "0")),
+        covers=parse_ranges(properties.get(KEY_COVERS, "[]")),
+        added_records=added,
+        deleted_records=deleted,
+        run_id=properties.get(KEY_RUN),
+    )
+
+
 def commit_properties(
     group: str,
     source: str,
@@ -95,18 +202,7 @@ def commit_properties(
     window, the group's start and config hash (everything a lost registry is rebuilt from, see
     ``protocol/rebuild.py``), and the run that committed it (for ``icegroup checkpoints``).
     """
-    shards = [
-        {
-            "id": shard.shard_id,
-            "stream": shard.stream,
-            "from": shard.from_snapshot,
-            "to": shard.to_snapshot,
-            "seq": shard.to_sequence,
-            "rows": shard.rows,
-            "window": shard.window_start_ms,
-            "snapshots": shard.snapshots,
-        }
-    ]
+    shards = [shard_range_json(shard)]
     pinned = {KEY_RUN: run_id} if run_id is not None else {}
     if origin is not None:
         pinned[KEY_START] = json.dumps(origin.start_position)
@@ -133,19 +229,7 @@ def parse_commit(
     """Decode a sink snapshot's summary; None for snapshots icegroup did not write."""
     if KEY_GROUP not in properties or KEY_SHARDS not in properties:
         return None
-    shards = tuple(
-        ShardRange(
-            shard_id=item["id"],
-            stream=item["stream"],
-            from_snapshot=item["from"],
-            to_snapshot=item["to"],
-            snapshots=tuple(item.get("snapshots", [])),
-            to_sequence=item.get("seq"),
-            rows=item.get("rows"),
-            window_start_ms=item.get("window"),
-        )
-        for item in json.loads(properties[KEY_SHARDS])
-    )
+    shards = parse_ranges(properties[KEY_SHARDS])
     origin = None
     if KEY_START in properties:
         mark = json.loads(properties[KEY_LOW_WATERMARK]) if KEY_LOW_WATERMARK in properties else [None, None]

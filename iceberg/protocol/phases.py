@@ -92,7 +92,8 @@ def check_config(state: GroupState, group: GroupConfig, now_ms: int, sink_head: 
             f"group {group.name!r}: filter/transform changed since the sink's output was made (config hash "
             f"{state.config_hash} -> {current}), and on_change is fail. Choose one: restore the previous filter "
             "and transform; give the changed group a new name (a new registry, consuming from its start); or set "
-            "on_change: continue (the change is recorded, earlier output stays as it was made)"
+            "on_change: continue (the change is recorded, earlier output stays as it was made, and `icegroup replay` "
+            "remakes the windows you choose with the new config)"
         )
     new.config_changes.append(
         ConfigChange(at_ms=now_ms, old_hash=state.config_hash, new_hash=current, sink_snapshot=sink_head)

@@ -78,6 +78,17 @@ class Lease(BaseModel):
     )
 
 
+class ReplayTicket(BaseModel):
+    """A replay of one window in flight: the Leader grants no shards of the window while it is held."""
+
+    window: str = Field(description="The window's partition key.")
+    window_start_ms: int = Field(description="Start of the window (UTC).")
+    generation: int = Field(description="Raised for each replay of the window; the sink's replay fence follows it.")
+    epoch: int = Field(description="Group epoch the replay began in; a reset fences it.")
+    holder: str = Field(description="Who replays it (a run id); it beats for the ticket like a Borrower for a lease.")
+    started_at_ms: int = Field(description="When the replay took the ticket.")
+
+
 class StreamState(BaseModel):
     """Progress of the group on one stream."""
 
@@ -110,6 +121,9 @@ class GroupState(BaseModel):
     )
     config_changes: list[ConfigChange] = Field(
         default_factory=list, description="Config changes accepted under on_change: continue, oldest first."
+    )
+    replays: dict[str, ReplayTicket] = Field(
+        default_factory=dict, description="Replays in flight, by window; their windows' shards wait."
     )
 
     @property

@@ -43,7 +43,12 @@ def test_sink_commits_racing_at_max_borrowers_are_retried_not_failed(
     for lease in result.launch:
         shard = result.state.shards[lease.shard_ids[0]]
         out = with_lineage(
-            read_shard(spark, source_table, shard, root, None), group.name, lease.lease_id, shard.shard_id, 0
+            read_shard(spark, source_table, shard, root, None),
+            group.name,
+            lease.lease_id,
+            shard.shard_id,
+            0,
+            "2026-01-01",
         )
         ensure_sink(spark, lakehouse.catalog_name, group.sink, out)
         staged.append((lease, shard, stage_shard(out, sink_table)))

@@ -12,7 +12,7 @@ from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
 from iceberg.protocol.lineage import COL_SHARD, commit_properties
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import Shard
+from iceberg.protocol.shards import Shard, window_label
 from iceberg.protocol.state import Lease
 from iceberg.verify import verify_group
 from spark_jobs.borrower import fetch_lease, run_lease
@@ -82,6 +82,7 @@ def test_second_commit_of_a_shard_is_refused_at_commit_time(
         lease.lease_id,
         shard.shard_id,
         lease.epoch,
+        window_label(shard.window_start_ms, group.replay_window),
     )
     props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
     token = stage_shard(rows, sink_table)

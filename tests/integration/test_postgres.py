@@ -91,7 +91,8 @@ def test_borrowers_creating_the_sink_at_once_all_go_on(
 ) -> None:
     """The first Borrowers of a group race to create the sink; the losers must not fail."""
     group = make_group()
-    frame = with_lineage(pg_spark.range(3).withColumnRenamed("id", "event_id"), group.name, "lease", "shard", 0)
+    events = pg_spark.range(3).withColumnRenamed("id", "event_id")
+    frame = with_lineage(events, group.name, "lease", "shard", 0, "2026-01-01")
     barrier = threading.Barrier(6)
 
     def create() -> None:

@@ -33,3 +33,8 @@ def _checked_amount(amount: float) -> float:
 def reject_large_amounts(df: DataFrame) -> DataFrame:
     """A Python UDF that raises ValueError inside the Spark task, as user code does."""
     return df.withColumn("amount", _checked_amount("amount"))
+
+
+def amount_in_cents(df: DataFrame) -> DataFrame:
+    """A changed transform: the amount in cents, so a replayed window's rows differ from the first output."""
+    return df.withColumn("amount", F.round(F.col("amount") * 100))

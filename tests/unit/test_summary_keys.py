@@ -9,7 +9,15 @@ from __future__ import annotations
 
 import re
 
-from iceberg.protocol.lineage import KEY_GROUP, KEY_SHARD_IDS, KEY_SHARDS, KEY_STAGE, KEY_TOKEN, commit_properties
+from iceberg.protocol.lineage import (
+    KEY_GROUP,
+    KEY_REPLAY,
+    KEY_SHARD_IDS,
+    KEY_SHARDS,
+    KEY_STAGE,
+    KEY_TOKEN,
+    commit_properties,
+)
 from tests.conftest import repo_root
 from tests.factories import shard
 
@@ -20,6 +28,7 @@ SHARED = {
     "SHARDS_KEY": KEY_SHARDS,
     "GROUP_KEY": KEY_GROUP,
     "TOKEN_KEY": KEY_TOKEN,
+    "REPLAY_KEY": KEY_REPLAY,
 }
 
 

@@ -49,8 +49,16 @@ public final class FencedCommit {
   public static final String SHARDS_KEY = "icegroup.shards";
   public static final String GROUP_KEY = "icegroup.group";
   public static final String TOKEN_KEY = "icegroup.token";
+  public static final String REPLAY_KEY = "icegroup.replay";
 
   private FencedCommit() {}
+
+  /** What a commit must satisfy on its exact base, and the staged snapshot it drops from the metadata. */
+  interface Check {
+    void check(TableMetadata base);
+
+    TableMetadata withoutStaged(TableMetadata metadata);
+  }
 
   /** A later attempt of the lease, or a new group epoch, was granted: this attempt may not commit. */
   public static final class Fenced extends ValidationException {
@@ -108,7 +116,7 @@ public final class FencedCommit {
     for (Snapshot s = head; s != null; s = parent(ops.current(), s)) {
       if (stageToken.equals(s.summary().get(TOKEN_KEY))) {
         String added = s.summary().getOrDefault("added-records", "0");
-        return new long[] {s.snapshotId(), ops.conflicts, Long.parseLong(added)};
+        return new long[] {s.snapshotId(), ops.conflicts(), Long.parseLong(added)};
       }
     }
     throw new IllegalStateException(
@@ -126,7 +134,7 @@ public final class FencedCommit {
     return true;
   }
 
-  private static Snapshot findStaged(Table table, String stageToken) {
+  static Snapshot findStaged(Table table, String stageToken) {
     List<Snapshot> snapshots = new ArrayList<>();
     table.snapshots().forEach(snapshots::add);
     Collections.reverse(snapshots);
@@ -190,7 +198,7 @@ public final class FencedCommit {
   }
 
   /** The checks, run against the exact base of each commit attempt. */
-  private static final class Guard {
+  private static final class Guard implements Check {
     private final String group;
     private final String fenceKey;
     private final int attempt;
@@ -219,7 +227,8 @@ public final class FencedCommit {
       this.staged = staged;
     }
 
-    void check(TableMetadata base) {
+    @Override
+    public void check(TableMetadata base) {
       int granted = Integer.parseInt(base.property(fenceKey, "0"));
       if (attempt < granted) {
         throw new Fenced(
@@ -255,7 +264,8 @@ public final class FencedCommit {
       }
     }
 
-    TableMetadata withoutStaged(TableMetadata metadata) {
+    @Override
+    public TableMetadata withoutStaged(TableMetadata metadata) {
       if (staged == null || metadata.snapshot(staged.snapshotId()) == null) {
         return metadata;
       }
@@ -266,14 +276,18 @@ public final class FencedCommit {
   }
 
   /** Delegates to the catalog's operations; checks the guard on the base of every swap. */
-  private static final class FencingOperations implements TableOperations {
+  static final class FencingOperations implements TableOperations {
     private final TableOperations delegate;
-    private final Guard guard;
+    private final Check guard;
     private long conflicts = 0;
 
-    FencingOperations(TableOperations delegate, Guard guard) {
+    FencingOperations(TableOperations delegate, Check guard) {
       this.delegate = delegate;
       this.guard = guard;
+    }
+
+    long conflicts() {
+      return conflicts;
     }
 
     @Override

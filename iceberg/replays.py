@@ -1,0 +1,254 @@
+"""Replays, the catalog half: the ticket in the registry, the fence on the sink, and the replay's plan.
+
+``begin_replay`` takes the window's next generation: it raises the sink's replay fence, then
+commits the ticket by the registry's compare-and-swap. While the ticket is held the Leader grants
+no shards of the window, and a second replay of it fails naming the first. ``plan_replay`` reads
+what the window's replay covers from the sink's history and finds every covered source file; a
+file that is gone makes the plan incomplete, and nothing is replaced. Spark does the rest
+(``spark_jobs/replay.py``).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import ManifestContent
+from pyiceberg.table import Table
+
+from iceberg.errors import RegistryConflict, ReplayIncomplete, UsageError
+from iceberg.fencing import raise_fences
+from iceberg.groups import GroupConfig
+from iceberg.heartbeats import read_beats
+from iceberg.planning import stream_key
+from iceberg.protocol.lineage import (
+    COL_SHARD,
+    COL_WINDOW,
+    ReplayCommit,
+    ShardRange,
+    SinkCommit,
+    parse_commit,
+    parse_replay,
+    replay_fence_key,
+)
+from iceberg.protocol.phases import check_config, check_drift
+from iceberg.protocol.replay import check_window, take_ticket, window_coverage
+from iceberg.protocol.shards import snapshot_range
+from iceberg.protocol.state import ReplayTicket
+from iceberg.registry import commit_state, load_state
+from iceberg.tables import load_optional, load_source, walk_back
+
+RETRIES = 10
+
+
+@dataclass(frozen=True)
+class ReplayShard:
+    """One covered shard, and where its rows are read from now."""
+
+    shard: ShardRange
+    read_snapshot: int
+    files: tuple[str, ...]
+    found_rows: int
+
+
+@dataclass
+class ReplayPlan:
+    """What replaying one window reads and replaces."""
+
+    group: str
+    window: str
+    window_start_ms: int
+    sink_head: int | None
+    shards: list[ReplayShard] = field(default_factory=list)
+    missing: list[str] = field(default_factory=list)
+    sink_rows: int = 0
+
+    @property
+    def rows(self) -> int:
+        """Source rows the replay reads, before the group's filter."""
+        return sum(s.found_rows for s in self.shards)
+
+    def check_complete(self) -> None:
+        """``ReplayIncomplete`` listing every gap; a window is never replaced with part of its data."""
+        if self.missing:
+            gaps = "; ".join(self.missing)
+            raise ReplayIncomplete(
+                f"group {self.group!r}: window {self.window} cannot be replayed exactly, so nothing was replaced: "
+                f"{gaps}. Restore the missing source files or sink history, or leave the window's output as it is"
+            )
+
+
+def sink_history(sink: Table, group: str) -> tuple[list[SinkCommit], list[ReplayCommit]]:
+    """Every consumption and replay commit of ``group`` still in the sink's history, newest first."""
+    commits: list[SinkCommit] = []
+    replays: list[ReplayCommit] = []
+    for snapshot in walk_back(sink, None):
+        props = snapshot.summary.additional_properties if snapshot.summary else {}
+        added, deleted = int(props.get("added-records", "0")), int(props.get("deleted-records", "0"))
+        commit = parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, props, added)
+        if commit is not None and commit.group == group:
+            commits.append(commit)
+        replay = parse_replay(snapshot.snapshot_id, snapshot.timestamp_ms, props, added, deleted)
+        if replay is not None and replay.group == group:
+            replays.append(replay)
+    return commits, replays
+
+
+def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int | None = None) -> ReplayPlan:
+    """What replaying ``window`` covers, where each covered shard's rows are, and what is missing.
+
+    Coverage comes from the sink's history. It is checked against the sink's rows: a shard whose
+    rows are in the window but whose commit is no longer in the history (expired sink snapshots)
+    would be deleted and not replayed, so it makes the plan incomplete. Each shard's files are read
+    at its last source snapshot while that exists, else from the source's current files; a shard
+    whose files hold fewer rows than it committed (expired and deleted, or compacted into files of
+    other snapshots) is missing.
+    """
+    start = check_window(group, window, now_ms)
+    sink = load_optional(catalog, group.sink)
+    head = sink.current_snapshot() if sink is not None else None
+    plan = ReplayPlan(group.name, window, start, sink_head=head.snapshot_id if head else None)
+    if sink is None or head is None:
+        return plan
+    commits, replays = sink_history(sink, group.name)
+    covered = window_coverage(start, window, commits, replays)
+    check_sink_rows(sink, plan, covered)
+    source = load_source(catalog, group.source)
+    current = source.current_snapshot()
+    live: dict[int, dict[tuple[int, str], list[tuple[str, int]]]] = {}
+    for shard in covered:
+        read_at = shard.to_snapshot if source.snapshot_by_id(shard.to_snapshot) is not None else None
+        read_at = read_at if read_at is not None else (current.snapshot_id if current else None)
+        if read_at is None:
+            plan.missing.append(f"shard {shard.shard_id}: the source has no snapshots left")
+            continue
+        if read_at not in live:
+            live[read_at] = live_files(source, read_at)
+        files = [
+            entry for snapshot_id in shard.snapshots for entry in live[read_at].get((snapshot_id, shard.stream), [])
+        ]
+        found = sum(rows for _, rows in files)
+        if not shard.snapshots or (shard.rows is not None and found != shard.rows):
+            plan.missing.append(
+                f"shard {shard.shard_id} (stream {shard.stream}, source snapshots "
+                f"{snapshot_range(shard.from_snapshot, shard.to_snapshot)}) committed {shard.rows} rows; "
+                f"the source's files hold {found} of them"
+            )
+            continue
+        plan.shards.append(ReplayShard(shard, read_at, tuple(path for path, _ in files), found))
+    return plan
+
+
+def check_sink_rows(sink: Table, plan: ReplayPlan, covered: list[ShardRange]) -> None:
+    """Every shard with rows in the window must be covered, and no covered row may lack the window column."""
+    if COL_WINDOW not in {f.name for f in sink.schema().fields}:
+        plan.missing.append(
+            f"the sink has no {COL_WINDOW} column yet (it was written by an older icegroup); run "
+            f"`icegroup migrate {plan.group}` first"
+        )
+        return
+    window_rows = sink.scan(row_filter=f"{COL_WINDOW} = '{plan.window}'", selected_fields=(COL_SHARD,)).to_arrow()
+    plan.sink_rows = window_rows.num_rows
+    ids = {shard.shard_id for shard in covered}
+    unknown = sorted(set(window_rows.column(COL_SHARD).to_pylist()) - ids)
+    if unknown:
+        plan.missing.append(
+            f"the sink holds rows of shards {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} in the "
+            "window whose commits are no longer in the sink's history (expired sink snapshots)"
+        )
+    legacy = sink.scan(row_filter=f"{COL_WINDOW} IS NULL", selected_fields=(COL_SHARD,)).to_arrow()
+    stranded = sum(1 for shard_id in legacy.column(COL_SHARD).to_pylist() if shard_id in ids)
+    if stranded:
+        plan.missing.append(
+            f"{stranded} sink rows of the window were written before the sink had the {COL_WINDOW} "
+            f"column; run `icegroup migrate {plan.group}` first, so that a replay can replace them"
+        )
+
+
+def live_files(table: Table, snapshot_id: int) -> dict[tuple[int, str], list[tuple[str, int]]]:
+    """The data files live in a snapshot, keyed by (the snapshot that added them, stream): path and rows.
+
+    A manifest entry keeps the id of the snapshot that added its file after that snapshot expired,
+    so this finds the files of expired snapshots too, as long as they are still in the table.
+    """
+    snapshot = table.snapshot_by_id(snapshot_id)
+    out: dict[tuple[int, str], list[tuple[str, int]]] = {}
+    if snapshot is None:
+        return out
+    specs, schema = table.specs(), table.schema()
+    for manifest in snapshot.manifests(table.io):
+        if manifest.content != ManifestContent.DATA:
+            continue
+        spec = specs[manifest.partition_spec_id]
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+            data_file = entry.data_file
+            stream = stream_key(spec.spec_id, spec.partition_to_path(data_file.partition, schema))
+            added_by = entry.snapshot_id if entry.snapshot_id is not None else snapshot_id
+            out.setdefault((added_by, stream), []).append((data_file.file_path, data_file.record_count))
+    return out
+
+
+def begin_replay(catalog: Catalog, group: GroupConfig, window: str, holder: str) -> ReplayTicket:
+    """Take the window's next replay generation: fence on the sink first, then the ticket in the registry.
+
+    The replay runs today's filter and transform. If they changed since the registry pinned them,
+    that is refused under ``on_change: fail`` and recorded under ``continue``, as a Leader tick does.
+    """
+    start = check_window(group, window)
+    for attempt in range(RETRIES):
+        loaded = load_state(catalog, group.name)
+        if loaded.state is None:
+            raise UsageError(
+                f"group {group.name!r} has no registry yet: it has consumed nothing, so there is nothing to replay"
+            )
+        check_drift(loaded.state, group)
+        sink = load_optional(catalog, group.sink)
+        head = sink.current_snapshot() if sink is not None else None
+        now_ms = int(time.time() * 1000)
+        state = check_config(loaded.state, group, now_ms, head.snapshot_id if head else None)
+        key = replay_fence_key(group.name, window)
+        fence = int(sink.properties.get(key, "0")) if sink is not None else 0
+        beats = {h: b.beat_ms for h, b in read_beats(catalog, group.name).items()}
+        ticket = take_ticket(state, window, start, holder, fence, beats, now_ms, group.session_timeout_s)
+        if sink is not None:
+            raise_fences(sink, {key: ticket.generation})
+        state = state.model_copy(deep=True)
+        state.replays[window] = ticket
+        try:
+            commit_state(loaded, state)
+        except RegistryConflict:
+            time.sleep(0.1 * (attempt + 1))
+            continue
+        return ticket
+    raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {RETRIES} tries to start a replay")
+
+
+def end_replay(catalog: Catalog, group: GroupConfig, ticket: ReplayTicket) -> None:
+    """Drop the ticket, so the Leader grants the window's shards again; a superseded ticket is left alone."""
+    for attempt in range(RETRIES):
+        loaded = load_state(catalog, group.name)
+        held = loaded.state.replays.get(ticket.window) if loaded.state else None
+        if loaded.state is None or held is None or held.generation != ticket.generation:
+            return
+        state = loaded.state.model_copy(deep=True)
+        del state.replays[ticket.window]
+        try:
+            commit_state(loaded, state)
+        except RegistryConflict:
+            time.sleep(0.1 * (attempt + 1))
+            continue
+        return
+    raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {RETRIES} tries to end a replay")
+
+
+@contextmanager
+def replay_ticket(catalog: Catalog, group: GroupConfig, window: str, holder: str) -> Iterator[ReplayTicket]:
+    """Hold the window's replay ticket while the block runs; it is given back however the block ends."""
+    ticket = begin_replay(catalog, group, window, holder)
+    try:
+        yield ticket
+    finally:
+        end_replay(catalog, group, ticket)

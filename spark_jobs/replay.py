@@ -1,0 +1,141 @@
+"""Replaying a window: its committed source data, through today's transform, replacing its output at once.
+
+A replay holds the window's ticket (``iceberg/replays.py``) and beats for it like a Borrower for its
+lease. It plans from the sink's history, reads each covered shard's files, stages the new output,
+and publishes it with ``WindowReplace``: the window's old files out and the new ones in, in one
+``overwrite`` snapshot. If output of the window was committed meanwhile (a lease granted before the
+ticket finished), the publish fails, and the replay plans again and includes it.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import reduce
+
+from pyspark.sql import DataFrame, SparkSession
+
+from iceberg.errors import WindowMoved
+from iceberg.groups import GroupConfig
+from iceberg.heartbeats import heartbeat
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.protocol.lineage import replay_properties
+from iceberg.protocol.replay import replay_lease_id
+from iceberg.protocol.state import ReplayTicket
+from iceberg.replays import ReplayPlan, plan_replay, replay_ticket
+from spark_jobs.fenced_commit import align_to_sink, ensure_window_partition, publish_replay, stage_shard, with_lineage
+from spark_jobs.session import activate
+from spark_jobs.shard_reader import read_files
+from spark_jobs.transforms import Transform, load_transform
+
+log = logging.getLogger(__name__)
+
+# A replay plans again when a lease granted before its ticket commits output of the window; the
+# Leader grants no new shards of the window meanwhile, so this settles within a few leases.
+MAX_PLANS = 10
+
+
+@dataclass
+class ReplayReport:
+    """What one replay of a window did, for run metadata and the CLI."""
+
+    window: str
+    generation: int
+    shards: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    rows_replaced: int = 0
+    sink_snapshot: int | None = None
+    plans: int = 0
+    elapsed_s: float = 0.0
+
+    def line(self) -> str:
+        """One line for a person."""
+        if self.sink_snapshot is None:
+            return f"window {self.window}: nothing committed in it yet; nothing replaced"
+        return (
+            f"window {self.window}: generation {self.generation}, {self.shards} shards, {self.rows_in} source rows "
+            f"-> {self.rows_out} rows replaced {self.rows_replaced} in sink snapshot {self.sink_snapshot} "
+            f"({self.elapsed_s:.1f}s)"
+        )
+
+
+def replay_window(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    window: str,
+    run_id: str | None = None,
+    progress: Callable[[str], None] = log.info,
+) -> ReplayReport:
+    """Replay ``window`` of ``group``: its committed source data, through today's transform, replacing its output."""
+    started = time.perf_counter()
+    activate(spark)
+    catalog = lakehouse.catalog()
+    holder = f"replay-{run_id or uuid.uuid4().hex}"
+    transform = load_transform(group.transform)
+    with (
+        replay_ticket(catalog, group, window, holder) as ticket,
+        heartbeat(catalog, group.name, holder, interval_s=group.session_timeout_s / 3),
+    ):
+        report = ReplayReport(window=window, generation=ticket.generation)
+        progress(f"window {window}: replay generation {ticket.generation} began")
+        for attempt in range(1, MAX_PLANS + 1):
+            plan = plan_replay(catalog, group, window)
+            plan.check_complete()
+            report.plans = attempt
+            if not plan.shards:
+                break
+            progress(f"window {window}: {len(plan.shards)} shards, {plan.rows} source rows to replay")
+            try:
+                publish(spark, lakehouse, group, ticket, plan, transform, report, run_id)
+                break
+            except WindowMoved as exc:
+                progress(f"window {window}: {exc}; planning again ({attempt}/{MAX_PLANS})")
+        else:
+            raise WindowMoved(f"window {window} kept moving under {MAX_PLANS} plans; replay it again")
+    report.elapsed_s = time.perf_counter() - started
+    progress(report.line())
+    return report
+
+
+def publish(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    ticket: ReplayTicket,
+    plan: ReplayPlan,
+    transform: Transform,
+    report: ReplayReport,
+    run_id: str | None,
+) -> None:
+    """Stage the window's new output and replace the old in one fenced commit."""
+    sink = f"{lakehouse.catalog_name}.{group.sink}"
+    source = f"{lakehouse.catalog_name}.{group.source}"
+    lease_id = replay_lease_id(group.name, ticket.window, ticket.generation)
+    frames: list[DataFrame] = [
+        with_lineage(
+            transform(read_files(spark, source, item.read_snapshot, item.files, group.filter)),
+            group.name,
+            lease_id,
+            item.shard.shard_id,
+            ticket.epoch,
+            ticket.window,
+        )
+        for item in plan.shards
+    ]
+    output = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    ensure_window_partition(spark, sink)
+    aligned, evolve = align_to_sink(spark, sink, output)
+    token = stage_shard(aligned, sink, evolve=evolve)
+    covers = [item.shard for item in plan.shards]
+    props = replay_properties(group.name, group.source, ticket.window, ticket.generation, ticket.epoch, covers, run_id)
+    replaced = publish_replay(spark, sink, token, group.name, ticket, plan.sink_head, props)
+    report.shards = len(plan.shards)
+    report.rows_in = plan.rows
+    report.rows_out = replaced.added_records
+    report.rows_replaced = replaced.deleted_records
+    report.sink_snapshot = replaced.snapshot_id

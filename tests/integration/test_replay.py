@@ -1,0 +1,236 @@
+"""Replaying a window on real Spark and Iceberg: its output is replaced in one commit, exactly.
+
+Source snapshots are committed now, so every test's data falls in today's window.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from datetime import UTC, datetime
+
+import pyarrow as pa
+import pytest
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from iceberg.errors import ConfigError, Fenced, ReplayConflict, ReplayIncomplete, UsageError, WindowMoved
+from iceberg.fencing import raise_fences
+from iceberg.groups import GroupConfig
+from iceberg.heartbeats import beat
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
+from iceberg.protocol.lineage import COL_LEASE, COL_WINDOW, KEY_REPLAY, replay_fence_key
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.shards import window_label
+from iceberg.registry import load_state
+from iceberg.replays import begin_replay, end_replay, plan_replay
+from iceberg.verify import verify_group
+from spark_jobs.borrower import run_lease
+from spark_jobs.replay import ReplayReport, publish, replay_window
+from spark_jobs.transforms import load_transform
+from tests.factories import append_batches, create_source
+from tests.integration.helpers import drive, quiet
+
+pytestmark = pytest.mark.spark
+
+
+def today(group: GroupConfig) -> str:
+    """The window every snapshot committed now falls in."""
+    return window_label(int(time.time() * 1000), group.replay_window)
+
+
+def sink_rows(catalog: Catalog, group: GroupConfig) -> pa.Table:
+    """The sink as a reader of main sees it."""
+    return catalog.load_table(group.sink).scan().to_arrow()
+
+
+def amounts(rows: pa.Table) -> dict[int, float]:
+    """Event id to amount."""
+    return dict(zip(rows.column("event_id").to_pylist(), rows.column("amount").to_pylist(), strict=True))
+
+
+def test_a_replay_with_a_changed_transform_replaces_the_window_in_one_commit(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(shard_caps={"max_files": 2})
+    append_batches(create_source(catalog, group.source), 6, 30)
+    drive(spark, lakehouse, group)
+    before = sink_rows(catalog, group)
+    snapshots_before = len(catalog.load_table(group.sink).snapshots())
+
+    changed = group.model_copy(update={"transform": "tests.integration.transforms:amount_in_cents"})
+    with pytest.raises(ConfigError, match="on_change"):
+        replay_window(spark, lakehouse, changed, today(group), progress=quiet)
+    changed = changed.model_copy(update={"on_change": "continue"})
+    report = replay_window(spark, lakehouse, changed, today(group), run_id="run-1", progress=quiet)
+
+    after = sink_rows(catalog, group)
+    assert Counter(after.column("event_id").to_pylist()) == Counter(range(1, 181)), "each event exactly once"
+    old, new = amounts(before), amounts(after)
+    assert all(new[i] == round(old[i] * 100) for i in old), "every row of the window is the new transform's"
+    assert set(after.column(COL_WINDOW).to_pylist()) == {today(group)}
+    assert report.rows_in == 180
+    assert (report.rows_out, report.rows_replaced) == (180, 180)
+    sink = catalog.load_table(group.sink)
+    assert len(sink.snapshots()) == snapshots_before + 1, "one commit replaced the window (staged one dropped)"
+    head = sink.current_snapshot()
+    assert head is not None
+    assert head.summary is not None
+    assert head.summary.operation.value == "overwrite"
+    assert head.summary.additional_properties[KEY_REPLAY] == today(group)
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert state.replays == {}, "the ticket is given back"
+    assert len(state.config_changes) == 1, "the config change is recorded"
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_replay_works_after_the_sink_was_compacted_and_consumption_goes_on(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(shard_caps={"max_files": 1})
+    append_batches(create_source(catalog, group.source), 5, 12)
+    drive(spark, lakehouse, group)
+    compact = "options => map('min-input-files','2')"
+    spark.sql(f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{group.sink}', {compact})")
+    sink = catalog.load_table(group.sink)
+    assert sink.current_snapshot() is not None
+    assert sink.current_snapshot().summary.operation.value == "replace"
+
+    replay_window(spark, lakehouse, group, today(group), progress=quiet)
+    append_batches(catalog.load_table(group.source), 2, 12)
+    drive(spark, lakehouse, group)
+
+    ids = Counter(sink_rows(catalog, group).column("event_id").to_pylist())
+    assert ids == Counter(range(1, 85))
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_second_replay_of_a_window_in_flight_fails_and_names_the_first(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 10)
+    drive(spark, lakehouse, group)
+    first = begin_replay(catalog, group, today(group), holder="replay-first")
+    beat(catalog, group.name, "replay-first")
+
+    with pytest.raises(ReplayConflict, match="being replayed by replay-first"):
+        replay_window(spark, lakehouse, group, today(group), progress=quiet)
+
+    end_replay(catalog, group, first)
+    report = replay_window(spark, lakehouse, group, today(group), progress=quiet)
+    assert report.generation == first.generation + 1
+
+
+def test_a_superseded_replay_cannot_commit(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 10)
+    drive(spark, lakehouse, group)
+    before = sink_rows(catalog, group)
+    zombie = begin_replay(catalog, group, today(group), holder="replay-zombie")
+    plan = plan_replay(catalog, group, today(group))
+    raise_fences(catalog.load_table(group.sink), {replay_fence_key(group.name, today(group)): zombie.generation + 1})
+
+    report = ReplayReport(window=today(group), generation=zombie.generation)
+    with pytest.raises(Fenced, match="superseded"):
+        publish(spark, lakehouse, group, zombie, plan, load_transform(group.transform), report, None)
+
+    assert sink_rows(catalog, group).sort_by("event_id").equals(before.sort_by("event_id"))
+
+
+def test_a_dead_replay_is_expired_by_the_leader_and_its_window_is_granted_again(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(session_timeout_s=5)
+    append_batches(create_source(catalog, group.source), 2, 10)
+    drive(spark, lakehouse, group)
+    dead = begin_replay(catalog, group, today(group), holder="replay-dead")
+    append_batches(catalog.load_table(group.source), 1, 10)
+
+    held = tick(catalog, group, lambda lease: RunState.MISSING)
+    assert held.launch == [], "no lease of a window being replayed"
+    later = int(time.time() * 1000) + 6_000
+    freed = tick(catalog, group, lambda lease: RunState.MISSING, now_ms=later)
+
+    assert freed.state.replays == {}
+    assert freed.launch, "the window's new shards are granted again"
+    fence = catalog.load_table(group.sink).properties[replay_fence_key(group.name, today(group))]
+    assert int(fence) == dead.generation + 1, "the dead replay is fenced out"
+
+
+def test_a_lease_that_commits_into_the_window_after_the_plan_makes_the_replay_plan_again(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 2, 10)
+    drive(spark, lakehouse, group)
+    append_batches(catalog.load_table(group.source), 1, 10)
+    granted = tick(catalog, group, lambda lease: RunState.MISSING)
+    (lease,) = granted.launch
+    ticket = begin_replay(catalog, group, today(group), holder="replay-live")
+    plan = plan_replay(catalog, group, today(group))
+    run_lease(spark, lakehouse, group, lease, [granted.state.shards[s] for s in lease.shard_ids], progress=quiet)
+
+    report = ReplayReport(window=today(group), generation=ticket.generation)
+    with pytest.raises(WindowMoved, match="after the replay planned it"):
+        publish(spark, lakehouse, group, ticket, plan, load_transform(group.transform), report, None)
+    replanned = plan_replay(catalog, group, today(group))
+    publish(spark, lakehouse, group, ticket, replanned, load_transform(group.transform), report, None)
+    end_replay(catalog, group, ticket)
+
+    rows = sink_rows(catalog, group)
+    assert Counter(rows.column("event_id").to_pylist()) == Counter(range(1, 31))
+    assert report.rows_replaced == 30
+    assert len(set(rows.column(COL_LEASE).to_pylist())) == 1, "every row is the replay's"
+
+
+def test_replay_reads_live_files_of_expired_snapshots_and_refuses_when_files_are_gone(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, 4, 10)
+    drive(spark, lakehouse, group)
+    source = catalog.load_table(group.source)
+    head = source.current_snapshot()
+    assert head is not None
+    source.maintenance.expire_snapshots().older_than(datetime.now(UTC)).commit()
+    assert len(catalog.load_table(group.source).snapshots()) == 1
+
+    report = replay_window(spark, lakehouse, group, today(group), progress=quiet)
+    assert report.rows_in == 40
+
+    compact = "options => map('min-input-files','2')"
+    spark.sql(f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{group.source}', {compact})")
+    spark.sql(
+        f"CALL {lakehouse.catalog_name}.system.expire_snapshots(table => '{group.source}', retain_last => 1, "
+        f"older_than => TIMESTAMP '{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S')}')"
+    )
+    before = sink_rows(catalog, group)
+    missing = r"stream 0:region=eu, .* committed 16 rows; the source's files hold 0 of them"
+    missing = r"stream 0:region=eu, .* committed 16 rows; the source's files hold 0 of them"
+    with pytest.raises(ReplayIncomplete, match=missing):
+        replay_window(spark, lakehouse, group, today(group), progress=quiet)
+    assert sink_rows(catalog, group).sort_by("event_id").equals(before.sort_by("event_id"))
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert state.replays == {}
+
+
+def test_windows_no_replay_can_serve_are_refused_by_name(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(window_start="2026-01-01")
+    append_batches(create_source(catalog, group.source), 1, 10)
+    drive(spark, lakehouse, group)
+
+    with pytest.raises(UsageError, match="'yesterday' is not a day window; write it like 2026-01-31"):
+        replay_window(spark, lakehouse, group, "yesterday", progress=quiet)
+    with pytest.raises(UsageError, match="before window_start"):
+        replay_window(spark, lakehouse, group, "2025-12-31", progress=quiet)
+    with pytest.raises(UsageError, match="has not begun yet"):
+        replay_window(spark, lakehouse, group, "2099-01-01", progress=quiet)
