@@ -212,7 +212,6 @@ def test_replay_reads_live_files_of_expired_snapshots_and_refuses_when_files_are
     )
     before = sink_rows(catalog, group)
     missing = r"stream 0:region=eu, .* committed 16 rows; the source's files hold 0 of them"
-    missing = r"stream 0:region=eu, .* committed 16 rows; the source's files hold 0 of them"
     with pytest.raises(ReplayIncomplete, match=missing):
         replay_window(spark, lakehouse, group, today(group), progress=quiet)
     assert sink_rows(catalog, group).sort_by("event_id").equals(before.sort_by("event_id"))
