@@ -1,5 +1,6 @@
-"""Assets: each group's source as an external spec, and its sink as the asset Borrowers materialize."""
+"""Assets: each group's source as an external spec, and its sink, partitioned by replay window."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -12,6 +13,7 @@ from iceberg.heartbeats import heartbeat
 from iceberg.protocol.liveness import holder_of
 from iceberg.protocol.shards import window_label
 from spark_jobs.borrower import LeaseReport, fetch_lease, run_lease
+from spark_jobs.replay import ReplayReport, replay_window
 
 
 def table_key(catalog_name: str, identifier: str) -> dg.AssetKey:
@@ -59,8 +61,40 @@ def lease_metadata(group: GroupConfig, report: LeaseReport, lag_rows: int, lag_s
     }
 
 
+def replay_metadata(reports: list[ReplayReport]) -> dict[str, Any]:
+    """What a replay's materialization of its windows records."""
+    return {
+        "replayed_windows": dg.MetadataValue.json([r.window for r in reports]),
+        "generations": dg.MetadataValue.json([r.generation for r in reports]),
+        "shards": dg.MetadataValue.int(sum(r.shards for r in reports)),
+        "rows_in": dg.MetadataValue.int(sum(r.rows_in for r in reports)),
+        "rows_out": dg.MetadataValue.int(sum(r.rows_out for r in reports)),
+        "rows_replaced": dg.MetadataValue.int(sum(r.rows_replaced for r in reports)),
+        "sink_snapshots": dg.MetadataValue.json([str(r.sink_snapshot) for r in reports if r.sink_snapshot]),
+    }
+
+
+def complete_events(group: GroupConfig, sink_key: dg.AssetKey, windows: list[int]) -> list[dg.AssetMaterialization]:
+    """A materialization of each window the Leader found complete: its partition reads finished from now on."""
+    return [
+        dg.AssetMaterialization(
+            asset_key=sink_key,
+            partition=window_label(start, group.replay_window),
+            description="The window is complete: every source commit in it is in the sink.",
+            metadata={"window": window_label(start, group.replay_window), "complete": True, "group": group.name},
+        )
+        for start in windows
+    ]
+
+
 def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
-    """The sink, materialized one lease at a time by the group's Borrower runs."""
+    """The sink: a partition per replay window, materialized when the window is complete or replayed.
+
+    A Borrower run (tagged with its lease) commits shards and records an observation of the
+    partition: the window may still be open, so it must not look finished. The Leader materializes
+    a partition once its window is complete (``iceberg/protocol/completion.py``). A run of the asset
+    without a lease tag, such as a backfill launched from the UI, replays its partitions.
+    """
 
     @dg.asset(
         key=table_key(catalog_name, group.sink),
@@ -69,18 +103,22 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
         kinds={"spark", "iceberg"},
         group_name=group.name,
         tags={"icegroup/group": group.name},
+        output_required=False,
         description=f"Rows of {group.source} through {group.transform}, exactly once, by group {group.name}.",
     )
-    def sink(context: dg.AssetExecutionContext, icegroup: IcegroupResource) -> dg.MaterializeResult[None]:
-        """Execute the lease named in the run's tags and commit its shards to the sink."""
+    def sink(context: dg.AssetExecutionContext, icegroup: IcegroupResource) -> Iterator[Any]:
+        """Execute the lease named in the run's tags, or replay the run's partitions when it names none."""
         tags = context.run.tags
-        if TAG_LEASE not in tags:
-            raise dg.Failure(
-                f"This run of {group.sink} carries no {TAG_LEASE} tag. Borrower runs are launched by the "
-                f"{group.name}_leader sensor or by `icegroup consume {group.name}`; replaying a window "
-                "from a UI backfill is not implemented yet (see README, 'Not done yet')."
-            )
         lakehouse = icegroup.lakehouse()
+        if TAG_LEASE not in tags:
+            reports = [
+                replay_window(
+                    icegroup.spark(), lakehouse, group, key, run_id=context.run.run_id, progress=context.log.info
+                )
+                for key in context.partition_keys
+            ]
+            yield dg.MaterializeResult(metadata=replay_metadata(reports))
+            return
         lease, shards = fetch_lease(lakehouse.catalog(), group.name, tags[TAG_LEASE], int(tags[TAG_ATTEMPT]))
         catalog = lakehouse.catalog()
         with heartbeat(catalog, group.name, holder_of(lease), interval_s=group.session_timeout_s / 3):
@@ -88,6 +126,12 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
                 icegroup.spark(), lakehouse, group, lease, shards, progress=context.log.info, run_id=context.run.run_id
             )
         view = describe_group(lakehouse.catalog(), group)
-        return dg.MaterializeResult(metadata=lease_metadata(group, report, view.lag_rows, view.lag_snapshots))
+        context.log_event(
+            dg.AssetObservation(
+                asset_key=context.asset_key,
+                partition=context.partition_key,
+                metadata=lease_metadata(group, report, view.lag_rows, view.lag_snapshots),
+            )
+        )
 
     return sink

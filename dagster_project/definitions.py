@@ -63,7 +63,7 @@ def build_definitions(
         if group.schedule:
             schedules.append(consume_schedule(group, consume, group.schedule))
         else:
-            sensors.append(leader_sensor(group, borrower))
+            sensors.append(leader_sensor(group, borrower, sink.key))
     return dg.Definitions(
         assets=[*specs.values(), *assets],
         jobs=jobs,

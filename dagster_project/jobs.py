@@ -8,7 +8,7 @@ import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from pydantic import Field
 
-from dagster_project.assets import lease_metadata, table_key
+from dagster_project.assets import complete_events, lease_metadata, table_key
 from dagster_project.resources import IcegroupResource
 from dagster_project.run_observer import observe_runs, terminate_runs
 from dagster_project.tags import TAG_GROUP
@@ -48,18 +48,22 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
 
     @dg.op(name=f"{group.name}_consume_op", tags={"kind": "spark"})
     def consume_op(context: dg.OpExecutionContext, config: ConsumeConfig, icegroup: IcegroupResource) -> None:
-        """Tick, execute the granted leases here, repeat until caught up; one materialization per lease."""
+        """Tick and run the granted leases here until caught up; observe leases, materialize complete windows."""
         lakehouse = icegroup.lakehouse()
 
         def record(lease: Lease, report: LeaseReport) -> None:
             view = describe_group(lakehouse.catalog(), group)
             context.log_event(
-                dg.AssetMaterialization(
+                dg.AssetObservation(
                     asset_key=sink_key,
                     partition=window_label(lease.window_start_ms, group.replay_window),
                     metadata=lease_metadata(group, report, view.lag_rows, view.lag_snapshots),
                 )
             )
+
+        def complete(windows: list[int]) -> None:
+            for event in complete_events(group, sink_key, windows):
+                context.log_event(event)
 
         summary = consume(
             icegroup.spark(),
@@ -68,6 +72,7 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
             owner_run_id=context.run_id,
             observe_others=observe_runs(context.instance, group.name),
             on_lease=record,
+            on_complete=complete,
             progress=context.log.info,
             max_wait_s=config.max_wait_s,
             until_caught_up=config.until_caught_up,

@@ -2,6 +2,7 @@
 
 import dagster as dg
 
+from dagster_project.assets import complete_events
 from dagster_project.jobs import UnresolvedAssetJobDefinition
 from dagster_project.resources import IcegroupResource
 from dagster_project.run_observer import observe_runs, terminate_runs
@@ -27,8 +28,11 @@ def run_request(group: GroupConfig, lease: Lease) -> dg.RunRequest:
     )
 
 
-def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition) -> dg.SensorDefinition:
-    """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, launch Borrowers."""
+def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition, sink_key: dg.AssetKey) -> dg.SensorDefinition:
+    """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, launch Borrowers.
+
+    It also materializes the sink's partition of each window that became complete.
+    """
 
     @dg.sensor(
         name=f"{group.name}_leader",
@@ -56,11 +60,16 @@ def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition) -> dg.S
             context.log.warning(f"{group.name}: shard {letter.shard_id} is parked: {letter.error}")
         if result.stopped:
             raise GroupStopped(result.stop_message())
+        events = complete_events(group, sink_key, result.complete)
+
+        def skip(reason: str) -> dg.SensorResult | dg.SkipReason:
+            return dg.SensorResult(asset_events=events, skip_reason=reason) if events else dg.SkipReason(reason)
+
         if not result.launch and result.paused:
-            return dg.SkipReason(f"{group.name}: {result.pause_message()}")
+            return skip(f"{group.name}: {result.pause_message()}")
         if not result.launch:
             state = "caught up" if result.caught_up else f"{len(result.state.leases)} leases in flight"
-            return dg.SkipReason(f"{group.name}: nothing to launch ({state})")
-        return dg.SensorResult(run_requests=[run_request(group, lease) for lease in result.launch])
+            return skip(f"{group.name}: nothing to launch ({state})")
+        return dg.SensorResult(run_requests=[run_request(group, lease) for lease in result.launch], asset_events=events)
 
     return leader

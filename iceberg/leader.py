@@ -28,6 +28,7 @@ from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, check_filter
 from iceberg.heartbeats import forget, read_beats
 from iceberg.planning import plan_increment
+from iceberg.protocol.completion import complete_windows, window_width_ms
 from iceberg.protocol.lineage import replay_fence_key
 from iceberg.protocol.liveness import RunState, holder_of
 from iceberg.protocol.phases import (
@@ -59,7 +60,9 @@ PRUNE_AFTER_TIMEOUTS = 10
 class TickResult:
     """What a tick decided; ``launch`` needs a Borrower now (new grants, re-grants, lost launches).
 
-    ``terminate`` holds the revoked attempts whose runs were still alive past their deadline.
+    ``complete`` holds the starts of the windows that became complete in this tick, each reported
+    once (the sink's Dagster partitions are materialized then). ``terminate`` holds the revoked
+    attempts whose runs were still alive past their deadline.
     """
 
     state: GroupState
@@ -73,6 +76,7 @@ class TickResult:
     source_head: int | None = None
     elapsed_ms: float = 0.0
     rebuilt: str | None = None
+    complete: list[int] = field(default_factory=list)
 
     @property
     def paused(self) -> bool:
@@ -138,11 +142,13 @@ def tick(
     stopped = [d for d in letters.values() if d.action == STOPPED]
     held = bool(stopped) or planned.state.paused_at_ms is not None
     granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
-    fence_and_commit(catalog, group, loaded, granted.state, {**live.fences, **replay_fences})
-
     head = source.current_snapshot()
+    state, done = complete(source, group, granted.state, head.snapshot_id if head else None, now_ms)
+    fence_and_commit(catalog, group, loaded, state, {**live.fences, **replay_fences})
+
     return TickResult(
-        state=granted.state,
+        state=state,
+        complete=done,
         launch=[*live.launch, *granted.grants],
         terminate=live.terminate,
         parked=[d for d in letters.values() if d.action != STOPPED],
@@ -203,6 +209,18 @@ def expire_dead_replays(
             group.name, ticket.window, ticket.generation, ticket.holder,
         )  # fmt: skip
     return kept, {replay_fence_key(group.name, t.window): t.generation + 1 for t in dead}
+
+
+def complete(
+    source: Table, group: GroupConfig, state: GroupState, head: int | None, now_ms: int
+) -> tuple[GroupState, list[int]]:
+    """Windows that nothing more can land in, and the state that remembers they were reported."""
+    cursor = source.snapshot_by_id(state.planned_through) if state.planned_through is not None else None
+    caught_up_at = now_ms if state.planned_through == head else None
+    done = complete_windows(state, group, cursor.timestamp_ms if cursor else None, caught_up_at)
+    if not done:
+        return state, []
+    return state.model_copy(update={"windows_complete_through_ms": done[-1] + window_width_ms(group)}), done
 
 
 def plan(source: Table, group: GroupConfig, state: GroupState) -> Planned:

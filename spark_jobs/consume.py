@@ -48,6 +48,7 @@ def consume(
     owner_run_id: str,
     observe_others: RunObserver,
     on_lease: LeaseCallback | None = None,
+    on_complete: Callable[[list[int]], None] | None = None,
     progress: Callable[[str], None] = print,
     max_wait_s: float = 600.0,
     poll_s: float = 1.0,
@@ -91,6 +92,8 @@ def consume(
                 continue
             summary.ticks += 1
             summary.last_tick = result
+            if result.complete and on_complete is not None:
+                on_complete(result.complete)
             if result.terminate and terminate is not None:
                 terminate(result.terminate)
             if result.stopped:

@@ -122,6 +122,9 @@ class GroupState(BaseModel):
     config_changes: list[ConfigChange] = Field(
         default_factory=list, description="Config changes accepted under on_change: continue, oldest first."
     )
+    windows_complete_through_ms: int | None = Field(
+        default=None, description="End of the last window reported complete; None before the first."
+    )
     replays: dict[str, ReplayTicket] = Field(
         default_factory=dict, description="Replays in flight, by window; their windows' shards wait."
     )

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -14,10 +16,12 @@ from dagster_project.definitions import build_definitions, defs
 from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
 from iceberg.admin import set_paused
 from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.shards import window_label
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
 from tests.factories import append_batches, create_source
+from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
@@ -59,6 +63,16 @@ def test_a_location_with_chained_groups_loads_as_one_graph(make_group: type[Grou
     assert not graph.get(source).is_materializable
 
 
+def skip_message(result: dg.SensorResult | dg.SkipReason | None) -> str:
+    """Why a Leader evaluation launched nothing; it fails the test if it launched something."""
+    if isinstance(result, dg.SensorResult):
+        assert not result.run_requests
+        assert result.skip_reason is not None
+        return str(result.skip_reason.skip_message)
+    assert isinstance(result, dg.SkipReason)
+    return str(result.skip_message)
+
+
 def test_the_leader_of_a_paused_group_skips_saying_so(
     instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
@@ -74,8 +88,7 @@ def test_the_leader_of_a_paused_group_skips_saying_so(
 
     paused = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
 
-    assert isinstance(paused, dg.SkipReason)
-    assert f"group '{group.name}' is paused; `icegroup resume {group.name}` continues it" in str(paused.skip_message)
+    assert f"group '{group.name}' is paused; `icegroup resume {group.name}` continues it" in skip_message(paused)
 
 
 def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[GroupConfig]) -> None:
@@ -117,15 +130,15 @@ def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
     for request in requests:
         result = job.execute_in_process(instance=instance, partition_key=request.partition_key, tags=request.tags)
         assert result.success
-        (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
-        meta = materialization.metadata
+        assert result.asset_materializations_for_node(result.job_def.nodes[0].name) == [], "the window is open"
+        (observation,) = result.asset_observations_for_node(result.job_def.nodes[0].name)
+        meta = observation.metadata
         assert meta["lease"].value == request.tags[TAG_LEASE]
         assert meta["rows_in"].value == meta["rows_out"].value > 0
         assert {"source_from_snapshot", "source_to_snapshot", "lag_rows", "lag_snapshots"} <= set(meta)
 
     second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
-    assert isinstance(second, dg.SkipReason)
-    assert "caught up" in str(second.skip_message)
+    assert "caught up" in skip_message(second)
     assert verify_group(catalog, group, key="event_id").ok
 
 
@@ -150,7 +163,7 @@ def test_failed_borrower_run_is_regranted_as_the_next_attempt(
     assert retry.run_key != request.run_key
 
 
-def test_a_run_without_a_lease_fails_with_an_explanation(
+def test_a_backfill_run_of_a_group_that_consumed_nothing_fails_saying_so(
     instance: dg.DagsterInstance, make_group: type[GroupConfig]
 ) -> None:
     group = make_group()
@@ -161,4 +174,46 @@ def test_a_run_without_a_lease_fails_with_an_explanation(
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.error
     assert failure is not None
-    assert "carries no icegroup/lease tag" in failure.message
+    assert "has consumed nothing, so there is nothing to replay" in failure.to_string()
+
+
+def test_a_backfill_run_replays_its_partition_and_materializes_it(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    make_group: type[GroupConfig],
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 3, 20)
+    drive(spark, lakehouse, group)
+    window = window_label(int(time.time() * 1000), group.replay_window)
+    built = build_definitions({group.name: group}, "lake")
+
+    result = built.resolve_job_def(f"{group.name}_borrower").execute_in_process(instance=instance, partition_key=window)
+
+    (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
+    assert materialization.partition == window
+    meta = materialization.metadata
+    assert meta["replayed_windows"].value == [window]
+    assert meta["rows_in"].value == meta["rows_replaced"].value == meta["rows_out"].value == 60
+    rows = catalog.load_table(group.sink).scan(selected_fields=("event_id",)).to_arrow()
+    assert sorted(rows.column("event_id").to_pylist()) == list(range(1, 61))
+
+
+def test_the_leader_materializes_each_complete_window_once_and_never_the_open_one(
+    instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    today = datetime.now(UTC).date()
+    group = make_group(window_start=(today - timedelta(days=3)).isoformat())
+    append_batches(create_source(catalog, group.source), 1, 10)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+
+    first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+    second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+
+    assert isinstance(first, dg.SensorResult)
+    partitions = [event.partition for event in first.asset_events]
+    assert partitions == [(today - timedelta(days=n)).isoformat() for n in (3, 2, 1)], "empty windows complete too"
+    assert not isinstance(second, dg.SensorResult) or not second.asset_events, "each window once"
