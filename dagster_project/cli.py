@@ -1,4 +1,4 @@
-"""The ``icegroup`` command: list, describe, consume, pause and resume groups; dead letters; rebuild.
+"""The ``icegroup`` command: list, describe, consume, pause and resume groups; dead letters; rebuild; replay; reset.
 
 Every command shares one error handler: any ``IcegroupError`` is printed as
 ``icegroup: error: <message and remedy>`` and the command exits 2.
@@ -7,19 +7,15 @@ Every command shares one error handler: any ``IcegroupError`` is printed as
 from __future__ import annotations
 
 import argparse
-import fcntl
 import json
-import os
 import sys
-import traceback
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-import dagster as dg
-
+from dagster_project.cli_rewind import add_replay, add_reset
+from dagster_project.cli_support import dagster_home, execute, open_instance, parse_time, pick, table
 from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path, load_checked_groups
 from iceberg.admin import set_paused
 from iceberg.checkpoints import list_checkpoints
@@ -113,14 +109,9 @@ def parser() -> argparse.ArgumentParser:
     rebuild.add_argument("--execute", action="store_true", help="commit the rebuilt registry in a new epoch")
     rebuild.add_argument("--json", action="store_true", help="print JSON")
     rebuild.set_defaults(run=cmd_rebuild)
+    add_replay(sub)
+    add_reset(sub)
     return top
-
-
-def pick(groups: dict[str, GroupConfig], name: str, source: Path) -> GroupConfig:
-    """The named group, or an error listing the defined ones."""
-    if name not in groups:
-        raise UsageError(f"group {name!r} is not defined in {source}; defined: {sorted(groups) or 'none'}")
-    return groups[name]
 
 
 def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
@@ -163,17 +154,6 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     return 0
 
 
-def parse_time(text: str, option: str) -> int:
-    """An ISO-8601 time (UTC if it names no zone) as epoch milliseconds, or an error naming the option."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{option}: {text!r} is not an ISO-8601 time; write it like 2026-11-23T14:05:00Z") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
-
-
 def render(view: GroupView) -> str:
     """``describe`` as text: a header, then one line per stream."""
     at = datetime.fromtimestamp(view.as_of_ms / 1000, tz=UTC).isoformat(timespec="seconds")
@@ -201,38 +181,6 @@ def render(view: GroupView) -> str:
     return f"{head}\n{table(rows, columns)}" + (f"\nleases in flight:{holds}" if holds else "")
 
 
-def table(rows: list[dict[str, object]], columns: list[str]) -> str:
-    """Left-aligned columns, upper-case headers."""
-    cells = [[c.upper() for c in columns]] + [[str(row.get(c, "")) for c in columns] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in cells)
-
-
-def dagster_home() -> Path:
-    """``$DAGSTER_HOME``, else ``.dagster`` under ``$ICEGROUP_HOME``: the instance ``make ui`` shows."""
-    home = Path(os.environ.get("DAGSTER_HOME") or Path(os.environ.get(ENV_HOME, ".")) / ".dagster").resolve()
-    home.mkdir(parents=True, exist_ok=True)
-    return home
-
-
-@contextmanager
-def open_instance(home: Path) -> Iterator[dg.DagsterInstance]:
-    """The Dagster instance in ``home``; opening it is serialized across processes by a file lock.
-
-    Opening a SQLite-backed instance creates and migrates its databases the first time. Consumers
-    started at the same moment on a fresh home would race through that (tables that already exist,
-    two alembic heads), so the opening, and only the opening, takes turns.
-    """
-    with (home / ".icegroup-instance.lock").open("w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        try:
-            instance = dg.DagsterInstance.from_config(str(home))
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
-    with instance:
-        yield instance
-
-
 def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance."""
     group = pick(groups, args.group, args.groups)
@@ -247,21 +195,9 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         },
     }
     with open_instance(home) as instance:
-        try:
-            result = job.execute_in_process(run_config=run_config, instance=instance)
-        except Exception as exc:
-            # Dagster raises the op's own error, or wraps it in a step error: unwrap that.
-            wrapped = isinstance(exc, dg.DagsterExecutionStepExecutionError) and exc.__cause__ is not None
-            failed = exc.__cause__ if wrapped and exc.__cause__ is not None else exc
-            if isinstance(failed, IcegroupError):
-                raise failed from None
-            traceback.print_exception(failed, file=sys.stderr)
-            print(
-                f"icegroup: run failed: {type(failed).__name__}: {failed} (the run is in the instance at {home}; "
-                "`make ui` shows its logs)",
-                file=sys.stderr,
-            )
-            return EXIT_RUN_FAILED
+        result = execute(job, instance, home, run_config=run_config)
+    if result is None:
+        return EXIT_RUN_FAILED
     print(f"run {result.run_id}: {'success' if result.success else 'failure'} (instance {home})")
     print(render(describe_group(lakehouse.catalog(), group)))
     return EXIT_OK if result.success else EXIT_RUN_FAILED

@@ -46,7 +46,12 @@ def observe_runs(instance: dg.DagsterInstance, group: str) -> RunObserver:
     return observe
 
 
-def terminate_runs(instance: dg.DagsterInstance, group: str, leases: list[Lease]) -> list[str]:
+def terminate_runs(
+    instance: dg.DagsterInstance,
+    group: str,
+    leases: list[Lease],
+    reason: str = "its Borrower went silent or ran past its deadline; lease re-granted",
+) -> list[str]:
     """Terminate the runs of revoked attempts that still look alive; returns their ids.
 
     They are past their deadline, or their heartbeat stopped (a process killed with ``kill -9``
@@ -68,8 +73,6 @@ def terminate_runs(instance: dg.DagsterInstance, group: str, leases: list[Lease]
             run = instance.get_run_by_id(run_id)
             if run is not None and not run.is_finished:
                 if not instance.run_coordinator.cancel_run(run_id):
-                    instance.report_run_canceled(
-                        run, message="icegroup: its Borrower went silent or ran past its deadline; lease re-granted"
-                    )
+                    instance.report_run_canceled(run, message=f"icegroup: {reason}")
                 stopped.append(run_id)
     return stopped

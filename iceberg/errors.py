@@ -67,3 +67,7 @@ class WindowMoved(SinkError):
 
 class ReplayIncomplete(SourceError):
     """Some of a window's committed source data is gone; the window is not replaced with partial data."""
+
+
+class ResetInterrupted(IcegroupError):
+    """A reset raised the sink's epoch but did not commit the registry; running it again completes it."""

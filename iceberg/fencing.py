@@ -48,17 +48,23 @@ class AssertFencesBelow(ValidatableTableRequirement):
                 raise CommitFailedException(f"Requirement failed: {key} is already {current} (wanted {value})")
 
 
-def raise_fences(table: Table, fences: dict[str, int], retries: int = 20) -> dict[str, int]:
-    """Raise each property in ``fences`` to at least its value; returns the ones this call raised."""
+def raise_fences(
+    table: Table, fences: dict[str, int], retries: int = 20, also: dict[str, str] | None = None
+) -> dict[str, int]:
+    """Raise each property in ``fences`` to at least its value; returns the ones this call raised.
+
+    ``also`` are properties set in the same update (a reset's marker), whether or not a fence moves.
+    """
     for attempt in range(retries + 1):
         table.refresh()
         current = table.metadata.properties
         wanted = {key: value for key, value in fences.items() if int(current.get(key, "0")) < value}
-        if not wanted:
+        extra = {key: value for key, value in (also or {}).items() if current.get(key) != value}
+        if not wanted and not extra:
             return {}
         tx = table.transaction()
         tx._apply(
-            (SetPropertiesUpdate(updates={key: str(value) for key, value in wanted.items()}),),
+            (SetPropertiesUpdate(updates={**{key: str(value) for key, value in wanted.items()}, **extra}),),
             (AssertFencesBelow(fences=wanted),),  # type: ignore[arg-type]  # checked by the catalog's CAS
         )
         try:

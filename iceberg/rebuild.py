@@ -22,6 +22,7 @@ from iceberg.protocol.phases import check_drift
 from iceberg.protocol.rebuild import rebuild_state, registry_behind
 from iceberg.protocol.state import GroupState
 from iceberg.registry import Loaded, commit_state, load_state
+from iceberg.reset import check_interrupted
 from iceberg.sink_history import SinkHistory, read_sink_history
 from iceberg.start import initial_state
 from iceberg.tables import load_optional, load_source
@@ -46,10 +47,13 @@ def sync_with_sink(catalog: Catalog, group: GroupConfig, source: Table, loaded: 
     """Check the registry against the sink's commits since its cursor; rebuild it if it is missing or behind.
 
     A tick rebuilds with ``fence``: the sink's epoch fence goes up first (see ``rebuild``). Without
-    it the rebuilt state is only shown (``describe``), and nothing is written.
+    it the rebuilt state is only shown (``describe``), and nothing is written. A sink whose epoch a
+    reset raised without committing the registry is not rebuilt from: ``ResetInterrupted`` names the
+    command that completes the reset.
     """
     stored = loaded.state
     history = read_sink_history(catalog, group.sink, group.name, stored.sink_cursor if stored else None)
+    check_interrupted(history.reset_marker, group, stored.epoch if stored else 0)
     reason = disagreement(stored, history)
     if reason is None:
         return Synced(state=stored or initial_state(source, group), history=history)

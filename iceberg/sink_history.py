@@ -12,17 +12,18 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.errors import SinkError
-from iceberg.protocol.lineage import SinkCommit, epoch_key, parse_commit
+from iceberg.protocol.lineage import SinkCommit, epoch_key, parse_commit, reset_key
 from iceberg.tables import load_optional, walk_back
 
 
 @dataclass(frozen=True)
 class SinkHistory:
-    """Commits of one group found in the sink after a cursor, oldest first, and the group's epoch fence."""
+    """Commits of one group found in the sink after a cursor, oldest first, the group's epoch fence and reset marker."""
 
     head: int | None
     commits: list[SinkCommit]
     epoch: int = 0
+    reset_marker: str = ""
 
     def shard_ids(self) -> set[str]:
         """Every shard committed in these commits."""
@@ -72,4 +73,5 @@ def read_sink_history(catalog: Catalog, sink: str, group: str, since: int | None
         head=head.snapshot_id if head else None,
         commits=group_commits(table, group, since),
         epoch=int(table.properties.get(epoch_key(group), "0")),
+        reset_marker=table.properties.get(reset_key(group), ""),
     )

@@ -56,6 +56,11 @@ def replay_fence_key(group: str, window: str) -> str:
     return f"icegroup.replay.{group}.{window}"
 
 
+def reset_key(group: str) -> str:
+    """Sink table property a reset sets with its epoch fence and clears once the registry holds it."""
+    return f"icegroup.reset.{group}"
+
+
 def epoch_key(group: str) -> str:
     """Sink table property holding the group epoch that commits must carry."""
     return f"icegroup.epoch.{group}"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
@@ -118,3 +119,43 @@ def test_bad_group_file_names_the_field(env: Path, tmp_path: Path, capsys: pytes
     path.write_text("groups:\n  - {name: g, source: a.b, sink: a.c, max_borrowers: 0}\n")
     assert main(["--groups", str(path), "list"]) == 2
     assert "group 'g': max_borrowers" in capsys.readouterr().err
+
+
+def test_replay_dry_run_shows_the_plan_and_replay_replaces_the_window_through_the_instance(
+    spark: SparkSession,
+    env: Path,
+    groups_file: Path,
+    catalog: Catalog,
+    make_group: type[GroupConfig],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 3, 12)
+    assert main(["--groups", str(groups_file), "consume", group.name, "--until-caught-up"]) == 0
+    window = datetime.now(UTC).strftime("%Y-%m-%d")
+    capsys.readouterr()
+
+    assert main(["--groups", str(groups_file), "replay", group.name, "--window", window, "--dry-run", "--json"]) == 0
+    (plan,) = json.loads(capsys.readouterr().out)
+    assert plan["window"] == window
+    assert (plan["source_rows"], plan["sink_rows_now"], plan["complete"]) == (36, 36, True)
+
+    assert main(["--groups", str(groups_file), "replay", group.name, "--window", window, "--json"]) == 0
+    (done,) = json.loads(capsys.readouterr().out)
+    assert (done["rows_in"], done["rows_out"], done["rows_replaced"]) == (36, 36, 36)
+    with dg.DagsterInstance.from_config(str(env)) as instance:
+        run = instance.get_run_by_id(done["run_id"])
+        assert run is not None
+        assert run.tags.get("dagster/partition") == window
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_replay_names_the_windows_it_needs(
+    env: Path, groups_file: Path, make_group: type[GroupConfig], capsys: pytest.CaptureFixture[str]
+) -> None:
+    group = make_group()
+
+    assert main(["--groups", str(groups_file), "replay", group.name]) == 2
+    assert "name the windows: --window 2026-01-31 (repeatable), or --from T --to T" in capsys.readouterr().err
+    assert main(["--groups", str(groups_file), "replay", group.name, "--window", "31/01/2026"]) == 2
+    assert "'31/01/2026' is not a day window; write it like 2026-01-31" in capsys.readouterr().err

@@ -5,6 +5,7 @@ Source snapshots are committed now, so every test's data falls in today's window
 
 from __future__ import annotations
 
+import threading
 import time
 from collections import Counter
 from datetime import UTC, datetime
@@ -22,6 +23,7 @@ from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
 from iceberg.protocol.lineage import COL_LEASE, COL_WINDOW, KEY_REPLAY, replay_fence_key
 from iceberg.protocol.liveness import RunState
+from iceberg.protocol.replay import replay_lease_id
 from iceberg.protocol.shards import window_label
 from iceberg.registry import load_state
 from iceberg.replays import begin_replay, end_replay, plan_replay
@@ -233,3 +235,35 @@ def test_windows_no_replay_can_serve_are_refused_by_name(
         replay_window(spark, lakehouse, group, "2025-12-31", progress=quiet)
     with pytest.raises(UsageError, match="has not begun yet"):
         replay_window(spark, lakehouse, group, "2099-01-01", progress=quiet)
+
+
+def test_a_reader_scanning_during_replays_sees_the_old_or_the_new_window_never_both_or_neither(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(shard_caps={"max_files": 1})
+    append_batches(create_source(catalog, group.source), 4, 15)
+    drive(spark, lakehouse, group)
+    seen: list[tuple[int, frozenset[str]]] = []
+    stop = threading.Event()
+
+    def read_in_a_loop() -> None:
+        reader = lakehouse.catalog()
+        while not stop.is_set():
+            rows = reader.load_table(group.sink).scan(selected_fields=("event_id", COL_LEASE)).to_arrow()
+            seen.append((rows.num_rows, frozenset(rows.column(COL_LEASE).to_pylist())))
+
+    reader = threading.Thread(target=read_in_a_loop)
+    reader.start()
+    try:
+        replays = [replay_window(spark, lakehouse, group, today(group), progress=quiet) for _ in range(3)]
+    finally:
+        stop.set()
+        reader.join()
+
+    versions = [frozenset({replay_lease_id(group.name, today(group), r.generation)}) for r in replays]
+    assert len(seen) > 10, "the reader scanned throughout"
+    assert {count for count, _ in seen} == {60}, "never both versions, never neither"
+    first = seen[0][1]
+    assert len(first) > 1, "the first version is the leases' output"
+    assert {leases for _, leases in seen} <= {first, *versions}, "each scan is one version of the window"
+    assert versions[-1] in {leases for _, leases in seen[-3:]}

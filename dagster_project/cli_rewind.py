@@ -1,0 +1,187 @@
+"""``icegroup replay`` and ``icegroup reset``: go back over a group's history.
+
+A replay from the command line is the same Dagster run a backfill launched from the UI is: the
+sink asset's partition, run in the instance without a lease tag, so the UI shows it with the rest.
+A reset moves the group's positions, after ``kafka-consumer-groups --reset-offsets``: a dry run by
+default, ``--execute`` to apply it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+from dagster_project.cli_support import dagster_home, execute, open_instance, parse_time, pick, table
+from dagster_project.definitions import build_definitions
+from dagster_project.run_observer import terminate_runs
+from iceberg.errors import UsageError
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.protocol.replay import check_window, windows_between
+from iceberg.protocol.reset import ResetTarget
+from iceberg.registry import load_state
+from iceberg.replays import ReplayPlan, plan_replay
+from iceberg.reset import ResetPlan, execute_reset, plan_reset
+
+EXIT_OK = 0
+EXIT_RUN_FAILED = 1
+
+
+def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``replay`` command's arguments."""
+    replay = sub.add_parser(
+        "replay", help="remake windows of the sink from the source with today's transform, replacing their rows"
+    )
+    replay.add_argument("group")
+    replay.add_argument("--window", action="append", help="a window's partition key, such as 2026-01-31 (repeatable)")
+    replay.add_argument("--from", dest="start", help="replay every window from this time (ISO-8601; UTC if no zone)")
+    replay.add_argument("--to", dest="end", help="... up to this time (exclusive)")
+    replay.add_argument("--dry-run", action="store_true", help="show what each window's replay reads and replaces")
+    replay.add_argument("--json", action="store_true", help="print JSON")
+    replay.set_defaults(run=cmd_replay)
+
+
+def windows_of(args: argparse.Namespace, group: GroupConfig) -> list[str]:
+    """The windows the arguments name, each checked; an error names the options to use."""
+    if args.window and (args.start or args.end):
+        raise UsageError("replay: give --window, or --from and --to, not both")
+    if args.window:
+        windows = list(dict.fromkeys(args.window))
+    elif args.start and args.end:
+        windows = windows_between(group, parse_time(args.start, "--from"), parse_time(args.end, "--to"))
+    else:
+        raise UsageError("replay: name the windows: --window 2026-01-31 (repeatable), or --from T --to T")
+    for window in windows:
+        check_window(group, window)
+    return windows
+
+
+def plan_row(plan: ReplayPlan) -> dict[str, object]:
+    """One window's dry run as a row."""
+    return {
+        "window": plan.window,
+        "shards": len(plan.shards),
+        "source_rows": plan.rows,
+        "sink_rows_now": plan.sink_rows,
+        "complete": not plan.missing,
+        "missing": "; ".join(plan.missing) or "-",
+    }
+
+
+def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup replay GROUP``: a dry run shows each window's plan; otherwise one run per window."""
+    group = pick(groups, args.group, args.groups)
+    windows = windows_of(args, group)
+    if args.dry_run:
+        rows = [plan_row(plan_replay(lakehouse.catalog(), group, window)) for window in windows]
+        if args.json:
+            print(json.dumps(rows, indent=2))
+        else:
+            print(table(rows, ["window", "shards", "source_rows", "sink_rows_now", "complete", "missing"]))
+            print(f"dry run: nothing replaced; run without --dry-run to replay {len(windows)} windows")
+        return EXIT_OK
+    home = dagster_home()
+    job = build_definitions(groups, lakehouse.catalog_name, args.lakehouse).resolve_job_def(f"{group.name}_borrower")
+    done: list[dict[str, object]] = []
+    with open_instance(home) as instance:
+        for window in windows:
+            result = execute(job, instance, home, partition_key=window)
+            if result is None:
+                return EXIT_RUN_FAILED
+            (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
+            meta = {key: value.value for key, value in materialization.metadata.items()}
+            done.append({"window": window, "run_id": result.run_id, **meta})
+    if args.json:
+        print(json.dumps(done, indent=2, default=str))
+        return EXIT_OK
+    columns = ["window", "generations", "shards", "rows_in", "rows_out", "rows_replaced", "sink_snapshots", "run_id"]
+    print(table([{k: cell(v) for k, v in row.items()} for row in done], columns))
+    return EXIT_OK
+
+
+def cell(value: object) -> object:
+    """A metadata value as one cell: lists joined by commas."""
+    if isinstance(value, list):
+        return ",".join(str(v) for v in value)
+    return value
+
+
+TARGETS = {
+    "to_earliest": "earliest",
+    "to_latest": "latest",
+    "to_snapshot": "snapshot",
+    "to_datetime": "datetime",
+    "by_duration": "duration",
+    "shift_by": "shift",
+    "to_checkpoint": "checkpoint",
+}
+
+
+def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``reset`` command's arguments."""
+    reset = sub.add_parser("reset", help="move the group's positions (dry run unless --execute)")
+    reset.add_argument("group")
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to-earliest", action="store_true", help="before the oldest source snapshot still there")
+    where.add_argument("--to-latest", action="store_true", help="the source head: skip everything not consumed yet")
+    where.add_argument("--to-snapshot", metavar="ID", help="through this source snapshot")
+    where.add_argument("--to-datetime", metavar="T", help="before the first snapshot committed at or after T")
+    where.add_argument("--by-duration", metavar="D", help="as --to-datetime now minus D (PT1H, P1D, 15m, 2d)")
+    where.add_argument("--shift-by", metavar="N", type=int, help="N of each stream's own snapshots (negative: back)")
+    where.add_argument("--to-checkpoint", metavar="SINK_SNAPSHOT", help="the positions a sink commit recorded")
+    reset.add_argument("--execute", action="store_true", help="apply it (the default is a dry run)")
+    reset.add_argument("--keep-output", action="store_true", help="moving back, keep the output consumed again")
+    reset.add_argument("--json", action="store_true", help="print JSON")
+    reset.set_defaults(run=cmd_reset)
+
+
+def reset_target(args: argparse.Namespace) -> ResetTarget:
+    """The one target option given."""
+    for option, how in TARGETS.items():
+        value = getattr(args, option)
+        if value is True:
+            return ResetTarget(how)  # type: ignore[arg-type]
+        if value is not None and value is not False:
+            if how == "datetime":
+                value = parse_time(str(value), "--to-datetime")
+            return ResetTarget(how, str(value))  # type: ignore[arg-type]
+    raise UsageError("reset: name a target, such as --to-earliest or --to-snapshot ID")
+
+
+def reset_report(plan: ResetPlan, executed: bool) -> dict[str, object]:
+    """The plan as JSON."""
+    return {
+        "group": plan.group,
+        "target": plan.target.describe(),
+        "epoch": plan.epoch,
+        "executed": executed,
+        "completes_interrupted": plan.completes_interrupted,
+        "keep_output": plan.keep_output,
+        "streams": plan.rows(),
+        "windows_replaced": [] if plan.keep_output else plan.windows,
+        "shards_replaced": len(plan.replaced_shards),
+    }
+
+
+def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup reset GROUP --to-...``: show the move, or apply it with ``--execute``."""
+    group = pick(groups, args.group, args.groups)
+    catalog = lakehouse.catalog()
+    plan = plan_reset(catalog, group, reset_target(args), keep_output=args.keep_output)
+    if args.execute:
+        before = load_state(catalog, group.name).state
+        execute_reset(catalog, group, plan)
+        leases = list(before.leases.values()) if before else []
+        if leases:
+            with open_instance(dagster_home()) as instance:
+                terminate_runs(instance, group.name, leases, reason=f"group reset ({plan.target.describe()})")
+    if args.json:
+        print(json.dumps(reset_report(plan, args.execute), indent=2))
+        return EXIT_OK
+    print(f"reset group {group.name} {plan.target.describe()}: into epoch {plan.epoch}")
+    rows = plan.rows()
+    print(table(rows, list(rows[0]) if rows else ["stream"]))
+    replaced = "kept (--keep-output)" if plan.keep_output else (", ".join(plan.windows) or "none")
+    print(f"output replaced in windows: {replaced} ({len(plan.replaced_shards)} shards' rows deleted, consumed again)")
+    print("done: the Leader goes on from the new positions" if args.execute else "dry run: nothing changed; --execute")
+    return EXIT_OK

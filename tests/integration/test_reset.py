@@ -1,0 +1,177 @@
+"""Resetting a group's positions on real Spark and Iceberg, with the sink checked row by row."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from dagster_project.cli import EXIT_ERROR, main
+from iceberg.errors import ResetInterrupted, StaleLease, UsageError
+from iceberg.groups import GroupConfig
+from iceberg.heartbeats import beat, ensure_table
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.reset import ResetTarget
+from iceberg.registry import load_state
+from iceberg.replays import begin_replay
+from iceberg.reset import execute_reset, plan_reset
+from iceberg.verify import verify_group
+from spark_jobs.borrower import run_lease
+from tests.conftest import repo_root
+from tests.factories import append_batches, create_source
+from tests.integration.helpers import drive, quiet, write_groups
+
+pytestmark = pytest.mark.spark
+ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
+
+
+def sink_ids(catalog: Catalog, group: GroupConfig) -> Counter[int]:
+    """Multiset of event ids in the sink."""
+    rows = catalog.load_table(group.sink).scan(selected_fields=("event_id",)).to_arrow()
+    return Counter(rows.column("event_id").to_pylist())
+
+
+def test_a_backward_reset_replaces_what_it_consumes_again(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(shard_caps={"max_files": 1})
+    append_batches(create_source(catalog, group.source), 4, 12)
+    drive(spark, lakehouse, group)
+
+    dry = plan_reset(catalog, group, ResetTarget("earliest"))
+    assert sum(m.reconsumed_rows for m in dry.moves) == 48
+    assert {m.direction for m in dry.moves} == {"back"}
+    assert load_state(catalog, group.name).state.epoch == 0, "a plan changes nothing"  # type: ignore[union-attr]
+    state = execute_reset(catalog, group, dry)
+
+    assert state.epoch == 1
+    assert sink_ids(catalog, group) == Counter(), "the re-consumed output is deleted"
+    drive(spark, lakehouse, group)
+    assert sink_ids(catalog, group) == Counter(range(1, 49)), "consumed again, once"
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_forward_reset_skips_and_says_how_many_rows(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 12)
+    drive(spark, lakehouse, group)
+    append_batches(catalog.load_table(group.source), 3, 12)
+
+    plan = plan_reset(catalog, group, ResetTarget("latest"))
+    assert sum(m.skipped_rows for m in plan.moves) == 36
+    assert sum(m.reconsumed_rows for m in plan.moves) == 0
+    execute_reset(catalog, group, plan)
+    append_batches(catalog.load_table(group.source), 1, 12)
+    drive(spark, lakehouse, group)
+
+    assert sink_ids(catalog, group) == Counter([*range(1, 25), *range(61, 73)]), "the 36 rows are skipped"
+
+
+def test_shift_by_and_to_checkpoint_move_each_stream_and_the_sink_stays_exact(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(shard_caps={"max_files": 1})
+    append_batches(create_source(catalog, group.source), 3, 9)
+    drive(spark, lakehouse, group)
+    sink = catalog.load_table(group.sink)
+    checkpoint = next(
+        s.snapshot_id for s in sink.snapshots() if s.summary and "icegroup.shards" in s.summary.additional_properties
+    )
+    append_batches(catalog.load_table(group.source), 2, 9)
+    drive(spark, lakehouse, group)
+
+    shifted = plan_reset(catalog, group, ResetTarget("shift", "-1"))
+    assert [m.reconsumed_snapshots for m in shifted.moves] == [1, 1, 1], "one snapshot of each stream"
+    execute_reset(catalog, group, shifted)
+    drive(spark, lakehouse, group)
+    assert sink_ids(catalog, group) == Counter(range(1, 46))
+
+    back = plan_reset(catalog, group, ResetTarget("checkpoint", str(checkpoint)))
+    assert sum(m.reconsumed_rows for m in back.moves) > 0
+    execute_reset(catalog, group, back)
+    drive(spark, lakehouse, group)
+    assert sink_ids(catalog, group) == Counter(range(1, 46))
+
+
+def test_a_lease_of_the_old_epoch_cannot_commit_after_a_reset(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 1, 9)
+    drive(spark, lakehouse, group)
+    append_batches(catalog.load_table(group.source), 1, 9)
+    granted = tick(catalog, group, lambda _: RunState.MISSING)
+    (lease,) = granted.launch
+
+    execute_reset(catalog, group, plan_reset(catalog, group, ResetTarget("earliest")))
+
+    with pytest.raises(StaleLease, match="epoch fenced"):
+        run_lease(spark, lakehouse, group, lease, [granted.state.shards[s] for s in lease.shard_ids], progress=quiet)
+    drive(spark, lakehouse, group)
+    assert sink_ids(catalog, group) == Counter(range(1, 19))
+
+
+def test_resets_refuse_bad_targets_and_replays_in_flight(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig],
+    tmp_path: Path, lake_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
+) -> None:  # fmt: skip
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 1, 9)
+    drive(spark, lakehouse, group)
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    groups = str(write_groups(tmp_path / "g.yaml", group))
+
+    assert main(["--groups", groups, "reset", group.name, "--to-snapshot", "42"]) == EXIT_ERROR
+    assert "--to-snapshot: 42 is not in the history of" in capsys.readouterr().err
+    assert main(["--groups", groups, "reset", group.name, "--by-duration", "soon"]) == EXIT_ERROR
+    assert "'soon' is not a duration; write it like PT1H" in capsys.readouterr().err
+    begin_replay(catalog, group, time.strftime("%Y-%m-%d", time.gmtime()), holder="replay-x")
+    ensure_table(catalog)
+    beat(catalog, group.name, "replay-x")
+    with pytest.raises(UsageError, match="replays are in flight"):
+        execute_reset(catalog, group, plan_reset(catalog, group, ResetTarget("earliest")))
+
+
+def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_by_running_it_again(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig],
+    tmp_path: Path, lake_home: Path,
+) -> None:  # fmt: skip
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 3, 9)
+    drive(spark, lakehouse, group)
+    points = tmp_path / "points"
+    points.mkdir()
+    (points / "reset.after_delete").touch()
+    groups = str(write_groups(tmp_path / "g.yaml", group))
+    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
+    command = [ICEGROUP, "--groups", groups, "reset", group.name, "--to-earliest", "--execute"]
+    killed = subprocess.Popen(command, cwd=repo_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not list(points.glob("hit.*")):
+        assert killed.poll() is None, killed.communicate()[0]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+
+    with pytest.raises(ResetInterrupted, match=f"run `icegroup reset {group.name} --to-earliest --execute` again"):
+        tick(catalog, group, lambda _: RunState.MISSING)
+    again = plan_reset(catalog, group, ResetTarget("earliest"))
+    assert again.completes_interrupted
+    assert again.epoch == 1
+    execute_reset(catalog, group, again)
+    drive(spark, lakehouse, group)
+    assert sink_ids(catalog, group) == Counter(range(1, 28))
+    assert load_state(catalog, group.name).state.epoch == 1  # type: ignore[union-attr]
