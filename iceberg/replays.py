@@ -118,20 +118,11 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     check_sink_rows(sink, plan, covered)
     source = load_source(catalog, group.source)
     current = source.current_snapshot()
-    live: dict[int, dict[tuple[int, str], list[tuple[str, int]]]] = {}
+    live: dict[int, LiveFiles] = {}
     for shard in covered:
-        read_at = shard.to_snapshot if source.snapshot_by_id(shard.to_snapshot) is not None else None
-        read_at = read_at if read_at is not None else (current.snapshot_id if current else None)
-        if read_at is None:
-            plan.missing.append(f"shard {shard.shard_id}: the source has no snapshots left")
-            continue
-        if read_at not in live:
-            live[read_at] = live_files(source, read_at)
-        files = [
-            entry for snapshot_id in shard.snapshots for entry in live[read_at].get((snapshot_id, shard.stream), [])
-        ]
+        read_at, files = locate(source, shard, current.snapshot_id if current else None, live)
         found = sum(rows for _, rows in files)
-        if not shard.snapshots or (shard.rows is not None and found != shard.rows):
+        if read_at is None:
             plan.missing.append(
                 f"shard {shard.shard_id} (stream {shard.stream}, source snapshots "
                 f"{snapshot_range(shard.from_snapshot, shard.to_snapshot)}) committed {shard.rows} rows; "
@@ -140,6 +131,30 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
             continue
         plan.shards.append(ReplayShard(shard, read_at, tuple(path for path, _ in files), found))
     return plan
+
+
+LiveFiles = dict[tuple[int, str], list[tuple[str, int]]]
+
+
+def locate(
+    source: Table, shard: ShardRange, current: int | None, live: dict[int, LiveFiles]
+) -> tuple[int | None, list[tuple[str, int]]]:
+    """The snapshot to read a shard's files at, and the files; None when they hold fewer rows than it committed.
+
+    The current snapshot comes first, so one scan serves every shard whose files are still live;
+    then the shard's own last snapshot while it exists (its files were compacted away since).
+    """
+    places = [current] if current is not None else []
+    if source.snapshot_by_id(shard.to_snapshot) is not None and shard.to_snapshot != current:
+        places.append(shard.to_snapshot)
+    files: list[tuple[str, int]] = []
+    for read_at in places:
+        if read_at not in live:
+            live[read_at] = live_files(source, read_at)
+        files = [entry for snap in shard.snapshots for entry in live[read_at].get((snap, shard.stream), [])]
+        if shard.snapshots and (shard.rows is None or sum(rows for _, rows in files) == shard.rows):
+            return read_at, files
+    return None, files
 
 
 def check_sink_rows(sink: Table, plan: ReplayPlan, covered: list[ShardRange]) -> None:
@@ -168,7 +183,7 @@ def check_sink_rows(sink: Table, plan: ReplayPlan, covered: list[ShardRange]) ->
         )
 
 
-def live_files(table: Table, snapshot_id: int) -> dict[tuple[int, str], list[tuple[str, int]]]:
+def live_files(table: Table, snapshot_id: int) -> LiveFiles:
     """The data files live in a snapshot, keyed by (the snapshot that added them, stream): path and rows.
 
     A manifest entry keeps the id of the snapshot that added its file after that snapshot expired,

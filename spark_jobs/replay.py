@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from functools import reduce
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from iceberg.errors import WindowMoved
 from iceberg.groups import GroupConfig
@@ -28,7 +29,7 @@ from iceberg.protocol.state import ReplayTicket
 from iceberg.replays import ReplayPlan, plan_replay, replay_ticket
 from spark_jobs.fenced_commit import align_to_sink, ensure_window_partition, publish_replay, stage_shard, with_lineage
 from spark_jobs.session import activate
-from spark_jobs.shard_reader import read_files
+from spark_jobs.shard_reader import FILE_COLUMN, read_files
 from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
@@ -116,21 +117,27 @@ def publish(
     sink = f"{lakehouse.catalog_name}.{group.sink}"
     source = f"{lakehouse.catalog_name}.{group.source}"
     lease_id = replay_lease_id(group.name, ticket.window, ticket.generation)
-    frames: list[DataFrame] = [
-        with_lineage(
-            transform(read_files(spark, source, item.read_snapshot, item.files, group.filter)),
-            group.name,
-            lease_id,
-            item.shard.shard_id,
-            ticket.epoch,
-            ticket.window,
+    snapshots = sorted({item.read_snapshot for item in plan.shards})
+    bases = {
+        at: read_files(spark, source, at, [f for i in plan.shards if i.read_snapshot == at for f in i.files]).persist()
+        for at in snapshots
+    }
+    frames: list[DataFrame] = []
+    for item in plan.shards:
+        rows = bases[item.read_snapshot].where(F.col(FILE_COLUMN).isin(list(item.files))).drop(FILE_COLUMN)
+        if group.filter:
+            rows = rows.where(group.filter)
+        frames.append(
+            with_lineage(transform(rows), group.name, lease_id, item.shard.shard_id, ticket.epoch, ticket.window)
         )
-        for item in plan.shards
-    ]
     output = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     ensure_window_partition(spark, sink)
     aligned, evolve = align_to_sink(spark, sink, output)
-    token = stage_shard(aligned, sink, evolve=evolve)
+    try:
+        token = stage_shard(aligned, sink, evolve=evolve)
+    finally:
+        for base in bases.values():
+            base.unpersist()
     covers = [item.shard for item in plan.shards]
     props = replay_properties(group.name, group.source, ticket.window, ticket.generation, ticket.epoch, covers, run_id)
     replaced = publish_replay(spark, sink, token, group.name, ticket, plan.sink_head, props)

@@ -54,19 +54,15 @@ def read_shard(
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 
-def read_files(
-    spark: SparkSession, table: str, snapshot_id: int, files: Iterable[str], row_filter: str | None
-) -> DataFrame:
-    """Rows of the given data files as of ``snapshot_id``, restricted by the group's filter: what a replay reads.
+def read_files(spark: SparkSession, table: str, snapshot_id: int, files: Iterable[str]) -> DataFrame:
+    """Rows of the given data files as of ``snapshot_id``, with their ``_file``: what a replay reads.
 
-    A replay reads a shard by its files, not by its snapshot range, because the range's snapshots
-    may have expired while the files are still live in the table.
+    A replay reads a window's shards by their files, not by their snapshot ranges, because those
+    snapshots may have expired while the files are still live in the table. It reads the files of
+    many shards at once and splits the rows by ``_file``.
     """
     df = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id)).load(table).select("*", FILE_COLUMN)
     df = df.where(F.col(FILE_COLUMN).isin(list(files)))
-    if row_filter:
-        df = df.where(row_filter)
-    df = df.drop(FILE_COLUMN)
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 
