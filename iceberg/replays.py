@@ -32,7 +32,9 @@ from iceberg.protocol.lineage import (
     SinkCommit,
     parse_commit,
     parse_replay,
+    parse_resets,
     replay_fence_key,
+    resets_key,
 )
 from iceberg.protocol.phases import check_config, check_drift
 from iceberg.protocol.replay import check_window, take_ticket, window_coverage
@@ -114,7 +116,8 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     if sink is None or head is None:
         return plan
     commits, replays = sink_history(sink, group.name)
-    covered = window_coverage(start, window, commits, replays)
+    resets = parse_resets(sink.properties.get(resets_key(group.name), ""))
+    covered = window_coverage(start, window, commits, replays, resets)
     check_sink_rows(sink, plan, covered)
     source = load_source(catalog, group.source)
     current = source.current_snapshot()

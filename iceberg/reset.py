@@ -26,7 +26,16 @@ from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import read_beats
 from iceberg.planning import APPEND, added_files, snapshot_info
-from iceberg.protocol.lineage import COL_SHARD, KEY_EPOCH, KEY_GROUP, ShardRange, epoch_key, reset_key
+from iceberg.protocol.lineage import (
+    COL_SHARD,
+    KEY_EPOCH,
+    KEY_GROUP,
+    ShardRange,
+    epoch_key,
+    parse_resets,
+    reset_key,
+    resets_key,
+)
 from iceberg.protocol.phases import check_drift
 from iceberg.protocol.replay import holder_alive
 from iceberg.protocol.reset import Position, ResetTarget, StreamMove, reconsumed, reset_state, round_down
@@ -173,9 +182,12 @@ def plan_reset(
     history = chain(source)
     sequences = {info.snapshot_id: info.sequence_number for info in history}
     commits, replays = sink_history(sink, group.name) if sink is not None else ([], [])
+    resets = parse_resets(sink.properties.get(resets_key(group.name), "")) if sink is not None else []
     committed: dict[str, dict[str, ShardRange]] = {}
-    for shard in [s for c in commits for s in c.shards] + [s for r in replays for s in r.covers]:
-        committed.setdefault(shard.stream, {})[shard.shard_id] = shard
+    found = [(c.epoch, s) for c in commits for s in c.shards] + [(r.epoch, s) for r in replays for s in r.covers]
+    for epoch, shard in found:
+        if not any(reset.voids(epoch, shard) for reset in resets):
+            committed.setdefault(shard.stream, {})[shard.shard_id] = shard
     per_stream = stream_snapshots(source, history) if target.how in ("shift", "checkpoint") else {}
     if target.how == "checkpoint":
         positions = checkpoint_positions(sink, group, int(target.value or "0"))
@@ -290,7 +302,9 @@ def execute_reset(catalog: Catalog, group: GroupConfig, plan: ResetPlan, retries
             )
         if sink is not None:
             marker = json.dumps({"epoch": plan.epoch, "target": plan.target.describe()})
-            raise_fences(sink, {epoch_key(group.name): plan.epoch}, also={reset_key(group.name): marker})
+            records = recorded_resets(sink, group, plan)
+            also = {reset_key(group.name): marker, resets_key(group.name): records}
+            raise_fences(sink, {epoch_key(group.name): plan.epoch}, also=also)
             failpoint("reset.after_fence")
             if plan.replaced_shards:
                 delete_output(sink, group, plan)
@@ -306,6 +320,15 @@ def execute_reset(catalog: Catalog, group: GroupConfig, plan: ResetPlan, retries
                 tx.remove_properties(reset_key(group.name))
         return plan.state
     raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {retries} tries to reset it")
+
+
+def recorded_resets(sink: Table, group: GroupConfig, plan: ResetPlan) -> str:
+    """The sink's reset records with this reset's added (once): what replays leave out of their coverage."""
+    text = sink.properties.get(resets_key(group.name), "")
+    records = [r for r in json.loads(text or "[]") if int(r["epoch"]) != plan.epoch]
+    positions = {m.stream: m.new[1] for m in plan.moves} | {"*": plan.state.planned_through_sequence}
+    records.append({"epoch": plan.epoch, "positions": positions})
+    return json.dumps(records, separators=(",", ":"))
 
 
 def delete_output(sink: Table, group: GroupConfig, plan: ResetPlan) -> None:

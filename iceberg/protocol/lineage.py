@@ -61,6 +61,35 @@ def reset_key(group: str) -> str:
     return f"icegroup.reset.{group}"
 
 
+def resets_key(group: str) -> str:
+    """Sink table property listing every executed reset: its epoch and each stream's new position."""
+    return f"icegroup.resets.{group}"
+
+
+@dataclass(frozen=True)
+class ResetRecord:
+    """An executed reset, as the sink keeps it: commits of older epochs above these positions are void.
+
+    ``positions`` maps streams to the sequence number they were moved to; ``*`` holds the one for
+    streams the registry did not know yet (the planning cursor).
+    """
+
+    epoch: int
+    positions: dict[str, int]
+
+    def voids(self, epoch: int, shard: ShardRange) -> bool:
+        """Whether this reset made a commit of ``shard`` in ``epoch`` void (its output was deleted)."""
+        floor = self.positions.get(shard.stream, self.positions.get("*"))
+        return epoch < self.epoch and floor is not None and (shard.to_sequence or 0) > floor
+
+
+def parse_resets(text: str) -> list[ResetRecord]:
+    """The reset records of a sink property's JSON; none for an empty one."""
+    return [
+        ResetRecord(int(r["epoch"]), {k: int(v) for k, v in r["positions"].items()}) for r in json.loads(text or "[]")
+    ]
+
+
 def epoch_key(group: str) -> str:
     """Sink table property holding the group epoch that commits must carry."""
     return f"icegroup.epoch.{group}"

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 
 from iceberg.errors import ReplayConflict, UsageError
 from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import ReplayCommit, ShardRange, SinkCommit
+from iceberg.protocol.lineage import ReplayCommit, ResetRecord, ShardRange, SinkCommit
 from iceberg.protocol.shards import parse_window_label, window_label, window_start_ms
 from iceberg.protocol.state import GroupState, ReplayTicket
 
@@ -51,21 +51,24 @@ def windows_between(group: GroupConfig, from_ms: int, to_ms: int) -> list[str]:
 
 
 def window_coverage(
-    window_start: int, window: str, commits: Iterable[SinkCommit], replays: Iterable[ReplayCommit]
+    window_start: int,
+    window: str,
+    commits: Iterable[SinkCommit],
+    replays: Iterable[ReplayCommit],
+    resets: Iterable[ResetRecord] = (),
 ) -> list[ShardRange]:
     """The shard ranges committed in a window: its shards' commits and what earlier replays of it covered.
 
-    Both may name the same shard; it is covered once. Sorted by stream order (sequence number).
+    Both may name the same shard; it is covered once. A shard whose output a later reset deleted
+    (the range was consumed again, under a new shard id) is not covered. Sorted by stream order.
     """
+    voiding = list(resets)
     covered: dict[str, ShardRange] = {}
-    for replay in replays:
-        if replay.window == window:
-            for shard in replay.covers:
-                covered.setdefault(shard.shard_id, shard)
-    for commit in commits:
-        for shard in commit.shards:
-            if shard.window_start_ms == window_start:
-                covered.setdefault(shard.shard_id, shard)
+    found = [(r.epoch, s) for r in replays if r.window == window for s in r.covers]
+    found += [(c.epoch, s) for c in commits for s in c.shards if s.window_start_ms == window_start]
+    for epoch, shard in found:
+        if not any(reset.voids(epoch, shard) for reset in voiding):
+            covered.setdefault(shard.shard_id, shard)
     return sorted(covered.values(), key=lambda s: (s.to_sequence or 0, s.stream, s.shard_id))
 
 

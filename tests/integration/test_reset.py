@@ -27,6 +27,7 @@ from iceberg.replays import begin_replay
 from iceberg.reset import execute_reset, plan_reset
 from iceberg.verify import verify_group
 from spark_jobs.borrower import run_lease
+from spark_jobs.replay import replay_window
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet, write_groups
@@ -175,3 +176,20 @@ def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_b
     drive(spark, lakehouse, group)
     assert sink_ids(catalog, group) == Counter(range(1, 28))
     assert load_state(catalog, group.name).state.epoch == 1  # type: ignore[union-attr]
+
+
+def test_a_replay_after_a_backward_reset_covers_each_range_once(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(shard_caps={"max_files": 1})
+    append_batches(create_source(catalog, group.source), 3, 12)
+    drive(spark, lakehouse, group)
+    execute_reset(catalog, group, plan_reset(catalog, group, ResetTarget("shift", "-2")))
+    drive(spark, lakehouse, group)
+
+    again = plan_reset(catalog, group, ResetTarget("shift", "-1"))
+    assert sum(m.reconsumed_rows for m in again.moves) == 12, "ranges deleted by the first reset are not counted"
+    report = replay_window(spark, lakehouse, group, time.strftime("%Y-%m-%d", time.gmtime()), progress=quiet)
+
+    assert report.rows_in == 36, "the first consumption's shards of the re-consumed ranges are void"
+    assert sink_ids(catalog, group) == Counter(range(1, 37))
