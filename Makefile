@@ -54,6 +54,7 @@ bench: venv ## Leader planning, heartbeat cost, one vs two consumer processes; r
 	$(PY) -m tests.benchmarks.bench_leader
 	$(PY) -m tests.benchmarks.bench_heartbeat
 	$(PY) -m tests.benchmarks.bench_processes
+	$(PY) -m tests.benchmarks.bench_replay
 
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

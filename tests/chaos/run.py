@@ -11,10 +11,13 @@ runs a CI-sized setting through ``tests/chaos/test_chaos.py``. One run:
    ``kill -9`` of a worker at a random moment (often mid-write), or at an armed fail point (before a
    shard's read, with its output staged but not published, after the sink commit but before any
    registry update, and mid-tick: after liveness, after raising fences, after the registry commit
-   but before the run is launched). A killed worker is started again. The group keeps the default
+   but before the run is launched). A killed worker is started again. Every fourth fault is an
+   operator action instead (``tests/chaos/admin.py``): a replay of the open window or a backward
+   reset, as an ``icegroup`` process that is killed part-way half of the time. The group keeps the default
    liveness settings: a killed worker's run still looks alive, and only its stopped heartbeat gets
    its leases re-granted, ``session_timeout_s`` (30 s) later;
-4. samples the registry all along: stream positions must never move back, and a fault counts as
+4. samples the registry all along: stream positions must never move back (except by a reset, which
+   starts a new epoch), and a fault counts as
    recovered once every lease the killed process held has been re-granted or finished *and* the
    group has committed to the sink again since the kill (or has nothing left to do);
 5. stops producing, waits until the group is caught up, and checks the sink against the source row
@@ -44,6 +47,7 @@ from iceberg.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.protocol.lineage import LINEAGE_COLUMNS
 from iceberg.registry import load_state
 from iceberg.sink_history import read_sink_history
+from tests.chaos.admin import REPLAY, RESET, Admin, AdminRun
 from tests.factories import append_batches, create_source
 
 REPO = Path(__file__).resolve().parents[2]
@@ -107,6 +111,7 @@ class Outcome:
     elapsed_s: float = 0.0
     skipped_points: int = 0
     session_timeout_s: int = 0
+    admin: list[AdminRun] = field(default_factory=list)
 
     @property
     def recovered(self) -> int:
@@ -130,6 +135,7 @@ class Outcome:
             and not self.order_violations
             and not self.lease_problems
             and not self.worker_problems
+            and not [run for run in self.admin if run.problem]
         )
 
     def line(self) -> str:
@@ -218,6 +224,7 @@ class Monitor(threading.Thread):
         self.pending: list[Fault] = []
         self.positions: dict[str, int] = {}
         self.leases: dict[str, int] = {}
+        self.epoch = 0
 
     def watch(self, fault: Fault) -> None:
         """Follow a fault until it is recovered, from the sink cursor it was injected at."""
@@ -232,6 +239,8 @@ class Monitor(threading.Thread):
         if state is None:
             return
         now = time.monotonic() - self.started
+        if state.epoch > self.epoch:  # a reset may move positions back; a rebuild never does
+            self.epoch, self.positions = state.epoch, {}
         for name, stream in state.streams.items():
             before = self.positions.get(name, 0)
             if stream.position_sequence < before:
@@ -332,16 +341,16 @@ def check_sink(lakehouse: LakehouseConfig, group: GroupConfig, outcome: Outcome)
     sequence = {s.snapshot_id: s.sequence_number for s in source.snapshots()}
     outcome.snapshots = len(source.snapshots())
     history = read_sink_history(catalog, group.sink, group.name, None)
-    last: dict[str, int] = {}
+    last: dict[tuple[int, str], int] = {}
     shards: Counter[str] = Counter()
     for commit in history.commits:
         for shard in commit.shards:
             shards[shard.shard_id] += 1
             seq = sequence[shard.to_snapshot]
-            if seq <= last.get(shard.stream, 0):
+            if seq <= last.get((commit.epoch, shard.stream), 0):
                 outcome.order_violations.append(f"{shard.stream}: shard {shard.shard_id} after sequence {seq}")
-            last[shard.stream] = seq
-    outcome.streams = len(last)
+            last[(commit.epoch, shard.stream)] = seq
+    outcome.streams = len({stream for _, stream in last})
     outcome.lease_problems.extend(f"shard {s} committed {n} times" for s, n in shards.items() if n > 1)
     state = load_state(catalog, group.name).state
     assert state is not None
@@ -350,7 +359,8 @@ def check_sink(lakehouse: LakehouseConfig, group: GroupConfig, outcome: Outcome)
     outcome.attempts_max = max((c.attempt for c in history.commits), default=0)
     if state.leases or state.shards:
         outcome.lease_problems.append(f"{len(state.leases)} leases, {len(state.shards)} shards still open")
-    if state.leases_done != len(leases):
+    resets = any(run.kind == RESET and run.completed for run in outcome.admin)
+    if state.leases_done != len(leases) and not resets:  # a reset drops leases that had committed part
         outcome.lease_problems.append(f"registry counts {state.leases_done} leases done, sink has {len(leases)}")
 
 
@@ -370,6 +380,7 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
     groups = folder / "groups.yaml"
     groups.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
     workers = Workers(home, groups, group.name, folder, folder)
+    admin = Admin(home, groups, group.name, folder, rng)
     outcome = Outcome(session_timeout_s=group.session_timeout_s)
     started = time.monotonic()
     monitor = Monitor(lakehouse, group.name, outcome, started)
@@ -394,6 +405,9 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
         while len(outcome.faults) < settings.faults and tries < settings.faults * 4:
             tries += 1
             outcome.worker_problems.extend(workers.crashed())
+            if len(outcome.faults) % 4 == 3:
+                operate(admin, REPLAY if len(outcome.faults) % 8 == 3 else RESET, outcome, monitor, started, emit)
+                continue
             kind = rng.choice(kinds)
             injected = inject(kind, workers, lakehouse, settings, rng)
             if injected is None:
@@ -419,6 +433,19 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
     check_sink(lakehouse, group, outcome)
     outcome.elapsed_s = round(time.monotonic() - started, 1)
     return outcome
+
+
+def operate(
+    admin: Admin, kind: str, outcome: Outcome, monitor: Monitor, started: float, emit: Callable[[str], None]
+) -> None:
+    """Run one operator action as a fault: a replay or a reset, killed part-way half of the time."""
+    fault = Fault(kind=kind, worker="admin", at_s=round(time.monotonic() - started, 2), held={})
+    monitor.watch(fault)
+    run = admin.run(kind)
+    outcome.faults.append(fault)
+    outcome.admin.append(run)
+    how = "killed with kill -9" if run.killed else f"exit {run.exit_code}"
+    emit(f"fault {len(outcome.faults)}: {run.command} ({how}; completed: {run.completed}, tries {run.attempts})")
 
 
 def wait_caught_up(lakehouse: LakehouseConfig, group: GroupConfig, timeout_s: float) -> None:
@@ -476,6 +503,7 @@ def record(outcome: Outcome, settings: Settings, path: Path) -> None:
         "worker_problems": outcome.worker_problems,
         "elapsed_s": outcome.elapsed_s,
         "faults": [asdict(f) for f in outcome.faults],
+        "operator_actions": [asdict(run) for run in outcome.admin],
     }
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(data, indent=2) + "\n")

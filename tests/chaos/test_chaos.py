@@ -1,4 +1,8 @@
-"""The chaos suite at a CI-sized setting: the same run as ``make chaos``, with fewer faults."""
+"""The chaos suite at a CI-sized setting: the same run as ``make chaos``, with fewer faults.
+
+Eight faults: six kills of workers and two operator actions, a replay of the open window and a
+backward reset, each possibly killed part-way.
+"""
 
 from __future__ import annotations
 
@@ -27,3 +31,6 @@ def test_kill_9_chaos_keeps_exactly_once(tmp_path: Path) -> None:
     assert outcome.order_violations == []
     assert outcome.lease_problems == []
     assert outcome.worker_problems == []
+    assert [run.kind for run in outcome.admin] == ["replay", "reset"], "every fourth fault is an operator action"
+    assert [run.problem for run in outcome.admin if run.problem] == []
+    assert all(run.completed for run in outcome.admin if run.kind == "reset"), "a killed reset is completed"

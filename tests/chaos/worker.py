@@ -24,7 +24,7 @@ import time
 import uuid
 from pathlib import Path
 
-from iceberg.errors import NotCaughtUp, StaleLease
+from iceberg.errors import NotCaughtUp, ResetInterrupted, StaleLease
 from iceberg.groups import GroupConfig, load_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.leader import tick
@@ -57,6 +57,8 @@ def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
             )  # fmt: skip
         except NotCaughtUp as exc:
             print(f"waiting on leases held elsewhere: {exc}", flush=True)
+        except ResetInterrupted as exc:  # the chaos runner completes the reset, as an operator would
+            print(f"waiting for a reset to be completed: {exc}", flush=True)
         time.sleep(0.3)
 
 
