@@ -1,4 +1,4 @@
-"""The ``icegroup`` command: list, describe, consume, pause and resume groups; dead letters; rebuild; replay; reset.
+"""The ``icegroup`` command: list, describe, consume, pause, resume, dead letters, rebuild, replay, reset, migrate.
 
 Every command shares one error handler: any ``IcegroupError`` is printed as
 ``icegroup: error: <message and remedy>`` and the command exits 2.
@@ -26,6 +26,8 @@ from iceberg.groups import GroupConfig
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 from iceberg.protocol.shards import snapshot_range
 from iceberg.rebuild import rebuild_registry
+from spark_jobs.migrate import migrate_sink
+from spark_jobs.session import get_session
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
@@ -111,6 +113,9 @@ def parser() -> argparse.ArgumentParser:
     rebuild.set_defaults(run=cmd_rebuild)
     add_replay(sub)
     add_reset(sub)
+    migrate = sub.add_parser("migrate", help="give sink rows written before the window column their window")
+    migrate.add_argument("group")
+    migrate.set_defaults(run=cmd_migrate)
     return top
 
 
@@ -287,6 +292,13 @@ def cmd_rebuild(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
             f"dry run: nothing changed. `icegroup rebuild {group.name} --execute` commits this registry in epoch "
             f"{found.rebuilt.epoch}; leases in flight then can no longer commit and are granted again"
         )
+    return EXIT_OK
+
+
+def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup migrate GROUP``: rewrite the sink's rows that have no window yet, in one replace commit."""
+    group = pick(groups, args.group, args.groups)
+    print(f"group {group.name}: {migrate_sink(get_session(lakehouse), lakehouse, group, progress=print).line()}")
     return EXIT_OK
 
 

@@ -148,14 +148,19 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
     except Exception:
         if not spark.catalog.tableExists(f"{catalog}.{sink}"):
             raise
+    ensure_staged_writes(spark, f"{catalog}.{sink}")
     ensure_window_partition(spark, f"{catalog}.{sink}")
+
+
+def ensure_staged_writes(spark: SparkSession, table: str) -> None:
+    """The session stages writes to the sink, and the sink takes them staged (and any output schema)."""
     if spark.conf.get("spark.wap.id", None) != "icegroup":
         raise SinkError("spark.wap.id: must be 'icegroup' so that shard output is staged; use spark_jobs.session")
     needed = ("write.wap.enabled", "write.spark.accept-any-schema")
-    have = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {catalog}.{sink}").collect()}
+    have = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
     missing = ", ".join(f"'{key}'='true'" for key in needed if have.get(key) != "true")
     if missing:
-        spark.sql(f"ALTER TABLE {catalog}.{sink} SET TBLPROPERTIES ({missing})")
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({missing})")
 
 
 def window_partitioned(spark: SparkSession, table: str) -> bool:

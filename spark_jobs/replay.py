@@ -27,7 +27,14 @@ from iceberg.protocol.lineage import replay_properties
 from iceberg.protocol.replay import replay_lease_id
 from iceberg.protocol.state import ReplayTicket
 from iceberg.replays import ReplayPlan, plan_replay, replay_ticket
-from spark_jobs.fenced_commit import align_to_sink, ensure_window_partition, publish_replay, stage_shard, with_lineage
+from spark_jobs.fenced_commit import (
+    align_to_sink,
+    ensure_staged_writes,
+    ensure_window_partition,
+    publish_replay,
+    stage_shard,
+    with_lineage,
+)
 from spark_jobs.session import activate
 from spark_jobs.shard_reader import FILE_COLUMN, read_files
 from spark_jobs.transforms import Transform, load_transform
@@ -131,6 +138,7 @@ def publish(
             with_lineage(transform(rows), group.name, lease_id, item.shard.shard_id, ticket.epoch, ticket.window)
         )
     output = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    ensure_staged_writes(spark, sink)
     ensure_window_partition(spark, sink)
     aligned, evolve = align_to_sink(spark, sink, output)
     try:

@@ -13,6 +13,8 @@ from datetime import UTC, datetime
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.schema import Schema
+from pyiceberg.types import IntegerType, NestedField, StringType
 from pyspark.sql import SparkSession
 
 from iceberg.errors import ConfigError, Fenced, ReplayConflict, ReplayIncomplete, UsageError, WindowMoved
@@ -21,7 +23,17 @@ from iceberg.groups import GroupConfig
 from iceberg.heartbeats import beat
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import COL_LEASE, COL_WINDOW, KEY_REPLAY, replay_fence_key
+from iceberg.protocol.lineage import (
+    COL_EPOCH,
+    COL_GROUP,
+    COL_LEASE,
+    COL_SHARD,
+    COL_WINDOW,
+    KEY_REPLAY,
+    LINEAGE_COLUMNS,
+    commit_properties,
+    replay_fence_key,
+)
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.replay import replay_lease_id
 from iceberg.protocol.shards import window_label
@@ -29,6 +41,7 @@ from iceberg.registry import load_state
 from iceberg.replays import begin_replay, end_replay, plan_replay
 from iceberg.verify import verify_group
 from spark_jobs.borrower import run_lease
+from spark_jobs.migrate import migrate_sink
 from spark_jobs.replay import ReplayReport, publish, replay_window
 from spark_jobs.transforms import load_transform
 from tests.factories import append_batches, create_source
@@ -267,3 +280,49 @@ def test_a_reader_scanning_during_replays_sees_the_old_or_the_new_window_never_b
     assert len(first) > 1, "the first version is the leases' output"
     assert {leases for _, leases in seen} <= {first, *versions}, "each scan is one version of the window"
     assert versions[-1] in {leases for _, leases in seen[-3:]}
+
+
+def write_legacy_sink(catalog: Catalog, group: GroupConfig) -> int:
+    """Consume the whole source as an older Borrower did: one commit per shard, rows without ``_ig_window``."""
+    granted = tick(catalog, group, lambda _: RunState.MISSING)
+    (lease,) = granted.launch
+    source = catalog.load_table(group.source)
+    lineage = [NestedField(100 + i, name, StringType(), required=False) for i, name in enumerate(LINEAGE_COLUMNS[:3])]
+    fields = [NestedField(f.field_id, f.name, f.field_type, required=False) for f in source.schema().fields]
+    schema = Schema(*fields, *lineage, NestedField(110, COL_EPOCH, IntegerType(), required=False))
+    catalog.create_namespace_if_not_exists(group.sink.split(".")[0])
+    sink = catalog.create_table(group.sink, schema=schema)
+    for shard_id in lease.shard_ids:
+        shard = granted.state.shards[shard_id]
+        region = shard.identity["region"]
+        rows = source.scan(row_filter=f"region = '{region}'").to_arrow().to_pylist()
+        lineage_values = {COL_GROUP: group.name, COL_LEASE: lease.lease_id, COL_SHARD: shard_id, COL_EPOCH: 0}
+        table = pa.Table.from_pylist([row | lineage_values for row in rows], schema=sink.schema().as_arrow())
+        props = commit_properties(group.name, group.source, lease.lease_id, 0, 0, shard, lease.origin)
+        sink.append(table, snapshot_properties=props)
+    return sum(granted.state.shards[s].rows for s in lease.shard_ids)
+
+
+def test_a_sink_written_before_the_window_column_is_migrated_then_replayed(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 2, 12)
+    written = write_legacy_sink(catalog, group)
+    drive(spark, lakehouse, group)
+    with pytest.raises(ReplayIncomplete, match="run `icegroup migrate"):
+        replay_window(spark, lakehouse, group, today(group), progress=quiet)
+
+    migrated = migrate_sink(spark, lakehouse, group, progress=quiet)
+
+    sink = catalog.load_table(group.sink)
+    assert migrated.rows == written == 24
+    head = sink.current_snapshot()
+    assert head is not None
+    assert head.summary is not None
+    assert head.summary.operation.value == "replace", "the same rows: a downstream group ignores it"
+    windows = sink.scan(selected_fields=(COL_WINDOW,)).to_arrow().column(COL_WINDOW).to_pylist()
+    assert windows == [today(group)] * 24
+    assert migrate_sink(spark, lakehouse, group, progress=quiet).files == 0, "nothing left to migrate"
+    assert replay_window(spark, lakehouse, group, today(group), progress=quiet).rows_replaced == 24
+    assert verify_group(catalog, group, key="event_id").ok

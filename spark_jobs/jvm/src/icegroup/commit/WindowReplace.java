@@ -95,6 +95,73 @@ public final class WindowReplace {
         "the replay of window " + window + " succeeded but no snapshot on main carries its token " + stageToken);
   }
 
+  /**
+   * Swap whole data files for the files staged under {@code stageToken}, as a {@code replace}: the
+   * same rows, rewritten (a sink migrated to the window column). A downstream group ignores it, as
+   * it ignores compaction.
+   *
+   * @return {snapshot id, files replaced}
+   */
+  public static long[] rewrite(Table table, String stageToken, List<String> paths, Map<String, String> properties) {
+    table.refresh();
+    Snapshot staged = FencedCommit.findStaged(table, stageToken);
+    if (staged == null) {
+      throw new ValidationException("staged rewrite %s is gone; nothing was committed", stageToken);
+    }
+    java.util.Set<String> wanted = new java.util.HashSet<>(paths);
+    java.util.Set<DataFile> replaced = new java.util.HashSet<>();
+    try (org.apache.iceberg.io.CloseableIterable<org.apache.iceberg.FileScanTask> tasks =
+        table.newScan().planFiles()) {
+      for (org.apache.iceberg.FileScanTask task : tasks) {
+        if (wanted.contains(task.file().location())) {
+          replaced.add(task.file().copy());
+        }
+      }
+    } catch (IOException e) {
+      throw new UncheckedIOException(e);
+    }
+    if (replaced.size() != wanted.size()) {
+      throw new ValidationException(
+          "%s of the %s files to rewrite are no longer live; nothing was committed", wanted.size() - replaced.size(),
+          wanted.size());
+    }
+    java.util.Set<DataFile> added = new java.util.HashSet<>();
+    for (DataFile file : staged.addedDataFiles(table.io())) {
+      added.add(file.copy());
+    }
+    FencedCommit.FencingOperations ops =
+        new FencedCommit.FencingOperations(((HasTableOperations) table).operations(), new DropStaged(staged));
+    org.apache.iceberg.RewriteFiles rewrite = new BaseTable(ops, table.name()).newRewrite();
+    replaced.forEach(rewrite::deleteFile);
+    added.forEach(rewrite::addFile);
+    properties.forEach(rewrite::set);
+    rewrite.set(FencedCommit.TOKEN_KEY, stageToken);
+    rewrite.commit();
+    return new long[] {ops.current().currentSnapshot().snapshotId(), replaced.size()};
+  }
+
+  /** No checks: a rewrite changes no rows. It only drops the staged snapshot in the same commit. */
+  private static final class DropStaged implements FencedCommit.Check {
+    private final Snapshot staged;
+
+    DropStaged(Snapshot staged) {
+      this.staged = staged;
+    }
+
+    @Override
+    public void check(TableMetadata base) {}
+
+    @Override
+    public TableMetadata withoutStaged(TableMetadata metadata) {
+      if (metadata.snapshot(staged.snapshotId()) == null) {
+        return metadata;
+      }
+      return TableMetadata.buildFrom(metadata)
+          .removeSnapshots(Collections.singletonList(staged.snapshotId()))
+          .build();
+    }
+  }
+
   private static Snapshot parent(TableMetadata metadata, Snapshot snapshot) {
     Long parentId = snapshot.parentId();
     return parentId == null ? null : metadata.snapshot(parentId);
