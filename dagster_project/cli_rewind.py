@@ -183,5 +183,6 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
     print(table(rows, list(rows[0]) if rows else ["stream"]))
     replaced = "kept (--keep-output)" if plan.keep_output else (", ".join(plan.windows) or "none")
     print(f"output replaced in windows: {replaced} ({len(plan.replaced_shards)} shards' rows deleted, consumed again)")
-    print("done: the Leader goes on from the new positions" if args.execute else "dry run: nothing changed; --execute")
+    done = "done: the Leader goes on from the new positions"
+    print(done if args.execute else "dry run: nothing changed; add --execute to apply it")
     return EXIT_OK

@@ -66,7 +66,7 @@ class ReplayReport:
             return f"window {self.window}: nothing committed in it yet; nothing replaced"
         return (
             f"window {self.window}: generation {self.generation}, {self.shards} shards, {self.rows_in} source rows "
-            f"-> {self.rows_out} rows replaced {self.rows_replaced} in sink snapshot {self.sink_snapshot} "
+            f"-> {self.rows_out} rows out, {self.rows_replaced} replaced, in sink snapshot {self.sink_snapshot} "
             f"({self.elapsed_s:.1f}s)"
         )
 
