@@ -18,6 +18,7 @@ from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
 
 from iceberg.errors import SourceError
 from iceberg.groups import GroupConfig
+from iceberg.protocol.lineage import KEY_GROUP, KEY_REPLAY, KEY_RESET
 from iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
 from iceberg.tables import walk_back
 
@@ -80,6 +81,15 @@ def plan_increment(table: Table, after: int | None, group: GroupConfig) -> Plan:
         elif info.operation == REPLACE or group.non_append == "skip":
             skipped.append(info)
         else:
+            rewound = rewound_by_icegroup(table, info.snapshot_id)
+            if rewound is not None:
+                raise SourceError(
+                    f"group {group.name!r}: source snapshot {info.snapshot_id} of {group.source!r} is {rewound}: it "
+                    "deleted rows this group consumed and added their new version. A downstream group cannot follow "
+                    "it without repeating or losing rows. Set non_append: skip to keep this group's output of the old "
+                    "version (the new rows are not consumed), or consume the upstream sink with a new group; "
+                    "`icegroup replay --cascade` is not built yet"
+                )
             raise SourceError(
                 f"group {group.name!r}: source snapshot {info.snapshot_id} of {group.source!r} is an "
                 f"{info.operation!r} snapshot, which an append-only consumer cannot follow without losing "
@@ -94,6 +104,18 @@ def plan_increment(table: Table, after: int | None, group: GroupConfig) -> Plan:
         skipped=skipped,
         remaining=len(pending) - len(batch),
     )
+
+
+def rewound_by_icegroup(table: Table, snapshot_id: int) -> str | None:
+    """What an upstream group's rewrite of its sink was ("a replay of window W by group G"), or None."""
+    snapshot = table.snapshot_by_id(snapshot_id)
+    props = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+    by = props.get(KEY_GROUP)
+    if KEY_REPLAY in props:
+        return f"a replay of window {props[KEY_REPLAY]} by group {by!r}"
+    if KEY_RESET in props:
+        return f"a reset ({props[KEY_RESET]}) of group {by!r}"
+    return None
 
 
 def stream_key(spec_id: int, path: str) -> str:

@@ -30,6 +30,7 @@ from iceberg.protocol.lineage import (
     COL_SHARD,
     KEY_EPOCH,
     KEY_GROUP,
+    KEY_RESET,
     ShardRange,
     epoch_key,
     parse_resets,
@@ -45,7 +46,6 @@ from iceberg.registry import commit_state, load_state
 from iceberg.replays import sink_history
 from iceberg.tables import load_optional, load_source, walk_back
 
-KEY_RESET = "icegroup.reset"
 DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$|^(\d+)([smhd])$")
 
 

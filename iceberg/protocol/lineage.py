@@ -44,6 +44,8 @@ KEY_LOW_WATERMARK = "icegroup.low-watermark"
 KEY_REPLAY = "icegroup.replay"
 KEY_GENERATION = "icegroup.replay-generation"
 KEY_COVERS = "icegroup.replay-covers"
+# A reset's delete of the output it consumes again names the reset.
+KEY_RESET = "icegroup.reset"
 
 
 def fence_key(group: str, lease_id: str) -> str:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
@@ -14,9 +16,11 @@ from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
+from iceberg.protocol.shards import window_label
 from iceberg.registry import load_state
 from iceberg.sink_history import read_sink_history
 from iceberg.verify import verify_group
+from spark_jobs.replay import replay_window
 from tests.factories import SCHEMA, append_batches, create_source, events
 from tests.integration.helpers import drive
 
@@ -169,3 +173,25 @@ def test_a_sink_that_cannot_take_the_output_is_a_clear_error_and_nothing_is_comm
         drive(spark, lakehouse, group, max_ticks=1)
 
     assert catalog.load_table(group.sink).snapshots() == []
+
+
+def test_a_replay_of_an_upstream_sink_stops_a_chained_group_naming_it_or_is_skipped_on_request(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], ns: str
+) -> None:
+    first = make_group()
+    second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next")
+    append_batches(create_source(catalog, first.source), 2, 12)
+    drive(spark, lakehouse, first)
+    drive(spark, lakehouse, second)
+    window = window_label(int(time.time() * 1000), first.replay_window)
+
+    replay_window(spark, lakehouse, first, window, progress=lambda _: None)
+
+    with pytest.raises(SourceError, match=f"is a replay of window {window} by group '{first.name}'"):
+        tick(catalog, second, lambda _: RunState.MISSING)
+    skipping = second.model_copy(update={"non_append": "skip"})
+    append_batches(catalog.load_table(first.source), 1, 12)
+    drive(spark, lakehouse, first)
+    drive(spark, lakehouse, skipping)
+    rows = catalog.load_table(second.sink).scan(selected_fields=("event_id",)).to_arrow()
+    assert sorted(rows.column("event_id").to_pylist()) == list(range(1, 37)), "old version kept, new appends go on"
