@@ -183,7 +183,12 @@ def render(view: GroupView) -> str:
     ]
     columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "committed_rows", "leases"]
     holds = "".join(f"\n  {line}" for line in view.hold_lines())
-    return f"{head}\n{table(rows, columns)}" + (f"\nleases in flight:{holds}" if holds else "")
+    replays = "".join(f"\n  {line}" for line in view.replays)
+    return (
+        f"{head}\n{table(rows, columns)}"
+        + (f"\nleases in flight:{holds}" if holds else "")
+        + (f"\nreplays in flight:{replays}" if replays else "")
+    )
 
 
 def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
@@ -236,7 +241,9 @@ def cmd_checkpoints(args: argparse.Namespace, lakehouse: LakehouseConfig, groups
     if args.json:
         print(json.dumps(rows, indent=2))
         return EXIT_OK
-    columns = ["committed_at", "sink_snapshot", "run_id", "lease", "epoch", "stream", "source_range", "window", "rows"]
+    columns = [
+        "committed_at", "kind", "sink_snapshot", "run_id", "lease", "epoch", "stream", "source_range", "window", "rows"
+    ]  # fmt: skip
     print(table(rows, columns))
     print(f"{len(rows)} checkpoints of group {group.name} in {group.sink}")
     return EXIT_OK

@@ -2,6 +2,8 @@
 
 Each commit is a point the group's output can be traced to and replayed from: when it landed, which
 run, lease and attempt made it, in which epoch, and which source range of which stream it holds.
+Replays of a window are listed too (``kind`` replay): the run, the generation and how many shard
+ranges the replay remade.
 """
 
 from __future__ import annotations
@@ -14,7 +16,9 @@ from pyiceberg.catalog import Catalog
 from iceberg.errors import UsageError
 from iceberg.groups import GroupConfig
 from iceberg.protocol.shards import parse_window_label, snapshot_range, window_label
+from iceberg.replays import sink_history
 from iceberg.sink_history import read_sink_history
+from iceberg.tables import load_optional
 
 
 @dataclass(frozen=True)
@@ -30,6 +34,8 @@ class Checkpoint:
     source_range: str
     window: str | None
     rows: int
+    kind: str = "commit"
+    at_ms: int = 0
 
 
 def list_checkpoints(catalog: Catalog, group: GroupConfig, window: str | None = None) -> list[Checkpoint]:
@@ -62,6 +68,26 @@ def list_checkpoints(catalog: Catalog, group: GroupConfig, window: str | None = 
                     if shard.window_start_ms is not None
                     else None,
                     rows=commit.added_records,
+                    at_ms=commit.timestamp_ms,
                 )
             )
-    return found
+    sink = load_optional(catalog, group.sink)
+    for replay in sink_history(sink, group.name)[1] if sink is not None else []:
+        if window is not None and replay.window != window:
+            continue
+        found.append(
+            Checkpoint(
+                sink_snapshot=replay.snapshot_id,
+                committed_at=datetime.fromtimestamp(replay.timestamp_ms / 1000, tz=UTC).isoformat(timespec="seconds"),
+                run_id=replay.run_id,
+                lease=f"replay generation {replay.generation}",
+                epoch=replay.epoch,
+                stream="*",
+                source_range=f"{len(replay.covers)} shard ranges",
+                window=replay.window,
+                rows=replay.added_records,
+                kind="replay",
+                at_ms=replay.timestamp_ms,
+            )
+        )
+    return sorted(found, key=lambda point: point.at_ms)

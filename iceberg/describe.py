@@ -61,6 +61,7 @@ class GroupView:
     as_of_ms: int = 0
     status: str = "caught up"
     historical: bool = False
+    replays: list[str] = field(default_factory=list)
 
     def hold_lines(self) -> list[str]:
         """Each lease in flight: its holder, its last heartbeat, and when it is re-granted if silent.
@@ -160,7 +161,21 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         holds=[hold_of(lease, beats, group.session_timeout_s) for lease in state.leases.values()],
         as_of_ms=now_ms,
         status=status_of(state, letters, sum(len(s) for s in lag_snaps.values())),
+        replays=replay_lines(state, beats, now_ms),
     )
+
+
+def replay_lines(state: GroupState, beats: dict[str, int], now_ms: int) -> list[str]:
+    """Each replay in flight: its window, generation, holder, and when its holder last beat."""
+    lines = []
+    for ticket in sorted(state.replays.values(), key=lambda t: t.window):
+        since = datetime.fromtimestamp(ticket.started_at_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+        beat = beats.get(ticket.holder)
+        heard = f"last heartbeat {(now_ms - beat) / 1000:.0f}s ago" if beat is not None else "no heartbeat yet"
+        lines.append(
+            f"window {ticket.window}: generation {ticket.generation} by {ticket.holder} since {since}; {heard}"
+        )
+    return lines
 
 
 def describe_as_of(catalog: Catalog, group: GroupConfig, at_ms: int) -> GroupView:

@@ -7,6 +7,7 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 
@@ -16,12 +17,13 @@ from iceberg.describe import describe_group
 from iceberg.errors import NotCaughtUp, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.leader import TickResult, tick
+from iceberg.protocol.lineage import replay_properties
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from spark_jobs.consume import consume
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups
-from tests.sink_commits import commit_lease
+from tests.sink_commits import SINK_SCHEMA, commit_lease
 
 
 def run(catalog: Catalog, group: GroupConfig, seen: RunState = RunState.RUNNING) -> TickResult:
@@ -136,6 +138,15 @@ def test_checkpoints_list_every_commit_with_its_run_lease_range_and_window(
     assert "1 checkpoints of group" in capsys.readouterr().out
     assert main([*cli, "checkpoints", group.name, "--window", "2024-01-01"]) == EXIT_OK
     assert "0 checkpoints of group" in capsys.readouterr().out
+
+    replayed = replay_properties(group.name, group.source, window, 3, 0, [], "run-43")
+    catalog.load_table(group.sink).append(pa.Table.from_pylist([], schema=SINK_SCHEMA.as_arrow()), replayed)
+    assert main([*cli, "checkpoints", group.name, "--window", window, "--json"]) == EXIT_OK
+    points = json.loads(capsys.readouterr().out)
+    assert [(p["kind"], p["lease"], p["run_id"]) for p in points] == [
+        ("commit", f"{held.lease_id}#0", "run-42"),
+        ("replay", "replay generation 3", "run-43"),
+    ]
 
 
 def test_checkpoints_of_a_window_that_is_not_one_name_the_form(

@@ -6,6 +6,7 @@ from datetime import date
 
 import pytest
 
+from iceberg.describe import replay_lines
 from iceberg.errors import ReplayConflict, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.protocol.assignment import assign_leases
@@ -126,3 +127,14 @@ def test_windows_complete_once_the_cursor_passed_them_and_nothing_of_them_waits(
     idle_now = WINDOW_START_MS + DAY_MS + CLOSE_GRACE_MS
     assert complete_windows(reported, g, cursor, idle_now)[-1] == WINDOW_START_MS, "a caught-up group's windows end"
     assert complete_windows(group_state([]), g, None, None) == []
+
+
+def test_describe_lists_replays_in_flight_with_their_holder_and_heartbeat() -> None:
+    state = group_state([], replays={DAY: ticket(holder="replay-run-7", generation=2, started_at_ms=WINDOW_START_MS)})
+
+    (line,) = replay_lines(state, {"replay-run-7": WINDOW_START_MS + 4_000}, WINDOW_START_MS + 10_000)
+
+    assert line == (
+        "window 2026-01-01: generation 2 by replay-run-7 since 2026-01-01T00:00:00+00:00; last heartbeat 6s ago"
+    )
+    assert replay_lines(group_state([]), {}, 0) == []
