@@ -142,8 +142,6 @@ def reset_target(args: argparse.Namespace) -> ResetTarget:
         if value is True:
             return ResetTarget(how)  # type: ignore[arg-type]
         if value is not None and value is not False:
-            if how == "datetime":
-                value = parse_time(str(value), "--to-datetime")
             return ResetTarget(how, str(value))  # type: ignore[arg-type]
     raise UsageError("reset: name a target, such as --to-earliest or --to-snapshot ID")
 
@@ -167,14 +165,16 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
     """``icegroup reset GROUP --to-...``: show the move, or apply it with ``--execute``."""
     group = pick(groups, args.group, args.groups)
     catalog = lakehouse.catalog()
-    plan = plan_reset(catalog, group, reset_target(args), keep_output=args.keep_output)
+    target = reset_target(args)
     if args.execute:
         before = load_state(catalog, group.name).state
-        execute_reset(catalog, group, plan)
+        plan = execute_reset(catalog, group, target, keep_output=args.keep_output)
         leases = list(before.leases.values()) if before else []
         if leases:
             with open_instance(dagster_home()) as instance:
-                terminate_runs(instance, group.name, leases, reason=f"group reset ({plan.target.describe()})")
+                terminate_runs(instance, group.name, leases, reason=f"group reset ({target.describe()})")
+    else:
+        plan = plan_reset(catalog, group, target, keep_output=args.keep_output)
     if args.json:
         print(json.dumps(reset_report(plan, args.execute), indent=2))
         return EXIT_OK

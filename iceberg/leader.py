@@ -143,7 +143,11 @@ def tick(
     held = bool(stopped) or planned.state.paused_at_ms is not None
     granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
     head = source.current_snapshot()
-    state, done = complete(source, group, granted.state, head.snapshot_id if head else None, now_ms)
+    state, done = (
+        (granted.state, [])
+        if stopped
+        else complete(source, group, granted.state, head.snapshot_id if head else None, now_ms)
+    )
     fence_and_commit(catalog, group, loaded, state, {**live.fences, **replay_fences})
 
     return TickResult(

@@ -17,7 +17,7 @@ from pyiceberg.table import Table
 from iceberg.errors import RegistryConflict, SinkError, UsageError
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import COL_GROUP, COL_SHARD, epoch_key
+from iceberg.protocol.lineage import COL_GROUP, COL_SHARD, epoch_key, parse_resets
 from iceberg.protocol.phases import check_drift
 from iceberg.protocol.rebuild import rebuild_state, registry_behind
 from iceberg.protocol.state import GroupState
@@ -117,7 +117,7 @@ def rebuild(
             "hand? Restore it, then rebuild"
         )
     sequences = {s.snapshot_id: s.sequence_number or 0 for s in source.snapshots()}
-    state = rebuild_state(group, history.commits, sequences, history.head, epoch)
+    state = rebuild_state(group, history.commits, sequences, history.head, epoch, parse_resets(history.resets))
     state.paused_at_ms = stored.paused_at_ms if stored is not None else None
     log.info(
         "group %s: registry rebuilt from %d sink commits (%s); epoch %d, streams at %s",

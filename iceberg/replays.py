@@ -122,8 +122,9 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     source = load_source(catalog, group.source)
     current = source.current_snapshot()
     live: dict[int, LiveFiles] = {}
+    deletes = current is not None and any(m.content != ManifestContent.DATA for m in current.manifests(source.io))
     for shard in covered:
-        read_at, files = locate(source, shard, current.snapshot_id if current else None, live)
+        read_at, files = locate(source, shard, current.snapshot_id if current else None, live, deletes)
         found = sum(rows for _, rows in files)
         if read_at is None:
             plan.missing.append(
@@ -140,16 +141,18 @@ LiveFiles = dict[tuple[int, str], list[tuple[str, int]]]
 
 
 def locate(
-    source: Table, shard: ShardRange, current: int | None, live: dict[int, LiveFiles]
+    source: Table, shard: ShardRange, current: int | None, live: dict[int, LiveFiles], deletes: bool = False
 ) -> tuple[int | None, list[tuple[str, int]]]:
     """The snapshot to read a shard's files at, and the files; None when they hold fewer rows than it committed.
 
     The current snapshot comes first, so one scan serves every shard whose files are still live;
-    then the shard's own last snapshot while it exists (its files were compacted away since).
+    then the shard's own last snapshot while it exists (its files were compacted away since). When
+    the source has delete files now (rows deleted after they were consumed, under ``non_append:
+    skip``), the shard's own snapshot comes first: the replay reads the rows the group consumed.
     """
     places = [current] if current is not None else []
     if source.snapshot_by_id(shard.to_snapshot) is not None and shard.to_snapshot != current:
-        places.append(shard.to_snapshot)
+        places.insert(0 if deletes else len(places), shard.to_snapshot)
     files: list[tuple[str, int]] = []
     for read_at in places:
         if read_at not in live:

@@ -1,11 +1,18 @@
 """Resets, the catalog half: resolve the target against the source, plan each stream's move, execute it.
 
-Executing goes in the order that keeps a crash safe. First the sink's epoch fence goes up together
-with a marker naming the reset (``icegroup.reset.<group>``): from then on no lease or replay of the
-old epoch can commit, and a Leader that ticks sees the marker and stops, naming the command that
-completes it. Then the re-consumed output is deleted by shard id, then the registry is committed
-by compare-and-swap, and the marker is cleared. Running the same reset again after a crash finds
-its marker and completes it in the same epoch; every step is idempotent.
+Executing goes in the order that keeps a crash safe:
+
+1. the sink's epoch fence goes up together with a marker naming the reset
+   (``icegroup.reset.<group>``): no lease or replay of the old epoch can commit from then on, and a
+   Leader that ticks sees the marker and stops, naming the command that completes the reset;
+2. the plan is made again, on the sink's history as the fence left it, and its positions are
+   recorded on the sink (``icegroup.resets.<group>``), so a run that completes the reset after a
+   crash uses the same positions, whatever the clock or the source did meanwhile;
+3. the output consumed again is deleted by shard id; 4. the registry is committed by
+   compare-and-swap; 5. the marker is cleared.
+
+Running the same reset again after a crash finds its marker and record and completes it in the
+same epoch; every step is idempotent.
 """
 
 from __future__ import annotations
@@ -15,7 +22,7 @@ import re
 import time
 import warnings
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -31,6 +38,7 @@ from iceberg.protocol.lineage import (
     KEY_EPOCH,
     KEY_GROUP,
     KEY_RESET,
+    ResetRecord,
     ShardRange,
     epoch_key,
     parse_resets,
@@ -42,7 +50,7 @@ from iceberg.protocol.replay import holder_alive
 from iceberg.protocol.reset import Position, ResetTarget, StreamMove, reconsumed, reset_state, round_down
 from iceberg.protocol.shards import SnapshotInfo, window_label
 from iceberg.protocol.state import GroupState
-from iceberg.registry import commit_state, load_state
+from iceberg.registry import Loaded, commit_state, load_state
 from iceberg.replays import sink_history
 from iceberg.tables import load_optional, load_source, walk_back
 
@@ -61,6 +69,7 @@ class ResetPlan:
     keep_output: bool
     state: GroupState
     completes_interrupted: bool = False
+    loaded: Loaded | None = None
 
     @property
     def replaced_shards(self) -> list[str]:
@@ -98,6 +107,17 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
 
 
+def parse_datetime(text: str) -> int:
+    """An ISO-8601 time (UTC if it names no zone) in epoch milliseconds; an error names the option."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise UsageError(
+            f"--to-datetime: {text!r} is not an ISO-8601 time; write it like 2026-11-23T14:05:00Z"
+        ) from None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
 def chain(source: Table) -> list[SnapshotInfo]:
     """The source's main history still in its metadata, oldest first."""
     return [snapshot_info(s) for s in reversed(list(walk_back(source, None)))]
@@ -127,9 +147,10 @@ def global_target(target: ResetTarget, group: GroupConfig, history: list[Snapsho
             f"--to-snapshot: {wanted} is not in the history of {group.source!r} (its snapshots run from {span}); "
             "name one of them, or use --to-earliest"
         )
-    cutoff = now_ms - int(parse_duration(target.value or "").total_seconds() * 1000)
     if target.how == "datetime":
-        cutoff = int(target.value or "0")
+        cutoff = parse_datetime(target.value or "")
+    else:
+        cutoff = now_ms - int(parse_duration(target.value or "").total_seconds() * 1000)
     before = [info for info in history if info.timestamp_ms < cutoff]
     return (before[-1].snapshot_id, before[-1].sequence_number) if before else earliest(history)
 
@@ -168,7 +189,12 @@ def checkpoint_positions(sink: Table | None, group: GroupConfig, checkpoint: int
 def plan_reset(
     catalog: Catalog, group: GroupConfig, target: ResetTarget, keep_output: bool = False, now_ms: int | None = None
 ) -> ResetPlan:
-    """Resolve ``target`` and plan every stream's move; nothing is written."""
+    """Resolve ``target`` and plan every stream's move; nothing is written.
+
+    A stream's current position is the furthest of the registry's and the sink's (the registry may
+    lag the sink's commits); streams only the sink knows move too. Shards a reset made void are not
+    counted. A reset whose marker is on the sink is completed with the positions it recorded.
+    """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     loaded = load_state(catalog, group.name)
     if loaded.state is None:
@@ -180,44 +206,40 @@ def plan_reset(
     source = load_source(catalog, group.source)
     sink = load_optional(catalog, group.sink)
     history = chain(source)
-    sequences = {info.snapshot_id: info.sequence_number for info in history}
-    commits, replays = sink_history(sink, group.name) if sink is not None else ([], [])
-    resets = parse_resets(sink.properties.get(resets_key(group.name), "")) if sink is not None else []
-    committed: dict[str, dict[str, ShardRange]] = {}
-    found = [(c.epoch, s) for c in commits for s in c.shards] + [(r.epoch, s) for r in replays for s in r.covers]
-    for epoch, shard in found:
-        if not any(reset.voids(epoch, shard) for reset in resets):
-            committed.setdefault(shard.stream, {})[shard.shard_id] = shard
-    per_stream = stream_snapshots(source, history) if target.how in ("shift", "checkpoint") else {}
-    if target.how == "checkpoint":
-        positions = checkpoint_positions(sink, group, int(target.value or "0"))
-        start: Position = (state.start_position, sequences.get(state.start_position or -1, 0))
-        news = {name: positions.get(name, start) for name in state.streams}
-        planned = min(news.values(), key=lambda p: p[1], default=start)
-    elif target.how == "shift":
-        news = {name: shifted(stream, per_stream.get(name, []), int(target.value or "0"), history) for name, stream in
-                ((n, (s.position, s.position_sequence)) for n, s in state.streams.items())}  # fmt: skip
-        planned = min(news.values(), key=lambda p: p[1], default=earliest(history))
-    else:
-        planned = global_target(target, group, history, now_ms)
-        news = dict.fromkeys(state.streams, planned)
-    moves = []
-    for name, stream in sorted(state.streams.items()):
-        current: Position = (stream.position, stream.position_sequence)
-        new = news[name]
-        ranges = list(committed.get(name, {}).values())
-        if new[1] < current[1]:
-            new = round_down(new, ranges, sequences)
-        move = StreamMove(name, current, new, reconsumed=reconsumed(new, ranges) if new[1] < current[1] else [])
-        if new[1] > current[1]:
-            skipped = [s for s in per_stream.get(name, []) if current[1] < s.sequence_number <= new[1]]
-            move.skipped_snapshots = len(skipped)
-        moves.append(move)
-    planned = min([planned, *(m.new for m in moves)], key=lambda p: p[1])
-    count_skipped(source, history, moves)
     marker = reset_marker(sink, group)
-    resumes = marker is not None and marker[1] == target.describe() and marker[0] > state.epoch
-    epoch = marker[0] if marker is not None and resumes else max(state.epoch, sink_epoch(sink, group)) + 1
+    resumes = marker is not None and marker[0] > state.epoch and marker[0] == sink_epoch(sink, group)
+    if resumes and marker is not None and marker[1] != target.describe():
+        raise UsageError(
+            f"group {group.name!r}: a reset ({marker[1]}) was interrupted in epoch {marker[0]}; complete it first: "
+            f"`icegroup reset {group.name} {marker[1]} --execute`"
+        )
+    epoch = marker[0] if resumes and marker is not None else max(state.epoch, sink_epoch(sink, group)) + 1
+    records = parse_resets(sink.properties.get(resets_key(group.name), "")) if sink is not None else []
+    own = next((r for r in records if r.epoch == epoch), None)
+    committed = committed_ranges(sink, group, [r for r in records if r.epoch != epoch])
+    sequences = {info.snapshot_id: info.sequence_number for info in history}
+    sequences.update({s.to_snapshot: s.to_sequence or 0 for ranges in committed.values() for s in ranges})
+    currents: dict[str, Position] = {name: (s.position, s.position_sequence) for name, s in state.streams.items()}
+    for name, ranges in committed.items():
+        last = max(ranges, key=lambda s: s.to_sequence or 0)
+        if (last.to_sequence or 0) > currents.get(name, (None, -1))[1]:
+            currents[name] = (last.to_snapshot, last.to_sequence or 0)
+    if own is not None:
+        news = {name: (own.snapshots.get(name, own.snapshots.get("*")), own.positions.get(name, own.positions["*"]))
+                for name in currents}  # fmt: skip
+        planned: Position = (own.snapshots.get("*"), own.positions["*"])
+    else:
+        news, planned = targets(target, group, state, currents, source, history, sink, now_ms)
+    moves = []
+    for name in sorted(currents):
+        ranges = committed.get(name, [])
+        new = news[name]
+        if own is None and new[1] < currents[name][1]:
+            new = round_down(new, ranges, sequences)
+        moves.append(StreamMove(name, currents[name], new, reconsumed=reconsumed(new, ranges)))
+    planned = min([planned, *(m.new for m in moves)], key=lambda p: p[1])
+    check_reachable(group, history, moves)
+    count_skipped(source, history, moves)
     windows = sorted({s.window_start_ms for m in moves for s in m.reconsumed if s.window_start_ms is not None})
     return ResetPlan(
         group=group.name,
@@ -228,7 +250,58 @@ def plan_reset(
         keep_output=keep_output,
         state=reset_state(state, moves, planned, epoch, windows),
         completes_interrupted=resumes,
+        loaded=loaded,
     )
+
+
+def committed_ranges(sink: Table | None, group: GroupConfig, resets: list[ResetRecord]) -> dict[str, list[ShardRange]]:
+    """Per stream, the shard ranges committed to the sink whose output no reset deleted."""
+    commits, replays = sink_history(sink, group.name) if sink is not None else ([], [])
+    found = [(c.epoch, s) for c in commits for s in c.shards] + [(r.epoch, s) for r in replays for s in r.covers]
+    out: dict[str, dict[str, ShardRange]] = {}
+    for epoch, shard in found:
+        if not any(reset.voids(epoch, shard) for reset in resets):
+            out.setdefault(shard.stream, {})[shard.shard_id] = shard
+    return {stream: list(ranges.values()) for stream, ranges in out.items()}
+
+
+def targets(
+    target: ResetTarget,
+    group: GroupConfig,
+    state: GroupState,
+    currents: dict[str, Position],
+    source: Table,
+    history: list[SnapshotInfo],
+    sink: Table | None,
+    now_ms: int,
+) -> tuple[dict[str, Position], Position]:
+    """Each stream's new position, and where planning goes on from, before rounding."""
+    sequences = {info.snapshot_id: info.sequence_number for info in history}
+    if target.how == "checkpoint":
+        positions = checkpoint_positions(sink, group, int(target.value or "0"))
+        start: Position = (state.start_position, sequences.get(state.start_position or -1, 0))
+        news = {name: positions.get(name, start) for name in currents}
+        return news, min(news.values(), key=lambda p: p[1], default=start)
+    if target.how == "shift":
+        per_stream = stream_snapshots(source, history)
+        by = int(target.value or "0")
+        news = {name: shifted(current, per_stream.get(name, []), by, history) for name, current in currents.items()}
+        return news, min(news.values(), key=lambda p: p[1], default=earliest(history))
+    planned = global_target(target, group, history, now_ms)
+    return dict.fromkeys(currents, planned), planned
+
+
+def check_reachable(group: GroupConfig, history: list[SnapshotInfo], moves: list[StreamMove]) -> None:
+    """A stream moved back can only be consumed again from source history that is still there."""
+    floor = earliest(history)
+    for move in moves:
+        if move.direction == "back" and move.new[1] < floor[1]:
+            raise UsageError(
+                f"group {group.name!r}: stream {move.stream} would move back to sequence {move.new[1]}, the start "
+                f"of the committed shard it falls in, but {group.source!r}'s history before snapshot "
+                f"{history[0].snapshot_id if history else None} has expired, so those rows cannot be consumed again; "
+                "pick a later target"
+            )
 
 
 def shifted(current: Position, snapshots: list[SnapshotInfo], by: int, history: list[SnapshotInfo]) -> Position:
@@ -287,12 +360,14 @@ def check_interrupted(marker_text: str, group: GroupConfig, stored_epoch: int) -
         )
 
 
-def execute_reset(catalog: Catalog, group: GroupConfig, plan: ResetPlan, retries: int = 5) -> GroupState:
-    """Fence, delete the re-consumed output, commit the registry, clear the marker (see the module docstring)."""
+def execute_reset(
+    catalog: Catalog, group: GroupConfig, target: ResetTarget, keep_output: bool = False, retries: int = 5
+) -> ResetPlan:
+    """Execute a reset in the order the module docstring gives; returns the plan it carried out."""
     for attempt in range(retries):
         loaded = load_state(catalog, group.name)
         if loaded.state is None:
-            raise UsageError(f"group {group.name!r} has no registry")
+            raise UsageError(f"group {group.name!r} has no registry yet: it has consumed nothing to reset")
         refuse_while_replaying(catalog, group, loaded.state)
         sink = load_optional(catalog, group.sink)
         if sink is None and loaded.state.leases:
@@ -300,35 +375,43 @@ def execute_reset(catalog: Catalog, group: GroupConfig, plan: ResetPlan, retries
                 f"group {group.name!r}: leases are in flight and the sink does not exist yet, so they cannot be "
                 f"fenced; `icegroup pause {group.name}`, wait for them, then reset"
             )
+        plan = plan_reset(catalog, group, target, keep_output)
         if sink is not None:
-            marker = json.dumps({"epoch": plan.epoch, "target": plan.target.describe()})
-            records = recorded_resets(sink, group, plan)
-            also = {reset_key(group.name): marker, resets_key(group.name): records}
-            raise_fences(sink, {epoch_key(group.name): plan.epoch}, also=also)
+            marker = json.dumps({"epoch": plan.epoch, "target": target.describe()})
+            raise_fences(sink, {epoch_key(group.name): plan.epoch}, also={reset_key(group.name): marker})
+            if sink_epoch(sink, group) != plan.epoch:
+                raise RegistryConflict(
+                    f"group {group.name!r}: the sink's epoch moved past {plan.epoch} (a rebuild?); run the reset again"
+                )
             failpoint("reset.after_fence")
+            plan = plan_reset(catalog, group, target, keep_output)
+            if not keep_output:
+                raise_fences(sink, {}, also={resets_key(group.name): recorded_resets(sink, group, plan)})
             if plan.replaced_shards:
                 delete_output(sink, group, plan)
                 failpoint("reset.after_delete")
+            sink.refresh()
+            head = sink.current_snapshot()
+            plan.state.sink_cursor = head.snapshot_id if head is not None else plan.state.sink_cursor
         try:
-            commit_state(loaded, plan.state)
+            commit_state(plan.loaded or loaded, plan.state)
         except RegistryConflict:
             time.sleep(0.2 * (attempt + 1))
-            plan = plan_reset(catalog, group, plan.target, plan.keep_output)
             continue
         if sink is not None:
             with sink.transaction() as tx:
                 tx.remove_properties(reset_key(group.name))
-        return plan.state
+        return plan
     raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {retries} tries to reset it")
 
 
 def recorded_resets(sink: Table, group: GroupConfig, plan: ResetPlan) -> str:
-    """The sink's reset records with this reset's added (once): what replays leave out of their coverage."""
-    text = sink.properties.get(resets_key(group.name), "")
-    records = [r for r in json.loads(text or "[]") if int(r["epoch"]) != plan.epoch]
+    """The sink's reset records with this reset's added (once): what replays and later resets leave out."""
+    records = [r for r in parse_resets(sink.properties.get(resets_key(group.name), "")) if r.epoch != plan.epoch]
     positions = {m.stream: m.new[1] for m in plan.moves} | {"*": plan.state.planned_through_sequence}
-    records.append({"epoch": plan.epoch, "positions": positions})
-    return json.dumps(records, separators=(",", ":"))
+    snapshots = {m.stream: m.new[0] for m in plan.moves} | {"*": plan.state.planned_through}
+    records.append(ResetRecord(plan.epoch, positions, snapshots))
+    return json.dumps([r.to_json() for r in records], separators=(",", ":"))
 
 
 def delete_output(sink: Table, group: GroupConfig, plan: ResetPlan) -> None:

@@ -12,7 +12,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.errors import SinkError
-from iceberg.protocol.lineage import SinkCommit, epoch_key, parse_commit, reset_key
+from iceberg.protocol.lineage import SinkCommit, epoch_key, parse_commit, reset_key, resets_key
 from iceberg.tables import load_optional, walk_back
 
 
@@ -24,6 +24,7 @@ class SinkHistory:
     commits: list[SinkCommit]
     epoch: int = 0
     reset_marker: str = ""
+    resets: str = ""
 
     def shard_ids(self) -> set[str]:
         """Every shard committed in these commits."""
@@ -74,4 +75,5 @@ def read_sink_history(catalog: Catalog, sink: str, group: str, since: int | None
         commits=group_commits(table, group, since),
         epoch=int(table.properties.get(epoch_key(group), "0")),
         reset_marker=table.properties.get(reset_key(group), ""),
+        resets=table.properties.get(resets_key(group), ""),
     )

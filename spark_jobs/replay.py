@@ -125,8 +125,13 @@ def publish(
     source = f"{lakehouse.catalog_name}.{group.source}"
     lease_id = replay_lease_id(group.name, ticket.window, ticket.generation)
     snapshots = sorted({item.read_snapshot for item in plan.shards})
+    # Every shard's branch scans its base, so the base is cached in as many partitions as there are
+    # cores, not one per small file: a window of many shards over many files stays a few tasks a shard.
+    parallelism = spark.sparkContext.defaultParallelism
     bases = {
-        at: read_files(spark, source, at, [f for i in plan.shards if i.read_snapshot == at for f in i.files]).persist()
+        at: read_files(spark, source, at, [f for i in plan.shards if i.read_snapshot == at for f in i.files])
+        .coalesce(parallelism)
+        .persist()
         for at in snapshots
     }
     frames: list[DataFrame] = []

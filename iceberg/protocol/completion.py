@@ -1,9 +1,11 @@
 """When a replay window is complete: the Leader reports each window once, when nothing more can land in it.
 
-A window is complete when the planning cursor has moved past its end (a later source snapshot was
-planned, or the group is caught up and the clock has passed the end by ``CLOSE_GRACE_MS``) and
-none of its shards is waiting or being replayed. Windows with no data complete too, so the sink's
-partitions read "materialized" for every finished window and "missing" only for open ones.
+A window is complete when the planning cursor has moved past its end by ``CLOSE_GRACE_MS`` (a
+snapshot committed that much later was planned, or the group is caught up and the clock has passed
+the end by that much) and none of its shards is waiting or being replayed. The grace covers clocks
+that differ a little: Iceberg accepts a snapshot up to a minute older than its parent. Windows with
+no data complete too, so the sink's partitions read "materialized" for every finished window and
+"missing" only for open ones. A group stopped by a poison shard completes no window until it goes on.
 """
 
 from __future__ import annotations
@@ -12,7 +14,7 @@ from iceberg.groups import GroupConfig
 from iceberg.protocol.shards import DAY_MS, HOUR_MS, window_start_ms
 from iceberg.protocol.state import GroupState
 
-# Clocks of producers and the Leader may differ a little: an idle window closes this long after its end.
+# Clocks of producers and the Leader may differ a little: a window closes this long after its end.
 CLOSE_GRACE_MS = 60_000
 # A new group with an early window_start completes its empty windows over several ticks.
 MAX_PER_TICK = 200
@@ -38,7 +40,7 @@ def complete_windows(
     when every source snapshot is planned (else None).
     """
     width = window_width_ms(group)
-    reached = [t for t in (cursor_ms, None if caught_up_at_ms is None else caught_up_at_ms - CLOSE_GRACE_MS) if t]
+    reached = [t - CLOSE_GRACE_MS for t in (cursor_ms, caught_up_at_ms) if t]
     if not reached:
         return []
     open_from = window_start_ms(max(reached), group.replay_window)

@@ -72,23 +72,33 @@ def resets_key(group: str) -> str:
 class ResetRecord:
     """An executed reset, as the sink keeps it: commits of older epochs above these positions are void.
 
-    ``positions`` maps streams to the sequence number they were moved to; ``*`` holds the one for
-    streams the registry did not know yet (the planning cursor).
+    ``positions`` maps streams to the sequence number they were moved to, and ``snapshots`` to the
+    snapshot; ``*`` holds both for streams the registry did not know yet (the planning cursor).
     """
 
     epoch: int
     positions: dict[str, int]
+    snapshots: dict[str, int | None]
 
     def voids(self, epoch: int, shard: ShardRange) -> bool:
         """Whether this reset made a commit of ``shard`` in ``epoch`` void (its output was deleted)."""
         floor = self.positions.get(shard.stream, self.positions.get("*"))
         return epoch < self.epoch and floor is not None and (shard.to_sequence or 0) > floor
 
+    def to_json(self) -> dict[str, object]:
+        """The record as the sink property holds it."""
+        return {"epoch": self.epoch, "positions": self.positions, "snapshots": self.snapshots}
+
 
 def parse_resets(text: str) -> list[ResetRecord]:
     """The reset records of a sink property's JSON; none for an empty one."""
     return [
-        ResetRecord(int(r["epoch"]), {k: int(v) for k, v in r["positions"].items()}) for r in json.loads(text or "[]")
+        ResetRecord(
+            int(r["epoch"]),
+            {k: int(v) for k, v in r["positions"].items()},
+            {k: None if v is None else int(v) for k, v in r.get("snapshots", {}).items()},
+        )
+        for r in json.loads(text or "[]")
     ]
 
 

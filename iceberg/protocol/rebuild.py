@@ -18,7 +18,7 @@ from itertools import pairwise
 
 from iceberg.errors import SourceError
 from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import ShardRange, SinkCommit
+from iceberg.protocol.lineage import ResetRecord, ShardRange, SinkCommit
 from iceberg.protocol.state import ConfigChange, GroupState, StreamState
 
 
@@ -47,8 +47,12 @@ def rebuild_state(
     sequences: Mapping[int, int],
     sink_head: int | None,
     epoch: int,
+    resets: Sequence[ResetRecord] = (),
 ) -> GroupState:
     """The group's state as the sink's commits (oldest first) say it is, in ``epoch``.
+
+    Shards whose output a reset deleted (``resets``) do not count, and low watermarks recorded
+    before the newest reset are not trusted: that reset may have moved streams below them.
 
     ``sequences`` maps source snapshot ids to sequence numbers, for commits written before the
     sequence was recorded. The start is the one the newest commit recorded; commits written before
@@ -60,6 +64,8 @@ def rebuild_state(
     streams: dict[str, StreamState] = {}
     for commit in commits:
         for shard in commit.shards:
+            if any(reset.voids(commit.epoch, shard) for reset in resets):
+                continue
             sequence = sequence_of(shard, sequences, group)
             stream = streams.setdefault(shard.stream, StreamState(position=shard.from_snapshot))
             if sequence > stream.position_sequence:
@@ -67,10 +73,11 @@ def rebuild_state(
             stream.committed_shards += 1
             stream.committed_rows += shard.rows or 0
     start = recorded_start(commits, sequences, group)
+    last_reset = max((reset.epoch for reset in resets), default=0)
     marks = [
         (c.origin.low_watermark, c.origin.low_watermark_sequence)
         for c in commits
-        if c.origin is not None and c.origin.low_watermark_sequence is not None
+        if c.origin is not None and c.origin.low_watermark_sequence is not None and c.epoch >= last_reset
     ]
     plan_from, plan_from_sequence = max(marks, key=lambda mark: mark[1] or 0) if marks else (start, 0)
     pinned = sorted(

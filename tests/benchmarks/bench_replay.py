@@ -71,7 +71,7 @@ def run_round(spark: SparkSession, lakehouse: LakehouseConfig, ns: str) -> dict[
     lap("replay")
     plan = plan_reset(catalog, group, ResetTarget("earliest"))
     lap("reset_plan")
-    execute_reset(catalog, group, plan)
+    execute_reset(catalog, group, plan.target)
     lap("reset_execute")
     consume(spark, lakehouse, group, f"bench-{ns}-again", lambda _: RunState.MISSING, progress=quiet)
     lap("reconsume")

@@ -9,12 +9,16 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
 from pathlib import Path
 
 import dagster as dg
 import pytest
 import yaml
+from dagster_graphql import DagsterGraphQLClient
+from dagster_graphql.client.query import LAUNCH_PARTITION_BACKFILL_MUTATION
+from pyiceberg.catalog import Catalog
 
 from dagster_project.tags import TAG_ATTEMPT, TAG_GROUP, TAG_LEASE
 from iceberg.groups import load_groups
@@ -43,7 +47,7 @@ def reset_signals() -> None:
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Path]:
-    """`dagster dev` over workspace.yaml with a one-group file; yields ICEGROUP_HOME."""
+    """`dagster dev` over workspace.yaml with a one-group file; yields ICEGROUP_HOME (its ``port`` file: the UI's)."""
     dagster_home = tmp_path / "dagster"
     dagster_home.mkdir()
     shutil.copy(repo_root() / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")
@@ -58,8 +62,10 @@ def daemon(tmp_path: Path) -> Iterator[Path]:
         "DAGSTER_HOME": str(dagster_home),
     }
     command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
+    port = free_port()
+    (tmp_path / "port").write_text(str(port))
     server = subprocess.Popen(
-        [*command, "-p", str(free_port())],
+        [*command, "-p", str(port)],
         cwd=repo_root(),
         env=env,
         stdout=(tmp_path / "dev.log").open("w"),
@@ -98,3 +104,61 @@ def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs)
     assert len({r.tags[TAG_LEASE] for r in runs}) == len(runs) == state.leases_done
     assert all(r.tags[TAG_ATTEMPT] == "0" and r.tags["dagster/sensor_name"] == "live_leader" for r in runs)
+
+
+def test_a_backfill_launched_through_the_ui_api_replays_the_window(daemon: Path) -> None:
+    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(daemon)})
+    group = load_groups(daemon / "groups.yaml")["live"]
+    catalog = lakehouse.catalog()
+    wait_until(lambda: caught_up(catalog, group.name), 300, daemon, "caught up")
+    window = datetime.now(UTC).strftime("%Y-%m-%d")
+    client = DagsterGraphQLClient("127.0.0.1", port_number=int((daemon / "port").read_text()))
+    wait_until(lambda: ui_answers(client), 120, daemon, "the UI answers")
+
+    launched = client._execute(
+        LAUNCH_PARTITION_BACKFILL_MUTATION,
+        {"backfillParams": {"assetSelection": [{"path": ["lake", "live", "events_out"]}], "partitionNames": [window]}},
+    )["launchPartitionBackfill"]
+
+    assert launched["__typename"] == "LaunchBackfillSuccess", launched
+    backfill = launched["backfillId"]
+    with dg.DagsterInstance.from_config(str(daemon / "dagster")) as instance:
+
+        def finished() -> bool:
+            runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill}))
+            return bool(runs) and all(run.is_finished for run in runs)
+
+        wait_until(finished, 300, daemon, f"backfill {backfill} to finish")
+        runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill}))
+    assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS]
+    assert runs[0].tags["dagster/partition"] == window
+    head = catalog.load_table(group.sink).current_snapshot()
+    assert head is not None
+    assert head.summary is not None
+    assert head.summary.additional_properties["icegroup.replay"] == window
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def caught_up(catalog: Catalog, group: str) -> bool:
+    """The group has committed leases and has nothing open."""
+    state = load_state(catalog, group).state
+    return state is not None and bool(state.leases_done) and state.is_idle()
+
+
+def ui_answers(client: DagsterGraphQLClient) -> bool:
+    """The webserver is up and has loaded the code location."""
+    try:
+        client._execute("{ version }")
+    except Exception:
+        return False
+    return True
+
+
+def wait_until(predicate: Callable[[], bool], timeout_s: float, daemon: Path, what: str) -> None:
+    """Poll until ``predicate()``; fail naming the server log."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(3)
+    pytest.fail(f"timed out after {timeout_s:.0f}s waiting for {what}; see {daemon / 'dev.log'}")

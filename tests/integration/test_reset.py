@@ -53,7 +53,7 @@ def test_a_backward_reset_replaces_what_it_consumes_again(
     assert sum(m.reconsumed_rows for m in dry.moves) == 48
     assert {m.direction for m in dry.moves} == {"back"}
     assert load_state(catalog, group.name).state.epoch == 0, "a plan changes nothing"  # type: ignore[union-attr]
-    state = execute_reset(catalog, group, dry)
+    state = execute_reset(catalog, group, dry.target).state
 
     assert state.epoch == 1
     assert sink_ids(catalog, group) == Counter(), "the re-consumed output is deleted"
@@ -73,7 +73,7 @@ def test_a_forward_reset_skips_and_says_how_many_rows(
     plan = plan_reset(catalog, group, ResetTarget("latest"))
     assert sum(m.skipped_rows for m in plan.moves) == 36
     assert sum(m.reconsumed_rows for m in plan.moves) == 0
-    execute_reset(catalog, group, plan)
+    execute_reset(catalog, group, plan.target)
     append_batches(catalog.load_table(group.source), 1, 12)
     drive(spark, lakehouse, group)
 
@@ -95,13 +95,13 @@ def test_shift_by_and_to_checkpoint_move_each_stream_and_the_sink_stays_exact(
 
     shifted = plan_reset(catalog, group, ResetTarget("shift", "-1"))
     assert [m.reconsumed_snapshots for m in shifted.moves] == [1, 1, 1], "one snapshot of each stream"
-    execute_reset(catalog, group, shifted)
+    execute_reset(catalog, group, shifted.target)
     drive(spark, lakehouse, group)
     assert sink_ids(catalog, group) == Counter(range(1, 46))
 
     back = plan_reset(catalog, group, ResetTarget("checkpoint", str(checkpoint)))
     assert sum(m.reconsumed_rows for m in back.moves) > 0
-    execute_reset(catalog, group, back)
+    execute_reset(catalog, group, back.target)
     drive(spark, lakehouse, group)
     assert sink_ids(catalog, group) == Counter(range(1, 46))
 
@@ -116,7 +116,7 @@ def test_a_lease_of_the_old_epoch_cannot_commit_after_a_reset(
     granted = tick(catalog, group, lambda _: RunState.MISSING)
     (lease,) = granted.launch
 
-    execute_reset(catalog, group, plan_reset(catalog, group, ResetTarget("earliest")))
+    execute_reset(catalog, group, ResetTarget("earliest"))
 
     with pytest.raises(StaleLease, match="epoch fenced"):
         run_lease(spark, lakehouse, group, lease, [granted.state.shards[s] for s in lease.shard_ids], progress=quiet)
@@ -142,14 +142,18 @@ def test_resets_refuse_bad_targets_and_replays_in_flight(
     ensure_table(catalog)
     beat(catalog, group.name, "replay-x")
     with pytest.raises(UsageError, match="replays are in flight"):
-        execute_reset(catalog, group, plan_reset(catalog, group, ResetTarget("earliest")))
+        execute_reset(catalog, group, ResetTarget("earliest"))
 
 
+@pytest.mark.parametrize(
+    ("option", "target"),
+    [(["--to-earliest"], ResetTarget("earliest")), (["--shift-by", "-1"], ResetTarget("shift", "-1"))],
+)
 def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_by_running_it_again(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig],
-    tmp_path: Path, lake_home: Path,
+    tmp_path: Path, lake_home: Path, option: list[str], target: ResetTarget,
 ) -> None:  # fmt: skip
-    group = make_group()
+    group = make_group(shard_caps={"max_files": 2})
     append_batches(create_source(catalog, group.source), 3, 9)
     drive(spark, lakehouse, group)
     points = tmp_path / "points"
@@ -157,7 +161,7 @@ def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_b
     (points / "reset.after_delete").touch()
     groups = str(write_groups(tmp_path / "g.yaml", group))
     env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
-    command = [ICEGROUP, "--groups", groups, "reset", group.name, "--to-earliest", "--execute"]
+    command = [ICEGROUP, "--groups", groups, "reset", group.name, *option, "--execute"]
     killed = subprocess.Popen(command, cwd=repo_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 60
     while not list(points.glob("hit.*")):
@@ -167,15 +171,38 @@ def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_b
     os.kill(killed.pid, signal.SIGKILL)
     killed.wait()
 
-    with pytest.raises(ResetInterrupted, match=f"run `icegroup reset {group.name} --to-earliest --execute` again"):
+    with pytest.raises(ResetInterrupted, match=f"run `icegroup reset {group.name} {' '.join(option)} --execute` again"):
         tick(catalog, group, lambda _: RunState.MISSING)
-    again = plan_reset(catalog, group, ResetTarget("earliest"))
+    with pytest.raises(UsageError, match="complete it first"):
+        plan_reset(catalog, group, ResetTarget("latest"))
+    again = plan_reset(catalog, group, target)
     assert again.completes_interrupted
     assert again.epoch == 1
-    execute_reset(catalog, group, again)
+    assert sum(m.reconsumed_rows for m in again.moves) > 0, "the recorded positions, not positions moved again"
+    execute_reset(catalog, group, target)
     drive(spark, lakehouse, group)
     assert sink_ids(catalog, group) == Counter(range(1, 28))
     assert load_state(catalog, group.name).state.epoch == 1  # type: ignore[union-attr]
+
+
+def test_a_reset_moves_back_from_what_the_sink_holds_when_the_registry_lags_it(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 2, 9)
+    drive(spark, lakehouse, group)
+    append_batches(catalog.load_table(group.source), 1, 9)
+    granted = tick(catalog, group, lambda _: RunState.MISSING)
+    (lease,) = granted.launch
+    run_lease(spark, lakehouse, group, lease, [granted.state.shards[s] for s in lease.shard_ids], progress=quiet)
+    head = catalog.load_table(group.source).snapshots()[1].snapshot_id  # committed in the sink, not reconciled
+
+    plan = execute_reset(catalog, group, ResetTarget("snapshot", str(head)))
+
+    assert {m.direction for m in plan.moves} == {"back"}, "the sink's commits are past the registry's positions"
+    assert sum(m.reconsumed_rows for m in plan.moves) == 9
+    drive(spark, lakehouse, group)
+    assert sink_ids(catalog, group) == Counter(range(1, 28))
 
 
 def test_a_replay_after_a_backward_reset_covers_each_range_once(
@@ -184,7 +211,7 @@ def test_a_replay_after_a_backward_reset_covers_each_range_once(
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 3, 12)
     drive(spark, lakehouse, group)
-    execute_reset(catalog, group, plan_reset(catalog, group, ResetTarget("shift", "-2")))
+    execute_reset(catalog, group, ResetTarget("shift", "-2"))
     drive(spark, lakehouse, group)
 
     again = plan_reset(catalog, group, ResetTarget("shift", "-1"))

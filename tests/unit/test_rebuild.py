@@ -8,7 +8,7 @@ import pytest
 
 from iceberg.errors import SourceError
 from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import SinkCommit, commit_properties, parse_commit
+from iceberg.protocol.lineage import ResetRecord, SinkCommit, commit_properties, parse_commit
 from iceberg.protocol.rebuild import rebuild_state, registry_behind
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
 from iceberg.protocol.state import Origin, StreamState, add_shards
@@ -186,3 +186,18 @@ def test_a_rebuild_plans_from_the_newest_low_watermark_its_commits_recorded() ->
 
     assert (state.planned_through, state.planned_through_sequence) == (102, 2)
     assert state.start_position == 100
+
+
+def test_a_rebuild_after_a_reset_leaves_out_the_output_the_reset_deleted() -> None:
+    mark = Origin(start_position=100, config_hash=None, low_watermark=103, low_watermark_sequence=3)
+    commits = [
+        committed(shard(1, stream=EU), snapshot_id=901, origin=mark),
+        committed(shard(2, stream=EU), snapshot_id=902, origin=mark),
+        committed(shard(3, stream=EU), snapshot_id=903, origin=mark),
+    ]
+    reset = ResetRecord(epoch=1, positions={EU: 1, "*": 1}, snapshots={EU: 101, "*": 101})
+
+    state = rebuild_state(GROUP, commits, sequences={}, sink_head=903, epoch=2, resets=[reset])
+
+    assert (state.streams[EU].position, state.streams[EU].position_sequence) == (101, 1)
+    assert state.planned_through == 100, "no low watermark from before the reset"

@@ -127,6 +127,8 @@ def test_windows_complete_once_the_cursor_passed_them_and_nothing_of_them_waits(
     idle_now = WINDOW_START_MS + DAY_MS + CLOSE_GRACE_MS
     assert complete_windows(reported, g, cursor, idle_now)[-1] == WINDOW_START_MS, "a caught-up group's windows end"
     assert complete_windows(group_state([]), g, None, None) == []
+    just_after = WINDOW_START_MS + CLOSE_GRACE_MS - 1
+    assert complete_windows(reported, g, just_after, None) == [], "a snapshot within the grace may still land"
 
 
 def test_describe_lists_replays_in_flight_with_their_holder_and_heartbeat() -> None:
