@@ -10,13 +10,18 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
+
+import dagster as dg
 
 from dagster_project.cli_support import dagster_home, execute, open_instance, parse_time, pick, table
 from dagster_project.definitions import build_definitions
 from dagster_project.run_observer import terminate_runs
+from iceberg.cascade import downstream_of, plan_follows, record_follows
 from iceberg.errors import UsageError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
+from iceberg.protocol.cascade import FollowPlan
 from iceberg.protocol.replay import check_window, windows_between
 from iceberg.protocol.reset import ResetTarget
 from iceberg.registry import load_state
@@ -37,12 +42,28 @@ def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     replay.add_argument("--from", dest="start", help="replay every window from this time (ISO-8601; UTC if no zone)")
     replay.add_argument("--to", dest="end", help="... up to this time (exclusive)")
     replay.add_argument("--dry-run", action="store_true", help="show what each window's replay reads and replaces")
+    replay.add_argument(
+        "--cascade",
+        action="store_true",
+        help="then make every chained group downstream follow: replay its windows that consumed the replaced rows",
+    )
+    replay.add_argument(
+        "--follow-upstream",
+        action="store_true",
+        help="replay this group's windows that consumed rows an upstream replay replaced (no windows named)",
+    )
     replay.add_argument("--json", action="store_true", help="print JSON")
     replay.set_defaults(run=cmd_replay)
 
 
 def windows_of(args: argparse.Namespace, group: GroupConfig) -> list[str]:
     """The windows the arguments name, each checked; an error names the options to use."""
+    if args.follow_upstream:
+        if args.window or args.start or args.end:
+            raise UsageError(
+                "replay --follow-upstream: the upstream replays decide which windows are replayed; name no windows"
+            )
+        return []
     if args.window and (args.start or args.end):
         raise UsageError("replay: give --window, or --from and --to, not both")
     if args.window:
@@ -69,34 +90,139 @@ def plan_row(plan: ReplayPlan) -> dict[str, object]:
 
 
 def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup replay GROUP``: a dry run shows each window's plan; otherwise one run per window."""
+    """``icegroup replay GROUP``: a dry run shows each window's plan; otherwise one run per window.
+
+    ``--cascade`` then makes each chained group downstream follow, and theirs in turn;
+    ``--follow-upstream`` makes this group follow the replays of its own source.
+    """
     group = pick(groups, args.group, args.groups)
     windows = windows_of(args, group)
+    following = [group] if args.follow_upstream else downstream_of(groups, group) if args.cascade else []
     if args.dry_run:
-        rows = [plan_row(plan_replay(lakehouse.catalog(), group, window)) for window in windows]
-        if args.json:
-            print(json.dumps(rows, indent=2))
-        else:
-            print(table(rows, ["window", "shards", "source_rows", "sink_rows_now", "complete", "missing"]))
-            print(f"dry run: nothing replaced; run without --dry-run to replay {len(windows)} windows")
-        return EXIT_OK
+        return dry_run(args, lakehouse, group, windows, following)
     home = dagster_home()
-    job = build_definitions(groups, lakehouse.catalog_name, args.lakehouse).resolve_job_def(f"{group.name}_borrower")
-    done: list[dict[str, object]] = []
+    definitions = build_definitions(groups, lakehouse.catalog_name, args.lakehouse)
+    follows: list[dict[str, object]] = []
     with open_instance(home) as instance:
-        for window in windows:
-            result = execute(job, instance, home, partition_key=window)
-            if result is None:
+        done = run_replays(definitions, instance, home, group, windows)
+        if done is None:
+            return EXIT_RUN_FAILED
+        queue = list(following)
+        while queue:
+            downstream = queue.pop(0)
+            outcome = follow(lakehouse, definitions, instance, home, downstream)
+            if outcome is None:
                 return EXIT_RUN_FAILED
-            (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
-            meta = {key: value.value for key, value in materialization.metadata.items()}
-            done.append({"window": window, "run_id": result.run_id, **meta})
+            follows.extend(outcome[0])
+            done.extend(outcome[1])
+            if args.cascade:
+                queue.extend(downstream_of(groups, downstream))
     if args.json:
-        print(json.dumps(done, indent=2, default=str))
+        report = {"replays": done, "follows": follows} if following else done
+        print(json.dumps(report, indent=2, default=str))
         return EXIT_OK
-    columns = ["window", "generations", "shards", "rows_in", "rows_out", "rows_replaced", "sink_snapshots", "run_id"]
-    print(table([{k: cell(v) for k, v in row.items()} for row in done], columns))
+    columns = ["group", "window", "generations", "shards", "rows_in", "rows_out", "rows_replaced", "sink_snapshots"]
+    if done:
+        print(table([{k: cell(v) for k, v in row.items()} for row in done], [*columns, "run_id"]))
+    if follows:
+        print(table([{k: cell(v) for k, v in row.items()} for row in follows], FOLLOW_COLUMNS))
     return EXIT_OK
+
+
+FOLLOW_COLUMNS = ["group", "upstream_replay", "upstream_group", "window", "windows", "status"]
+
+
+def dry_run(
+    args: argparse.Namespace,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    windows: list[str],
+    following: list[GroupConfig],
+) -> int:
+    """Each window's plan, and what each group that follows would do now."""
+    catalog = lakehouse.catalog()
+    rows = [plan_row(plan_replay(catalog, group, window)) for window in windows]
+    follows = [follow_row(g, p, done=False) for g in following for p in plan_follows(catalog, g)]
+    if args.json:
+        print(json.dumps({"replays": rows, "follows": follows} if following else rows, indent=2))
+        return EXIT_OK
+    if rows:
+        print(table(rows, ["window", "shards", "source_rows", "sink_rows_now", "complete", "missing"]))
+    if args.follow_upstream:
+        print(table(follows, FOLLOW_COLUMNS) if follows else f"group {group.name}: no upstream replay to follow")
+    elif following:
+        names = ", ".join(g.name for g in following)
+        print(f"--cascade: after the replay, {names} follow it (and the groups downstream of them)")
+    print(f"dry run: nothing replaced; run without --dry-run to replay {len(windows)} windows")
+    return EXIT_OK
+
+
+def run_replays(
+    definitions: dg.Definitions,
+    instance: dg.DagsterInstance,
+    home: Path,
+    group: GroupConfig,
+    windows: list[str],
+) -> list[dict[str, object]] | None:
+    """Replay each window as a run of the group's sink partition (as a UI backfill does); None if a run failed."""
+    job = definitions.resolve_job_def(f"{group.name}_borrower")
+    done: list[dict[str, object]] = []
+    for window in windows:
+        result = execute(job, instance, home, partition_key=window)
+        if result is None:
+            return None
+        (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
+        meta = {key: value.value for key, value in materialization.metadata.items()}
+        done.append({"group": group.name, "window": window, "run_id": result.run_id, **meta})
+    return done
+
+
+def follow(
+    lakehouse: LakehouseConfig,
+    definitions: dg.Definitions,
+    instance: dg.DagsterInstance,
+    home: Path,
+    group: GroupConfig,
+) -> tuple[list[dict[str, object]], list[dict[str, object]]] | None:
+    """Make ``group`` follow the replays of its source that it can follow now: replay its windows, then record it.
+
+    Returns the follow rows and the replays run; None if a replay run failed (nothing is recorded then,
+    so the group's Leader still stops at those replays and this can be run again).
+    """
+    catalog = lakehouse.catalog()
+    plans = plan_follows(catalog, group)
+    ready = [p for p in plans if p.ready]
+    windows = sorted({w for p in ready for w in p.windows})
+    done = run_replays(definitions, instance, home, group, windows)
+    if done is None:
+        return None
+    record_follows(catalog, group, {p.replay.snapshot_id for p in ready})
+    return [follow_row(group, p, done=True) for p in plans], done
+
+
+def follow_row(group: GroupConfig, plan: FollowPlan, done: bool) -> dict[str, object]:
+    """One upstream replay, and what following it takes (or took, once ``done``), or why it has to wait."""
+    if not plan.reached:
+        status = f"waits: {group.name} has not consumed up to it yet; its Leader stops there, then run this again"
+    elif plan.unconsumed:
+        status = (
+            f"waits: {len(plan.unconsumed)} replaced commits are cut but not committed by {group.name} yet "
+            f"(first {plan.unconsumed[0]}); run this again once they are"
+        )
+    else:
+        count = f"{len(plan.windows)} window{'s' if len(plan.windows) != 1 else ''}"
+        if not plan.windows:
+            status = ("followed" if done else "ready") + ": it replaced nothing this group consumed"
+        else:
+            status = f"followed: {count} replayed" if done else f"ready: replays {count}"
+    return {
+        "group": group.name,
+        "upstream_replay": plan.replay.snapshot_id,
+        "upstream_group": plan.replay.group,
+        "window": plan.replay.window,
+        "windows": plan.windows,
+        "status": status,
+    }
 
 
 def cell(value: object) -> object:

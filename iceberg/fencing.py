@@ -79,3 +79,39 @@ def raise_fences(
     raise SinkError(
         f"sink: could not raise fences {fences} on {'.'.join(table.name())} in {retries} retries; try again"
     )
+
+
+class AssertPropertyIs(ValidatableTableRequirement):
+    """A property must still hold the value it was read with (absent: ``None``)."""
+
+    type: Literal["assert-icegroup-property-is"] = Field(default="assert-icegroup-property-is")
+    key: str
+    value: str | None
+
+    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]
+        """Fail the swap if another writer changed the property since it was read."""
+        if base_metadata is None:
+            raise CommitFailedException("Requirement failed: sink metadata is missing")
+        if base_metadata.properties.get(self.key) != self.value:
+            raise CommitFailedException(f"Requirement failed: {self.key} changed")
+
+
+def add_to_list_property(table: Table, key: str, values: set[int], retries: int = 20) -> None:
+    """Add ``values`` to a comma-separated property by compare-and-swap, so concurrent additions all land."""
+    for attempt in range(retries + 1):
+        table.refresh()
+        read = table.metadata.properties.get(key)
+        held = {int(v) for v in (read or "").split(",") if v}
+        if values <= held:
+            return
+        tx = table.transaction()
+        tx._apply(
+            (SetPropertiesUpdate(updates={key: ",".join(str(v) for v in sorted(held | values))}),),
+            (AssertPropertyIs(key=key, value=read),),  # type: ignore[arg-type]  # checked by the catalog's CAS
+        )
+        try:
+            tx.commit_transaction()
+            return
+        except CommitFailedException:
+            time.sleep(min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.0))
+    raise SinkError(f"sink: could not update {key} on {'.'.join(table.name())} in {retries} retries; try again")

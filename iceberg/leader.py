@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from iceberg.cascade import followed_replays
 from iceberg.dead_letters import open_letters
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
@@ -138,7 +139,7 @@ def tick(
     beats = read_heartbeats(catalog, group, reconciled.state, now_ms)
     live = liveness(group, reconciled.state, observed, letters, beats, now_ms, sink_head, owner_run_id)
     replaying, replay_fences = expire_dead_replays(group, live.state, beats, now_ms)
-    planned = plan(source, group, replaying)
+    planned = plan(catalog, source, group, replaying)
     stopped = [d for d in letters.values() if d.action == STOPPED]
     held = bool(stopped) or planned.state.paused_at_ms is not None
     granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
@@ -227,9 +228,9 @@ def complete(
     return state.model_copy(update={"windows_complete_through_ms": done[-1] + window_width_ms(group)}), done
 
 
-def plan(source: Table, group: GroupConfig, state: GroupState) -> Planned:
+def plan(catalog: Catalog, source: Table, group: GroupConfig, state: GroupState) -> Planned:
     """Read what the source's snapshots after the planning cursor added, and cut it into shards."""
-    found = plan_increment(source, state.planned_through, group)
+    found = plan_increment(source, state.planned_through, group, lambda: followed_replays(catalog, group))
     if found.skipped:
         log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
     if found.through is None:

@@ -6,6 +6,7 @@ the table's size (the same algorithm as Iceberg's ``BaseIncrementalAppendScan``)
 
 from __future__ import annotations
 
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
@@ -69,33 +70,30 @@ def new_snapshots(table: Table, after: int | None, group: GroupConfig) -> list[S
     return [snapshot_info(s) for s in reversed(chain)]
 
 
-def plan_increment(table: Table, after: int | None, group: GroupConfig) -> Plan:
-    """Plan at most ``max_snapshots_per_tick`` snapshots after ``after``: their added data files by stream."""
+def plan_increment(
+    table: Table, after: int | None, group: GroupConfig, followed: Callable[[], Collection[int]] = frozenset
+) -> Plan:
+    """Plan at most ``max_snapshots_per_tick`` snapshots after ``after``: their added data files by stream.
+
+    Planning stops *at* a non-append snapshot it cannot step over: the appends before it are planned,
+    and the next tick stops with the error, so a chained group can consume everything before an
+    upstream replay and then follow it. ``followed`` (read only when needed) lists the upstream
+    replays this group followed (``icegroup replay --follow-upstream``); those are stepped over.
+    """
     pending = new_snapshots(table, after, group)
     batch = pending[: group.max_snapshots_per_tick]
     appends: list[SnapshotInfo] = []
     skipped: list[SnapshotInfo] = []
-    for info in batch:
+    for index, info in enumerate(batch):
         if info.operation == APPEND:
             appends.append(info)
-        elif info.operation == REPLACE or group.non_append == "skip":
+        elif info.operation == REPLACE or group.non_append == "skip" or info.snapshot_id in followed():
             skipped.append(info)
+        elif index > 0:
+            batch = batch[:index]
+            break
         else:
-            rewound = rewound_by_icegroup(table, info.snapshot_id)
-            if rewound is not None:
-                raise SourceError(
-                    f"group {group.name!r}: source snapshot {info.snapshot_id} of {group.source!r} is {rewound}: it "
-                    "deleted rows this group consumed and added their new version. A downstream group cannot follow "
-                    "it without repeating or losing rows. Set non_append: skip to keep this group's output of the old "
-                    "version (the new rows are not consumed), or consume the upstream sink with a new group; "
-                    "`icegroup replay --cascade` is not built yet"
-                )
-            raise SourceError(
-                f"group {group.name!r}: source snapshot {info.snapshot_id} of {group.source!r} is an "
-                f"{info.operation!r} snapshot, which an append-only consumer cannot follow without losing "
-                "or repeating rows. Set non_append: skip to ignore such snapshots, or consume the table "
-                "with a new group starting after it."
-            )
+            raise non_append_error(table, info, group)
     files = added_files(table, appends)
     return Plan(
         appends=appends,
@@ -106,16 +104,32 @@ def plan_increment(table: Table, after: int | None, group: GroupConfig) -> Plan:
     )
 
 
-def rewound_by_icegroup(table: Table, snapshot_id: int) -> str | None:
-    """What an upstream group's rewrite of its sink was ("a replay of window W by group G"), or None."""
-    snapshot = table.snapshot_by_id(snapshot_id)
+def non_append_error(table: Table, info: SnapshotInfo, group: GroupConfig) -> SourceError:
+    """The error for a source snapshot that deleted rows: what it was, and this group's choices."""
+    snapshot = table.snapshot_by_id(info.snapshot_id)
     props = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
     by = props.get(KEY_GROUP)
+    where = f"group {group.name!r}: source snapshot {info.snapshot_id} of {group.source!r}"
     if KEY_REPLAY in props:
-        return f"a replay of window {props[KEY_REPLAY]} by group {by!r}"
+        return SourceError(
+            f"{where} is a replay of window {props[KEY_REPLAY]} by group {by!r}: it replaced rows this group "
+            f"consumed with their new version. Run `icegroup replay {group.name} --follow-upstream` to replay this "
+            "group's windows that consumed them (the group then goes on past it), or set non_append: skip to keep "
+            f"this group's output of the old version. Next time, `icegroup replay {by} --window "
+            f"{props[KEY_REPLAY]} --cascade` does both replays at once"
+        )
     if KEY_RESET in props:
-        return f"a reset ({props[KEY_RESET]}) of group {by!r}"
-    return None
+        return SourceError(
+            f"{where} is a reset ({props[KEY_RESET]}) of group {by!r}: it deleted rows this group consumed, which "
+            "the upstream group consumes again. A downstream group cannot follow it without repeating or losing "
+            "rows. Set non_append: skip to keep this group's output of the old version (the rows consumed again "
+            "upstream are consumed again here too), or consume the upstream sink with a new group"
+        )
+    return SourceError(
+        f"{where} is an {info.operation!r} snapshot, which an append-only consumer cannot follow without losing "
+        "or repeating rows. Set non_append: skip to ignore such snapshots, or consume the table "
+        "with a new group starting after it."
+    )
 
 
 def stream_key(spec_id: int, path: str) -> str:

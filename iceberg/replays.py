@@ -11,10 +11,12 @@ file that is gone makes the plan incomplete, and nothing is replaced. Spark does
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
@@ -24,6 +26,7 @@ from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import read_beats
 from iceberg.planning import stream_key
+from iceberg.protocol.cascade import superseding
 from iceberg.protocol.lineage import (
     COL_SHARD,
     COL_WINDOW,
@@ -44,16 +47,25 @@ from iceberg.registry import commit_state, load_state
 from iceberg.tables import load_optional, load_source, walk_back
 
 RETRIES = 10
+# The data files live in a snapshot, keyed by (the snapshot that added them, stream): path and rows.
+LiveFiles = dict[tuple[int, str], list[tuple[str, int]]]
 
 
 @dataclass(frozen=True)
 class ReplayShard:
-    """One covered shard, and where its rows are read from now."""
+    """One covered shard, and where its rows are read from now.
+
+    ``files`` are read whole. ``replaced_files`` hold the new version of upstream commits a replay of
+    the source replaced (chained groups): only their rows of ``replaced_shards`` (upstream ``_ig_shard``
+    ids) belong to this shard.
+    """
 
     shard: ShardRange
     read_snapshot: int
     files: tuple[str, ...]
     found_rows: int
+    replaced_files: tuple[str, ...] = ()
+    replaced_shards: tuple[str, ...] = ()
 
 
 @dataclass
@@ -83,20 +95,55 @@ class ReplayPlan:
             )
 
 
-def sink_history(sink: Table, group: str) -> tuple[list[SinkCommit], list[ReplayCommit]]:
-    """Every consumption and replay commit of ``group`` still in the sink's history, newest first."""
+def sink_history(sink: Table, group: str | None) -> tuple[list[SinkCommit], list[ReplayCommit]]:
+    """Every consumption and replay commit of ``group`` (None: any group's) in the sink's history, newest first."""
     commits: list[SinkCommit] = []
     replays: list[ReplayCommit] = []
     for snapshot in walk_back(sink, None):
         props = snapshot.summary.additional_properties if snapshot.summary else {}
         added, deleted = int(props.get("added-records", "0")), int(props.get("deleted-records", "0"))
         commit = parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, props, added)
-        if commit is not None and commit.group == group:
+        if commit is not None and group in (None, commit.group):
             commits.append(commit)
         replay = parse_replay(snapshot.snapshot_id, snapshot.timestamp_ms, props, added, deleted)
-        if replay is not None and replay.group == group:
+        if replay is not None and group in (None, replay.group):
             replays.append(replay)
     return commits, replays
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """What replays of the source (another group's sink) changed: where replaced commits' rows are now.
+
+    ``holder`` maps each replaced upstream commit to the replay commit holding its rows now, and
+    ``shard_ids`` each upstream commit to the shard ids it committed. ``intact`` holds the replay
+    commits whose files are all still live: compacting or deleting from the source after a replay
+    rewrites them, and their rows can then no longer be told apart by file.
+    """
+
+    holder: dict[int, int] = field(default_factory=dict)
+    shard_ids: dict[int, tuple[str, ...]] = field(default_factory=dict)
+    intact: frozenset[int] = frozenset()
+
+
+def upstream_of(source: Table, current: int | None, live: dict[int, LiveFiles]) -> Upstream:
+    """The replays of the source that replaced commits, and whether their files are still as they wrote them."""
+    commits, replays = sink_history(source, None)
+    if not replays or current is None:
+        return Upstream()
+    holder = superseding(replays, commits)
+    if current not in live:
+        live[current] = live_files(source, current)
+    files_by_snapshot: dict[int, int] = {}
+    for (added_by, _), entries in live[current].items():
+        files_by_snapshot[added_by] = files_by_snapshot.get(added_by, 0) + len(entries)
+    intact = set()
+    for replay_id in set(holder.values()):
+        snapshot = source.snapshot_by_id(replay_id)
+        props = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+        if files_by_snapshot.get(replay_id, 0) == int(props.get("added-data-files", "-1")):
+            intact.add(replay_id)
+    return Upstream(holder, {c.snapshot_id: tuple(s.shard_id for s in c.shards) for c in commits}, frozenset(intact))
 
 
 def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int | None = None) -> ReplayPlan:
@@ -123,8 +170,13 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     current = source.current_snapshot()
     live: dict[int, LiveFiles] = {}
     deletes = current is not None and any(m.content != ManifestContent.DATA for m in current.manifests(source.io))
+    current_id = current.snapshot_id if current else None
+    upstream = upstream_of(source, current_id, live)
     for shard in covered:
-        read_at, files = locate(source, shard, current.snapshot_id if current else None, live, deletes)
+        if current_id is not None and any(snap in upstream.holder for snap in shard.snapshots):
+            locate_replaced(source, shard, current_id, live, upstream, plan)
+            continue
+        read_at, files = locate(source, shard, current_id, live, deletes)
         found = sum(rows for _, rows in files)
         if read_at is None:
             plan.missing.append(
@@ -137,7 +189,56 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     return plan
 
 
-LiveFiles = dict[tuple[int, str], list[tuple[str, int]]]
+def locate_replaced(
+    source: Table, shard: ShardRange, current: int, live: dict[int, LiveFiles], upstream: Upstream, plan: ReplayPlan
+) -> None:
+    """A shard some of whose upstream commits were replaced since: their rows are read in their new version.
+
+    The shard's other commits are read from their own files, which must all still be live now (one
+    snapshot serves the whole shard). The new version of a replaced commit is the rows of its upstream
+    shard ids in the files the newest replay of its window added; that replay's files must all be
+    live, or the rows cannot be told apart and the shard is missing.
+    """
+    files = live[current]
+    plain = [snap for snap in shard.snapshots if snap not in upstream.holder]
+    replaced = [snap for snap in shard.snapshots if snap in upstream.holder]
+    span = snapshot_range(shard.from_snapshot, shard.to_snapshot)
+    where = f"shard {shard.shard_id} (stream {shard.stream}, source snapshots {span})"
+    broken = sorted({upstream.holder[snap] for snap in replaced} - upstream.intact)
+    if broken:
+        plan.missing.append(
+            f"{where} reads rows an upstream replay replaced, and that replay's files were rewritten since "
+            f"(source snapshots {', '.join(map(str, broken))}: compacted or deleted from); replay the upstream "
+            "window again, then this one"
+        )
+        return
+    if any((snap, shard.stream) not in files for snap in plain):
+        plan.missing.append(f"{where}: part of it was replaced upstream, and its other source files are not live now")
+        return
+    whole = [entry for snap in plain for entry in files[(snap, shard.stream)]]
+    holders = sorted({upstream.holder[snap] for snap in replaced})
+    new_files = [entry for holder in holders for entry in files.get((holder, shard.stream), [])]
+    ids = tuple(sorted({shard_id for snap in replaced for shard_id in upstream.shard_ids.get(snap, ())}))
+    counted = shard_rows(source, [path for path, _ in new_files])
+    plan.shards.append(
+        ReplayShard(
+            shard,
+            current,
+            tuple(path for path, _ in whole),
+            sum(rows for _, rows in whole) + sum(counted[i] for i in ids),
+            replaced_files=tuple(path for path, _ in new_files),
+            replaced_shards=ids,
+        )
+    )
+
+
+def shard_rows(table: Table, paths: list[str]) -> Counter[str]:
+    """Rows per ``_ig_shard`` in the given data files of an icegroup sink (for the plan's row counts)."""
+    counts: Counter[str] = Counter()
+    for path in paths:
+        with table.io.new_input(path).open() as stream:
+            counts.update(pq.read_table(stream, columns=[COL_SHARD]).column(COL_SHARD).to_pylist())
+    return counts
 
 
 def locate(

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg.errors import WindowMoved
@@ -26,7 +26,7 @@ from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.lineage import replay_properties
 from iceberg.protocol.replay import replay_lease_id
 from iceberg.protocol.state import ReplayTicket
-from iceberg.replays import ReplayPlan, plan_replay, replay_ticket
+from iceberg.replays import ReplayPlan, ReplayShard, plan_replay, replay_ticket
 from spark_jobs.fenced_commit import (
     align_to_sink,
     ensure_staged_writes,
@@ -36,7 +36,7 @@ from spark_jobs.fenced_commit import (
     with_lineage,
 )
 from spark_jobs.session import activate
-from spark_jobs.shard_reader import FILE_COLUMN, read_files
+from spark_jobs.shard_reader import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
 from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
@@ -129,14 +129,16 @@ def publish(
     # cores, not one per small file: a window of many shards over many files stays a few tasks a shard.
     parallelism = spark.sparkContext.defaultParallelism
     bases = {
-        at: read_files(spark, source, at, [f for i in plan.shards if i.read_snapshot == at for f in i.files])
+        at: read_files(
+            spark, source, at, {f for i in plan.shards if i.read_snapshot == at for f in (*i.files, *i.replaced_files)}
+        )
         .coalesce(parallelism)
         .persist()
         for at in snapshots
     }
     frames: list[DataFrame] = []
     for item in plan.shards:
-        rows = bases[item.read_snapshot].where(F.col(FILE_COLUMN).isin(list(item.files))).drop(FILE_COLUMN)
+        rows = bases[item.read_snapshot].where(shard_rows(item)).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
         if group.filter:
             rows = rows.where(group.filter)
         frames.append(
@@ -159,3 +161,14 @@ def publish(
     report.rows_out = replaced.added_records
     report.rows_replaced = replaced.deleted_records
     report.sink_snapshot = replaced.snapshot_id
+
+
+def shard_rows(item: ReplayShard) -> Column:
+    """The rows of one covered shard in the cached base: its own files, and its replaced upstream shards' new rows."""
+    own = F.col(FILE_COLUMN).isin(list(item.files))
+    if not item.replaced_files:
+        return own
+    replaced = F.col(FILE_COLUMN).isin(list(item.replaced_files)) & F.col(UPSTREAM_SHARD_COLUMN).isin(
+        list(item.replaced_shards)
+    )
+    return own | replaced

@@ -8,10 +8,11 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg.errors import SourceError
-from iceberg.protocol.lineage import LINEAGE_COLUMNS
+from iceberg.protocol.lineage import COL_SHARD, LINEAGE_COLUMNS
 from iceberg.protocol.shards import Shard
 
 FILE_COLUMN = "_file"
+UPSTREAM_SHARD_COLUMN = "_ig_upstream_shard"
 
 
 def read_shard(
@@ -59,10 +60,13 @@ def read_files(spark: SparkSession, table: str, snapshot_id: int, files: Iterabl
 
     A replay reads a window's shards by their files, not by their snapshot ranges, because those
     snapshots may have expired while the files are still live in the table. It reads the files of
-    many shards at once and splits the rows by ``_file``.
+    many shards at once and splits the rows by ``_file``. A source that is another group's sink keeps
+    its rows' shard ids as ``UPSTREAM_SHARD_COLUMN``: rows an upstream replay rewrote are split by them.
     """
     df = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id)).load(table).select("*", FILE_COLUMN)
     df = df.where(F.col(FILE_COLUMN).isin(list(files)))
+    if COL_SHARD in df.columns:
+        df = df.withColumn(UPSTREAM_SHARD_COLUMN, F.col(COL_SHARD))
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 

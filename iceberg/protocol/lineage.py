@@ -102,6 +102,11 @@ def parse_resets(text: str) -> list[ResetRecord]:
     ]
 
 
+def follows_key(group: str) -> str:
+    """Sink table property listing the upstream replay snapshots whose rows the group's output follows."""
+    return f"icegroup.follows.{group}"
+
+
 def epoch_key(group: str) -> str:
     """Sink table property holding the group epoch that commits must carry."""
     return f"icegroup.epoch.{group}"

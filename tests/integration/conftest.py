@@ -27,3 +27,13 @@ def spark(lakehouse: LakehouseConfig) -> Iterator[SparkSession]:
     )
     yield session
     session.stop()
+
+
+@pytest.fixture
+def env(lake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """ICEGROUP_HOME at the test lakehouse and a fresh DAGSTER_HOME, for the icegroup command; returns the latter."""
+    dagster_home = tmp_path / "dagster"
+    dagster_home.mkdir()
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
+    return dagster_home

@@ -32,16 +32,6 @@ def groups_file(tmp_path: Path, make_group: type[GroupConfig]) -> Path:
     return path
 
 
-@pytest.fixture
-def env(lake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """ICEGROUP_HOME at the test lakehouse and a fresh DAGSTER_HOME; returns the latter."""
-    dagster_home = tmp_path / "dagster"
-    dagster_home.mkdir()
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
-    return dagster_home
-
-
 def test_consume_until_caught_up_runs_through_the_instance(
     spark: SparkSession,
     env: Path,

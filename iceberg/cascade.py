@@ -1,0 +1,100 @@
+"""Cascades, the catalog half: the upstream replays a chained group has to follow, and the record of those it did.
+
+``plan_follows`` finds the replay commits on a group's source (another group's sink) that the group
+has not followed, and for each the downstream windows that consumed the rows it replaced
+(``iceberg/protocol/cascade.py``). Replaying those windows reads the replaced rows in their new
+version (``iceberg/replays.py``); ``record_follows`` then lists the replays on the group's sink, and
+its Leader steps over them. The record lives on the sink, like fences and reset records, so a
+registry rebuilt from the sink keeps it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from iceberg.errors import UsageError
+from iceberg.fencing import add_to_list_property
+from iceberg.groups import GroupConfig
+from iceberg.protocol.cascade import FollowPlan, plan_follow, replaced_commits
+from iceberg.protocol.lineage import follows_key, parse_resets, resets_key
+from iceberg.protocol.shards import window_label
+from iceberg.registry import load_state
+from iceberg.replays import sink_history
+from iceberg.tables import load_optional, load_source
+
+
+def downstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> list[GroupConfig]:
+    """The groups that consume ``group``'s sink, by name."""
+    return sorted((g for g in groups.values() if g.source == group.sink), key=lambda g: g.name)
+
+
+def followed(sink: Table | None, group: str) -> frozenset[int]:
+    """The upstream replay snapshots the group's output follows, as its sink records them."""
+    text = sink.properties.get(follows_key(group), "") if sink is not None else ""
+    return frozenset(int(v) for v in text.split(",") if v)
+
+
+def followed_replays(catalog: Catalog, group: GroupConfig) -> frozenset[int]:
+    """``followed`` for the group's sink, loaded from the catalog (what the Leader steps over)."""
+    return followed(load_optional(catalog, group.sink), group.name)
+
+
+def plan_follows(catalog: Catalog, group: GroupConfig) -> list[FollowPlan]:
+    """Every replay of the group's source it has not followed, oldest first, with what following it takes.
+
+    A group that has consumed nothing has nothing to follow, and a replay before the group's start
+    replaced nothing it consumed.
+    """
+    state = load_state(catalog, group.name).state
+    if state is None:
+        return []
+    source = load_source(catalog, group.source)
+    sink = load_optional(catalog, group.sink)
+    done = followed(sink, group.name)
+    upstream_commits, upstream_replays = sink_history(source, None)
+    open_replays = sorted((r for r in upstream_replays if r.snapshot_id not in done), key=lambda r: r.timestamp_ms)
+    if not open_replays:
+        return []
+    sequence = {s.snapshot_id: s.sequence_number or 0 for s in source.snapshots()}
+    start = sequence.get(state.start_position, 0) if state.start_position is not None else 0
+    commits, _ = sink_history(sink, group.name) if sink is not None else ([], [])
+    resets = parse_resets(sink.properties.get(resets_key(group.name), "")) if sink is not None else []
+    committed = [s for c in commits for s in c.shards if not any(r.voids(c.epoch, s) for r in resets)]
+    # The registry may lag the sink: a shard it still holds as cut may be committed already.
+    done_ids = {s.shard_id for c in commits for s in c.shards}
+    pending = [shard.snapshots for shard in state.shards.values() if shard.shard_id not in done_ids]
+    plans = []
+    for replay in open_replays:
+        if sequence.get(replay.snapshot_id, 0) <= start:
+            continue
+        snapshot = source.snapshot_by_id(replay.snapshot_id)
+        parent = snapshot.parent_snapshot_id if snapshot is not None else None
+        replaced = {snap: sequence.get(snap, 0) for snap in replaced_commits(replay, upstream_commits)}
+        plans.append(
+            plan_follow(
+                replay,
+                sequence.get(parent, 0) if parent is not None else 0,
+                replaced,
+                committed,
+                pending,
+                state.planned_through_sequence,
+                lambda ms: window_label(ms, group.replay_window),
+            )
+        )
+    return plans
+
+
+def record_follows(catalog: Catalog, group: GroupConfig, replays: set[int]) -> None:
+    """List ``replays`` as followed on the group's sink: its windows were replayed from their new rows."""
+    if not replays:
+        return
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        raise UsageError(
+            f"group {group.name!r} has no sink {group.sink!r} yet, so there is nowhere to record that it follows "
+            "upstream replays; let it consume first, or set non_append: skip"
+        )
+    add_to_list_property(sink, follows_key(group.name), replays)

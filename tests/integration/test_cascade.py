@@ -1,0 +1,197 @@
+"""Chained groups and upstream replays: a downstream group follows a replay of its source, exactly.
+
+The upstream group replays today's window with a changed transform (amounts in cents). The
+downstream group consumed the old version; following the replay remakes its windows from the new
+rows, and its Leader then steps over the replay commit. Real Spark, Iceberg and Dagster runs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import yaml
+from pyiceberg.catalog import Catalog
+from pyspark.sql import SparkSession
+
+from dagster_project.cli import main
+from iceberg.cascade import plan_follows
+from iceberg.errors import ReplayIncomplete, SourceError
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
+from iceberg.protocol.lineage import COL_WINDOW
+from iceberg.protocol.shards import window_label
+from iceberg.verify import verify_group
+from spark_jobs.replay import replay_window
+from tests.factories import append_batches, create_source
+from tests.integration.helpers import drive, quiet
+
+pytestmark = [pytest.mark.spark, pytest.mark.dagster]
+
+CENTS = "tests.integration.transforms:amount_in_cents"
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An upstream group over the events, a downstream group over its sink, and today's window."""
+
+    first: GroupConfig
+    second: GroupConfig
+    cents: GroupConfig
+    window: str
+
+    def consume(self, spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, batches: int) -> None:
+        """Append ``batches`` of 12 events to the source, then let both groups catch up."""
+        append_batches(create_source(catalog, self.first.source), batches, 12)
+        drive(spark, lakehouse, self.first)
+        drive(spark, lakehouse, self.second)
+
+
+@pytest.fixture
+def chain(make_group: type[GroupConfig], ns: str) -> Chain:
+    """The chain of this test's namespace; ``cents`` is the upstream group with its changed transform."""
+    first = make_group(max_borrowers=2)
+    second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next", max_borrowers=2)
+    cents = first.model_copy(update={"transform": CENTS, "on_change": "continue"})
+    return Chain(first, second, cents, window_label(int(time.time() * 1000), first.replay_window))
+
+
+def groups_yaml(path: Path, *groups: GroupConfig) -> Path:
+    """The groups as one YAML file for the icegroup command."""
+    path.write_text(yaml.safe_dump({"groups": [g.model_dump(mode="json", exclude_defaults=True) for g in groups]}))
+    return path
+
+
+def amounts(catalog: Catalog, table: str) -> dict[int, float]:
+    """event_id -> amount, failing on a duplicate event."""
+    rows = catalog.load_table(table).scan(selected_fields=("event_id", "amount")).to_arrow()
+    ids = rows.column("event_id").to_pylist()
+    assert len(ids) == len(set(ids)), f"{table} holds an event twice"
+    return dict(zip(ids, rows.column("amount").to_pylist(), strict=True))
+
+
+def test_replay_cascade_remakes_the_downstream_windows_from_the_new_rows(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    env: Path,
+    tmp_path: Path,
+    catalog: Catalog,
+    chain: Chain,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first, second, window = chain.first, chain.second, chain.window
+    chain.consume(spark, lakehouse, catalog, 3)
+    before = amounts(catalog, second.sink)
+    fixed = groups_yaml(tmp_path / "fixed.yaml", chain.cents, second)
+
+    assert main(["--groups", str(fixed), "replay", first.name, "--window", window, "--cascade", "--json"]) == 0
+
+    report = json.loads(capsys.readouterr().out)
+    assert [(r["group"], r["window"]) for r in report["replays"]] == [(first.name, window), (second.name, window)]
+    (follow,) = report["follows"]
+    assert (follow["group"], follow["windows"]) == (second.name, [window])
+    assert follow["status"].startswith("followed")
+    upstream = amounts(catalog, first.sink)
+    assert upstream == {k: round(v * 100) for k, v in before.items()}, "the upstream window is in cents now"
+    assert amounts(catalog, second.sink) == upstream, "the downstream window was remade from the new rows"
+    assert verify_group(catalog, second, key="event_id").ok
+
+    append_batches(catalog.load_table(first.source), 1, 12)
+    drive(spark, lakehouse, chain.cents)
+    drive(spark, lakehouse, second)
+    assert amounts(catalog, second.sink) == amounts(catalog, first.sink), "the Leader stepped over the replay"
+    assert len(amounts(catalog, second.sink)) == 48
+    assert plan_follows(catalog, second) == [], "nothing left to follow"
+
+
+def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follows_on_request(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    env: Path,
+    tmp_path: Path,
+    catalog: Catalog,
+    chain: Chain,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first, second, window = chain.first, chain.second, chain.window
+    append_batches(create_source(catalog, first.source), 2, 12)
+    drive(spark, lakehouse, first)
+    replay_window(spark, lakehouse, chain.cents, window, progress=quiet)
+
+    with pytest.raises(SourceError, match=f"icegroup replay {second.name} --follow-upstream"):
+        drive(spark, lakehouse, second)
+    old = amounts(catalog, second.sink)
+    assert len(old) == 24, "everything before the replay was consumed, in its old version"
+    assert old != amounts(catalog, first.sink)
+
+    path = groups_yaml(tmp_path / "groups.yaml", chain.cents, second)
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--dry-run", "--json"]) == 0
+    (planned,) = json.loads(capsys.readouterr().out)["follows"]
+    assert (planned["windows"], planned["status"]) == ([window], "ready: replays 1 window")
+    assert amounts(catalog, second.sink) == old, "a dry run changes nothing"
+
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 0
+    assert "followed: 1 window replayed" in capsys.readouterr().out
+    drive(spark, lakehouse, second)
+    assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
+    window_rows = catalog.load_table(second.sink).scan(row_filter=f"{COL_WINDOW} = '{window}'").to_arrow()
+    assert isinstance(window_rows, pa.Table)
+    assert window_rows.num_rows == 24
+
+
+def test_follow_upstream_waits_for_a_group_that_has_not_consumed_up_to_the_replay(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    env: Path,
+    tmp_path: Path,
+    catalog: Catalog,
+    chain: Chain,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    first, second = chain.first, chain.second
+    chain.consume(spark, lakehouse, catalog, 2)
+    append_batches(catalog.load_table(first.source), 1, 12)
+    drive(spark, lakehouse, first)
+    replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
+    path = groups_yaml(tmp_path / "groups.yaml", chain.cents, second)
+
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 0
+
+    assert "waits:" in capsys.readouterr().out
+    with pytest.raises(SourceError, match="--follow-upstream"):
+        drive(spark, lakehouse, second)
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 0
+    drive(spark, lakehouse, second)
+    assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
+    assert len(amounts(catalog, second.sink)) == 36
+
+
+def test_follow_upstream_names_no_windows(
+    env: Path, tmp_path: Path, chain: Chain, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = groups_yaml(tmp_path / "groups.yaml", chain.first, chain.second)
+
+    assert (
+        main(["--groups", str(path), "replay", chain.second.name, "--follow-upstream", "--window", "2026-01-31"]) == 2
+    )
+    assert "--follow-upstream: the upstream replays decide which windows" in capsys.readouterr().err
+
+
+def test_following_refuses_when_the_upstream_replays_files_were_compacted_since(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, chain: Chain
+) -> None:
+    chain.consume(spark, lakehouse, catalog, 2)
+    replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
+    spark.sql(
+        f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{chain.first.sink}', "
+        "options => map('min-input-files', '1', 'rewrite-all', 'true'))"
+    ).collect()
+    before = amounts(catalog, chain.second.sink)
+
+    with pytest.raises(ReplayIncomplete, match=r"that replay's files were rewritten since .*compacted or deleted from"):
+        replay_window(spark, lakehouse, chain.second, chain.window, progress=quiet)
+    assert amounts(catalog, chain.second.sink) == before, "nothing was replaced"

@@ -1,0 +1,106 @@
+"""Following an upstream replay: which commits it replaced, which downstream windows consumed them, and when.
+
+The planner half runs against a real pyiceberg table: a chained group plans the appends before an
+upstream replay, stops at the replay naming the remedy, and steps over it once it is followed.
+"""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import Catalog
+
+from iceberg.errors import SourceError
+from iceberg.groups import GroupConfig
+from iceberg.planning import plan_increment
+from iceberg.protocol.cascade import plan_follow, replaced_commits, superseding
+from iceberg.protocol.lineage import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
+from tests.factories import append_batches, create_source
+
+DAY_1, DAY_2 = 1_000, 2_000
+
+
+def label(ms: int) -> str:
+    """Window labels of the two test windows."""
+    return {DAY_1: "day-1", DAY_2: "day-2"}[ms]
+
+
+def upstream_commit(snapshot: int, shard_id: str) -> SinkCommit:
+    """An upstream group's commit of one shard, at upstream sink snapshot ``snapshot``."""
+    shard = ShardRange(shard_id, "0/region=eu", None, 1, (1,), 1, 10, DAY_1)
+    return SinkCommit(snapshot, snapshot, "up", "events", "lease", 0, 0, (shard,), 10)
+
+
+def replay(snapshot: int, *shard_ids: str, at: int = 0) -> ReplayCommit:
+    """An upstream replay commit covering these upstream shards."""
+    covers = tuple(ShardRange(i, "0/region=eu", None, 1, (1,), 1, 10, DAY_1) for i in shard_ids)
+    return ReplayCommit(snapshot, at, "up", "day-1", 1, 0, covers, 20, 20)
+
+
+def downstream(n: int, snapshots: tuple[int, ...], window: int) -> ShardRange:
+    """A downstream shard over these upstream sink snapshots."""
+    return ShardRange(f"d{n}", "1/_ig_window=day-1", None, snapshots[-1], snapshots, snapshots[-1], 10, window)
+
+
+def test_a_replay_replaced_the_upstream_commits_of_the_shards_it_covers() -> None:
+    commits = [upstream_commit(11, "a"), upstream_commit(12, "b"), upstream_commit(13, "c")]
+
+    assert replaced_commits(replay(20, "a", "c"), commits) == {11: ("a",), 13: ("c",)}
+    other = SinkCommit(14, 14, "someone-else", "events", "lease", 0, 0, commits[0].shards, 10)
+    assert replaced_commits(replay(20, "a"), [other]) == {}, "only the replaying group's own commits"
+
+
+def test_the_newest_replay_of_a_commit_holds_its_rows() -> None:
+    commits = [upstream_commit(11, "a"), upstream_commit(12, "b")]
+
+    holder = superseding([replay(30, "a", "b", at=30), replay(20, "a", at=20)], commits)
+
+    assert holder == {11: 30, 12: 30}
+
+
+def test_a_downstream_group_follows_by_replaying_the_windows_that_consumed_the_replaced_rows() -> None:
+    committed = [downstream(1, (11,), DAY_1), downstream(2, (12, 13), DAY_2), downstream(3, (14,), DAY_2)]
+
+    plan = plan_follow(replay(20, "a"), 19, {11: 11, 13: 13}, committed, [], 19, label)
+
+    assert plan.windows == ["day-1", "day-2"]
+    assert plan.ready
+
+
+def test_a_downstream_group_cannot_follow_before_it_consumed_the_replaced_commits() -> None:
+    committed = [downstream(1, (11,), DAY_1)]
+
+    behind = plan_follow(replay(20, "a"), 19, {11: 11, 13: 13}, committed, [], 12, label)
+    assert (behind.reached, behind.unconsumed, behind.ready) == (False, [13], False)
+
+    in_flight = plan_follow(replay(20, "a"), 19, {11: 11, 13: 13}, committed, [(12, 13)], 19, label)
+    assert (in_flight.reached, in_flight.unconsumed, in_flight.ready) == (True, [13], False)
+
+
+def test_a_replaced_commit_the_group_never_consumed_needs_no_window() -> None:
+    plan = plan_follow(replay(20, "a"), 19, {5: 5}, [downstream(1, (11,), DAY_1)], [], 19, label)
+
+    assert (plan.windows, plan.ready) == ([], True)
+
+
+def test_planning_stops_at_an_upstream_replay_and_steps_over_it_once_followed(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, 6)
+    source.delete("region = 'eu'", snapshot_properties={KEY_REPLAY: "2026-01-01", KEY_GROUP: "up"})
+    append_batches(source, 1, 6)
+    source.refresh()
+    first, second, rewrite, last = [s.snapshot_id for s in source.snapshots()]
+
+    before = plan_increment(source, None, group)
+    assert [s.snapshot_id for s in before.appends] == [first, second], "the appends before the replay are planned"
+    assert before.through is not None
+    assert before.through.snapshot_id == second
+    with pytest.raises(SourceError, match=rf"{rewrite} .* is a replay of window 2026-01-01 by group 'up'") as stop:
+        plan_increment(source, second, group)
+    assert f"icegroup replay {group.name} --follow-upstream" in str(stop.value)
+
+    after = plan_increment(source, second, group, lambda: {rewrite})
+    assert [s.snapshot_id for s in after.skipped] == [rewrite]
+    assert [s.snapshot_id for s in after.appends] == [last]
