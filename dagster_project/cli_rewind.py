@@ -30,6 +30,8 @@ from iceberg.reset import ResetPlan, execute_reset, plan_reset
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
+EXIT_REFUSED = 2
+EXIT_WAITING = 3
 
 
 def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -117,16 +119,28 @@ def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
             done.extend(outcome[1])
             if args.cascade:
                 queue.extend(downstream_of(groups, downstream))
+    # A refused follow is an error that names its remedy (2); one that has to wait is not done yet,
+    # like a consume that did not catch up (3).
+    statuses = [str(row["status"]) for row in follows]
+    code = (
+        EXIT_REFUSED
+        if any(s.startswith("refused") for s in statuses)
+        else EXIT_WAITING
+        if any(s.startswith("waits") for s in statuses)
+        else EXIT_OK
+    )
     if args.json:
         report = {"replays": done, "follows": follows} if following else done
         print(json.dumps(report, indent=2, default=str))
-        return EXIT_OK
+        return code
     columns = ["group", "window", "generations", "shards", "rows_in", "rows_out", "rows_replaced", "sink_snapshots"]
     if done:
         print(table([{k: cell(v) for k, v in row.items()} for row in done], [*columns, "run_id"]))
     if follows:
         print(table([{k: cell(v) for k, v in row.items()} for row in follows], FOLLOW_COLUMNS))
-    return EXIT_OK
+    elif args.follow_upstream:
+        print(f"group {group.name}: no upstream replay to follow")
+    return code
 
 
 FOLLOW_COLUMNS = ["group", "upstream_replay", "upstream_group", "window", "windows", "status"]
@@ -150,7 +164,9 @@ def dry_run(
         print(table(rows, ["window", "shards", "source_rows", "sink_rows_now", "complete", "missing"]))
     if args.follow_upstream:
         print(table(follows, FOLLOW_COLUMNS) if follows else f"group {group.name}: no upstream replay to follow")
-    elif following:
+        print("dry run: nothing replaced; run without --dry-run to follow the replays shown ready")
+        return EXIT_OK
+    if following:
         names = ", ".join(g.name for g in following)
         print(f"--cascade: after the replay, {names} follow it (and the groups downstream of them)")
     print(f"dry run: nothing replaced; run without --dry-run to replay {len(windows)} windows")
@@ -202,12 +218,13 @@ def follow(
 
 def follow_row(group: GroupConfig, plan: FollowPlan, done: bool) -> dict[str, object]:
     """One upstream replay, and what following it takes (or took, once ``done``), or why it has to wait."""
-    if not plan.reached:
-        status = f"waits: {group.name} has not consumed up to it yet; its Leader stops there, then run this again"
+    if plan.missing:
+        status = f"refused: {'; '.join(plan.missing)}"
     elif plan.unconsumed:
         status = (
-            f"waits: {len(plan.unconsumed)} replaced commits are cut but not committed by {group.name} yet "
-            f"(first {plan.unconsumed[0]}); run this again once they are"
+            f"waits: {group.name} has not committed {len(plan.unconsumed)} of the commits it replaced yet (first "
+            f"{plan.unconsumed[0]}); let it consume up to the replay (its Leader stops there, naming it; a poison "
+            f"shard needs `icegroup redrive {group.name}`), then run `icegroup replay {group.name} --follow-upstream`"
         )
     else:
         count = f"{len(plan.windows)} window{'s' if len(plan.windows) != 1 else ''}"

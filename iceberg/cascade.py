@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from iceberg.errors import UsageError
 from iceberg.fencing import add_to_list_property
 from iceberg.groups import GroupConfig
-from iceberg.protocol.cascade import FollowPlan, plan_follow, replaced_commits
+from iceberg.protocol.cascade import FollowPlan, plan_follow
 from iceberg.protocol.lineage import follows_key, parse_resets, resets_key
 from iceberg.protocol.shards import window_label
 from iceberg.registry import load_state
@@ -60,31 +60,27 @@ def plan_follows(catalog: Catalog, group: GroupConfig) -> list[FollowPlan]:
         return []
     sequence = {s.snapshot_id: s.sequence_number or 0 for s in source.snapshots()}
     start = sequence.get(state.start_position, 0) if state.start_position is not None else 0
-    commits, _ = sink_history(sink, group.name) if sink is not None else ([], [])
+    commits, replays = sink_history(sink, group.name) if sink is not None else ([], [])
     resets = parse_resets(sink.properties.get(resets_key(group.name), "")) if sink is not None else []
     committed = [s for c in commits for s in c.shards if not any(r.voids(c.epoch, s) for r in resets)]
+    # A replay of this group covers shards whose own commits may have expired from its sink's history.
+    committed += [s for r in replays for s in r.covers if not any(x.voids(r.epoch, s) for x in resets)]
     # The registry may lag the sink: a shard it still holds as cut may be committed already.
     done_ids = {s.shard_id for c in commits for s in c.shards}
     pending = [shard.snapshots for shard in state.shards.values() if shard.shard_id not in done_ids]
-    plans = []
-    for replay in open_replays:
-        if sequence.get(replay.snapshot_id, 0) <= start:
-            continue
-        snapshot = source.snapshot_by_id(replay.snapshot_id)
-        parent = snapshot.parent_snapshot_id if snapshot is not None else None
-        replaced = {snap: sequence.get(snap, 0) for snap in replaced_commits(replay, upstream_commits)}
-        plans.append(
-            plan_follow(
-                replay,
-                sequence.get(parent, 0) if parent is not None else 0,
-                replaced,
-                committed,
-                pending,
-                state.planned_through_sequence,
-                lambda ms: window_label(ms, group.replay_window),
-            )
+    return [
+        plan_follow(
+            replay,
+            upstream_commits,
+            sequence,
+            committed,
+            pending,
+            state.planned_through_sequence,
+            lambda ms: window_label(ms, group.replay_window),
         )
-    return plans
+        for replay in open_replays
+        if sequence.get(replay.snapshot_id, 0) > start
+    ]
 
 
 def record_follows(catalog: Catalog, group: GroupConfig, replays: set[int]) -> None:
@@ -98,3 +94,17 @@ def record_follows(catalog: Catalog, group: GroupConfig, replays: set[int]) -> N
             "upstream replays; let it consume first, or set non_append: skip"
         )
     add_to_list_property(sink, follows_key(group.name), replays)
+
+
+def follows_after_reset(source: Table, sink: Table, group: str, planned_through_sequence: int) -> dict[str, str]:
+    """The follow record a reset leaves on the sink: upstream replays after its planning cursor are dropped.
+
+    A group moved back before an upstream replay consumes the replaced commits again, in their old
+    version, so it has to stop at that replay and follow it again.
+    """
+    key = follows_key(group)
+    if key not in sink.properties:
+        return {}
+    sequence = {s.snapshot_id: s.sequence_number or 0 for s in source.snapshots()}
+    kept = sorted(r for r in followed(sink, group) if sequence.get(r, 0) <= planned_through_sequence)
+    return {key: ",".join(str(r) for r in kept)}

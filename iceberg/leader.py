@@ -24,6 +24,7 @@ from pyiceberg.table import Table
 
 from iceberg.cascade import followed_replays
 from iceberg.dead_letters import open_letters
+from iceberg.errors import SourceError
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, check_filter
@@ -139,17 +140,21 @@ def tick(
     beats = read_heartbeats(catalog, group, reconciled.state, now_ms)
     live = liveness(group, reconciled.state, observed, letters, beats, now_ms, sink_head, owner_run_id)
     replaying, replay_fences = expire_dead_replays(group, live.state, beats, now_ms)
-    planned = plan(catalog, source, group, replaying)
+    planned, blocked = plan(catalog, source, group, replaying)
     stopped = [d for d in letters.values() if d.action == STOPPED]
     held = bool(stopped) or planned.state.paused_at_ms is not None
     granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
     head = source.current_snapshot()
     state, done = (
         (granted.state, [])
-        if stopped
+        if stopped or blocked
         else complete(source, group, granted.state, head.snapshot_id if head else None, now_ms)
     )
     fence_and_commit(catalog, group, loaded, state, {**live.fences, **replay_fences})
+    if blocked is not None and not live.launch and not granted.grants:
+        # Stopped at a snapshot it cannot step over, with nothing to run before it: say so. The state is
+        # committed first, so leases in flight are still reconciled and re-granted while it is stopped.
+        raise blocked
 
     return TickResult(
         state=state,
@@ -228,14 +233,18 @@ def complete(
     return state.model_copy(update={"windows_complete_through_ms": done[-1] + window_width_ms(group)}), done
 
 
-def plan(catalog: Catalog, source: Table, group: GroupConfig, state: GroupState) -> Planned:
-    """Read what the source's snapshots after the planning cursor added, and cut it into shards."""
+def plan(catalog: Catalog, source: Table, group: GroupConfig, state: GroupState) -> tuple[Planned, SourceError | None]:
+    """Read what the source's snapshots after the planning cursor added, and cut it into shards.
+
+    Also returns the error of a non-append snapshot planning stopped at (``plan_increment``).
+    """
     found = plan_increment(source, state.planned_through, group, lambda: followed_replays(catalog, group))
     if found.skipped:
         log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
     if found.through is None:
-        return cut(state, group, found.appends, found.files, None)
-    return cut(state, group, found.appends, found.files, found.through.snapshot_id, found.through.sequence_number)
+        return cut(state, group, found.appends, found.files, None), found.blocked
+    through = found.through
+    return cut(state, group, found.appends, found.files, through.snapshot_id, through.sequence_number), found.blocked
 
 
 def fence_and_commit(

@@ -37,6 +37,7 @@ class Plan:
     through: SnapshotInfo | None
     skipped: list[SnapshotInfo]
     remaining: int
+    blocked: SourceError | None = None
 
 
 def snapshot_info(snapshot: Snapshot) -> SnapshotInfo:
@@ -76,24 +77,29 @@ def plan_increment(
     """Plan at most ``max_snapshots_per_tick`` snapshots after ``after``: their added data files by stream.
 
     Planning stops *at* a non-append snapshot it cannot step over: the appends before it are planned,
-    and the next tick stops with the error, so a chained group can consume everything before an
-    upstream replay and then follow it. ``followed`` (read only when needed) lists the upstream
-    replays this group followed (``icegroup replay --follow-upstream``); those are stepped over.
+    and ``blocked`` holds the error naming it (the tick raises it once nothing is left to run), so a
+    chained group can consume everything before an upstream replay and then follow it. ``followed``
+    (read once, only when needed) lists the upstream replays this group followed (``icegroup replay
+    --follow-upstream``); those are stepped over.
     """
     pending = new_snapshots(table, after, group)
     batch = pending[: group.max_snapshots_per_tick]
     appends: list[SnapshotInfo] = []
     skipped: list[SnapshotInfo] = []
+    blocked: SourceError | None = None
+    stepped_over: Collection[int] | None = None
     for index, info in enumerate(batch):
         if info.operation == APPEND:
             appends.append(info)
-        elif info.operation == REPLACE or group.non_append == "skip" or info.snapshot_id in followed():
+            continue
+        if info.operation != REPLACE and group.non_append != "skip" and stepped_over is None:
+            stepped_over = followed()
+        if info.operation == REPLACE or group.non_append == "skip" or info.snapshot_id in (stepped_over or ()):
             skipped.append(info)
-        elif index > 0:
-            batch = batch[:index]
-            break
-        else:
-            raise non_append_error(table, info, group)
+            continue
+        blocked = non_append_error(table, info, group)
+        batch = batch[:index]
+        break
     files = added_files(table, appends)
     return Plan(
         appends=appends,
@@ -101,6 +107,7 @@ def plan_increment(
         through=batch[-1] if batch else None,
         skipped=skipped,
         remaining=len(pending) - len(batch),
+        blocked=blocked,
     )
 
 
@@ -108,7 +115,7 @@ def non_append_error(table: Table, info: SnapshotInfo, group: GroupConfig) -> So
     """The error for a source snapshot that deleted rows: what it was, and this group's choices."""
     snapshot = table.snapshot_by_id(info.snapshot_id)
     props = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
-    by = props.get(KEY_GROUP)
+    by = props.get(KEY_GROUP, "?")
     where = f"group {group.name!r}: source snapshot {info.snapshot_id} of {group.source!r}"
     if KEY_REPLAY in props:
         return SourceError(

@@ -172,9 +172,10 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     deletes = current is not None and any(m.content != ManifestContent.DATA for m in current.manifests(source.io))
     current_id = current.snapshot_id if current else None
     upstream = upstream_of(source, current_id, live)
+    counted: dict[str, Counter[str]] = {}
     for shard in covered:
         if current_id is not None and any(snap in upstream.holder for snap in shard.snapshots):
-            locate_replaced(source, shard, current_id, live, upstream, plan)
+            locate_replaced(source, shard, current_id, live, upstream, plan, counted)
             continue
         read_at, files = locate(source, shard, current_id, live, deletes)
         found = sum(rows for _, rows in files)
@@ -190,21 +191,30 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
 
 
 def locate_replaced(
-    source: Table, shard: ShardRange, current: int, live: dict[int, LiveFiles], upstream: Upstream, plan: ReplayPlan
+    source: Table,
+    shard: ShardRange,
+    current: int,
+    live: dict[int, LiveFiles],
+    upstream: Upstream,
+    plan: ReplayPlan,
+    counted: dict[str, Counter[str]],
 ) -> None:
     """A shard some of whose upstream commits were replaced since: their rows are read in their new version.
 
     The shard's other commits are read from their own files, which must all still be live now (one
     snapshot serves the whole shard). The new version of a replaced commit is the rows of its upstream
-    shard ids in the files the newest replay of its window added; that replay's files must all be
-    live, or the rows cannot be told apart and the shard is missing.
+    shard ids in the files the newest replay of its window added to the shard's stream. That replay's
+    files must all be live, or the rows cannot be told apart by file, and written under the shard's
+    partition spec, or they cannot be matched to the shard's stream; else the shard is missing.
+    ``counted`` caches the rows per upstream shard of each file read.
     """
     files = live[current]
     plain = [snap for snap in shard.snapshots if snap not in upstream.holder]
     replaced = [snap for snap in shard.snapshots if snap in upstream.holder]
+    holders = sorted({upstream.holder[snap] for snap in replaced})
     span = snapshot_range(shard.from_snapshot, shard.to_snapshot)
     where = f"shard {shard.shard_id} (stream {shard.stream}, source snapshots {span})"
-    broken = sorted({upstream.holder[snap] for snap in replaced} - upstream.intact)
+    broken = sorted(set(holders) - upstream.intact)
     if broken:
         plan.missing.append(
             f"{where} reads rows an upstream replay replaced, and that replay's files were rewritten since "
@@ -212,33 +222,46 @@ def locate_replaced(
             "window again, then this one"
         )
         return
+    spec = shard.stream.split(":", 1)[0]
+    elsewhere = sorted(
+        {stream for added_by, stream in files if added_by in holders and not stream.startswith(f"{spec}:")}
+    )
+    if elsewhere:
+        plan.missing.append(
+            f"{where} reads rows an upstream replay replaced, and the replay wrote them under another partition "
+            f"spec of the source ({elsewhere[0]}), so they cannot be matched to this stream; consume the upstream "
+            "sink with a new group to take its new version"
+        )
+        return
     if any((snap, shard.stream) not in files for snap in plain):
-        plan.missing.append(f"{where}: part of it was replaced upstream, and its other source files are not live now")
+        plan.missing.append(
+            f"{where}: part of it was replaced upstream, and its other source files are not live now (compacted "
+            "or expired); replay the upstream window again so that all of them are, then this one"
+        )
         return
     whole = [entry for snap in plain for entry in files[(snap, shard.stream)]]
-    holders = sorted({upstream.holder[snap] for snap in replaced})
-    new_files = [entry for holder in holders for entry in files.get((holder, shard.stream), [])]
+    new_files = [path for holder in holders for path, _ in files.get((holder, shard.stream), [])]
     ids = tuple(sorted({shard_id for snap in replaced for shard_id in upstream.shard_ids.get(snap, ())}))
-    counted = shard_rows(source, [path for path, _ in new_files])
+    for path in new_files:
+        if path not in counted:
+            counted[path] = rows_by_shard(source, path)
+    found = sum(rows for _, rows in whole) + sum(counted[path][i] for path in new_files for i in ids)
     plan.shards.append(
         ReplayShard(
             shard,
             current,
             tuple(path for path, _ in whole),
-            sum(rows for _, rows in whole) + sum(counted[i] for i in ids),
-            replaced_files=tuple(path for path, _ in new_files),
+            found,
+            replaced_files=tuple(new_files),
             replaced_shards=ids,
         )
     )
 
 
-def shard_rows(table: Table, paths: list[str]) -> Counter[str]:
-    """Rows per ``_ig_shard`` in the given data files of an icegroup sink (for the plan's row counts)."""
-    counts: Counter[str] = Counter()
-    for path in paths:
-        with table.io.new_input(path).open() as stream:
-            counts.update(pq.read_table(stream, columns=[COL_SHARD]).column(COL_SHARD).to_pylist())
-    return counts
+def rows_by_shard(table: Table, path: str) -> Counter[str]:
+    """Rows per ``_ig_shard`` in one data file of an icegroup sink (the plan's row counts)."""
+    with table.io.new_input(path).open() as stream:
+        return Counter(pq.read_table(stream, columns=[COL_SHARD]).column(COL_SHARD).to_pylist())
 
 
 def locate(

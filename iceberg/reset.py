@@ -7,7 +7,9 @@ Executing goes in the order that keeps a crash safe:
    Leader that ticks sees the marker and stops, naming the command that completes the reset;
 2. the plan is made again, on the sink's history as the fence left it, and its positions are
    recorded on the sink (``icegroup.resets.<group>``), so a run that completes the reset after a
-   crash uses the same positions, whatever the clock or the source did meanwhile;
+   crash uses the same positions, whatever the clock or the source did meanwhile; upstream replays
+   after the new planning cursor are dropped from the group's follow record
+   (``icegroup.follows.<group>``, ``iceberg/cascade.py``), so it stops at them and follows them again;
 3. the output consumed again is deleted by shard id; 4. the registry is committed by
    compare-and-swap; 5. the marker is cleared.
 
@@ -27,6 +29,7 @@ from datetime import UTC, datetime, timedelta
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
+from iceberg.cascade import follows_after_reset
 from iceberg.errors import RegistryConflict, ResetInterrupted, UsageError
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
@@ -292,10 +295,21 @@ def targets(
 
 
 def check_reachable(group: GroupConfig, history: list[SnapshotInfo], moves: list[StreamMove]) -> None:
-    """A stream moved back can only be consumed again from source history that is still there."""
+    """A stream moved back can only be consumed again from source history that is still there.
+
+    Every snapshot of the shards consumed again must still be in the history. Sequence numbers alone
+    cannot tell: a source that is another group's sink skips the numbers its staged (write-audit-
+    publish) snapshots took, so its oldest snapshot need not be number 1. Commits that recorded no
+    snapshot list fall back to comparing sequence numbers with the oldest snapshot's.
+    """
     floor = earliest(history)
+    present = {s.snapshot_id for s in history}
     for move in moves:
-        if move.direction == "back" and move.new[1] < floor[1]:
+        if move.direction != "back":
+            continue
+        listed = all(shard.snapshots for shard in move.reconsumed)
+        needed = {snap for shard in move.reconsumed for snap in shard.snapshots}
+        if (listed and not needed <= present) or (not listed and move.new[1] < floor[1]):
             raise UsageError(
                 f"group {group.name!r}: stream {move.stream} would move back to sequence {move.new[1]}, the start "
                 f"of the committed shard it falls in, but {group.source!r}'s history before snapshot "
@@ -385,8 +399,12 @@ def execute_reset(
                 )
             failpoint("reset.after_fence")
             plan = plan_reset(catalog, group, target, keep_output)
+            source = load_source(catalog, group.source)
+            records = follows_after_reset(source, sink, group.name, plan.state.planned_through_sequence)
             if not keep_output:
-                raise_fences(sink, {}, also={resets_key(group.name): recorded_resets(sink, group, plan)})
+                records[resets_key(group.name)] = recorded_resets(sink, group, plan)
+            if records:
+                raise_fences(sink, {}, also=records)
             if plan.replaced_shards:
                 delete_output(sink, group, plan)
                 failpoint("reset.after_delete")

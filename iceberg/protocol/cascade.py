@@ -44,41 +44,55 @@ def superseding(replays: Iterable[ReplayCommit], upstream: Iterable[SinkCommit])
 
 @dataclass(frozen=True)
 class FollowPlan:
-    """What following one upstream replay takes for one downstream group."""
+    """What following one upstream replay takes for one downstream group, or what stands in the way."""
 
     replay: ReplayCommit
     windows: list[str] = field(default_factory=list)
     unconsumed: list[int] = field(default_factory=list)
-    reached: bool = True
+    missing: list[str] = field(default_factory=list)
 
     @property
     def ready(self) -> bool:
-        """The downstream group consumed every replaced commit it will consume: it can follow now."""
-        return self.reached and not self.unconsumed
+        """The downstream group consumed every replaced commit it will consume, and each is known."""
+        return not self.unconsumed and not self.missing
 
 
 def plan_follow(
     replay: ReplayCommit,
-    replay_parent_sequence: int,
-    replaced: Mapping[int, int],
+    upstream: Iterable[SinkCommit],
+    sequence: Mapping[int, int],
     committed: Iterable[ShardRange],
     pending: Iterable[Iterable[int]],
     planned_through_sequence: int,
     label: Callable[[int], str],
 ) -> FollowPlan:
-    """Which downstream windows consumed the replaced rows, or why the group cannot follow yet.
+    """Which downstream windows consumed the rows ``replay`` replaced, or why the group cannot follow yet.
 
-    ``replaced`` maps each replaced upstream commit to its sequence number; ``committed`` are the
-    downstream group's committed shards (its resets' voided ones left out) and ``pending`` the source
-    snapshots of the shards it cut but did not commit; ``label`` names the window that starts at a time.
+    ``upstream`` are the commits in the upstream sink's history and ``sequence`` their sequence
+    numbers; ``committed`` are the downstream group's committed shards (those its resets voided left
+    out, those its replays cover added) and ``pending`` the source snapshots of the shards it cut
+    but did not commit; ``label`` names the window that starts at a time.
     A replaced commit the downstream group cut but did not commit, or has not planned yet, would be
-    consumed later in its old version, so the group follows only once its planning reached the replay
-    and those commits are committed.
-    A replaced commit planned but in no shard was never consumed (before the group's start).
+    consumed later in its old version, so the group waits until those are committed. A replaced
+    commit planned but in no shard was never consumed (before the group's start). A covered upstream
+    shard whose commit is gone from the history (expired), or a downstream shard without a window
+    (a sink not migrated), cannot be followed exactly; those are listed as missing.
     """
-    hit = [s for s in committed if s.window_start_ms is not None and set(s.snapshots) & set(replaced)]
+    replaced = replaced_commits(replay, upstream)
+    known = {shard_id for ids in replaced.values() for shard_id in ids}
+    unknown = sorted({s.shard_id for s in replay.covers} - known)
+    missing = []
+    if unknown:
+        missing.append(
+            f"{len(unknown)} upstream shards the replay covers (first {unknown[0]}) have no commit left in the "
+            "upstream sink's history (expired snapshots), so which rows of this group they made cannot be told"
+        )
+    hit = [s for s in committed if set(s.snapshots) & set(replaced)]
+    if any(s.window_start_ms is None for s in hit):
+        missing.append("rows of this group's sink that read them have no window yet: run `icegroup migrate` first")
     windows = sorted({label(s.window_start_ms) for s in hit if s.window_start_ms is not None})
     waiting = {snap for snapshots in pending for snap in snapshots}
-    unconsumed = sorted(snap for snap, seq in replaced.items() if seq > planned_through_sequence or snap in waiting)
-    reached = planned_through_sequence >= replay_parent_sequence
-    return FollowPlan(replay=replay, windows=windows, unconsumed=unconsumed, reached=reached)
+    unconsumed = sorted(
+        snap for snap in replaced if sequence.get(snap, 0) > planned_through_sequence or snap in waiting
+    )
+    return FollowPlan(replay=replay, windows=windows, unconsumed=unconsumed, missing=missing)

@@ -19,12 +19,16 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.cli import main
-from iceberg.cascade import plan_follows
+from iceberg.cascade import plan_follows, record_follows
 from iceberg.errors import ReplayIncomplete, SourceError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
 from iceberg.protocol.lineage import COL_WINDOW
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.reset import ResetTarget
 from iceberg.protocol.shards import window_label
+from iceberg.reset import execute_reset
 from iceberg.verify import verify_group
 from spark_jobs.replay import replay_window
 from tests.factories import append_batches, create_source
@@ -159,7 +163,7 @@ def test_follow_upstream_waits_for_a_group_that_has_not_consumed_up_to_the_repla
     replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
     path = groups_yaml(tmp_path / "groups.yaml", chain.cents, second)
 
-    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 0
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 3, "waiting is not done"
 
     assert "waits:" in capsys.readouterr().out
     with pytest.raises(SourceError, match="--follow-upstream"):
@@ -195,3 +199,50 @@ def test_following_refuses_when_the_upstream_replays_files_were_compacted_since(
     with pytest.raises(ReplayIncomplete, match=r"that replay's files were rewritten since .*compacted or deleted from"):
         replay_window(spark, lakehouse, chain.second, chain.window, progress=quiet)
     assert amounts(catalog, chain.second.sink) == before, "nothing was replaced"
+
+
+def test_a_leader_stopped_at_an_upstream_replay_still_re_grants_a_dead_lease_before_it(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, chain: Chain
+) -> None:
+    first, second = chain.first, chain.second
+    append_batches(create_source(catalog, first.source), 2, 12)
+    drive(spark, lakehouse, first)
+    replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
+    granted = tick(catalog, second, lambda _: RunState.MISSING)
+    assert granted.launch, "the commits before the replay are planned and granted"
+
+    regranted = tick(catalog, second, lambda _: RunState.FAILED)
+
+    assert {(lease.lease_id, lease.attempt) for lease in regranted.launch} == {
+        (lease.lease_id, 1) for lease in granted.launch
+    }, "the failed runs' leases are re-granted, although planning stops at the replay"
+    with pytest.raises(SourceError, match="--follow-upstream"):
+        drive(spark, lakehouse, second)
+    assert len(amounts(catalog, second.sink)) == 24
+
+
+def test_a_reset_back_before_a_followed_replay_makes_the_group_follow_it_again(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, chain: Chain
+) -> None:
+    first, second = chain.first, chain.second
+    append_batches(create_source(catalog, first.source), 2, 12)
+    drive(spark, lakehouse, first)
+    replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
+    with pytest.raises(SourceError):
+        drive(spark, lakehouse, second)
+    replay_window(spark, lakehouse, second, chain.window, progress=quiet)
+    record_follows(catalog, second, {p.replay.snapshot_id for p in plan_follows(catalog, second)})
+    drive(spark, lakehouse, second)
+    assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
+
+    execute_reset(catalog, second, ResetTarget("earliest"))
+
+    with pytest.raises(SourceError, match="--follow-upstream"):
+        drive(spark, lakehouse, second)
+    assert amounts(catalog, second.sink) != amounts(catalog, first.sink), "consumed again, in the old version"
+    (again,) = plan_follows(catalog, second)
+    assert again.ready
+    replay_window(spark, lakehouse, second, chain.window, progress=quiet)
+    record_follows(catalog, second, {again.replay.snapshot_id})
+    drive(spark, lakehouse, second)
+    assert amounts(catalog, second.sink) == amounts(catalog, first.sink)

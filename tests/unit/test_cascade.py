@@ -1,19 +1,26 @@
 """Following an upstream replay: which commits it replaced, which downstream windows consumed them, and when.
 
 The planner half runs against a real pyiceberg table: a chained group plans the appends before an
-upstream replay, stops at the replay naming the remedy, and steps over it once it is followed.
+upstream replay, stops at the replay naming the remedy, and steps over it once it is followed. A
+chained group's source is a sink whose sequence numbers have gaps, which a reset must not read as
+expired history.
 """
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import SourceError
+from iceberg.errors import SourceError, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.planning import plan_increment
 from iceberg.protocol.cascade import plan_follow, replaced_commits, superseding
 from iceberg.protocol.lineage import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
+from iceberg.protocol.reset import StreamMove
+from iceberg.protocol.shards import SnapshotInfo
+from iceberg.reset import check_reachable
 from tests.factories import append_batches, create_source
 
 DAY_1, DAY_2 = 1_000, 2_000
@@ -57,29 +64,44 @@ def test_the_newest_replay_of_a_commit_holds_its_rows() -> None:
     assert holder == {11: 30, 12: 30}
 
 
+COMMITS = [upstream_commit(11, "a"), upstream_commit(13, "c")]
+SEQUENCE = {11: 11, 13: 13}
+
+
 def test_a_downstream_group_follows_by_replaying_the_windows_that_consumed_the_replaced_rows() -> None:
     committed = [downstream(1, (11,), DAY_1), downstream(2, (12, 13), DAY_2), downstream(3, (14,), DAY_2)]
 
-    plan = plan_follow(replay(20, "a"), 19, {11: 11, 13: 13}, committed, [], 19, label)
+    plan = plan_follow(replay(20, "a", "c"), COMMITS, SEQUENCE, committed, [], 19, label)
 
     assert plan.windows == ["day-1", "day-2"]
     assert plan.ready
 
 
-def test_a_downstream_group_cannot_follow_before_it_consumed_the_replaced_commits() -> None:
+def test_a_downstream_group_cannot_follow_before_it_committed_the_replaced_commits() -> None:
     committed = [downstream(1, (11,), DAY_1)]
 
-    behind = plan_follow(replay(20, "a"), 19, {11: 11, 13: 13}, committed, [], 12, label)
-    assert (behind.reached, behind.unconsumed, behind.ready) == (False, [13], False)
+    behind = plan_follow(replay(20, "a", "c"), COMMITS, SEQUENCE, committed, [], 12, label)
+    assert (behind.unconsumed, behind.ready) == ([13], False)
 
-    in_flight = plan_follow(replay(20, "a"), 19, {11: 11, 13: 13}, committed, [(12, 13)], 19, label)
-    assert (in_flight.reached, in_flight.unconsumed, in_flight.ready) == (True, [13], False)
+    in_flight = plan_follow(replay(20, "a", "c"), COMMITS, SEQUENCE, committed, [(12, 13)], 19, label)
+    assert (in_flight.unconsumed, in_flight.ready) == ([13], False)
 
 
 def test_a_replaced_commit_the_group_never_consumed_needs_no_window() -> None:
-    plan = plan_follow(replay(20, "a"), 19, {5: 5}, [downstream(1, (11,), DAY_1)], [], 19, label)
+    plan = plan_follow(replay(20, "a"), COMMITS, SEQUENCE, [downstream(1, (5,), DAY_1)], [], 19, label)
 
     assert (plan.windows, plan.ready) == ([], True)
+
+
+def test_a_replay_whose_commits_expired_or_a_sink_without_windows_cannot_be_followed() -> None:
+    expired = plan_follow(replay(20, "a", "gone"), COMMITS, SEQUENCE, [downstream(1, (11,), DAY_1)], [], 19, label)
+    assert not expired.ready
+    assert "have no commit left in the upstream sink's history" in expired.missing[0]
+
+    legacy = ShardRange("d1", "0/unpartitioned", None, 11, (11,), 11, 10, None)
+    unmigrated = plan_follow(replay(20, "a"), COMMITS, SEQUENCE, [legacy], [], 19, label)
+    assert not unmigrated.ready
+    assert "run `icegroup migrate` first" in unmigrated.missing[0]
 
 
 def test_planning_stops_at_an_upstream_replay_and_steps_over_it_once_followed(
@@ -97,10 +119,27 @@ def test_planning_stops_at_an_upstream_replay_and_steps_over_it_once_followed(
     assert [s.snapshot_id for s in before.appends] == [first, second], "the appends before the replay are planned"
     assert before.through is not None
     assert before.through.snapshot_id == second
-    with pytest.raises(SourceError, match=rf"{rewrite} .* is a replay of window 2026-01-01 by group 'up'") as stop:
-        plan_increment(source, second, group)
-    assert f"icegroup replay {group.name} --follow-upstream" in str(stop.value)
+    assert before.remaining == 2
+    stop = plan_increment(source, second, group)
+    assert (stop.appends, stop.through) == ([], None)
+    assert isinstance(stop.blocked, SourceError)
+    assert re.search(rf"{rewrite} .* is a replay of window 2026-01-01 by group 'up'", str(stop.blocked))
+    assert f"icegroup replay {group.name} --follow-upstream" in str(stop.blocked)
 
     after = plan_increment(source, second, group, lambda: {rewrite})
     assert [s.snapshot_id for s in after.skipped] == [rewrite]
     assert [s.snapshot_id for s in after.appends] == [last]
+
+
+def test_a_reset_back_needs_every_snapshot_of_the_shards_it_consumes_again(make_group: type[GroupConfig]) -> None:
+    # A sink's oldest snapshot is number 2 when a staged snapshot took number 1; nothing expired.
+    whole = [SnapshotInfo(11, None, 2, 0, 0, "append"), SnapshotInfo(13, 11, 4, 0, 0, "append")]
+    shard = ShardRange("d1", "s", None, 13, (11, 13), 4, 10, DAY_1)
+    check_reachable(make_group(), whole, [StreamMove("s", (13, 4), (None, 0), [shard])])
+
+    expired = whole[1:]
+    with pytest.raises(UsageError, match="history before snapshot 13 has expired"):
+        check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (None, 0), [shard])])
+    legacy = ShardRange("d0", "s", None, 13, (), 4, 10, DAY_1)
+    with pytest.raises(UsageError, match="cannot be consumed again"):
+        check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (None, 0), [legacy])])

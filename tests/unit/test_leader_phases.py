@@ -23,14 +23,15 @@ def test_plan_cuts_what_the_source_added_after_the_cursor(catalog: Catalog, make
     source.refresh()
     state = initial_state(source, group)
 
-    planned = plan(catalog, source, group, state)
+    planned, blocked = plan(catalog, source, group, state)
 
     head = source.current_snapshot()
     assert head is not None
     assert planned.state.planned_through == head.snapshot_id
     assert len(planned.new_shards) == 6, "2 snapshots x 3 region streams, one file per shard"
     assert sum(s.rows for s in planned.new_shards) == 12
-    assert plan(catalog, source, group, planned.state).new_shards == [], "nothing new after the cursor"
+    assert blocked is None
+    assert plan(catalog, source, group, planned.state)[0].new_shards == [], "nothing new after the cursor"
 
 
 def test_fence_and_commit_raises_fences_before_the_registry_names_the_next_attempt(
