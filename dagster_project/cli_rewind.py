@@ -168,7 +168,7 @@ def dry_run(
         return EXIT_OK
     if following:
         names = ", ".join(g.name for g in following)
-        print(f"--cascade: after the replay, {names} follow it (and the groups downstream of them)")
+        print(f"--cascade: after the replay, the groups downstream follow it: {names}, and theirs in turn")
     print(f"dry run: nothing replaced; run without --dry-run to replay {len(windows)} windows")
     return EXIT_OK
 

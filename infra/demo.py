@@ -1,7 +1,9 @@
 """`make demo`: a partitioned source, the demo group consuming it twice, describe, verify, then a replay.
 
-The replay remakes today's window with a corrected transform (``enrich_events_v2``: an event is
-large from 50.00, not 90.00) and shows the window's rows changed while their count stayed exact.
+A chained group, ``large``, consumes the demo group's sink and keeps its large events. The replay
+remakes today's window with a corrected transform (``enrich_events_v2``: an event is large from
+50.00, not 90.00) and cascades to ``large``: the demo window's rows changed while their count stayed
+exact, and ``large`` holds exactly the events that are large now.
 
 Runs on the embedded stack: SQLite catalog and warehouse under .lake/, Spark local[*], and the
 Dagster instance in $DAGSTER_HOME (.dagster/), so `make ui` shows the runs afterwards.
@@ -26,6 +28,7 @@ from iceberg.verify import verify_group
 from infra.demo_data import append_batches, create_source
 
 GROUP = "demo"
+CHAINED = "large"
 FIRST_BATCHES = 6
 MORE_BATCHES = 3
 ROWS_PER_BATCH = 3_000
@@ -41,7 +44,8 @@ def main() -> int:
     """Run the demo; exit 1 if the sink does not match the source exactly."""
     started = time.perf_counter()
     lakehouse = load_lakehouse()
-    group = load_checked_groups(groups_path())[GROUP]
+    groups = load_checked_groups(groups_path())
+    group, chained = groups[GROUP], groups[CHAINED]
     catalog = lakehouse.catalog()
     timings: dict[str, float] = {}
 
@@ -51,15 +55,15 @@ def main() -> int:
     print(f"appended {rows} events in {FIRST_BATCHES} snapshots")
     timings["create+append"] = time.perf_counter() - t
 
-    t = step(f"icegroup consume {GROUP} --until-caught-up")
-    if icegroup(["consume", GROUP, "--until-caught-up"]) != 0:
+    t = step(f"icegroup consume {GROUP} --until-caught-up, then the chained group {CHAINED}")
+    if not consume_both():
         return 1
     timings["consume #1"] = time.perf_counter() - t
 
     t = step(f"append {MORE_BATCHES} more snapshots, consume again")
     rows = append_batches(catalog.load_table(group.source), MORE_BATCHES, ROWS_PER_BATCH)
     print(f"appended {rows} events in {MORE_BATCHES} snapshots")
-    if icegroup(["consume", GROUP, "--until-caught-up"]) != 0:
+    if not consume_both():
         return 1
     timings["append+consume #2"] = time.perf_counter() - t
 
@@ -72,23 +76,38 @@ def main() -> int:
     timings["verify"] = time.perf_counter() - t
 
     window = datetime.now(UTC).strftime("%Y-%m-%d")
-    t = step(f"replay window {window} with a corrected transform: large from 50.00 (it was 90.00)")
+    t = step(f"replay window {window} with a corrected transform: large from 50.00 (it was 90.00), with --cascade")
     before = window_rows(catalog, group.sink, window)
-    icegroup(["replay", GROUP, "--window", window, "--dry-run"])
+    large_before = count(catalog, chained.sink)
+    icegroup(["replay", GROUP, "--window", window, "--cascade", "--dry-run"])
     with tempfile.TemporaryDirectory(prefix="icegroup-demo-") as folder:
         fixed = group.model_copy(update={"transform": "spark_jobs.transforms:enrich_events_v2"})
-        groups = Path(folder) / "groups.yaml"
-        groups.write_text(yaml.safe_dump({"groups": [fixed.model_dump(mode="json", exclude_defaults=True)]}))
-        if icegroup(["--groups", str(groups), "replay", GROUP, "--window", window]) != 0:
+        path = Path(folder) / "groups.yaml"
+        dumped = [g.model_dump(mode="json", exclude_defaults=True) for g in (fixed, chained)]
+        path.write_text(yaml.safe_dump({"groups": dumped}))
+        if icegroup(["--groups", str(path), "replay", GROUP, "--window", window, "--cascade"]) != 0:
             return 1
     after = window_rows(catalog, group.sink, window)
     print(f"window {window}: rows {before[0]} -> {after[0]}; is_large {before[1]} -> {after[1]}")
-    replayed = verify_group(catalog, group, key="event_id")
-    print(replayed.line())
+    print(f"{CHAINED} (the large events, a chained group): rows {large_before} -> {count(catalog, chained.sink)}")
+    replayed = [verify_group(catalog, g, key="event_id") for g in (group, chained)]
+    for check in replayed:
+        print(check.line())
     timings["replay"] = time.perf_counter() - t
     timings["total"] = time.perf_counter() - started
     print("timings: " + "  ".join(f"{name} {seconds:.1f}s" for name, seconds in timings.items()))
-    return 0 if result.ok and replayed.ok and before[0] == after[0] else 1
+    exact = result.ok and all(check.ok for check in replayed) and before[0] == after[0]
+    return 0 if exact and count(catalog, chained.sink) == after[1] else 1
+
+
+def consume_both() -> bool:
+    """Consume the demo group, then the chained group over its sink."""
+    return all(icegroup(["consume", name, "--until-caught-up"]) == 0 for name in (GROUP, CHAINED))
+
+
+def count(catalog: Catalog, table: str) -> int:
+    """Rows of a table as a reader of main sees them."""
+    return catalog.load_table(table).scan(selected_fields=("event_id",)).to_arrow().num_rows
 
 
 def window_rows(catalog: Catalog, sink: str, window: str) -> tuple[int, int]:
