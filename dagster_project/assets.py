@@ -7,7 +7,7 @@ import dagster as dg
 
 from dagster_project.resources import IcegroupResource
 from dagster_project.tags import TAG_ATTEMPT, TAG_LEASE
-from iceberg.describe import describe_group
+from iceberg.describe import GroupView, describe_group
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import heartbeat
 from iceberg.protocol.liveness import holder_of
@@ -39,11 +39,13 @@ def source_spec(group: GroupConfig, catalog_name: str) -> dg.AssetSpec:
     )
 
 
-def lease_metadata(group: GroupConfig, report: LeaseReport, lag_rows: int, lag_snapshots: int) -> dict[str, Any]:
-    """What every materialization of the sink records."""
+def lease_metadata(group: GroupConfig, report: LeaseReport, view: GroupView) -> dict[str, Any]:
+    """What every observation of the sink by a lease records; numbers, so the UI plots them over time."""
     return {
         "rows_in": dg.MetadataValue.int(report.rows_in),
         "rows_out": dg.MetadataValue.int(report.rows_out),
+        "bytes_in": dg.MetadataValue.int(report.bytes_in),
+        "duration_s": dg.MetadataValue.float(round(report.duration_s, 3)),
         "source_from_snapshot": str(report.source_from),
         "source_to_snapshot": str(report.source_to),
         "lease": report.lease_id,
@@ -55,8 +57,9 @@ def lease_metadata(group: GroupConfig, report: LeaseReport, lag_rows: int, lag_s
         "commit_conflicts_retried": dg.MetadataValue.int(report.commit_conflicts),
         "redeliveries": dg.MetadataValue.int(report.redeliveries),
         "sink_snapshots": dg.MetadataValue.json([str(s) for s in report.sink_snapshots]),
-        "lag_rows": dg.MetadataValue.int(lag_rows),
-        "lag_snapshots": dg.MetadataValue.int(lag_snapshots),
+        "lag_rows": dg.MetadataValue.int(view.lag_rows),
+        "lag_snapshots": dg.MetadataValue.int(view.lag_snapshots),
+        "lag_age_s": dg.MetadataValue.float(round(view.lag_age_s or 0.0, 1)),
         "window": window_label(report.window_start_ms, group.replay_window),
     }
 
@@ -130,7 +133,7 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
             dg.AssetObservation(
                 asset_key=context.asset_key,
                 partition=context.partition_key,
-                metadata=lease_metadata(group, report, view.lag_rows, view.lag_snapshots),
+                metadata=lease_metadata(group, report, view),
             )
         )
 

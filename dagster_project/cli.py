@@ -168,6 +168,7 @@ def render(view: GroupView) -> str:
         f"source head {view.source_head}  planned through {view.planned_through}  "
         f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
         f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
+        + (f" / {view.lag_age_s:.1f}s (oldest unconsumed commit)" if view.lag_age_s is not None else "")
     )
     rows: list[dict[str, object]] = [
         {
@@ -176,12 +177,13 @@ def render(view: GroupView) -> str:
             "head": s.head,
             "lag_snapshots": s.lag_snapshots,
             "lag_rows": s.lag_rows,
+            "lag_age": "-" if (age := s.lag_age_s(view.as_of_ms)) is None else f"{age:.1f}s",
             "committed_rows": s.committed_rows,
             "leases": ",".join(s.leases) or "-",
         }
         for s in view.streams
     ]
-    columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "committed_rows", "leases"]
+    columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "lag_age", "committed_rows", "leases"]
     holds = "".join(f"\n  {line}" for line in view.hold_lines())
     replays = "".join(f"\n  {line}" for line in view.replays)
     return (

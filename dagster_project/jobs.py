@@ -43,7 +43,10 @@ def borrower_job(group: GroupConfig, sink: dg.AssetsDefinition) -> UnresolvedAss
 
 
 def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
-    """Leader and Borrower in one run, with one warm SparkSession: what `icegroup consume` runs."""
+    """Leader and Borrower in one run, with one warm SparkSession: what `icegroup consume` runs.
+
+    The session starts at the first lease this run executes, so a run with nothing to do starts no JVM.
+    """
     sink_key = table_key(catalog_name, group.sink)
 
     @dg.op(name=f"{group.name}_consume_op", tags={"kind": "spark"})
@@ -57,7 +60,7 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
                 dg.AssetObservation(
                     asset_key=sink_key,
                     partition=window_label(lease.window_start_ms, group.replay_window),
-                    metadata=lease_metadata(group, report, view.lag_rows, view.lag_snapshots),
+                    metadata=lease_metadata(group, report, view),
                 )
             )
 
@@ -66,7 +69,7 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
                 context.log_event(event)
 
         summary = consume(
-            icegroup.spark(),
+            icegroup.spark,
             lakehouse,
             group,
             owner_run_id=context.run_id,

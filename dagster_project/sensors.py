@@ -37,7 +37,7 @@ def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition, sink_ke
     @dg.sensor(
         name=f"{group.name}_leader",
         job=job,
-        minimum_interval_seconds=30,
+        minimum_interval_seconds=group.sensor_interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Leader of consumer group {group.name}: cuts shards of {group.source} and grants "
         f"leases to at most {group.max_borrowers} Borrower runs.",

@@ -93,6 +93,14 @@ class GroupConfig(BaseModel):
         description="Seconds without a heartbeat after which a Borrower counts as dead and its leases are "
         "re-granted (at the next Leader tick); Borrowers beat every third of it. Kafka's session timeout.",
     )
+    sensor_interval_s: int = Field(
+        default=5,
+        ge=1,
+        le=3600,
+        description="Seconds between the Leader sensor's ticks: how soon a new source snapshot is noticed. An "
+        "idle tick reads the registry, the source's and the sink's heads and the heartbeats (about 15 ms); "
+        "Dagster's sensor daemon adds its own loop, so ticks come no faster than it evaluates them.",
+    )
     start: StartPosition = Field(default="earliest", description=f"Where a new group starts; {START_HELP}.")
     non_append: Literal["fail", "skip"] = Field(
         default="fail",

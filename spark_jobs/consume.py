@@ -42,7 +42,7 @@ class ConsumeSummary:
 
 
 def consume(
-    spark: SparkSession,
+    spark: Callable[[], SparkSession],
     lakehouse: LakehouseConfig,
     group: GroupConfig,
     owner_run_id: str,
@@ -67,7 +67,8 @@ def consume(
     ``on_poison: park``; the loop goes on with the other streams. A stopped group raises
     ``GroupStopped``; a paused one raises ``NotCaughtUp`` once nothing is left to run here.
     ``terminate`` is handed the revoked attempts whose runs still look alive (a killed consumer's
-    run, say), so the orchestrator can mark them ended.
+    run, say), so the orchestrator can mark them ended. ``spark`` is called for the session only when
+    this process has a lease to run, so a group with nothing to do never starts a JVM.
     """
     executed: dict[tuple[str, int], RunState] = {}  # leases this process ran to the end
 
@@ -107,13 +108,14 @@ def consume(
                 raise NotCaughtUp(result.pause_message())
             pending = len(result.state.shards)
             progress(
-                f"{group.name}: tick {summary.ticks}: {result.new_shards} new shards, {len(result.committed)} "
+                f"{group.name}: tick {summary.ticks} in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
+                f"{len(result.committed)} "
                 f"committed, {pending} pending, {len(result.state.leases)} leases in flight ({len(mine)} here)"
             )
             for lease in mine:
                 shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
                 try:
-                    report = run_lease(spark, lakehouse, group, lease, shards, progress=progress, run_id=owner_run_id)
+                    report = run_lease(spark(), lakehouse, group, lease, shards, progress=progress, run_id=owner_run_id)
                 except (StaleLease, PoisonShard) as exc:
                     if isinstance(exc, PoisonShard) and group.on_poison == "stop":
                         raise

@@ -272,7 +272,10 @@ def publish_shard(
             raise Fenced(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None
         raise AlreadyCommitted(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None
     if conflicts:
-        log.warning("shard %s: sink commit retried after %d conflicting commits", shard_id, conflicts)
+        log.warning(
+            "group %s lease %s#%d shard %s: sink commit retried after %d conflicting commits",
+            group, lease.lease_id, lease.attempt, shard_id, conflicts,
+        )  # fmt: skip
     return Published(snapshot_id=int(snapshot_id), conflicts=int(conflicts), added_records=int(added))
 
 

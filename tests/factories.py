@@ -174,3 +174,8 @@ def next_event_id(table: Table) -> int:
         return 1
     ids = table.scan(selected_fields=("event_id",)).to_arrow().column("event_id")
     return int(pc.max(ids).as_py() or 0) + 1
+
+
+def no_spark() -> Any:
+    """A SparkSession factory for paths that must not start Spark: calling it fails the test."""
+    raise AssertionError("Spark was started, but nothing here needed it")

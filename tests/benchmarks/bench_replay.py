@@ -65,7 +65,7 @@ def run_round(spark: SparkSession, lakehouse: LakehouseConfig, ns: str) -> dict[
         "iceberg"
     ).create()
     lap("plain_spark")
-    consume(spark, lakehouse, group, f"bench-{ns}", lambda _: RunState.MISSING, progress=quiet)
+    consume(lambda: spark, lakehouse, group, f"bench-{ns}", lambda _: RunState.MISSING, progress=quiet)
     lap("consume")
     replay_window(spark, lakehouse, group, time.strftime("%Y-%m-%d", time.gmtime()), progress=quiet)
     lap("replay")
@@ -73,7 +73,7 @@ def run_round(spark: SparkSession, lakehouse: LakehouseConfig, ns: str) -> dict[
     lap("reset_plan")
     execute_reset(catalog, group, plan.target)
     lap("reset_execute")
-    consume(spark, lakehouse, group, f"bench-{ns}-again", lambda _: RunState.MISSING, progress=quiet)
+    consume(lambda: spark, lakehouse, group, f"bench-{ns}-again", lambda _: RunState.MISSING, progress=quiet)
     lap("reconsume")
     check = verify_group(catalog, group, key="event_id")
     if not check.ok:

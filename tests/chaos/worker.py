@@ -52,7 +52,7 @@ def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
     while not (folder / "stop").exists():
         try:
             consume(
-                spark, lakehouse, group, run_id, looks_running,
+                lambda: spark, lakehouse, group, run_id, looks_running,
                 progress=lambda line: print(line, flush=True), max_wait_s=20, poll_s=0.2,
             )  # fmt: skip
         except NotCaughtUp as exc:

@@ -46,6 +46,14 @@ def test_packaged_definitions_load() -> None:
     assert sink.descriptions_by_key[sink.key]
 
 
+def test_the_leader_sensor_ticks_at_the_groups_interval(make_group: type[GroupConfig]) -> None:
+    group = make_group(sensor_interval_s=2)
+    built = build_definitions({group.name: group}, "lake")
+
+    assert built.resolve_sensor_def(f"{group.name}_leader").minimum_interval_seconds == 2
+    assert make_group().sensor_interval_s == 5, "the default notices a new snapshot within seconds"
+
+
 def test_a_location_with_chained_groups_loads_as_one_graph(make_group: type[GroupConfig]) -> None:
     upstream = make_group(name="first")
     downstream = make_group(name="second", source=upstream.sink, sink=f"{upstream.sink}_2", replay_window="hour")
@@ -135,7 +143,9 @@ def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
         meta = observation.metadata
         assert meta["lease"].value == request.tags[TAG_LEASE]
         assert meta["rows_in"].value == meta["rows_out"].value > 0
-        assert {"source_from_snapshot", "source_to_snapshot", "lag_rows", "lag_snapshots"} <= set(meta)
+        assert {"source_from_snapshot", "source_to_snapshot", "lag_rows", "lag_snapshots", "lag_age_s"} <= set(meta)
+        assert meta["bytes_in"].value > 0
+        assert meta["duration_s"].value > 0
 
     second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert "caught up" in skip_message(second)

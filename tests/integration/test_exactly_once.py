@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections import Counter
 
 import pytest
@@ -15,6 +16,7 @@ from iceberg.protocol.lineage import COL_SHARD
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
+from spark_jobs.consume import consume
 from spark_jobs.shard_reader import read_shard
 from tests.factories import REGIONS, append_batches, create_source
 from tests.integration.helpers import drive
@@ -100,3 +102,22 @@ def test_a_shard_read_pushes_its_stream_partition_down_to_iceberg(
     assert "filters=" in scan, scan
     assert "region = 'eu'" in scan, scan
     assert sorted(r.region for r in df.collect()) == ["eu"] * 6
+
+
+def test_consume_logs_say_where_time_goes_and_name_the_group_and_lease(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 1, 9)
+    lines: list[str] = []
+
+    consume(lambda: spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=lines.append)
+
+    assert any(re.fullmatch(rf"{group.name}: tick 1 in \d+ ms: \d+ new shards, .*", line) for line in lines)
+    shard_lines = [line for line in lines if "committed: " in line]
+    assert len(shard_lines) == len(REGIONS), lines
+    pattern = (
+        rf"{group.name} lease [0-9a-f]{{16}}#0: shard \S+ \(\S+, 3 rows\) committed: "
+        r"read, transformed and staged in [\d.]+s, published in [\d.]+s"
+    )
+    assert all(re.fullmatch(pattern, line) for line in shard_lines), shard_lines

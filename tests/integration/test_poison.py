@@ -32,7 +32,9 @@ def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
     lines: list[str] = []
 
     with pytest.raises(PoisonShard, match="failed 2 deliveries and stopped the group") as caught:
-        consume(spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=lines.append, max_wait_s=5)
+        consume(
+            lambda: spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=lines.append, max_wait_s=5
+        )
 
     (letter,) = open_letters(catalog, group.name).values()
     assert letter.action == STOPPED
@@ -45,7 +47,7 @@ def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
     assert letter.shard_id in stopped.stop_message()
     assert f"icegroup redrive {group.name}" in stopped.stop_message()
     with pytest.raises(GroupStopped, match=letter.shard_id):
-        consume(spark, lakehouse, group, "run-2", lambda _: RunState.FAILED, progress=quiet, max_wait_s=5)
+        consume(lambda: spark, lakehouse, group, "run-2", lambda _: RunState.FAILED, progress=quiet, max_wait_s=5)
 
     # The fix is a new transform path, a pinned-config change the group must be told to accept.
     fixed = make_group(max_borrowers=3, on_change="continue")
@@ -64,7 +66,7 @@ def test_a_parked_shard_holds_its_stream_while_the_others_go_on(
     append_batches(source, 2, 9)
 
     with pytest.raises(NotCaughtUp, match=r"is parked on a poison shard: see `icegroup dead-letters"):
-        consume(spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=quiet, max_wait_s=3)
+        consume(lambda: spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=quiet, max_wait_s=3)
 
     letters = open_letters(catalog, group.name)
     assert {d.action for d in letters.values()} == {PARKED}
@@ -91,7 +93,7 @@ def test_a_transform_that_raises_in_a_spark_task_is_reported_as_its_own_error(
     append_batches(create_source(catalog, group.source), 1, 30)
 
     with pytest.raises(PoisonShard) as caught:
-        consume(spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=quiet, max_wait_s=5)
+        consume(lambda: spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=quiet, max_wait_s=5)
 
     (letter,) = open_letters(catalog, group.name).values()
     for said in (str(caught.value), letter.error):

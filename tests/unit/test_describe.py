@@ -44,3 +44,22 @@ def test_describe_counts_a_commit_the_registry_has_not_seen_yet(
     assert view.status == "consuming"
     assert before.lag_rows == view.lag_rows
     assert load_state(catalog, group.name).token == token, "describe committed nothing"
+
+
+def test_describe_shows_lag_in_time_from_the_oldest_unconsumed_commit(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1, lease_max_shards=1)
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, 6)
+    tick(catalog, group, lambda _: RunState.MISSING)
+    append_batches(catalog.load_table(group.source), 1, 6)
+    first = catalog.load_table(group.source).snapshots()[0]
+
+    view = describe_group(catalog, group)
+
+    assert {s.oldest_unconsumed_ms for s in view.streams} == {first.timestamp_ms}, "cut or not yet planned alike"
+    assert view.lag_age_s == (view.as_of_ms - first.timestamp_ms) / 1000
+    assert view.as_dict()["lag_age_s"] == view.lag_age_s
+    nothing = describe_group(catalog, make_group(name="g_other", source=group.source, sink="ns.other_out"))
+    assert nothing.lag_age_s is not None, "a group that has not started lags from the source's first commit"

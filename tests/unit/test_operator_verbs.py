@@ -21,7 +21,7 @@ from iceberg.protocol.lineage import replay_properties
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from spark_jobs.consume import consume
-from tests.factories import append_batches, create_source
+from tests.factories import append_batches, create_source, no_spark
 from tests.integration.helpers import write_groups
 from tests.sink_commits import SINK_SCHEMA, commit_lease
 
@@ -87,7 +87,7 @@ def test_consume_of_a_paused_group_stops_with_the_remedy(
     set_paused(catalog, group, paused=True)
 
     with pytest.raises(NotCaughtUp, match=rf"is paused; `icegroup resume {group.name}` continues it"):
-        consume(None, lakehouse, group, "run-1", lambda _: RunState.SUCCEEDED, progress=lambda _: None)  # type: ignore[arg-type]
+        consume(no_spark, lakehouse, group, "run-1", lambda _: RunState.SUCCEEDED, progress=lambda _: None)  # type: ignore[arg-type]
 
 
 def test_a_group_that_never_ticked_cannot_be_paused(catalog: Catalog, group: GroupConfig) -> None:
