@@ -50,11 +50,12 @@ test: jvm lint ## every tier this machine can run
 chaos: jvm ## kill -9 fault injection, full size; records tests/chaos/results/
 	$(PY) -m tests.chaos.run --full
 
-bench: venv ## Leader planning, heartbeat cost, one vs two consumer processes; records tests/benchmarks/results/
+bench: jvm ## Leader planning, heartbeat cost, one vs two consumer processes, replay and reset, an idle consume; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_leader
 	$(PY) -m tests.benchmarks.bench_heartbeat
 	$(PY) -m tests.benchmarks.bench_processes
 	$(PY) -m tests.benchmarks.bench_replay
+	$(PY) -m tests.benchmarks.bench_idle_consume
 
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

@@ -60,7 +60,8 @@ def parser() -> argparse.ArgumentParser:
         description="Consumer groups for Apache Iceberg tables.",
         epilog="exit codes: 0 done; 1 a run failed unexpectedly (the traceback and the Dagster run say why); "
         "2 an error icegroup names, with its remedy (bad input, a stopped group, a refused commit); "
-        "3 consume --until-caught-up stopped without catching up (it names the leases held elsewhere)",
+        "3 consume --until-caught-up stopped without catching up (it names the leases held elsewhere), or "
+        "replay --cascade/--follow-upstream left a group waiting",
     )
     top.add_argument("--groups", help=f"group definitions YAML (default: ${ENV_GROUPS} or the packaged one)")
     top.add_argument("--lakehouse", help=f"lakehouse config YAML (default: ${ENV_CONFIG} or .lake/ in ${ENV_HOME})")
@@ -177,7 +178,7 @@ def render(view: GroupView) -> str:
             "head": s.head,
             "lag_snapshots": s.lag_snapshots,
             "lag_rows": s.lag_rows,
-            "lag_age": "-" if (age := s.lag_age_s(view.as_of_ms)) is None else f"{age:.1f}s",
+            "lag_age": "-" if (age := s.age_at(view.as_of_ms)) is None else f"{age:.1f}s",
             "committed_rows": s.committed_rows,
             "leases": ",".join(s.leases) or "-",
         }

@@ -18,7 +18,7 @@ from pyiceberg.table import Table
 from iceberg.errors import UsageError
 from iceberg.fencing import add_to_list_property
 from iceberg.groups import GroupConfig
-from iceberg.protocol.cascade import FollowPlan, plan_follow
+from iceberg.protocol.cascade import FollowPlan, plan_follow, replaced_commits
 from iceberg.protocol.lineage import follows_key, parse_resets, resets_key
 from iceberg.protocol.shards import window_label
 from iceberg.registry import load_state
@@ -97,14 +97,21 @@ def record_follows(catalog: Catalog, group: GroupConfig, replays: set[int]) -> N
 
 
 def follows_after_reset(source: Table, sink: Table, group: str, planned_through_sequence: int) -> dict[str, str]:
-    """The follow record a reset leaves on the sink: upstream replays after its planning cursor are dropped.
+    """The follow record a reset leaves on the sink: replays whose replaced commits it consumes again are dropped.
 
-    A group moved back before an upstream replay consumes the replaced commits again, in their old
+    A group moved back before an upstream replay's replaced commits consumes them again, in their old
     version, so it has to stop at that replay and follow it again.
     """
     key = follows_key(group)
     if key not in sink.properties:
         return {}
     sequence = {s.snapshot_id: s.sequence_number or 0 for s in source.snapshots()}
-    kept = sorted(r for r in followed(sink, group) if sequence.get(r, 0) <= planned_through_sequence)
-    return {key: ",".join(str(r) for r in kept)}
+    commits, replays = sink_history(source, None)
+    done = followed(sink, group)
+    again = {
+        r.snapshot_id
+        for r in replays
+        if r.snapshot_id in done
+        and any(sequence.get(s, 0) > planned_through_sequence for s in replaced_commits(r, commits))
+    }
+    return {key: ",".join(str(r) for r in sorted(done - again))}

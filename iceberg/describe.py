@@ -12,7 +12,6 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.table import Table
 
 from iceberg.dead_letters import open_letters
 from iceberg.errors import UsageError
@@ -43,7 +42,7 @@ class StreamView:
     leases: list[str] = field(default_factory=list)
     oldest_unconsumed_ms: int | None = None
 
-    def lag_age_s(self, now_ms: int) -> float | None:
+    def age_at(self, now_ms: int) -> float | None:
         """Lag in time: the age of the oldest source commit the stream has not committed; None without lag."""
         return None if self.oldest_unconsumed_ms is None else max(now_ms - self.oldest_unconsumed_ms, 0) / 1000
 
@@ -90,7 +89,7 @@ class GroupView:
     @property
     def lag_age_s(self) -> float | None:
         """The group's lag in time: the oldest unconsumed source commit of any stream, as of the view."""
-        ages = [age for s in self.streams if (age := s.lag_age_s(self.as_of_ms)) is not None]
+        ages = [age for s in self.streams if (age := s.age_at(self.as_of_ms)) is not None]
         return max(ages, default=None)
 
     @property
@@ -104,13 +103,14 @@ class GroupView:
         data["lag_rows"] = self.lag_rows
         data["lag_snapshots"] = self.lag_snapshots
         data["lag_age_s"] = self.lag_age_s
+        for stream, view in zip(data["streams"], self.streams, strict=True):
+            stream["lag_age_s"] = view.age_at(self.as_of_ms)
         return data
 
 
-def oldest(source: Table, snapshots: set[int], committed_at: dict[int, int]) -> int | None:
+def oldest(snapshots: set[int], committed_at: dict[int, int]) -> int | None:
     """When the oldest of these source snapshots was committed (from the metadata; an expired one is left out)."""
-    times = [committed_at.get(snap) or getattr(source.snapshot_by_id(snap), "timestamp_ms", None) for snap in snapshots]
-    return min((t for t in times if t is not None), default=None)
+    return min((committed_at[snap] for snap in snapshots if snap in committed_at), default=None)
 
 
 def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
@@ -135,7 +135,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         heads[shard.stream] = max(heads.get(shard.stream, (0, 0)), (shard.to_sequence, shard.to_snapshot))
     plan = plan_increment(source, state.planned_through, group.model_copy(update={"non_append": "skip"}))
     sequence = {s.snapshot_id: s.sequence_number for s in plan.appends}
-    committed_at = {s.snapshot_id: s.timestamp_ms for s in plan.appends}
+    committed_at = {s.snapshot_id: s.timestamp_ms for s in source.snapshots()}
     floors = {name: stream.position_sequence for name, stream in state.streams.items()}
     for entry in plan.files:
         if sequence[entry.snapshot_id] <= floors.get(entry.stream, 0):
@@ -163,7 +163,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
                 committed_shards=progress.committed_shards if progress else 0,
                 committed_rows=progress.committed_rows if progress else 0,
                 leases=leases_by_stream[name],
-                oldest_unconsumed_ms=oldest(source, lag_snaps[name], committed_at),
+                oldest_unconsumed_ms=oldest(lag_snaps[name], committed_at),
             )
         )
     head = source.current_snapshot()

@@ -151,7 +151,7 @@ def tick(
         else complete(source, group, granted.state, head.snapshot_id if head else None, now_ms)
     )
     fence_and_commit(catalog, group, loaded, state, {**live.fences, **replay_fences})
-    if blocked is not None and not live.launch and not granted.grants:
+    if blocked is not None and not live.launch and not granted.grants and not stopped and not held:
         # Stopped at a snapshot it cannot step over, with nothing to run before it: say so. The state is
         # committed first, so leases in flight are still reconciled and re-granted while it is stopped.
         raise blocked

@@ -241,7 +241,7 @@ def plan_reset(
             new = round_down(new, ranges, sequences)
         moves.append(StreamMove(name, currents[name], new, reconsumed=reconsumed(new, ranges)))
     planned = min([planned, *(m.new for m in moves)], key=lambda p: p[1])
-    check_reachable(group, history, moves)
+    check_reachable(group, history, moves, planned[0])
     count_skipped(source, history, moves)
     windows = sorted({s.window_start_ms for m in moves for s in m.reconsumed if s.window_start_ms is not None})
     return ResetPlan(
@@ -294,13 +294,16 @@ def targets(
     return dict.fromkeys(currents, planned), planned
 
 
-def check_reachable(group: GroupConfig, history: list[SnapshotInfo], moves: list[StreamMove]) -> None:
+def check_reachable(
+    group: GroupConfig, history: list[SnapshotInfo], moves: list[StreamMove], planned: int | None
+) -> None:
     """A stream moved back can only be consumed again from source history that is still there.
 
-    Every snapshot of the shards consumed again must still be in the history. Sequence numbers alone
-    cannot tell: a source that is another group's sink skips the numbers its staged (write-audit-
-    publish) snapshots took, so its oldest snapshot need not be number 1. Commits that recorded no
-    snapshot list fall back to comparing sequence numbers with the oldest snapshot's.
+    Every snapshot of the shards consumed again must still be in the history, and so must the
+    snapshot planning restarts after (``planned``), or planning would stop at it. Sequence numbers
+    alone cannot tell: a source that is another group's sink skips the numbers its staged (write-
+    audit-publish) snapshots took, so its oldest snapshot need not be number 1. Commits that recorded
+    no snapshot list fall back to comparing sequence numbers with the oldest snapshot's.
     """
     floor = earliest(history)
     present = {s.snapshot_id for s in history}
@@ -316,6 +319,12 @@ def check_reachable(group: GroupConfig, history: list[SnapshotInfo], moves: list
                 f"{history[0].snapshot_id if history else None} has expired, so those rows cannot be consumed again; "
                 "pick a later target"
             )
+    if history and planned not in present and planned != history[0].parent_id:
+        raise UsageError(
+            f"group {group.name!r}: planning would restart after snapshot {planned}, which is no longer in "
+            f"{group.source!r}'s history (it runs from {history[0].snapshot_id}); pick a later target, or "
+            "--to-earliest"
+        )
 
 
 def shifted(current: Position, snapshots: list[SnapshotInfo], by: int, history: list[SnapshotInfo]) -> Position:

@@ -282,9 +282,7 @@ def publish(run: LeaseRun, shard: Shard, token: str, staged_s: float) -> None:
 def report(run: LeaseRun) -> LeaseReport:
     """Close the attempt: its report holds every commit it made."""
     run.report.phase = BorrowerPhase.UNSUBSCRIBING
-    run.progress(
-        f"lease {run.lease.lease_id} attempt {run.lease.attempt}: unsubscribing, {len(run.report.committed)} committed"
-    )
+    run.progress(f"unsubscribing, {len(run.report.committed)} committed")
     return run.report
 
 

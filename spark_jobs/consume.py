@@ -77,6 +77,13 @@ def consume(
             return executed.get((lease.lease_id, lease.attempt), RunState.MISSING)
         return observe_others(lease)
 
+    sessions: list[SparkSession] = []
+
+    def session() -> SparkSession:
+        if not sessions:
+            sessions.append(spark())
+        return sessions[0]
+
     load_transform(group.transform)  # a transform that does not import fails before any lease is granted
     catalog = lakehouse.catalog()
     summary = ConsumeSummary()
@@ -115,7 +122,9 @@ def consume(
             for lease in mine:
                 shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
                 try:
-                    report = run_lease(spark(), lakehouse, group, lease, shards, progress=progress, run_id=owner_run_id)
+                    report = run_lease(
+                        session(), lakehouse, group, lease, shards, progress=progress, run_id=owner_run_id
+                    )
                 except (StaleLease, PoisonShard) as exc:
                     if isinstance(exc, PoisonShard) and group.on_poison == "stop":
                         raise

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from iceberg.protocol.lineage import ReplayCommit, ShardRange, SinkCommit
+from iceberg.protocol.lineage import COL_WINDOW, ReplayCommit, ShardRange, SinkCommit
 
 
 def replaced_commits(replay: ReplayCommit, upstream: Iterable[SinkCommit]) -> dict[int, tuple[str, ...]]:
@@ -75,17 +75,29 @@ def plan_follow(
     A replaced commit the downstream group cut but did not commit, or has not planned yet, would be
     consumed later in its old version, so the group waits until those are committed. A replaced
     commit planned but in no shard was never consumed (before the group's start). A covered upstream
-    shard whose commit is gone from the history (expired), or a downstream shard without a window
-    (a sink not migrated), cannot be followed exactly; those are listed as missing.
+    shard whose commit is gone from the history (expired) while the group consumed snapshots of the
+    window that are gone too, or a downstream shard without a window (a sink not migrated), cannot be
+    followed exactly; those are listed as missing.
     """
+    committed = list(committed)
     replaced = replaced_commits(replay, upstream)
     known = {shard_id for ids in replaced.values() for shard_id in ids}
     unknown = sorted({s.shard_id for s in replay.covers} - known)
     missing = []
-    if unknown:
+    # An expired upstream commit matters only if this group consumed it: a committed shard of the
+    # replayed window (or of a sink not partitioned by window) reading a snapshot gone from the history.
+    gone = [
+        s
+        for s in committed
+        if any(snap not in sequence for snap in s.snapshots)
+        and (f"{COL_WINDOW}={replay.window}" in s.stream or f"{COL_WINDOW}=" not in s.stream)
+    ]
+    if unknown and gone:
         missing.append(
             f"{len(unknown)} upstream shards the replay covers (first {unknown[0]}) have no commit left in the "
-            "upstream sink's history (expired snapshots), so which rows of this group they made cannot be told"
+            f"upstream sink's history (expired snapshots), and this group consumed snapshots of that window that "
+            "are gone too, so which of its rows they made cannot be told. Set non_append: skip to keep this "
+            "group's old version of them, or reset this group past the replay"
         )
     hit = [s for s in committed if set(s.snapshots) & set(replaced)]
     if any(s.window_start_ms is None for s in hit):

@@ -19,6 +19,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.cli import main
+from iceberg.admin import set_paused
 from iceberg.cascade import plan_follows, record_follows
 from iceberg.errors import ReplayIncomplete, SourceError
 from iceberg.groups import GroupConfig
@@ -28,6 +29,7 @@ from iceberg.protocol.lineage import COL_WINDOW
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
 from iceberg.protocol.shards import window_label
+from iceberg.registry import load_state
 from iceberg.reset import execute_reset
 from iceberg.verify import verify_group
 from spark_jobs.replay import replay_window
@@ -219,6 +221,12 @@ def test_a_leader_stopped_at_an_upstream_replay_still_re_grants_a_dead_lease_bef
     with pytest.raises(SourceError, match="--follow-upstream"):
         drive(spark, lakehouse, second)
     assert len(amounts(catalog, second.sink)) == 24
+    stopped = load_state(catalog, second.name).state
+    assert stopped is not None
+    assert stopped.is_idle(), "the stopping tick committed its reconciling first"
+    set_paused(catalog, second, paused=True)
+    paused = tick(catalog, second, lambda _: RunState.SUCCEEDED)
+    assert paused.paused, "a pause is said first, not the stop at the replay"
 
 
 def test_a_reset_back_before_a_followed_replay_makes_the_group_follow_it_again(

@@ -94,9 +94,13 @@ def test_a_replaced_commit_the_group_never_consumed_needs_no_window() -> None:
 
 
 def test_a_replay_whose_commits_expired_or_a_sink_without_windows_cannot_be_followed() -> None:
-    expired = plan_follow(replay(20, "a", "gone"), COMMITS, SEQUENCE, [downstream(1, (11,), DAY_1)], [], 19, label)
+    consumed_gone = [downstream(1, (11,), DAY_1), downstream(2, (12,), DAY_1)]
+    expired = plan_follow(replay(20, "a", "gone"), COMMITS, SEQUENCE, consumed_gone, [], 19, label)
     assert not expired.ready
     assert "have no commit left in the upstream sink's history" in expired.missing[0]
+    assert "non_append: skip" in expired.missing[0]
+    never_consumed = plan_follow(replay(20, "a", "gone"), COMMITS, SEQUENCE, consumed_gone[:1], [], 19, label)
+    assert never_consumed.ready, "an expired commit this group never consumed needs nothing"
 
     legacy = ShardRange("d1", "0/unpartitioned", None, 11, (11,), 11, 10, None)
     unmigrated = plan_follow(replay(20, "a"), COMMITS, SEQUENCE, [legacy], [], 19, label)
@@ -135,11 +139,14 @@ def test_a_reset_back_needs_every_snapshot_of_the_shards_it_consumes_again(make_
     # A sink's oldest snapshot is number 2 when a staged snapshot took number 1; nothing expired.
     whole = [SnapshotInfo(11, None, 2, 0, 0, "append"), SnapshotInfo(13, 11, 4, 0, 0, "append")]
     shard = ShardRange("d1", "s", None, 13, (11, 13), 4, 10, DAY_1)
-    check_reachable(make_group(), whole, [StreamMove("s", (13, 4), (None, 0), [shard])])
+    check_reachable(make_group(), whole, [StreamMove("s", (13, 4), (None, 0), [shard])], None)
 
     expired = whole[1:]
     with pytest.raises(UsageError, match="history before snapshot 13 has expired"):
-        check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (None, 0), [shard])])
+        check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (None, 0), [shard])], None)
     legacy = ShardRange("d0", "s", None, 13, (), 4, 10, DAY_1)
     with pytest.raises(UsageError, match="cannot be consumed again"):
-        check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (None, 0), [legacy])])
+        check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (None, 0), [legacy])], None)
+    with pytest.raises(UsageError, match="planning would restart after snapshot 9, which is no longer in"):
+        check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (9, 1), [])], 9)
+    check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (11, 2), [])], 11)

@@ -1,0 +1,93 @@
+"""``icegroup consume`` on a group with nothing to do: how long until it says so, against what bounds it.
+
+A scheduled consume run usually finds little or nothing new. It answers from one Leader tick and
+starts Spark only for a lease of its own, so an idle run costs a process start, the imports, one
+Dagster run in the instance and a tick. Side by side, in one run, on one caught-up lakehouse:
+
+- arm ``consume``: ``icegroup consume GROUP`` as a user runs it, a new process each time;
+- arm ``imports``: a new Python process that only imports dagster, pyspark and pyiceberg, the floor
+  any ``icegroup`` command pays;
+- arm ``spark_start``: a new process that imports the same and starts the lakehouse's SparkSession,
+  what every consume paid before it started Spark lazily.
+
+The arms alternate for ROUNDS rounds; the figures are medians, and ratios to ``imports``. Run:
+``make bench`` (writes tests/benchmarks/results/idle_consume.json).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import load_lakehouse
+from tests.factories import append_batches, create_source
+from tests.integration.helpers import write_groups
+
+ROUNDS = 5
+REPO = Path(__file__).resolve().parents[2]
+ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
+RESULTS = Path(__file__).parent / "results" / "idle_consume.json"
+IMPORTS = "import dagster, pyspark, pyiceberg.catalog.sql"
+SPARK = (
+    f"{IMPORTS}\nfrom iceberg.lakehouse import load_lakehouse\nfrom spark_jobs.session import get_session\n"
+    "get_session(load_lakehouse()).stop()"
+)
+
+
+def timed(command: list[str], env: dict[str, str]) -> float:
+    """Seconds one process takes from start to exit; it must succeed."""
+    started = time.perf_counter()
+    done = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{command[:3]} exited {done.returncode}: {done.stderr[-2000:]}")
+    return elapsed
+
+
+def main() -> None:
+    """Make a caught-up group, then time the arms interleaved and record medians and ratios."""
+    with tempfile.TemporaryDirectory(prefix="icegroup-bench-idle-") as tmp:
+        folder = Path(tmp)
+        home = folder / "lake"
+        lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(home)})
+        group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out")
+        append_batches(create_source(lakehouse.catalog(), group.source), 3, 300)
+        groups = write_groups(folder / "groups.yaml", group)
+        env = {**os.environ, "ICEGROUP_HOME": str(home), "DAGSTER_HOME": str(folder / "dagster")}
+        consume = [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"]
+        timed(consume, env)  # catches up: every later run has nothing to do
+        arms = {
+            "consume": consume,
+            "imports": [sys.executable, "-c", IMPORTS],
+            "spark_start": [sys.executable, "-c", SPARK],
+        }
+        times: dict[str, list[float]] = {arm: [] for arm in arms}
+        for index in range(ROUNDS):
+            for arm in arms if index % 2 == 0 else reversed(arms):
+                times[arm].append(round(timed(arms[arm], env), 2))
+            print(f"round {index + 1}/{ROUNDS}: " + "  ".join(f"{a} {t[-1]:.2f}s" for a, t in times.items()))
+    medians = {arm: statistics.median(values) for arm, values in times.items()}
+    result = {
+        "workload": "a caught-up group (3 snapshots of 300 rows consumed); each arm a new process",
+        "cores": os.cpu_count(),
+        "seconds": times,
+        "median_s": medians,
+        "over_imports": {arm: round(m / medians["imports"], 2) for arm, m in medians.items()},
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(
+        f"idle consume {medians['consume']:.2f}s; imports alone {medians['imports']:.2f}s; "
+        f"imports and a SparkSession {medians['spark_start']:.2f}s"
+    )
+
+
+if __name__ == "__main__":
+    main()
