@@ -8,7 +8,7 @@ Executing goes in the order that keeps a crash safe:
 2. the plan is made again, on the sink's history as the fence left it, and its positions are
    recorded on the sink (``icegroup.resets.<group>``), so a run that completes the reset after a
    crash uses the same positions, whatever the clock or the source did meanwhile; upstream replays
-   after the new planning cursor are dropped from the group's follow record
+   whose replaced commits the group consumes again are dropped from its follow record
    (``icegroup.follows.<group>``, ``iceberg/cascade.py``), so it stops at them and follows them again;
 3. the output consumed again is deleted by shard id; 4. the registry is committed by
    compare-and-swap; 5. the marker is cleared.
