@@ -20,7 +20,7 @@ from iceberg.protocol.cascade import plan_follow, replaced_commits, superseding
 from iceberg.protocol.lineage import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
 from iceberg.protocol.reset import StreamMove
 from iceberg.protocol.shards import SnapshotInfo
-from iceberg.reset import check_reachable
+from iceberg.reset_targets import check_reachable
 from tests.factories import append_batches, create_source
 
 DAY_1, DAY_2 = 1_000, 2_000

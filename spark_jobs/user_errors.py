@@ -1,0 +1,70 @@
+"""The error a person reads when a shard's read or transform fails: its root cause, and where in their code.
+
+A failure inside a Spark task reaches the driver wrapped in py4j and JVM exceptions; the Borrower's
+redelivery logs and the dead-letter table record what ``describe_error`` makes of it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import traceback
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+
+def describe_error(exc: BaseException) -> str:
+    """What went wrong, for a person: the root cause's type and message, and where it was raised.
+
+    A transform that raises inside a Spark task reaches the driver wrapped twice: py4j's error
+    around a JVM ``PythonException``, whose message is the Python worker's traceback as text. The
+    user's own exception is its last line, and the user's code its last frame outside Spark; that is
+    what is shown. A JVM error shows its root cause; a plain Python error its type, message and
+    last frame. The whole chain goes to the debug log.
+    """
+    log.debug("delivery failed", exc_info=exc)
+    java = getattr(exc, "java_exception", None)
+    if java is not None:
+        while java.getCause() is not None:
+            java = java.getCause()
+        message = str(java.getMessage() or "")
+        return _python_error(message) or _cut(f"{java.getClass().getSimpleName()}: {_first(message)}")
+    text = str(exc)
+    from_worker = _python_error(text)
+    if from_worker is not None:
+        return from_worker
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not _is_spark(f.filename)]
+    where = f" (at {Path(frames[-1].filename).name}:{frames[-1].lineno} in {frames[-1].name})" if frames else ""
+    message = _first(text)
+    return _cut(f"{type(exc).__name__}{': ' + message if message else ''}{where}")
+
+
+TRACEBACK = "Traceback (most recent call last):"
+FRAME = re.compile(r'^\s*File "([^"]+)", line (\d+), in (\S+)')
+
+
+def _python_error(text: str) -> str | None:
+    """The last exception of a Python traceback given as text, and its last frame outside Spark."""
+    if TRACEBACK not in text:
+        return None
+    lines = text[text.rindex(TRACEBACK) + len(TRACEBACK) :].splitlines()
+    frames = [m for m in (FRAME.match(line) for line in lines) if m is not None and not _is_spark(m.group(1))]
+    errors = [line.strip() for line in lines if line.strip() and not line.startswith((" ", "\t"))]
+    if not errors:
+        return None
+    where = f" (at {Path(frames[-1].group(1)).name}:{frames[-1].group(2)} in {frames[-1].group(3)})" if frames else ""
+    return _cut(f"{errors[-1]}{where}")
+
+
+def _is_spark(path: str) -> bool:
+    return any(part in path for part in ("/pyspark/", "pyspark.zip", "/py4j/", "py4j-"))
+
+
+def _first(text: str) -> str:
+    lines = text.strip().splitlines()
+    return lines[0] if lines else ""
+
+
+def _cut(text: str) -> str:
+    return text[:400]
