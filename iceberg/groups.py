@@ -80,6 +80,12 @@ class GroupConfig(BaseModel):
     max_borrowers: int = Field(default=2, ge=1, description="Borrower runs that may hold leases at once.")
     shard_caps: ShardCaps = Field(default_factory=ShardCaps, description="Size caps of one shard.")
     lease_max_shards: int = Field(default=16, ge=1, description="Shards granted in one lease at most.")
+    commit_batch_rows: int = Field(
+        default=1_000_000,
+        ge=0,
+        description="Consecutive shards of a lease with this many source rows in all are published in one sink "
+        "commit (each commit costs about a second of fixed work); 0 commits every shard on its own.",
+    )
     lease_timeout_s: int = Field(
         default=1800,
         ge=10,

@@ -1,4 +1,4 @@
-"""The Borrower: execute one lease, shard by shard, each shard one fenced sink commit.
+"""The Borrower: execute one lease, shard by shard; small shards share one fenced sink commit.
 
 ``run_lease`` is five phases, after EMQX's connecting -> connected -> unsubscribing:
 
@@ -10,7 +10,9 @@
 - **deliver**: per shard, read, transform and stage the output. A read or transform that fails is
   delivered again with backoff, up to ``max_deliver`` times; then the shard is poison and goes to
   the dead-letter table (``on_poison``);
-- **publish**: the fenced commit appends the staged output and the shard's progress to main;
+- **publish**: the fenced commit appends the staged output and the shard's progress to main.
+  Consecutive small shards (``commit_batch_rows``) are staged in one Spark job and published in one
+  commit, which lists every shard's id and source range;
 - **report**: what this attempt committed, for the run's metadata.
 """
 
@@ -20,19 +22,19 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import reduce
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg.dead_letters import record
-from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, PoisonShard, SinkError, StaleLease
+from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
 from iceberg.failpoints import failpoint
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.lineage import SinkCommit, commit_properties
 from iceberg.protocol.liveness import BorrowerPhase
-from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
-from iceberg.protocol.shards import Shard, snapshot_range, window_label
+from iceberg.protocol.shards import Shard, commit_batches, window_label
 from iceberg.protocol.state import Lease
 from iceberg.registry import load_state
 from iceberg.tables import load_source, oldest_snapshot_id, shard_columns
@@ -45,6 +47,7 @@ from spark_jobs.fenced_commit import (
     stage_shard,
     with_lineage,
 )
+from spark_jobs.redelivery import record_poison_shard, stage_with_redelivery
 from spark_jobs.session import activate
 from spark_jobs.shard_reader import read_shard
 from spark_jobs.transforms import Transform, load_transform
@@ -160,16 +163,9 @@ def run_lease(
     todo = resume(run, shards)
     source = load_source(run.catalog, group.source)
     root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in todo) else None
-    for shard in todo:
-        failpoint("borrower.before_read")
-        started = time.perf_counter()
-        build = _output(run, shard, root, shard_columns(source, shard.schema_id))
-        staged = stage_with_redelivery(group, shard, build, lambda out: deliver(run, out), run.report, said)
-        if isinstance(staged, Exception):
-            claim(run.catalog, group, lease)  # only the lease's holder may declare its shard poison
-            raise record_poison_shard(run.catalog, group, lease, shard, staged)
-        failpoint("borrower.after_stage")
-        publish(run, shard, staged, time.perf_counter() - started)
+    for batch in commit_batches(todo, group.commit_batch_rows):
+        for shard in commit_together(run, batch, root, source) if len(batch) > 1 else batch:
+            commit_alone(run, shard, root, source)
     run.report.duration_s = time.perf_counter() - started_at
     return report(run)
 
@@ -232,49 +228,106 @@ def deliver(run: LeaseRun, out: DataFrame) -> str:
     return stage_shard(aligned, run.sink_table, evolve=evolve)
 
 
-def publish(run: LeaseRun, shard: Shard, token: str, staged_s: float) -> None:
-    """Publish a staged shard in the fenced commit; a shard another attempt committed is skipped.
+def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -> None:
+    """Stage one shard, delivering it again when that fails and recording it as poison at the last, then publish it."""
+    failpoint("borrower.before_read")
+    started = time.perf_counter()
+    build = _output(run, [shard], root, source)
+    staged = stage_with_redelivery(run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress)
+    if isinstance(staged, Exception):
+        claim(run.catalog, run.group, run.lease)  # only the lease's holder may declare its shard poison
+        raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged)
+    failpoint("borrower.after_stage")
+    # A lone shard refused as a duplicate is in a commit (or SinkError is raised): none is left over.
+    publish(run, [shard], staged, time.perf_counter() - started)
 
-    ``staged_s`` is how long reading, transforming and staging it took, for the shard's log line.
+
+def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source: Table) -> list[Shard]:
+    """Stage small shards in one Spark job and publish them in one commit; returns those left to commit alone.
+
+    A batch is delivered once. If that fails, each of its shards is delivered on its own, so that
+    redelivery and the poison verdict stay per shard.
+    """
+    failpoint("borrower.before_read")
+    started = time.perf_counter()
+    try:
+        staged = deliver(run, _output(run, batch, root, source)())
+    except IcegroupError:
+        raise
+    except Exception as exc:
+        run.progress(f"{len(batch)} shards staged together failed ({describe_error(exc)}); delivering each alone")
+        return batch
+    failpoint("borrower.after_stage")
+    return publish(run, batch, staged, time.perf_counter() - started)
+
+
+def publish(run: LeaseRun, shards: list[Shard], token: str, staged_s: float) -> list[Shard]:
+    """Publish staged shards in one fenced commit; returns the shards still to commit on their own.
+
+    A commit refused because a shard is in the sink already is sorted out in ``refused_as_duplicate``.
+    ``staged_s`` is how long reading, transforming and staging took, for the log line.
     """
     group, lease = run.group, run.lease
     started = time.perf_counter()
     props = commit_properties(
-        group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard, lease.origin, run.run_id
+        group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shards, lease.origin, run.run_id
     )
+    ids = [shard.shard_id for shard in shards]
     try:
-        published = publish_shard(run.spark, run.sink_table, token, group.name, lease, shard.shard_id, props)
+        published = publish_shard(run.spark, run.sink_table, token, group.name, lease, ids, props)
     except Fenced as exc:
         raise StaleLease(str(exc)) from exc
     except AlreadyCommitted as exc:
-        history = lease_history(run.catalog, group, lease)
-        carrying = [c for c in history.commits if shard.shard_id in {s.shard_id for s in c.shards}]
-        if not carrying:
-            raise SinkError(
-                f"sink: the commit of shard {shard.shard_id} was refused as a duplicate, yet no commit of it "
-                f"is in {group.sink}'s history; refusing to skip it ({exc})"
-            ) from exc
-        if any(c.lease_id == lease.lease_id and c.attempt == lease.attempt for c in carrying):
-            # A swap Iceberg retried had landed after all: the commit is this attempt's own.
-            count_own_commits(run, carrying)
-            run.report.committed.append(shard.shard_id)
-            run.report.rows_in += shard.rows
-            run.report.bytes_in += shard.bytes
-            return
-        run.report.fenced.append(shard.shard_id)
-        run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
-        return
+        return refused_as_duplicate(run, shards, exc)
     failpoint("borrower.after_commit")
     run.report.commit_conflicts += published.conflicts
+    for shard in shards:
+        count_shard(run, shard)
+    run.report.rows_out += published.added_records
+    run.report.sink_snapshots.append(published.snapshot_id)
+    rows = sum(shard.rows for shard in shards)
+    streams = ", ".join(sorted({shard.stream for shard in shards}))
+    what = f"shard {ids[0]}" if len(ids) == 1 else f"{len(ids)} shards {ids[0]}..{ids[-1]}"
+    run.progress(
+        f"{what} ({streams}, {rows} rows) committed: read, transformed and staged in {staged_s:.2f}s, "
+        f"published in {time.perf_counter() - started:.2f}s"
+    )
+    return []
+
+
+def refused_as_duplicate(run: LeaseRun, shards: list[Shard], exc: AlreadyCommitted) -> list[Shard]:
+    """After a commit refused as a duplicate: which shards are in the sink, and by whom; returns the rest.
+
+    A shard this very attempt committed (a swap Iceberg retried had landed after all) counts in its
+    report; one another attempt committed is skipped. The rest of a batch commit on their own.
+    """
+    group, lease = run.group, run.lease
+    history = lease_history(run.catalog, group, lease)
+    carriers = {shard.shard_id: commit for commit in history.commits for shard in commit.shards}
+    if not any(shard.shard_id in carriers for shard in shards):
+        raise SinkError(
+            f"sink: the commit of shards {', '.join(s.shard_id for s in shards)} was refused as a duplicate, yet "
+            f"no commit of them is in {group.sink}'s history; refusing to skip them ({exc})"
+        ) from exc
+    left = []
+    for shard in shards:
+        commit = carriers.get(shard.shard_id)
+        if commit is None:
+            left.append(shard)
+        elif commit.lease_id == lease.lease_id and commit.attempt == lease.attempt:
+            count_own_commits(run, [commit])
+            count_shard(run, shard)
+        else:
+            run.report.fenced.append(shard.shard_id)
+            run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
+    return left
+
+
+def count_shard(run: LeaseRun, shard: Shard) -> None:
+    """Add a shard this attempt committed to its report."""
     run.report.committed.append(shard.shard_id)
     run.report.rows_in += shard.rows
     run.report.bytes_in += shard.bytes
-    run.report.rows_out += published.added_records
-    run.report.sink_snapshots.append(published.snapshot_id)
-    run.progress(
-        f"shard {shard.shard_id} ({shard.stream}, {shard.rows} rows) committed: read, transformed and staged in "
-        f"{staged_s:.2f}s, published in {time.perf_counter() - started:.2f}s"
-    )
 
 
 def report(run: LeaseRun) -> LeaseReport:
@@ -284,78 +337,14 @@ def report(run: LeaseRun) -> LeaseReport:
     return run.report
 
 
-def stage_with_redelivery(
-    group: GroupConfig,
-    shard: Shard,
-    output: Callable[[], DataFrame],
-    stage: Callable[[DataFrame], str],
-    report: LeaseReport,
-    progress: Progress,
-) -> str | Exception:
-    """Read, transform and stage a shard, delivering it again with backoff when that fails.
-
-    Returns the stage token, or the last error once ``max_deliver`` deliveries failed. icegroup's own
-    errors propagate at once: another delivery cannot fix a bad config or a sink that cannot take
-    the output, and a lease fenced meanwhile says nothing about the shard.
-    """
-    for delivery in range(1, group.max_deliver + 1):
-        try:
-            return stage(output())
-        except IcegroupError:
-            raise
-        except Exception as exc:
-            if delivery == group.max_deliver:
-                return exc
-            wait = group.deliver_backoff_s * 2 ** (delivery - 1)
-            report.redeliveries += 1
-            progress(
-                f"shard {shard.shard_id}: delivery {delivery}/{group.max_deliver} failed "
-                f"({describe_error(exc)}); again in {wait:.1f}s"
-            )
-            time.sleep(wait)
-    raise AssertionError("unreachable: max_deliver >= 1")
-
-
-def record_poison_shard(
-    catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error: Exception
-) -> PoisonShard:
-    """Record a poison shard in the dead-letter table; returns the error that ends the run."""
-    action = PARKED if group.on_poison == "park" else STOPPED
-    record(
-        catalog,
-        group.name,
-        [
-            DeadLetter(
-                shard_id=shard.shard_id,
-                stream=shard.stream,
-                lease_id=lease.lease_id,
-                attempt=lease.attempt,
-                action=action,
-                error=describe_error(error),
-                from_snapshot=shard.from_snapshot,
-                to_snapshot=shard.to_snapshot,
-                at_ms=int(time.time() * 1000),
-            )
-        ],
-    )
-    what = "parked; the other streams go on" if action == PARKED else "stopped the group"
-    return PoisonShard(
-        f"shard {shard.shard_id} (stream {shard.stream}, source snapshots "
-        f"{snapshot_range(shard.from_snapshot, shard.to_snapshot)}) failed {group.max_deliver} deliveries "
-        f"and {what}: {describe_error(error)}. "
-        f"Fix the transform or the data, then run `icegroup redrive {group.name}`"
-    )
-
-
-def _output(
-    run: LeaseRun, shard: Shard, root: int | None, columns: list[tuple[str, str]] | None
-) -> Callable[[], DataFrame]:
-    """The shard's output as a fresh DataFrame per delivery, lineage columns included."""
+def _output(run: LeaseRun, shards: list[Shard], root: int | None, source: Table) -> Callable[[], DataFrame]:
+    """The shards' output as a fresh DataFrame per delivery, each row with its own shard's lineage columns."""
     group, lease = run.group, run.lease
+    columns = shard_columns(source, shards[0].schema_id)
 
-    def build() -> DataFrame:
+    def one(shard: Shard) -> DataFrame:
         read = read_shard(run.spark, run.source_table, shard, root, group.filter, columns)
         window = window_label(shard.window_start_ms, group.replay_window)
         return with_lineage(run.transform(read), group.name, lease.lease_id, shard.shard_id, lease.epoch, window)
 
-    return build
+    return lambda: reduce(DataFrame.unionByName, [one(shard) for shard in shards])

@@ -232,10 +232,12 @@ def publish_shard(
     token: str,
     group: str,
     lease: Lease,
-    shard_id: str,
+    shard_ids: list[str],
     properties: dict[str, str],
 ) -> Published:
-    """Append the staged files to main in one fenced commit; ``Fenced`` or ``AlreadyCommitted`` if not allowed.
+    """Append the staged files of ``shard_ids`` to main in one fenced commit.
+
+    Raises ``Fenced`` or ``AlreadyCommitted`` (if any of the shards is in the sink already) when not allowed.
 
     A refused publish expires its staged snapshot and files. A Borrower killed between stage and
     publish leaves its staged snapshot behind, invisible on main, until the sink's snapshots expire.
@@ -247,6 +249,7 @@ def publish_shard(
         props.put(key, value)
     validate_from = lease.sink_snapshot_at_grant
     base = None if validate_from is None else jvm.java.lang.Long(validate_from)
+    shards = ", ".join(shard_ids)
     try:
         snapshot_id, conflicts, added = jvm.icegroup.commit.FencedCommit.commit(
             iceberg_table,
@@ -256,7 +259,7 @@ def publish_shard(
             lease.attempt,
             epoch_key(group),
             lease.epoch,
-            shard_id,
+            ",".join(shard_ids),
             base,
             props,
         )
@@ -264,17 +267,17 @@ def publish_shard(
         name = str(exc.java_exception.getClass().getName())
         message = str(exc.java_exception.getMessage())
         if name in REFUSED:
-            raise SinkError(f"sink: commit of shard {shard_id} to {table} failed: {message}") from None
+            raise SinkError(f"sink: commit of shards {shards} to {table} failed: {message}") from None
         if name not in (FENCED, ALREADY_COMMITTED):
             raise
         jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)
         if name == FENCED:
-            raise Fenced(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None
-        raise AlreadyCommitted(f"sink: commit of shard {shard_id} to {table} refused: {message}") from None
+            raise Fenced(f"sink: commit of shards {shards} to {table} refused: {message}") from None
+        raise AlreadyCommitted(f"sink: commit of shards {shards} to {table} refused: {message}") from None
     if conflicts:
         log.warning(
-            "group %s lease %s#%d shard %s: sink commit retried after %d conflicting commits",
-            group, lease.lease_id, lease.attempt, shard_id, conflicts,
+            "group %s lease %s#%d shards %s: sink commit retried after %d conflicting commits",
+            group, lease.lease_id, lease.attempt, shards, conflicts,
         )  # fmt: skip
     return Published(snapshot_id=int(snapshot_id), conflicts=int(conflicts), added_records=int(added))
 

@@ -44,6 +44,6 @@ def commit_lease(
             for n in range(shard.rows)
         ]
         props = commit_properties(
-            group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard, lease.origin, run_id
+            group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard], lease.origin, run_id
         )
         sink.append(pa.Table.from_pylist(rows, schema=SINK_SCHEMA.as_arrow()), snapshot_properties=props)

@@ -10,7 +10,7 @@ Property keys are lower case: Spark lower-cases write options. ``KEY_STAGE``, ``
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from iceberg.protocol.shards import Shard
@@ -243,17 +243,17 @@ def commit_properties(
     lease_id: str,
     epoch: int,
     attempt: int,
-    shard: Shard,
+    shards: Sequence[Shard],
     origin: Origin | None = None,
     run_id: str | None = None,
 ) -> dict[str, str]:
-    """Summary properties for the commit of one shard.
+    """Summary properties for the commit of one or more shards of a lease (small ones commit together).
 
-    Besides the shard's range they carry its end's sequence number, its source rows and its replay
+    Besides each shard's range they carry its end's sequence number, its source rows and its replay
     window, the group's start and config hash (everything a lost registry is rebuilt from, see
     ``protocol/rebuild.py``), and the run that committed it (for ``icegroup checkpoints``).
     """
-    shards = [shard_range_json(shard)]
+    ranges = [shard_range_json(shard) for shard in shards]
     pinned = {KEY_RUN: run_id} if run_id is not None else {}
     if origin is not None:
         pinned[KEY_START] = json.dumps(origin.start_position)
@@ -269,8 +269,8 @@ def commit_properties(
         KEY_LEASE: lease_id,
         KEY_EPOCH: str(epoch),
         KEY_ATTEMPT: str(attempt),
-        KEY_SHARDS: json.dumps(shards, separators=(",", ":")),
-        KEY_SHARD_IDS: shard.shard_id,
+        KEY_SHARDS: json.dumps(ranges, separators=(",", ":")),
+        KEY_SHARD_IDS: ",".join(shard.shard_id for shard in shards),
     }
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Literal
@@ -179,6 +179,27 @@ def cut_shards(
         if current is not None:
             shards.append(_close(group, epoch, stream, current))
     return sorted(shards, key=lambda s: (s.to_sequence, s.stream))
+
+
+def commit_batches(shards: Sequence[Shard], max_rows: int) -> list[list[Shard]]:
+    """Split a lease's shards, in order, into the groups that are published in one sink commit each.
+
+    Each shard costs a fixed overhead to stage and publish, so small ones go together: consecutive
+    shards of one source schema join a batch while its rows stay within ``max_rows``. A shard at or
+    above the bound commits on its own, and ``max_rows=0`` commits every shard on its own.
+    """
+    batches: list[list[Shard]] = []
+    for shard in shards:
+        last = batches[-1] if batches else None
+        if (
+            last is not None
+            and last[0].schema_id == shard.schema_id
+            and sum(s.rows for s in last) + shard.rows <= max_rows
+        ):
+            last.append(shard)
+        else:
+            batches.append([shard])
+    return batches
 
 
 def _close(group: str, epoch: int, stream: str, open_shard: _Open) -> Shard:

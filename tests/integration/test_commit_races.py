@@ -57,9 +57,9 @@ def test_sink_commits_racing_at_max_borrowers_are_retried_not_failed(
     def publish(item: tuple) -> Published:  # type: ignore[type-arg]
         lease, shard, token = item
         activate(spark)
-        props = commit_properties(group.name, group.source, lease.lease_id, 0, 0, shard)
+        props = commit_properties(group.name, group.source, lease.lease_id, 0, 0, [shard])
         barrier.wait()
-        return publish_shard(spark, sink_table, token, group.name, lease, shard.shard_id, props)
+        return publish_shard(spark, sink_table, token, group.name, lease, [shard.shard_id], props)
 
     with caplog.at_level(logging.WARNING, logger="spark_jobs.fenced_commit"), ThreadPoolExecutor(len(staged)) as pool:
         published = list(pool.map(publish, staged))

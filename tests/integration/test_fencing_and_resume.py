@@ -84,11 +84,11 @@ def test_second_commit_of_a_shard_is_refused_at_commit_time(
         lease.epoch,
         window_label(shard.window_start_ms, group.replay_window),
     )
-    props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+    props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard])
     token = stage_shard(rows, sink_table)
     assert sink_snapshot_count(catalog, group) == snapshots + 1  # staged, not on main
     with pytest.raises(AlreadyCommitted, match=shard.shard_id):
-        publish_shard(spark, sink_table, token, group.name, lease, shard.shard_id, props)
+        publish_shard(spark, sink_table, token, group.name, lease, [shard.shard_id], props)
 
     assert sink_snapshot_count(catalog, group) == snapshots  # the refused stage is discarded
     check = verify_group(catalog, group, key="event_id")

@@ -298,7 +298,7 @@ def write_legacy_sink(catalog: Catalog, group: GroupConfig) -> int:
         rows = source.scan(row_filter=f"region = '{region}'").to_arrow().to_pylist()
         lineage_values = {COL_GROUP: group.name, COL_LEASE: lease.lease_id, COL_SHARD: shard_id, COL_EPOCH: 0}
         table = pa.Table.from_pylist([row | lineage_values for row in rows], schema=sink.schema().as_arrow())
-        props = commit_properties(group.name, group.source, lease.lease_id, 0, 0, shard, lease.origin)
+        props = commit_properties(group.name, group.source, lease.lease_id, 0, 0, [shard], lease.origin)
         sink.append(table, snapshot_properties=props)
     return sum(granted.state.shards[s].rows for s in lease.shard_ids)
 

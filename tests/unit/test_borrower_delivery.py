@@ -10,7 +10,8 @@ import pytest
 from iceberg.errors import ConfigError, IcegroupError, SinkError, StaleLease
 from iceberg.groups import GroupConfig
 from spark_jobs import borrower
-from spark_jobs.borrower import LeaseReport, stage_with_redelivery
+from spark_jobs.borrower import LeaseReport
+from spark_jobs.redelivery import stage_with_redelivery
 from spark_jobs.user_errors import describe_error
 from tests.factories import shard
 

@@ -51,7 +51,7 @@ def create_sink(catalog: Catalog, group: GroupConfig) -> Table:
 
 def commit(sink: Table, group: GroupConfig, by: Lease, done: Shard, rows: int) -> int:
     """Append ``rows`` rows as ``by``'s commit of ``done``; returns the sink snapshot."""
-    props = commit_properties(group.name, group.source, by.lease_id, by.epoch, by.attempt, done)
+    props = commit_properties(group.name, group.source, by.lease_id, by.epoch, by.attempt, [done])
     data = pa.Table.from_pylist([{"id": i} for i in range(rows)], schema=SINK_SCHEMA.as_arrow())
     sink.append(data, snapshot_properties=props)
     head = sink.current_snapshot()

@@ -28,7 +28,7 @@ def test_describe_counts_a_commit_the_registry_has_not_seen_yet(
     shard = granted.state.shards[lease.shard_ids[0]]
     sink = catalog.create_table(group.sink, schema=SINK_SCHEMA)
     rows = pa.Table.from_pylist([{"id": n} for n in range(shard.rows)], schema=SINK_SCHEMA.as_arrow())
-    props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+    props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard])
     sink.append(rows, snapshot_properties=props)
     before = describe_group(catalog, group)
     token = load_state(catalog, group.name).token

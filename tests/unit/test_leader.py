@@ -56,7 +56,7 @@ def commit_as_borrower(catalog: Catalog, group: GroupConfig, result: TickResult,
     """Append to the sink what a Borrower's commit of the lease's shard at ``index`` (the first) records."""
     shard = result.state.shards[lease.shard_ids[index]]
     sink = catalog.load_table(group.sink)
-    properties = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shard)
+    properties = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard])
     sink.append(pa.Table.from_pylist([{"id": 1}], schema=SINK_SCHEMA.as_arrow()), snapshot_properties=properties)
 
 

@@ -24,7 +24,7 @@ def test_commit_properties_round_trip(make_shard: MakeShard, from_snapshot: int 
         snapshots=[101, 103],
     )
     origin = Origin(start_position=start, config_hash="0a1b2c3d4e5f6a7b")
-    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shard, origin=origin)
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, [shard], origin=origin)
 
     commit = parse_commit(555, 1_767_225_601_000, properties, added_records=9)
 
@@ -43,7 +43,7 @@ def test_commit_properties_round_trip(make_shard: MakeShard, from_snapshot: int 
 
 
 def test_commit_properties_are_lower_case_string_keys_and_values(make_shard: MakeShard) -> None:
-    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, make_shard())
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, [make_shard()])
 
     assert all(key == key.lower() and key.startswith("icegroup.") for key in properties)
     assert all(isinstance(value, str) for value in properties.values())
@@ -51,11 +51,21 @@ def test_commit_properties_are_lower_case_string_keys_and_values(make_shard: Mak
 
 def test_commit_properties_hold_one_shard(make_shard: MakeShard) -> None:
     properties = commit_properties(
-        "orders", "demo.events", "fedcba9876543210", 3, 2, make_shard(shard_id="0123456789abcdef")
+        "orders", "demo.events", "fedcba9876543210", 3, 2, [make_shard(shard_id="0123456789abcdef")]
     )
 
     assert [item["id"] for item in json.loads(properties[KEY_SHARDS])] == ["0123456789abcdef"]
     assert properties[KEY_SHARD_IDS] == "0123456789abcdef"  # what the fenced commit's Java side looks for
+
+
+def test_a_batch_commit_lists_every_shard_and_decodes_to_all_of_them(make_shard: MakeShard) -> None:
+    shards = [make_shard(shard_id="0123456789abcdef"), make_shard(shard_id="fedcba9876543210")]
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 3, 2, shards)
+
+    assert properties[KEY_SHARD_IDS] == "0123456789abcdef,fedcba9876543210"
+    decoded = parse_commit(1, 0, properties, added_records=2)
+    assert decoded is not None
+    assert [s.shard_id for s in decoded.shards] == ["0123456789abcdef", "fedcba9876543210"]
 
 
 @pytest.mark.parametrize(

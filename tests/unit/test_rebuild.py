@@ -20,7 +20,7 @@ GROUP = GroupConfig(name="orders", source="demo.events", sink="demo.events_out")
 
 def committed(s: Shard, *, snapshot_id: int, origin: Origin | None = None, epoch: int = 0, **props: Any) -> SinkCommit:
     """The sink commit of shard ``s`` as a Borrower writes it and the sink history reads it back."""
-    properties = commit_properties("orders", "demo.events", f"{snapshot_id:016x}", epoch, 0, s, origin=origin)
+    properties = commit_properties("orders", "demo.events", f"{snapshot_id:016x}", epoch, 0, [s], origin=origin)
     properties.update(props)
     commit = parse_commit(snapshot_id, WINDOW_START_MS + snapshot_id, properties, added_records=s.rows)
     assert commit is not None
@@ -100,7 +100,7 @@ def test_a_legacy_commit_whose_source_snapshot_expired_names_it() -> None:
 
 def strip_sequence(s: Shard) -> dict[str, str]:
     """Summary properties of a commit written before sequence numbers, start and hash were recorded."""
-    properties = commit_properties("orders", "demo.events", "f" * 16, 0, 0, s)
+    properties = commit_properties("orders", "demo.events", "f" * 16, 0, 0, [s])
     return {
         **properties,
         "icegroup.shards": properties["icegroup.shards"].replace(f'"seq":{s.to_sequence},', ""),

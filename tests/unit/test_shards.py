@@ -14,6 +14,7 @@ from iceberg.protocol.shards import (
     Shard,
     SnapshotInfo,
     Window,
+    commit_batches,
     cut_shards,
     make_shard_id,
     window_label,
@@ -263,3 +264,42 @@ def test_window_start_of_a_window_start_is_itself(window: Window) -> None:
     start = ms("2026-03-04T00:00:00")
 
     assert window_start_ms(start, window) == start
+
+
+def batch_shard(n: int, rows: int, schema_id: int = 0) -> Shard:
+    return Shard(
+        shard_id=f"{n:016x}",
+        stream="s",
+        from_snapshot=n,
+        to_snapshot=n + 1,
+        to_sequence=n + 1,
+        schema_id=schema_id,
+        window_start_ms=0,
+        snapshots=[n + 1],
+        files=[f"f{n}"],
+        rows=rows,
+        bytes=rows * 10,
+        identity={},
+    )
+
+
+def test_small_shards_commit_together_up_to_the_row_bound() -> None:
+    shards = [batch_shard(n, 300) for n in range(10)]
+
+    batches = commit_batches(shards, max_rows=1000)
+
+    assert [len(b) for b in batches] == [3, 3, 3, 1]
+    assert [s for b in batches for s in b] == shards  # order kept
+
+
+def test_a_shard_at_the_bound_commits_alone_and_zero_turns_batching_off() -> None:
+    shards = [batch_shard(0, 100), batch_shard(1, 5000), batch_shard(2, 100)]
+
+    assert [len(b) for b in commit_batches(shards, max_rows=1000)] == [1, 1, 1]
+    assert [len(b) for b in commit_batches([batch_shard(n, 1) for n in range(3)], max_rows=0)] == [1, 1, 1]
+
+
+def test_a_schema_change_starts_a_new_batch() -> None:
+    shards = [batch_shard(0, 10), batch_shard(1, 10, schema_id=1), batch_shard(2, 10, schema_id=1)]
+
+    assert [[s.schema_id for s in b] for b in commit_batches(shards, max_rows=1000)] == [[0], [1, 1]]

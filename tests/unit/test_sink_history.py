@@ -27,7 +27,7 @@ GROUP = "orders"
 
 def commit(sink: Table, n: int, group: str = GROUP) -> int:
     """Append what a Borrower's commit of shard ``n`` records; returns the new sink snapshot id."""
-    properties = commit_properties(group, "src.events", "fedcba9876543210", 0, 0, shard(n))
+    properties = commit_properties(group, "src.events", "fedcba9876543210", 0, 0, [shard(n)])
     sink.append(pa.Table.from_pylist([{"id": n}], schema=SINK_SCHEMA.as_arrow()), snapshot_properties=properties)
     head = sink.current_snapshot()
     assert head is not None

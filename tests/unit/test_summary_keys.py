@@ -48,7 +48,7 @@ def test_the_java_shard_check_never_matches_a_substring() -> None:
 
 
 def test_a_commit_carries_its_shard_id_under_its_own_key() -> None:
-    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 0, 1, shard(7))
+    properties = commit_properties("orders", "demo.events", "fedcba9876543210", 0, 1, [shard(7)])
 
     assert properties[KEY_SHARD_IDS] == shard(7).shard_id
     assert properties[KEY_GROUP] == "orders"

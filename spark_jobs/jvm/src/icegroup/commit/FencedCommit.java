@@ -23,16 +23,19 @@ import org.apache.iceberg.shaded.com.fasterxml.jackson.databind.JsonNode;
 import org.apache.iceberg.util.JsonUtil;
 
 /**
- * The Borrower's sink commit: publish one shard's staged files as an append, fenced by its lease.
+ * The Borrower's sink commit: publish the staged files of one or more shards of a lease as an append,
+ * fenced by the lease.
  *
- * <p>Spark writes the shard's output as a staged (write-audit-publish) snapshot, which readers of
- * main never see. This class then appends those files to main. The checks run inside the catalog's
- * compare-and-swap, against exactly the metadata the new snapshot is built on:
+ * <p>Small shards of a lease are staged together and published in one commit, so that hundreds of
+ * small source snapshots do not make hundreds of sink snapshots. Spark writes the shards' output
+ * as a staged (write-audit-publish) snapshot, which readers of main never see. This class then
+ * appends those files to main. The checks run inside the catalog's compare-and-swap, against
+ * exactly the metadata the new snapshot is built on:
  *
  * <ul>
  *   <li>the lease's fence ({@code icegroup.fence.<group>.<lease>}, raised by the Leader before it
  *       re-grants) must not be above this attempt, and the group epoch must equal the lease's;
- *   <li>no snapshot since the grant may already carry the shard.
+ *   <li>no snapshot since the grant may already carry any of the shards.
  * </ul>
  *
  * <p>If another writer commits in between, the swap fails, Iceberg refreshes and retries with
@@ -79,6 +82,7 @@ public final class FencedCommit {
    *
    * @return {snapshot id, conflicting commits retried, records added}
    *
+   * @param shardIds the shards the staged files hold, comma-separated; each is checked
    * @param validateFrom sink snapshot seen at grant; the shard check walks back to it (null: to the start)
    */
   public static long[] commit(
@@ -89,22 +93,22 @@ public final class FencedCommit {
       int attempt,
       String epochKey,
       int epoch,
-      String shardId,
+      String shardIds,
       Long validateFrom,
       Map<String, String> properties) {
     table.refresh();
     Snapshot staged = findStaged(table, stageToken);
     if (staged == null) {
       throw new ValidationException(
-          "staged output %s of shard %s is gone (expired before it was published?); nothing was committed",
-          stageToken, shardId);
+          "staged output %s of shards %s is gone (expired before it was published?); nothing was committed",
+          stageToken, shardIds);
     }
     List<DataFile> files = new ArrayList<>();
     for (DataFile file : staged.addedDataFiles(table.io())) {
       files.add(file.copy());
     }
     Guard guard =
-        new Guard(group, fenceKey, attempt, epochKey, epoch, shardId, validateFrom, staged);
+        new Guard(group, fenceKey, attempt, epochKey, epoch, shardIds.split(","), validateFrom, staged);
     FencingOperations ops =
         new FencingOperations(((HasTableOperations) table).operations(), guard);
     AppendFiles append = new BaseTable(ops, table.name()).newAppend();
@@ -120,7 +124,7 @@ public final class FencedCommit {
       }
     }
     throw new IllegalStateException(
-        "the commit of shard " + shardId + " succeeded but no snapshot on main carries its token " + stageToken);
+        "the commit of shards " + shardIds + " succeeded but no snapshot on main carries its token " + stageToken);
   }
 
   /** Drop a staged snapshot and its files after a failed publish, so a fenced attempt leaves nothing. */
@@ -204,7 +208,7 @@ public final class FencedCommit {
     private final int attempt;
     private final String epochKey;
     private final int epoch;
-    private final String shardId;
+    private final String[] shardIds;
     private final Long validateFrom;
     private final Snapshot staged;
 
@@ -214,7 +218,7 @@ public final class FencedCommit {
         int attempt,
         String epochKey,
         int epoch,
-        String shardId,
+        String[] shardIds,
         Long validateFrom,
         Snapshot staged) {
       this.group = group;
@@ -222,7 +226,7 @@ public final class FencedCommit {
       this.attempt = attempt;
       this.epochKey = epochKey;
       this.epoch = epoch;
-      this.shardId = shardId;
+      this.shardIds = shardIds;
       this.validateFrom = validateFrom;
       this.staged = staged;
     }
@@ -240,7 +244,8 @@ public final class FencedCommit {
       }
       if (staged != null && base.snapshot(staged.snapshotId()) == null) {
         throw new ValidationException(
-            "staged output of shard %s (snapshot %s) was expired before it was published", shardId, staged.snapshotId());
+            "staged output of shards %s (snapshot %s) was expired before it was published",
+            String.join(",", shardIds), staged.snapshotId());
       }
       boolean reached = validateFrom == null;
       Snapshot last = null;
@@ -251,16 +256,20 @@ public final class FencedCommit {
         }
         last = s;
         Map<String, String> summary = s.summary();
-        if (group.equals(summary.get(GROUP_KEY)) && carriesShard(summary, shardId)) {
-          throw new AlreadyCommitted("shard %s is already committed in snapshot %s", shardId, s.snapshotId());
+        if (group.equals(summary.get(GROUP_KEY))) {
+          for (String shardId : shardIds) {
+            if (carriesShard(summary, shardId)) {
+              throw new AlreadyCommitted("shard %s is already committed in snapshot %s", shardId, s.snapshotId());
+            }
+          }
         }
       }
       boolean parentIsBase = last != null && validateFrom != null && validateFrom.equals(last.parentId());
       if (!reached && !parentIsBase) {
         throw new ValidationException(
-            "sink history back to snapshot %s (seen at grant) is expired, so it cannot be shown that shard %s "
-                + "is not committed yet; the Leader re-grants from the current head",
-            validateFrom, shardId);
+            "sink history back to snapshot %s (seen at grant) is expired, so it cannot be shown that shards %s "
+                + "are not committed yet; the Leader re-grants from the current head",
+            validateFrom, String.join(",", shardIds));
       }
     }
 
