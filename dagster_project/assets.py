@@ -1,18 +1,14 @@
 """Assets: each group's source as an external spec, and its sink, partitioned by replay window."""
 
-from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
 
 from dagster_project.resources import IcegroupResource
-from dagster_project.tags import TAG_ATTEMPT, TAG_LEASE
-from iceberg.describe import GroupView, describe_group
 from iceberg.groups import GroupConfig
-from iceberg.heartbeats import heartbeat
-from iceberg.protocol.liveness import holder_of
+from iceberg.lag import Lag
 from iceberg.protocol.shards import window_label
-from spark_jobs.borrower import LeaseReport, fetch_lease, run_lease
+from spark_jobs.borrower import LeaseReport
 from spark_jobs.replay import ReplayReport, replay_window
 
 
@@ -39,7 +35,7 @@ def source_spec(group: GroupConfig, catalog_name: str) -> dg.AssetSpec:
     )
 
 
-def lease_metadata(group: GroupConfig, report: LeaseReport, view: GroupView) -> dict[str, Any]:
+def lease_metadata(group: GroupConfig, report: LeaseReport, lag: Lag) -> dict[str, Any]:
     """What every observation of the sink by a lease records; numbers, so the UI plots them over time."""
     return {
         "rows_in": dg.MetadataValue.int(report.rows_in),
@@ -57,9 +53,9 @@ def lease_metadata(group: GroupConfig, report: LeaseReport, view: GroupView) -> 
         "commit_conflicts_retried": dg.MetadataValue.int(report.commit_conflicts),
         "redeliveries": dg.MetadataValue.int(report.redeliveries),
         "sink_snapshots": dg.MetadataValue.json([str(s) for s in report.sink_snapshots]),
-        "lag_rows": dg.MetadataValue.int(view.lag_rows),
-        "lag_snapshots": dg.MetadataValue.int(view.lag_snapshots),
-        "lag_age_s": dg.MetadataValue.float(round(view.lag_age_s or 0.0, 1)),
+        "lag_rows": dg.MetadataValue.int(lag.rows),
+        "lag_snapshots": dg.MetadataValue.int(lag.snapshots),
+        "lag_age_s": dg.MetadataValue.float(round(lag.age_s or 0.0, 1)),
         "window": window_label(report.window_start_ms, group.replay_window),
     }
 
@@ -93,10 +89,10 @@ def complete_events(group: GroupConfig, sink_key: dg.AssetKey, windows: list[int
 def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
     """The sink: a partition per replay window, materialized when the window is complete or replayed.
 
-    A Borrower run (tagged with its lease) commits shards and records an observation of the
+    Borrower runs (``dagster_project/jobs.py``) commit shards and record an observation of the
     partition: the window may still be open, so it must not look finished. The Leader materializes
     a partition once its window is complete (``iceberg/protocol/completion.py``). A run of the asset
-    without a lease tag, such as a backfill launched from the UI, replays its partitions.
+    itself, such as a backfill launched from the UI, replays its partitions.
     """
 
     @dg.asset(
@@ -106,35 +102,15 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
         kinds={"spark", "iceberg"},
         group_name=group.name,
         tags={"icegroup/group": group.name},
-        output_required=False,
         description=f"Rows of {group.source} through {group.transform}, exactly once, by group {group.name}.",
     )
-    def sink(context: dg.AssetExecutionContext, icegroup: IcegroupResource) -> Iterator[Any]:
-        """Execute the lease named in the run's tags, or replay the run's partitions when it names none."""
-        tags = context.run.tags
+    def sink(context: dg.AssetExecutionContext, icegroup: IcegroupResource) -> dg.MaterializeResult[None]:
+        """Replay the run's partitions: each window's output is replaced by a fresh consumption of it."""
         lakehouse = icegroup.lakehouse()
-        if TAG_LEASE not in tags:
-            reports = [
-                replay_window(
-                    icegroup.spark(), lakehouse, group, key, run_id=context.run.run_id, progress=context.log.info
-                )
-                for key in context.partition_keys
-            ]
-            yield dg.MaterializeResult(metadata=replay_metadata(reports))
-            return
-        lease, shards = fetch_lease(lakehouse.catalog(), group.name, tags[TAG_LEASE], int(tags[TAG_ATTEMPT]))
-        catalog = lakehouse.catalog()
-        with heartbeat(catalog, group.name, holder_of(lease), interval_s=group.session_timeout_s / 3):
-            report = run_lease(
-                icegroup.spark(), lakehouse, group, lease, shards, progress=context.log.info, run_id=context.run.run_id
-            )
-        view = describe_group(lakehouse.catalog(), group)
-        context.log_event(
-            dg.AssetObservation(
-                asset_key=context.asset_key,
-                partition=context.partition_key,
-                metadata=lease_metadata(group, report, view),
-            )
-        )
+        reports = [
+            replay_window(icegroup.spark(), lakehouse, group, key, run_id=context.run.run_id, progress=context.log.info)
+            for key in context.partition_keys
+        ]
+        return dg.MaterializeResult(metadata=replay_metadata(reports))
 
     return sink

@@ -81,6 +81,10 @@ def parser() -> argparse.ArgumentParser:
     consume.add_argument("group")
     consume.add_argument("--until-caught-up", action="store_true", help="repeat until the source head is committed")
     consume.add_argument("--max-wait", type=float, default=600.0, help="seconds to wait on leases held elsewhere")
+    consume.add_argument(
+        "--follow", action="store_true", help="keep consuming new source commits after catching up, until Ctrl-C"
+    )
+    consume.add_argument("--poll", type=float, default=1.0, help="seconds between source checks while following")
     consume.set_defaults(run=cmd_consume)
 
     letters = sub.add_parser("dead-letters", help="poison shards: parked, stopped and re-driven")
@@ -203,7 +207,12 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         "loggers": {"console": {"config": {"log_level": "INFO"}}},
         "ops": {
             f"{group.name}_consume_op": {
-                "config": {"until_caught_up": args.until_caught_up, "max_wait_s": args.max_wait}
+                "config": {
+                    "until_caught_up": args.until_caught_up or args.follow,
+                    "max_wait_s": args.max_wait,
+                    "follow": args.follow,
+                    "poll_s": args.poll,
+                }
             }
         },
     }

@@ -13,7 +13,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.assets import sink_asset, source_spec, table_key
-from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, consume_schedule
+from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, consume_schedule, replay_job
 from dagster_project.resources import IcegroupResource
 from dagster_project.sensors import leader_sensor
 from iceberg.groups import GroupConfig, load_groups
@@ -57,9 +57,9 @@ def build_definitions(
             specs[spec.key] = spec
         sink = sink_asset(group, catalog_name)
         assets.append(sink)
-        borrower = borrower_job(group, sink)
+        borrower = borrower_job(group, catalog_name)
         consume = consume_job(group, catalog_name)
-        jobs += [borrower, consume]
+        jobs += [borrower, consume, replay_job(group, sink)]
         if group.schedule:
             schedules.append(consume_schedule(group, consume, group.schedule))
         else:

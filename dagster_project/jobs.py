@@ -1,4 +1,4 @@
-"""Jobs: the per-lease Borrower job, and the consume-until-caught-up job for CLI and schedules."""
+"""Jobs: the warm Borrower job the Leader starts, and the consume-until-caught-up job for CLI and schedules."""
 
 from typing import Any
 
@@ -11,11 +11,13 @@ from pydantic import Field
 from dagster_project.assets import complete_events, lease_metadata, table_key
 from dagster_project.resources import IcegroupResource
 from dagster_project.run_observer import observe_runs, terminate_runs
-from dagster_project.tags import TAG_GROUP
-from iceberg.describe import describe_group
+from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.groups import GroupConfig
+from iceberg.lag import lag_of
+from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.shards import window_label
 from iceberg.protocol.state import Lease
+from spark_jobs.borrow import borrow
 from spark_jobs.borrower import LeaseReport
 from spark_jobs.consume import consume
 
@@ -29,16 +31,81 @@ class ConsumeConfig(dg.Config):
     max_wait_s: float = Field(
         default=600.0, description="Give up after this long without progress while other runs hold leases."
     )
+    follow: bool = Field(
+        default=False,
+        description="Keep consuming after catching up, checking the source every poll_s, until the run is stopped.",
+    )
+    poll_s: float = Field(
+        default=1.0, gt=0, le=3600, description="Seconds between ticks while idle or following: the trigger interval."
+    )
 
 
-def borrower_job(group: GroupConfig, sink: dg.AssetsDefinition) -> UnresolvedAssetJobDefinition:
-    """Runs one lease; in-process, since the one step is a Spark job and a subprocess adds nothing."""
+def replay_job(group: GroupConfig, sink: dg.AssetsDefinition) -> UnresolvedAssetJobDefinition:
+    """Replays the sink's partitions it is launched for: what a UI backfill of the sink runs."""
     return dg.define_asset_job(
-        name=f"{group.name}_borrower",
+        name=f"{group.name}_replay",
         selection=[sink],
         executor_def=dg.in_process_executor,
         tags={TAG_GROUP: group.name},
-        description=f"Borrower of group {group.name}: executes one lease granted by {group.name}_leader.",
+        description=f"Replay windows of group {group.name}: each one's output is replaced by a fresh consumption.",
+    )
+
+
+class BorrowConfig(dg.Config):
+    """How a warm Borrower run waits for work."""
+
+    idle_timeout_s: float | None = Field(
+        default=None, description="Exit after this long without a lease to take; default: the group's borrower_idle_s."
+    )
+    poll_s: float = Field(default=1.0, gt=0, le=60, description="Seconds between looks for a waiting lease.")
+
+
+def borrower_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
+    """The warm Borrower run the Leader starts: one SparkSession, every lease it can take, until idle."""
+    sink_key = table_key(catalog_name, group.sink)
+
+    @dg.op(name=f"{group.name}_borrow_op", tags={"kind": "spark"})
+    def borrow_op(context: dg.OpExecutionContext, config: BorrowConfig, icegroup: IcegroupResource) -> None:
+        """Take the leases the Leader granted, run them on one warm SparkSession, exit when idle."""
+        lakehouse = icegroup.lakehouse()
+
+        def record(lease: Lease, report: LeaseReport) -> None:
+            context.log_event(observation(group, sink_key, lease, report, lakehouse))
+
+        summary = borrow(
+            icegroup.spark,
+            lakehouse,
+            group,
+            context.run_id,
+            on_lease=record,
+            progress=context.log.info,
+            idle_timeout_s=group.borrower_idle_s if config.idle_timeout_s is None else config.idle_timeout_s,
+            poll_s=config.poll_s,
+        )
+        context.log.info(
+            f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
+            f"{summary.rows_out} rows out"
+        )
+
+    @dg.job(
+        name=f"{group.name}_borrower",
+        tags={TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER},
+        description=f"Warm Borrower of group {group.name}: takes the leases {group.name}_leader grants, until idle.",
+    )
+    def job() -> Any:
+        borrow_op()
+
+    return job
+
+
+def observation(
+    group: GroupConfig, sink_key: dg.AssetKey, lease: Lease, report: LeaseReport, lakehouse: LakehouseConfig
+) -> dg.AssetObservation:
+    """The observation of the lease's sink partition: rows, bytes, duration and lag, plotted by the UI."""
+    return dg.AssetObservation(
+        asset_key=sink_key,
+        partition=window_label(lease.window_start_ms, group.replay_window),
+        metadata=lease_metadata(group, report, lag_of(lakehouse.catalog(), group)),
     )
 
 
@@ -55,14 +122,7 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
         lakehouse = icegroup.lakehouse()
 
         def record(lease: Lease, report: LeaseReport) -> None:
-            view = describe_group(lakehouse.catalog(), group)
-            context.log_event(
-                dg.AssetObservation(
-                    asset_key=sink_key,
-                    partition=window_label(lease.window_start_ms, group.replay_window),
-                    metadata=lease_metadata(group, report, view),
-                )
-            )
+            context.log_event(observation(group, sink_key, lease, report, lakehouse))
 
         def complete(windows: list[int]) -> None:
             for event in complete_events(group, sink_key, windows):
@@ -79,6 +139,8 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
             progress=context.log.info,
             max_wait_s=config.max_wait_s,
             until_caught_up=config.until_caught_up,
+            follow=config.follow,
+            poll_s=config.poll_s,
             terminate=lambda leases: terminate_runs(context.instance, group.name, leases),
         )
         context.log.info(

@@ -1,35 +1,38 @@
-"""The Leader: one sensor per group, running one registry-CAS tick per evaluation."""
+"""The Leader: one sensor per group, running one registry-CAS tick per evaluation, and starting warm Borrowers."""
+
+import time
 
 import dagster as dg
 
 from dagster_project.assets import complete_events
-from dagster_project.jobs import UnresolvedAssetJobDefinition
 from dagster_project.resources import IcegroupResource
-from dagster_project.run_observer import observe_runs, terminate_runs
-from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
+from dagster_project.run_observer import borrower_runs, end_runs, observe_runs, terminate_runs
+from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.errors import GroupStopped, RegistryConflict
 from iceberg.groups import GroupConfig
-from iceberg.leader import tick
-from iceberg.protocol.shards import window_label
-from iceberg.protocol.state import Lease
+from iceberg.leader import TickResult, tick
+from iceberg.protocol.borrowers import borrowers_to_start, census, waiting
 
 
-def run_request(group: GroupConfig, lease: Lease) -> dg.RunRequest:
-    """One Borrower run per lease attempt; the run key makes a repeated launch of it a no-op."""
-    return dg.RunRequest(
-        run_key=f"{group.name}:{lease.lease_id}#{lease.attempt}",
-        partition_key=window_label(lease.window_start_ms, group.replay_window),
-        tags={
-            TAG_GROUP: group.name,
-            TAG_LEASE: lease.lease_id,
-            TAG_EPOCH: str(lease.epoch),
-            TAG_ATTEMPT: str(lease.attempt),
-        },
-    )
+def borrower_requests(
+    context: dg.SensorEvaluationContext, group: GroupConfig, result: TickResult
+) -> list[dg.RunRequest]:
+    """Start Borrower runs only for waiting leases that no live Borrower has a free slot for.
+
+    Borrower runs that a ``kill -9`` left looking alive (silent past the session timeout) are ended
+    first, so they neither count as live nor show as running in the UI.
+    """
+    runs = borrower_runs(context.instance, group.name)
+    now_ms = int(time.time() * 1000)
+    found = census(runs, result.state, result.beats, now_ms, group.session_timeout_s, group.leases_per_borrower)
+    for run_id in end_runs(context.instance, found.silent, "the Borrower stopped beating"):
+        context.log.warning(f"{group.name}: ended Borrower run {run_id}: no heartbeat for over a session timeout")
+    starts = borrowers_to_start(len(waiting(result.state)), found, group.leases_per_borrower, group.max_borrowers)
+    return [dg.RunRequest(tags={TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}) for _ in range(starts)]
 
 
-def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition, sink_key: dg.AssetKey) -> dg.SensorDefinition:
-    """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, launch Borrowers.
+def leader_sensor(group: GroupConfig, job: dg.JobDefinition, sink_key: dg.AssetKey) -> dg.SensorDefinition:
+    """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, start warm Borrowers.
 
     It also materializes the sink's partition of each window that became complete.
     """
@@ -39,19 +42,15 @@ def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition, sink_ke
         job=job,
         minimum_interval_seconds=group.sensor_interval_s,
         default_status=dg.DefaultSensorStatus.RUNNING,
-        description=f"Leader of consumer group {group.name}: cuts shards of {group.source} and grants "
-        f"leases to at most {group.max_borrowers} Borrower runs.",
+        description=f"Leader of consumer group {group.name}: cuts shards of {group.source}, grants leases, and "
+        f"keeps up to {group.max_borrowers} warm Borrower runs taking them.",
     )
     def leader(context: dg.SensorEvaluationContext, icegroup: IcegroupResource) -> dg.SensorResult | dg.SkipReason:
         try:
             result = tick(icegroup.catalog(), group, observe_runs(context.instance, group.name))
         except RegistryConflict as exc:
             context.log.info(f"{group.name}: backing off: {exc}")
-            return dg.SkipReason(f"another Leader committed first: {exc}")
-        context.log.info(
-            f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
-            f"{len(result.committed)} committed, {result.regranted} re-granted, {len(result.launch)} to launch"
-        )
+            return dg.SkipReason(f"another Leader or a Borrower committed first: {exc}")
         for run_id in terminate_runs(context.instance, group.name, result.terminate):
             context.log.warning(
                 f"{group.name}: terminated run {run_id}: its Borrower went silent or ran past its deadline"
@@ -61,15 +60,20 @@ def leader_sensor(group: GroupConfig, job: UnresolvedAssetJobDefinition, sink_ke
         if result.stopped:
             raise GroupStopped(result.stop_message())
         events = complete_events(group, sink_key, result.complete)
-
-        def skip(reason: str) -> dg.SensorResult | dg.SkipReason:
-            return dg.SensorResult(asset_events=events, skip_reason=reason) if events else dg.SkipReason(reason)
-
-        if not result.launch and result.paused:
-            return skip(f"{group.name}: {result.pause_message()}")
-        if not result.launch:
-            state = "caught up" if result.caught_up else f"{len(result.state.leases)} leases in flight"
-            return skip(f"{group.name}: nothing to launch ({state})")
-        return dg.SensorResult(run_requests=[run_request(group, lease) for lease in result.launch], asset_events=events)
+        requests = borrower_requests(context, group, result)
+        context.log.info(
+            f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
+            f"{len(result.committed)} committed, {result.regranted} re-granted, "
+            f"{len(waiting(result.state))} waiting for a Borrower, {len(requests)} Borrower runs to start"
+        )
+        if requests:
+            return dg.SensorResult(run_requests=requests, asset_events=events)
+        if result.paused and not result.launch:
+            reason = f"{group.name}: {result.pause_message()}"
+        elif result.caught_up:
+            reason = f"{group.name}: caught up"
+        else:
+            reason = f"{group.name}: {len(result.state.leases)} leases in flight, no Borrower to start"
+        return dg.SensorResult(asset_events=events, skip_reason=reason) if events else dg.SkipReason(reason)
 
     return leader

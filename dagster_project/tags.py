@@ -1,6 +1,6 @@
-"""Run tags that tie a Dagster run to its group, lease, epoch and attempt."""
+"""Run tags that tie a Dagster run to its group and its role in it."""
 
 TAG_GROUP = "icegroup/group"
-TAG_LEASE = "icegroup/lease"
-TAG_EPOCH = "icegroup/epoch"
-TAG_ATTEMPT = "icegroup/attempt"
+# "borrower" on warm Borrower runs, which the Leader counts before it starts another.
+TAG_ROLE = "icegroup/role"
+ROLE_BORROWER = "borrower"

@@ -77,7 +77,22 @@ class GroupConfig(BaseModel):
         default=None,
         description="Optional row filter in Iceberg expression syntax, e.g. \"region = 'eu' and amount > 0\".",
     )
-    max_borrowers: int = Field(default=2, ge=1, description="Borrower runs that may hold leases at once.")
+    max_borrowers: int = Field(
+        default=2, ge=1, description="Leases in flight at once, and the most Borrower runs the Leader keeps."
+    )
+    leases_per_borrower: int = Field(
+        default=2,
+        ge=1,
+        description="Leases one warm Borrower run executes at once, in threads of one SparkSession; the Leader "
+        "starts another Borrower run only for waiting leases beyond that.",
+    )
+    borrower_idle_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="Seconds a warm Borrower run waits for a new lease before it exits; a longer wait keeps "
+        "Spark warm for the next source commit, a shorter one frees the run sooner.",
+    )
     shard_caps: ShardCaps = Field(default_factory=ShardCaps, description="Size caps of one shard.")
     lease_max_shards: int = Field(default=16, ge=1, description="Shards granted in one lease at most.")
     commit_batch_rows: int = Field(

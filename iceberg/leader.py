@@ -64,7 +64,8 @@ class TickResult:
 
     ``complete`` holds the starts of the windows that became complete in this tick, each reported
     once (the sink's Dagster partitions are materialized then). ``terminate`` holds the revoked
-    attempts whose runs were still alive past their deadline.
+    attempts whose runs were still alive past their deadline. ``beats`` holds each holder's last
+    heartbeat, for the Leader's census of its Borrower runs.
     """
 
     state: GroupState
@@ -79,6 +80,7 @@ class TickResult:
     elapsed_ms: float = 0.0
     rebuilt: str | None = None
     complete: list[int] = field(default_factory=list)
+    beats: dict[str, int] = field(default_factory=dict)
 
     @property
     def paused(self) -> bool:
@@ -169,6 +171,7 @@ def tick(
         source_head=head.snapshot_id if head else None,
         elapsed_ms=(time.perf_counter() - started) * 1000,
         rebuilt=synced.rebuilt,
+        beats=beats,
     )
 
 

@@ -2,7 +2,8 @@
 
 This is what ``icegroup consume`` and a scheduled group's run execute. It uses the same ``tick`` as
 the Leader sensor and the same ``run_lease`` as a Borrower run; it only differs in who executes a
-lease: this process, right after the tick that granted it, with one warm SparkSession.
+lease: this process, right after the tick that granted it, several at once on one warm
+SparkSession.
 """
 
 from __future__ import annotations
@@ -14,14 +15,15 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.errors import GroupStopped, NotCaughtUp, PoisonShard, RegistryConflict, StaleLease
+from iceberg.errors import GroupStopped, NotCaughtUp, RegistryConflict
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import heartbeat, read_beats
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import RunObserver, TickResult, tick
 from iceberg.protocol.liveness import RunState, hold_of
 from iceberg.protocol.state import Lease, LeasePhase
-from spark_jobs.borrower import LeaseReport, run_lease
+from spark_jobs.borrower import LeaseReport
+from spark_jobs.lease_runner import LeaseRunner
 from spark_jobs.transforms import load_transform
 
 LeaseCallback = Callable[[Lease, LeaseReport], None]
@@ -54,49 +56,56 @@ def consume(
     poll_s: float = 1.0,
     until_caught_up: bool = True,
     terminate: Callable[[list[Lease]], object] | None = None,
+    follow: bool = False,
 ) -> ConsumeSummary:
     """Tick and execute this process's leases until the group is caught up with the source head.
 
+    Up to ``max_borrowers`` leases run at once, on threads of one SparkSession (``LeaseRunner``);
+    the loop ticks again as soon as one ends, or every ``poll_s`` while a slot is free, so new
+    source snapshots are granted to a free slot within about ``poll_s``. With ``follow`` it goes on
+    after catching up, polling the source every ``poll_s``, until it is interrupted.
     The process beats for its leases while it runs (``iceberg/heartbeats.py``), so if it dies its
     leases are re-granted a session timeout later. Leases held by other live Borrowers are waited
     for, up to ``max_wait_s`` without progress; then it raises ``NotCaughtUp``, naming each held
     lease, its holder and until when it is theirs. With ``until_caught_up=False`` it stops after one
     round: one tick and the leases it granted.
-    A Borrower error propagates: the run fails, and the next tick re-grants the lease. Two are
-    expected and handled here: a lease fenced by a re-grant elsewhere, and a shard parked by
-    ``on_poison: park``; the loop goes on with the other streams. A stopped group raises
+    A Borrower error propagates once the other leases in flight have ended: the run fails, and the
+    next tick re-grants the lease. Two are expected and handled (``LeaseRunner``): a lease fenced by
+    a re-grant elsewhere, and a shard parked by ``on_poison: park``. A stopped group raises
     ``GroupStopped``; a paused one raises ``NotCaughtUp`` once nothing is left to run here.
     ``terminate`` is handed the revoked attempts whose runs still look alive (a killed consumer's
     run, say), so the orchestrator can mark them ended. ``spark`` is called for the session only when
     this process has a lease to run, so a group with nothing to do never starts a JVM.
     """
-    executed: dict[tuple[str, int], RunState] = {}  # leases this process ran to the end
-
-    def observe(lease: Lease) -> RunState:
-        if lease.owner_run_id == owner_run_id:
-            return executed.get((lease.lease_id, lease.attempt), RunState.MISSING)
-        return observe_others(lease)
-
-    sessions: list[SparkSession] = []
-
-    def session() -> SparkSession:
-        if not sessions:
-            sessions.append(spark())
-        return sessions[0]
-
     load_transform(group.transform)  # a transform that does not import fails before any lease is granted
     catalog = lakehouse.catalog()
     summary = ConsumeSummary()
-    with heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3):
+    runner = LeaseRunner(spark, lakehouse, group, owner_run_id, group.max_borrowers, progress)
+
+    def observe(lease: Lease) -> RunState:
+        return runner.state(lease) if lease.owner_run_id == owner_run_id else observe_others(lease)
+
+    def account(finished: list[tuple[Lease, LeaseReport]]) -> None:
+        for lease, report in finished:
+            summary.leases += 1
+            summary.shards += len(report.committed)
+            summary.rows_in += report.rows_in
+            summary.rows_out += report.rows_out
+            summary.reports.append(report)
+            if on_lease is not None:
+                on_lease(lease, report)
+
+    with heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3), runner:
         idle_since = time.monotonic()
+        said_caught_up: int | None = None
         while True:
             try:
                 result = tick(catalog, group, observe, owner_run_id=owner_run_id)
             except RegistryConflict as exc:
                 progress(f"{group.name}: backing off: {exc}")
-                if time.monotonic() - idle_since > max_wait_s:
+                if time.monotonic() - idle_since > max_wait_s and not runner.busy:
                     raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s) from exc
-                time.sleep(poll_s)
+                account(runner.finished(poll_s))
                 continue
             summary.ticks += 1
             summary.last_tick = result
@@ -105,45 +114,38 @@ def consume(
             if result.terminate and terminate is not None:
                 terminate(result.terminate)
             if result.stopped:
+                runner.drain()
                 raise GroupStopped(result.stop_message())
             if result.caught_up:
                 summary.caught_up = True
-                progress(f"{group.name}: caught up at source snapshot {result.source_head}")
-                return summary
-            mine = [lease for lease in result.launch if lease.owner_run_id == owner_run_id]
-            if result.paused and not mine:
+                if said_caught_up != result.source_head:
+                    progress(f"{group.name}: caught up at source snapshot {result.source_head}")
+                    said_caught_up = result.source_head
+                if not follow:
+                    return summary
+                time.sleep(poll_s)
+                continue
+            mine = [le for le in result.launch if le.owner_run_id == owner_run_id and not runner.knows(le)]
+            if result.paused and not mine and not runner.busy:
                 raise NotCaughtUp(result.pause_message())
-            pending = len(result.state.shards)
-            progress(
-                f"{group.name}: tick {summary.ticks} in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
-                f"{len(result.committed)} "
-                f"committed, {pending} pending, {len(result.state.leases)} leases in flight ({len(mine)} here)"
-            )
-            for lease in mine:
-                shards = [result.state.shards[sid] for sid in lease.shard_ids if sid in result.state.shards]
-                try:
-                    report = run_lease(
-                        session(), lakehouse, group, lease, shards, progress=progress, run_id=owner_run_id
-                    )
-                except (StaleLease, PoisonShard) as exc:
-                    if isinstance(exc, PoisonShard) and group.on_poison == "stop":
-                        raise
-                    executed[(lease.lease_id, lease.attempt)] = RunState.FAILED
-                    progress(f"{group.name}: lease {lease.lease_id} attempt {lease.attempt} ended: {exc}")
-                    continue
-                executed[(lease.lease_id, lease.attempt)] = RunState.SUCCEEDED
-                summary.leases += 1
-                summary.shards += len(report.committed)
-                summary.rows_in += report.rows_in
-                summary.rows_out += report.rows_out
-                summary.reports.append(report)
-                if on_lease is not None:
-                    on_lease(lease, report)
-            if not until_caught_up:
-                return summary
             if mine or result.new_shards or result.committed:
+                progress(
+                    f"{group.name}: tick {summary.ticks} in {result.elapsed_ms:.0f} ms: {result.new_shards} new "
+                    f"shards, {len(result.committed)} committed, {len(result.state.shards)} pending, "
+                    f"{len(result.state.leases)} leases in flight ({runner.busy + len(mine)} running here)"
+                )
+            for lease in mine:
+                runner.start(lease, [result.state.shards[s] for s in lease.shard_ids if s in result.state.shards])
+            if not until_caught_up:
+                while runner.busy:
+                    account(runner.finished(None))
+                return summary
+            if runner.busy:
+                account(runner.finished(None if runner.free == 0 else poll_s))
                 idle_since = time.monotonic()
-            elif time.monotonic() - idle_since > max_wait_s:
+            elif mine or result.new_shards or result.committed:
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since > max_wait_s and not follow:
                 raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s)
             else:
                 time.sleep(poll_s)

@@ -64,6 +64,8 @@ def spark_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "4",
+        # Leases run at once in threads of one session, each in its own pool, share the cores fairly.
+        "spark.scheduler.mode": "FAIR",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
         prefix: "org.apache.iceberg.spark.SparkCatalog",
@@ -104,3 +106,12 @@ def activate(spark: SparkSession) -> None:
     ``spark.sql.catalog.*`` settings and fail to find the lakehouse catalog.
     """
     spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
+
+
+def use_pool(spark: SparkSession, pool: str) -> None:
+    """Run this thread's Spark jobs in FAIR scheduler pool ``pool``.
+
+    Leases run at once on one session each get a pool, so a large shard's job cannot hold every
+    core while a small lease waits behind it (Spark creates a pool on first use).
+    """
+    spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)

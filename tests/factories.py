@@ -53,8 +53,12 @@ def shard(n: int = 1, *, stream: str = STREAM, **overrides: Any) -> Shard:
     return Shard(**{**fields, **overrides})
 
 
+# The warm Borrower run that factory leases are taken by; pass owner_run_id=None for a lease still waiting.
+BORROWER_RUN = "borrower-run-1"
+
+
 def lease(shard_ids: list[str], *, streams: list[str] | None = None, **overrides: Any) -> Lease:
-    """A first attempt at epoch 0 of ``shard_ids`` (on ``streams``, default the one default stream)."""
+    """A first attempt at epoch 0 of ``shard_ids`` (on ``streams``, default the one stream), taken by a Borrower."""
     epoch = overrides.get("epoch", 0)
     fields: dict[str, Any] = {
         "lease_id": make_lease_id(GROUP, epoch, shard_ids),  # distinct shards, distinct leases, as granted
@@ -65,6 +69,7 @@ def lease(shard_ids: list[str], *, streams: list[str] | None = None, **overrides
         "granted_at_ms": 0,
         "deadline_ms": 60_000,
         "sink_snapshot_at_grant": None,
+        "owner_run_id": BORROWER_RUN,
     }
     return Lease(**{**fields, **overrides})
 

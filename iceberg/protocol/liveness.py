@@ -86,6 +86,9 @@ def lease_action(
       state and deadline alone;
     - past the deadline: revoke; a run still queued or running is terminated, and the raised fence
       stops it from committing even if it does not die;
+    - no Borrower has taken it yet (``owner_run_id`` is None): it waits for one, however long a
+      Borrower run sits in Dagster's queue; its deadline only counts once a Borrower takes it
+      (``protocol/borrowers.py``);
     - no run yet (the Leader died between the registry commit and the launch): launch it again;
       the run key makes a second launch of the same attempt a no-op.
     """
@@ -95,6 +98,8 @@ def lease_action(
         return Decision(LeasePhase.PARKED, LeaseAction.PARK, "a shard is poison")
     if lease.phase is LeasePhase.PARKED:
         return Decision(LeasePhase.REVOKED, LeaseAction.REGRANT, "re-driven")
+    if lease.owner_run_id is None:
+        return Decision(LeasePhase.GRANTING, LeaseAction.LAUNCH, "waiting for a Borrower to take it")
     if run in (RunState.FAILED, RunState.CANCELED, RunState.SUCCEEDED):
         return Decision(LeasePhase.REVOKED, LeaseAction.REGRANT, f"Borrower run {run.value}")
     if last_beat_ms is not None and session_timeout_s is not None:

@@ -16,6 +16,7 @@ from datetime import time as dt_time
 from iceberg.errors import ConfigError, SourceError
 from iceberg.groups import GroupConfig
 from iceberg.protocol.assignment import assign_leases
+from iceberg.protocol.borrowers import taken
 from iceberg.protocol.lineage import SinkCommit, fence_key
 from iceberg.protocol.liveness import Decision, LeaseAction, RunState, holder_of, lease_action, regrant
 from iceberg.protocol.poison import park_poisoned_lease
@@ -158,8 +159,12 @@ def check_liveness(
         else:
             if decision.phase is not lease.phase:
                 new.leases[lease_id] = lease.model_copy(update={"phase": decision.phase})
-            if decision.action is LeaseAction.LAUNCH:
-                out.launch.append(lease)
+            if decision.action is LeaseAction.LAUNCH and lease.owner_run_id is None and owner_run_id is not None:
+                # The tick's own process (``consume``) is a Borrower that starts now: it takes the lease.
+                new.leases[lease_id] = taken(lease, owner_run_id, now_ms, group.lease_timeout_s)
+                out.launch.append(new.leases[lease_id])
+            elif decision.action is LeaseAction.LAUNCH:
+                out.launch.append(new.leases[lease_id])
     return out
 
 

@@ -1,4 +1,4 @@
-"""The Dagster side: definitions load, the Leader sensor requests Borrower runs, the runs materialize."""
+"""The Dagster side: definitions load, the Leader sensor starts warm Borrowers, they take and commit leases."""
 
 from __future__ import annotations
 
@@ -13,8 +13,9 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.definitions import build_definitions, defs
-from dagster_project.tags import TAG_ATTEMPT, TAG_EPOCH, TAG_GROUP, TAG_LEASE
+from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.admin import set_paused
+from iceberg.borrowing import take_leases
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.shards import window_label
@@ -113,10 +114,10 @@ def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[Gr
     assert request.tags.get("dagster/schedule_name") == schedule.name
 
 
-def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
+def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_when_idle(
     spark: SparkSession, instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
-    group = make_group(max_borrowers=2)
+    group = make_group(max_borrowers=2, leases_per_borrower=2)
     append_batches(create_source(catalog, group.source), 4, 30)
     built = build_definitions({group.name: group}, "lake")
     sensor = built.resolve_sensor_def(f"{group.name}_leader")
@@ -124,35 +125,32 @@ def test_leader_tick_requests_tagged_borrower_runs_that_consume_exactly_once(
 
     first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert isinstance(first, dg.SensorResult)
-    requests = first.run_requests or []
-    assert len(requests) == 2
-    leases = load_state(catalog, group.name).state.leases  # type: ignore[union-attr]
-    for request in requests:
-        assert request.tags[TAG_GROUP] == group.name
-        assert request.tags[TAG_LEASE] in leases
-        assert request.tags[TAG_EPOCH] == "0"
-        assert request.tags[TAG_ATTEMPT] == "0"
-        assert request.run_key == f"{group.name}:{request.tags[TAG_LEASE]}#0"
-        assert request.partition_key == window_label(leases[request.tags[TAG_LEASE]].window_start_ms, "day")
+    (request,) = first.run_requests or []  # two leases wait, and one Borrower has two slots
+    assert request.tags == {TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert len(state.leases) == 2
+    assert all(lease.owner_run_id is None for lease in state.leases.values()), "granted, waiting for a Borrower"
 
-    for request in requests:
-        result = job.execute_in_process(instance=instance, partition_key=request.partition_key, tags=request.tags)
-        assert result.success
-        assert result.asset_materializations_for_node(result.job_def.nodes[0].name) == [], "the window is open"
-        (observation,) = result.asset_observations_for_node(result.job_def.nodes[0].name)
+    config = {"ops": {f"{group.name}_borrow_op": {"config": {"idle_timeout_s": 0.0, "poll_s": 0.2}}}}
+    result = job.execute_in_process(instance=instance, tags=request.tags, run_config=config)
+
+    assert result.success
+    observations = result.asset_observations_for_node(f"{group.name}_borrow_op")
+    assert sorted(o.metadata["lease"].value for o in observations) == sorted(state.leases)
+    for observation in observations:
         meta = observation.metadata
-        assert meta["lease"].value == request.tags[TAG_LEASE]
         assert meta["rows_in"].value == meta["rows_out"].value > 0
         assert {"source_from_snapshot", "source_to_snapshot", "lag_rows", "lag_snapshots", "lag_age_s"} <= set(meta)
         assert meta["bytes_in"].value > 0
         assert meta["duration_s"].value > 0
-
+    assert not result.asset_materializations_for_node(f"{group.name}_borrow_op"), "the window is open"
     second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert "caught up" in skip_message(second)
     assert verify_group(catalog, group, key="event_id").ok
 
 
-def test_failed_borrower_run_is_regranted_as_the_next_attempt(
+def test_a_queued_borrower_counts_as_live_and_a_failed_ones_leases_wait_for_the_next(
     instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
     group = make_group(max_borrowers=1)
@@ -162,15 +160,21 @@ def test_failed_borrower_run_is_regranted_as_the_next_attempt(
     first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert isinstance(first, dg.SensorResult)
     (request,) = first.run_requests or []
-    failed = instance.create_run_for_job(built.resolve_job_def(f"{group.name}_borrower"), tags=request.tags)
-    instance.report_run_failed(failed)
+    queued = instance.create_run_for_job(built.resolve_job_def(f"{group.name}_borrower"), tags=request.tags)
 
     again = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
-    assert isinstance(again, dg.SensorResult)
-    (retry,) = again.run_requests or []
-    assert retry.tags[TAG_LEASE] == request.tags[TAG_LEASE]
-    assert retry.tags[TAG_ATTEMPT] == "1"
-    assert retry.run_key != request.run_key
+    assert "no Borrower to start" in skip_message(again), "the queued Borrower will take the lease"
+
+    (taken,) = take_leases(catalog, group, queued.run_id, slots=1)
+    instance.report_run_failed(queued)
+    third = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+
+    assert isinstance(third, dg.SensorResult)
+    assert len(third.run_requests or []) == 1, "a new Borrower for the re-granted lease"
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    regranted = state.leases[taken[0].lease_id]
+    assert (regranted.attempt, regranted.owner_run_id) == (1, None)
 
 
 def test_a_backfill_run_of_a_group_that_consumed_nothing_fails_saying_so(
@@ -178,7 +182,7 @@ def test_a_backfill_run_of_a_group_that_consumed_nothing_fails_saying_so(
 ) -> None:
     group = make_group()
     built = build_definitions({group.name: group}, "lake")
-    result = built.resolve_job_def(f"{group.name}_borrower").execute_in_process(
+    result = built.resolve_job_def(f"{group.name}_replay").execute_in_process(
         instance=instance, partition_key="2026-01-01", raise_on_error=False
     )
     assert not result.success
@@ -200,7 +204,7 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
     window = window_label(int(time.time() * 1000), group.replay_window)
     built = build_definitions({group.name: group}, "lake")
 
-    result = built.resolve_job_def(f"{group.name}_borrower").execute_in_process(instance=instance, partition_key=window)
+    result = built.resolve_job_def(f"{group.name}_replay").execute_in_process(instance=instance, partition_key=window)
 
     (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
     assert materialization.partition == window

@@ -14,7 +14,7 @@ from pyiceberg.catalog import Catalog
 
 import iceberg.leader
 from dagster_project.definitions import build_definitions
-from dagster_project.tags import TAG_ATTEMPT, TAG_LEASE
+from iceberg.borrowing import take_leases
 from iceberg.groups import GroupConfig
 from iceberg.registry import load_state
 from tests.factories import append_batches, create_source
@@ -70,11 +70,11 @@ def test_two_sensor_evaluations_at_once_grant_each_shard_once(
     losers = [r for r in results if isinstance(r, dg.SkipReason)]
     assert len(winners) == 1
     assert len(losers) == 1
-    assert "another Leader committed first" in str(losers[0].skip_message)
-    requested = {r.tags[TAG_LEASE] for r in winners[0].run_requests or []}
+    assert "another Leader or a Borrower committed first" in str(losers[0].skip_message)
+    assert len(winners[0].run_requests or []) == 2, "3 waiting leases: two Borrowers of 2 slots each"
     state = load_state(catalog, group.name).state
     assert state is not None
-    assert requested == set(state.leases)
+    assert len(state.leases) == 3
     shards = granted_shards(catalog, group)
     assert len(shards) == len(set(shards))
 
@@ -119,7 +119,7 @@ def test_a_run_still_started_past_its_deadline_is_terminated_and_its_lease_regra
         (request,) = first.run_requests or []
         job = built.resolve_job_def(f"{group.name}_borrower")
         run = instance.create_run_for_job(job, tags=request.tags, status=dg.DagsterRunStatus.STARTED)
-        lease = load_state(catalog, group.name).state.leases[request.tags[TAG_LEASE]]  # type: ignore[union-attr]
+        ((lease, _),) = take_leases(catalog, group, run.run_id, slots=1)
         time.sleep(max(0.0, lease.deadline_ms / 1000 - time.time()) + 0.5)
 
         again = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
@@ -128,6 +128,6 @@ def test_a_run_still_started_past_its_deadline_is_terminated_and_its_lease_regra
         assert canceled is not None
         assert canceled.status == dg.DagsterRunStatus.CANCELED
     assert isinstance(again, dg.SensorResult)
-    (retry,) = again.run_requests or []
-    assert retry.tags[TAG_LEASE] == request.tags[TAG_LEASE]
-    assert retry.tags[TAG_ATTEMPT] == "1"
+    assert len(again.run_requests or []) == 1, "a new Borrower for the re-granted lease"
+    regranted = load_state(catalog, group.name).state.leases[lease.lease_id]  # type: ignore[union-attr]
+    assert (regranted.attempt, regranted.owner_run_id) == (1, None)

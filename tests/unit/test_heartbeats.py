@@ -89,7 +89,7 @@ def test_a_beating_holder_or_one_not_started_yet_keeps_its_lease(last_beat_ms: i
 
 def test_the_holder_is_the_owning_run_else_the_lease_attempt() -> None:
     assert holder_of(lease(["a"], owner_run_id="run-7")) == "run-7"
-    held = lease(["a"], attempt=2)
+    held = lease(["a"], attempt=2, owner_run_id=None)
     assert holder_of(held) == f"{held.lease_id}#2"
 
 

@@ -23,7 +23,7 @@ from iceberg.protocol.phases import check_drift
 from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
 from iceberg.protocol.state import GroupState, Lease, LeasePhase
 from iceberg.registry import load_state
-from tests.factories import REGIONS, append_batches, create_source, dead_letter
+from tests.factories import BORROWER_RUN, REGIONS, append_batches, create_source, dead_letter
 
 T0 = 1_900_000_000_000
 SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
@@ -111,22 +111,22 @@ def test_check_drift_names_the_changed_field_and_the_remedy(make_group: type[Gro
 def test_a_tick_refuses_a_group_whose_sink_changed(catalog: Catalog, make_group: type[GroupConfig], ns: str) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 1, 3)
-    tick(catalog, group, running, now_ms=T0)
+    tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     moved = make_group(sink=f"{ns}.elsewhere")
     before = load_state(catalog, group.name).table.current_snapshot()
 
     with pytest.raises(ConfigError, match=r"sink: the config says .*elsewhere"):
-        tick(catalog, moved, running, now_ms=T0 + 1)
+        tick(catalog, moved, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 1)
 
     assert load_state(catalog, group.name).table.current_snapshot() == before
 
 
 def test_a_running_lease_is_stored_as_granted(catalog: Catalog, make_group: type[GroupConfig]) -> None:
     group = three_stream_group(make_group, catalog)
-    first = tick(catalog, group, running, now_ms=T0)
+    first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     assert {lease.phase for lease in first.state.leases.values()} == {LeasePhase.GRANTING}
 
-    second = tick(catalog, group, running, now_ms=T0 + 1000)
+    second = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
 
     assert {lease.phase for lease in second.state.leases.values()} == {LeasePhase.GRANTED}
     stored = load_state(catalog, group.name).state
@@ -139,14 +139,14 @@ def test_a_running_lease_is_stored_as_granted(catalog: Catalog, make_group: type
 def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, make_group: type[GroupConfig]) -> None:
     group = three_stream_group(make_group, catalog)
     create_sink(catalog, group)
-    first = tick(catalog, group, running, now_ms=T0)
+    first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     assert len(first.state.leases) == len(REGIONS)
     leases = by_stream(first)
     bad, done, other = (leases[stream] for stream in sorted(leases))
     letter = poison(catalog, group, first, bad, STOPPED)
     commit_as_borrower(catalog, group, first, done)  # frees a slot that would get the stream's next shard
 
-    second = tick(catalog, group, running, now_ms=T0 + 1000)
+    second = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
 
     assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
     assert second.state.leases[bad.lease_id].attempt == 1  # parking fences the attempt that gave up
@@ -165,13 +165,13 @@ def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, 
     assert stored is not None
     assert stored.leases[bad.lease_id].phase is LeasePhase.PARKED
 
-    third = tick(catalog, group, running, now_ms=T0 + 2000)  # still stopped: nothing moves
+    third = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 2000)  # still stopped: nothing moves
     assert set(third.state.leases) == {bad.lease_id, other.lease_id}
     assert third.launch == []
     assert third.stopped == [letter]
 
     assert [d.shard_id for d in redrive(catalog, group.name)] == [letter.shard_id]
-    fourth = tick(catalog, group, running, now_ms=T0 + 3000)
+    fourth = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 3000)
 
     regranted = fourth.state.leases[bad.lease_id]
     assert regranted.attempt == 2
@@ -190,13 +190,13 @@ def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
 ) -> None:
     group = three_stream_group(make_group, catalog, on_poison="park")
     create_sink(catalog, group)
-    first = tick(catalog, group, running, now_ms=T0)
+    first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     leases = by_stream(first)
     bad, done, other = (leases[stream] for stream in sorted(leases))
     letter = poison(catalog, group, first, bad, PARKED)
     commit_as_borrower(catalog, group, first, done)
 
-    second = tick(catalog, group, running, now_ms=T0 + 1000)
+    second = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
 
     assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
     assert second.state.leases[other.lease_id].phase is LeasePhase.GRANTED
@@ -208,13 +208,15 @@ def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
     assert grant.shard_ids[0] not in done.shard_ids
     assert bad.lease_id not in {lease.lease_id for lease in second.launch}
 
-    third = tick(catalog, group, running, now_ms=bad.deadline_ms + 1)  # a parked lease has no deadline
+    third = tick(
+        catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=bad.deadline_ms + 1
+    )  # a parked lease has no deadline
     assert third.state.leases[bad.lease_id].phase is LeasePhase.PARKED
     assert third.state.leases[bad.lease_id].attempt == 1
     assert bad.lease_id not in {lease.lease_id for lease in third.launch + third.terminate}
 
     redrive(catalog, group.name, [letter.shard_id])
-    fourth = tick(catalog, group, running, now_ms=bad.deadline_ms + 1000)
+    fourth = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=bad.deadline_ms + 1000)
 
     regranted = fourth.state.leases[bad.lease_id]
     assert (regranted.attempt, regranted.phase) == (2, LeasePhase.GRANTING)
@@ -230,7 +232,7 @@ def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
     """A Borrower that gave up after another attempt committed the shard must not stop or park anything."""
     group = three_stream_group(make_group, catalog, max_borrowers=2, lease_max_shards=2)
     create_sink(catalog, group)
-    first = tick(catalog, group, running, now_ms=T0)
+    first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     held, done = sorted(first.state.leases.values(), key=lambda lease: lease.streams)
     assert len(held.shard_ids) == len(done.shard_ids) == 2
     assert held.streams != done.streams
@@ -239,7 +241,7 @@ def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
     commit_as_borrower(catalog, group, first, done)
     commit_as_borrower(catalog, group, first, done, index=1)  # frees a slot for the third stream
 
-    second = tick(catalog, group, running, now_ms=T0 + 1000)
+    second = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
 
     assert letter.shard_id in {shard.shard_id for shard in second.committed}
     assert second.stopped == []
@@ -257,18 +259,18 @@ def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
 
 def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_group: type[GroupConfig]) -> None:
     group = three_stream_group(make_group, catalog)
-    first = tick(catalog, group, running, now_ms=T0)
+    first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     sink = create_sink(catalog, group)
     keys = {fence_key(group.name, lease_id) for lease_id in first.state.leases}
     assert not keys & set(sink.metadata.properties)
 
-    second = tick(catalog, group, failed, now_ms=T0 + 1000)
+    second = tick(catalog, group, failed, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
 
     assert second.regranted == len(REGIONS)
     fences = catalog.load_table(group.sink).metadata.properties
     assert {key: fences.get(key) for key in keys} == dict.fromkeys(keys, "1")
 
-    tick(catalog, group, failed, now_ms=T0 + 2000)
+    tick(catalog, group, failed, owner_run_id=BORROWER_RUN, now_ms=T0 + 2000)
 
     fences = catalog.load_table(group.sink).metadata.properties
     assert {key: fences.get(key) for key in keys} == dict.fromkeys(keys, "2")
@@ -276,9 +278,9 @@ def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_g
 
 def test_a_regrant_without_a_sink_raises_no_fence(catalog: Catalog, make_group: type[GroupConfig]) -> None:
     group = three_stream_group(make_group, catalog)
-    tick(catalog, group, running, now_ms=T0)
+    tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
 
-    second = tick(catalog, group, failed, now_ms=T0 + 1000)
+    second = tick(catalog, group, failed, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
 
     assert second.regranted == len(REGIONS)
     assert {lease.attempt for lease in second.state.leases.values()} == {1}
@@ -290,7 +292,7 @@ def test_the_fence_is_raised_before_the_registry_commit(
 ) -> None:
     """A Leader that cannot fence the old attempt must not hand its lease to a new one."""
     group = three_stream_group(make_group, catalog)
-    first = tick(catalog, group, running, now_ms=T0)
+    first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     create_sink(catalog, group)
 
     def cannot_fence(table: Table, fences: dict[str, int]) -> dict[str, int]:
@@ -298,7 +300,7 @@ def test_the_fence_is_raised_before_the_registry_commit(
 
     monkeypatch.setattr("iceberg.leader.raise_fences", cannot_fence)
     with pytest.raises(SinkError):
-        tick(catalog, group, failed, now_ms=T0 + 1000)
+        tick(catalog, group, failed, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
 
     stored = load_state(catalog, group.name).state
     assert stored is not None
@@ -310,9 +312,9 @@ def test_an_alive_run_past_its_deadline_is_terminated_and_regranted(
     catalog: Catalog, make_group: type[GroupConfig], run: RunState
 ) -> None:
     group = three_stream_group(make_group, catalog, max_borrowers=1)
-    (lease,) = tick(catalog, group, running, now_ms=T0).launch
+    (lease,) = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0).launch
 
-    late = tick(catalog, group, lambda _: run, now_ms=lease.deadline_ms + 1)
+    late = tick(catalog, group, lambda _: run, owner_run_id=BORROWER_RUN, now_ms=lease.deadline_ms + 1)
 
     assert late.terminate == [lease]  # the old attempt, whose run must be stopped
     (again,) = late.launch
@@ -324,9 +326,9 @@ def test_a_lease_never_launched_past_its_deadline_is_regranted_without_terminati
     catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
     group = three_stream_group(make_group, catalog, max_borrowers=1)
-    (lease,) = tick(catalog, group, running, now_ms=T0).launch
+    (lease,) = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0).launch
 
-    late = tick(catalog, group, lambda _: RunState.MISSING, now_ms=lease.deadline_ms + 1)
+    late = tick(catalog, group, lambda _: RunState.MISSING, owner_run_id=BORROWER_RUN, now_ms=lease.deadline_ms + 1)
 
     assert late.terminate == []
     assert [(x.lease_id, x.attempt) for x in late.launch] == [(lease.lease_id, 1)]

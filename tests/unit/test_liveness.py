@@ -206,7 +206,7 @@ def test_regrant_carries_the_groups_current_origin_and_keeps_the_old_one_without
 
 
 def test_regrant_counts_every_attempt() -> None:
-    twice = regrant(regrant(granted(), 2_000_000, 30, None, None), 3_000_000, 30, None, None)
+    twice = regrant(regrant(granted(), 2_000_000, 30, "run-a", None), 3_000_000, 30, "run-b", None)
 
     assert twice.attempt == 2
     decision = lease_action(twice, RunState.RUNNING, now_ms=3_000_000 + 30 * 1000)

@@ -21,14 +21,14 @@ from iceberg.protocol.lineage import replay_properties
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from spark_jobs.consume import consume
-from tests.factories import append_batches, create_source, no_spark
+from tests.factories import BORROWER_RUN, append_batches, create_source, no_spark
 from tests.integration.helpers import write_groups
 from tests.sink_commits import SINK_SCHEMA, commit_lease
 
 
 def run(catalog: Catalog, group: GroupConfig, seen: RunState = RunState.RUNNING) -> TickResult:
-    """One tick that sees every Borrower run as ``seen``."""
-    return tick(catalog, group, lambda _: seen)
+    """One tick that grants to a Borrower run and sees every Borrower run as ``seen``."""
+    return tick(catalog, group, lambda _: seen, owner_run_id=BORROWER_RUN)
 
 
 @pytest.fixture

@@ -1,0 +1,113 @@
+"""Warm Borrowers, pure: a lease waits for a Borrower, a Borrower takes it, the Leader starts Borrowers.
+
+EMQX's shared subscriptions keep a *connected* member and hand it the next stream, rather than
+creating a member per grant. icegroup does the same with Borrower runs:
+
+- the Leader grants a lease to no one in particular (``owner_run_id`` is None): it *waits for a
+  Borrower*. It has no deadline yet, so a Borrower still in Dagster's run queue can never make it
+  expire;
+- a running Borrower *takes* waiting leases, up to its free slots, by a compare-and-swap of the
+  registry. From then on the lease is its own: its deadline counts from that moment, and its
+  heartbeat is the Borrower's;
+- the Leader starts a Borrower run only for waiting leases that no live Borrower has a free slot
+  for, and never more runs than ``max_borrowers``. A Borrower with nothing to take for its idle
+  timeout exits.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.state import GroupState, Lease, LeasePhase
+
+
+def waiting(state: GroupState) -> list[Lease]:
+    """Leases granted and waiting for a Borrower to take them, oldest window and grant first."""
+    free = [le for le in state.leases.values() if le.owner_run_id is None and le.phase is not LeasePhase.PARKED]
+    return sorted(free, key=lambda le: (le.window_start_ms, le.granted_at_ms, le.lease_id))
+
+
+def taken(lease: Lease, run_id: str, now_ms: int, timeout_s: int) -> Lease:
+    """The lease as ``run_id`` holds it from ``now_ms``: its deadline counts from now, not from the grant."""
+    return lease.model_copy(
+        update={
+            "owner_run_id": run_id,
+            "granted_at_ms": now_ms,
+            "deadline_ms": now_ms + timeout_s * 1000,
+            "phase": LeasePhase.GRANTED,
+        }
+    )
+
+
+def take(state: GroupState, run_id: str, now_ms: int, timeout_s: int, slots: int) -> tuple[GroupState, list[Lease]]:
+    """``run_id`` takes up to ``slots`` waiting leases; the state to commit and the leases taken."""
+    chosen = [taken(lease, run_id, now_ms, timeout_s) for lease in waiting(state)[: max(0, slots)]]
+    if not chosen:
+        return state, []
+    new = state.model_copy(deep=True)
+    for lease in chosen:
+        new.leases[lease.lease_id] = lease
+    return new, chosen
+
+
+@dataclass(frozen=True)
+class BorrowerRun:
+    """A Borrower run that has not ended, as the orchestrator shows it."""
+
+    run_id: str
+    state: RunState
+    started_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class Census:
+    """The group's Borrower runs: alive ones with their free slots, and silent ones to end."""
+
+    live: tuple[str, ...]
+    free_slots: int
+    silent: tuple[str, ...]
+
+
+def census(
+    runs: list[BorrowerRun],
+    state: GroupState,
+    beats: Mapping[str, int],
+    now_ms: int,
+    session_timeout_s: int,
+    slots_per_borrower: int,
+) -> Census:
+    """Which Borrower runs are alive, and how many more leases they can take.
+
+    A queued run is alive: it takes work once it starts. A running one is alive while it beats
+    within the session timeout; one that never beat gets two session timeouts from its start, time
+    enough to import and connect. A run that a ``kill -9`` left looking alive is *silent*: it
+    holds no slot, and the Leader ends it.
+    """
+    held: dict[str, int] = {}
+    for lease in state.leases.values():
+        if lease.owner_run_id is not None:
+            held[lease.owner_run_id] = held.get(lease.owner_run_id, 0) + 1
+    live: list[str] = []
+    silent: list[str] = []
+    for run in runs:
+        beat = beats.get(run.run_id)
+        if run.state is RunState.QUEUED:
+            alive = True
+        elif beat is not None:
+            alive = now_ms - beat <= session_timeout_s * 1000
+        else:
+            alive = run.started_ms is None or now_ms - run.started_ms <= 2 * session_timeout_s * 1000
+        (live if alive else silent).append(run.run_id)
+    free = sum(max(0, slots_per_borrower - held.get(run_id, 0)) for run_id in live)
+    return Census(live=tuple(live), free_slots=free, silent=tuple(silent))
+
+
+def borrowers_to_start(waiting_leases: int, found: Census, slots_per_borrower: int, max_borrowers: int) -> int:
+    """Borrower runs to start: enough for the waiting leases no live one has room for, within ``max_borrowers``."""
+    short = waiting_leases - found.free_slots
+    if short <= 0:
+        return 0
+    return max(0, min(math.ceil(short / slots_per_borrower), max_borrowers - len(found.live)))
