@@ -181,7 +181,7 @@ def run_replays(
     windows: list[str],
 ) -> list[dict[str, object]] | None:
     """Replay each window as a run of the group's sink partition (as a UI backfill does); None if a run failed."""
-    job = definitions.resolve_job_def(f"{group.name}_borrower")
+    job = definitions.resolve_job_def(f"{group.name}_replay")
     done: list[dict[str, object]] = []
     for window in windows:
         result = execute(job, instance, home, partition_key=window)

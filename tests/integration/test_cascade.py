@@ -33,7 +33,7 @@ from iceberg.registry import load_state
 from iceberg.reset import execute_reset
 from iceberg.verify import verify_group
 from spark_jobs.replay import replay_window
-from tests.factories import append_batches, create_source
+from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
@@ -210,10 +210,10 @@ def test_a_leader_stopped_at_an_upstream_replay_still_re_grants_a_dead_lease_bef
     append_batches(create_source(catalog, first.source), 2, 12)
     drive(spark, lakehouse, first)
     replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
-    granted = tick(catalog, second, lambda _: RunState.MISSING)
+    granted = tick(catalog, second, lambda _: RunState.MISSING, owner_run_id=BORROWER_RUN)
     assert granted.launch, "the commits before the replay are planned and granted"
 
-    regranted = tick(catalog, second, lambda _: RunState.FAILED)
+    regranted = tick(catalog, second, lambda _: RunState.FAILED, owner_run_id=BORROWER_RUN)
 
     assert {(lease.lease_id, lease.attempt) for lease in regranted.launch} == {
         (lease.lease_id, 1) for lease in granted.launch

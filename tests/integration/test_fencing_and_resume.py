@@ -18,7 +18,7 @@ from iceberg.verify import verify_group
 from spark_jobs.borrower import fetch_lease, run_lease
 from spark_jobs.fenced_commit import publish_shard, stage_shard, with_lineage
 from spark_jobs.shard_reader import read_shard
-from tests.factories import append_batches, create_source
+from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -36,7 +36,7 @@ def sink_snapshot_count(catalog: Catalog, group: GroupConfig) -> int:
 
 def first_lease(catalog: Catalog, group: GroupConfig) -> tuple[Lease, list[Shard]]:
     """Tick once and take the first lease granted, with its shards in order."""
-    result = tick(catalog, group, lambda lease: RunState.MISSING)
+    result = tick(catalog, group, lambda lease: RunState.MISSING, owner_run_id=BORROWER_RUN)
     lease = result.launch[0]
     return lease, [result.state.shards[sid] for sid in lease.shard_ids]
 
@@ -68,7 +68,7 @@ def test_second_commit_of_a_shard_is_refused_at_commit_time(
     group = single_stream_group(make_group)
     source = create_source(catalog, group.source)
     append_batches(source, 1, 9)
-    result = tick(catalog, group, lambda lease: RunState.MISSING)
+    result = tick(catalog, group, lambda lease: RunState.MISSING, owner_run_id=BORROWER_RUN)
     lease = result.launch[0]
     shard = result.state.shards[lease.shard_ids[0]]
     root = catalog.load_table(group.source).snapshots()[0].snapshot_id
@@ -105,7 +105,7 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
     assert len(shards) >= 2
     run_lease(spark, lakehouse, group, lease, shards[:1], progress=quiet)
 
-    second = tick(catalog, group, lambda lease: RunState.FAILED)
+    second = tick(catalog, group, lambda lease: RunState.FAILED, owner_run_id=BORROWER_RUN)
     regranted = second.state.leases[lease.lease_id]
     assert regranted.attempt == 1
     assert second.regranted == 1
@@ -123,8 +123,8 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
 def test_a_stale_attempt_is_refused_before_it_reads(catalog: Catalog, make_group: type[GroupConfig]) -> None:
     group = single_stream_group(make_group)
     append_batches(create_source(catalog, group.source), 1, 9)
-    lease = tick(catalog, group, lambda lease: RunState.MISSING).launch[0]
-    tick(catalog, group, lambda lease: RunState.FAILED)
+    lease = tick(catalog, group, lambda lease: RunState.MISSING, owner_run_id=BORROWER_RUN).launch[0]
+    tick(catalog, group, lambda lease: RunState.FAILED, owner_run_id=BORROWER_RUN)
 
     with pytest.raises(StaleLease, match="attempt 1"):
         fetch_lease(catalog, group.name, lease.lease_id, attempt=0)

@@ -22,7 +22,7 @@ from iceberg.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.borrower import fetch_lease, run_lease
 from tests.conftest import repo_root
-from tests.factories import append_batches, create_source
+from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 from tests.integration.test_zombie import write_groups
 
@@ -69,7 +69,7 @@ def test_killed_after_raising_a_fence_before_the_registry_commit(
 ) -> None:  # fmt: skip
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=3)
     append_batches(create_source(catalog, group.source), 2, 9)
-    first = tick(catalog, group, lambda _: RunState.MISSING)
+    first = tick(catalog, group, lambda _: RunState.MISSING, owner_run_id=BORROWER_RUN)
     lease = first.launch[0]
     run_lease(spark, lakehouse, group, lease, [first.state.shards[lease.shard_ids[0]]], progress=quiet)
 
@@ -78,7 +78,7 @@ def test_killed_after_raising_a_fence_before_the_registry_commit(
     sink = catalog.load_table(group.sink)
     assert sink.metadata.properties[fence_key(group.name, lease.lease_id)] == "1", "fence raised"
     assert load_state(catalog, group.name).state.leases[lease.lease_id].attempt == 0, "registry not"  # type: ignore[union-attr]
-    again = tick(catalog, group, lambda _: RunState.FAILED)
+    again = tick(catalog, group, lambda _: RunState.FAILED, owner_run_id=BORROWER_RUN)
     assert again.state.leases[lease.lease_id].attempt == 1
     lease1, shards = fetch_lease(catalog, group.name, lease.lease_id, 1)
     run_lease(spark, lakehouse, group, lease1, shards, progress=quiet)
@@ -100,7 +100,7 @@ def test_killed_after_the_registry_commit_before_the_launch(
     granted = load_state(catalog, group.name).state
     assert granted is not None
     assert len(granted.leases) == 2
-    relaunch = tick(catalog, group, lambda _: RunState.MISSING)
+    relaunch = tick(catalog, group, lambda _: RunState.MISSING, owner_run_id=BORROWER_RUN)
     assert {x.lease_id for x in relaunch.launch} == set(granted.leases), "the same grants, launched again"
     assert all(x.attempt == 0 for x in relaunch.launch)
     drive(spark, lakehouse, group)

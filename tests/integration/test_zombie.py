@@ -22,7 +22,7 @@ from iceberg.verify import verify_group
 from spark_jobs.borrower import fetch_lease, run_lease
 from tests.chaos.worker import STALE_EXIT
 from tests.conftest import repo_root
-from tests.factories import append_batches, create_source
+from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet, wait_for, write_groups
 
 pytestmark = pytest.mark.spark
@@ -38,7 +38,7 @@ def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
 ) -> None:
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=3)
     append_batches(create_source(catalog, group.source), 3, 9)
-    first = tick(catalog, group, lambda lease: RunState.MISSING)
+    first = tick(catalog, group, lambda lease: RunState.MISSING, owner_run_id=BORROWER_RUN)
     lease = first.launch[0]
     assert len(lease.shard_ids) == 3
 
@@ -60,7 +60,9 @@ def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
         assert len(staged) == 1, "the paused Borrower has staged output, not yet on main"
 
         # The Leader finds the run still alive past its deadline: revoke (raise the fence), re-grant.
-        revoked = tick(catalog, group, lambda _: RunState.RUNNING, now_ms=lease.deadline_ms + 1)
+        revoked = tick(
+            catalog, group, lambda _: RunState.RUNNING, owner_run_id=BORROWER_RUN, now_ms=lease.deadline_ms + 1
+        )
         assert [old.attempt for old in revoked.terminate] == [0]
         assert revoked.state.leases[lease.lease_id].attempt == 1
         sink = catalog.load_table(group.sink)
@@ -94,11 +96,11 @@ def test_a_lease_of_a_stale_epoch_cannot_commit(
     """An epoch raised on the sink (a rebuild, a reset) refuses leases granted before it, at commit time."""
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=1)
     append_batches(create_source(catalog, group.source), 2, 9)
-    first = tick(catalog, group, lambda lease: RunState.MISSING)
+    first = tick(catalog, group, lambda lease: RunState.MISSING, owner_run_id=BORROWER_RUN)
     lease = first.launch[0]
     done = first.state.shards[lease.shard_ids[0]]
     run_lease(spark, lakehouse, group, lease, [done], progress=quiet)
-    second = tick(catalog, group, lambda _: RunState.SUCCEEDED)
+    second = tick(catalog, group, lambda _: RunState.SUCCEEDED, owner_run_id=BORROWER_RUN)
     nxt = next(x for x in second.launch if x.lease_id != lease.lease_id)
     catalog.load_table(group.sink).transaction().set_properties({epoch_key(group.name): "1"}).commit_transaction()
 
