@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
@@ -21,21 +20,8 @@ from iceberg.borrowing import take_leases
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import heartbeat
 from iceberg.lakehouse import LakehouseConfig
-from iceberg.protocol.state import Lease
-from spark_jobs.borrower import LeaseReport
-from spark_jobs.lease_runner import LeaseRunner
+from spark_jobs.lease_runner import LeaseCallback, LeaseRunner, LeaseTotals
 from spark_jobs.transforms import load_transform
-
-
-@dataclass
-class BorrowSummary:
-    """What one warm Borrower run did."""
-
-    leases: int = 0
-    shards: int = 0
-    rows_in: int = 0
-    rows_out: int = 0
-    reports: list[LeaseReport] = field(default_factory=list)
 
 
 def borrow(
@@ -43,11 +29,11 @@ def borrow(
     lakehouse: LakehouseConfig,
     group: GroupConfig,
     run_id: str,
-    on_lease: Callable[[Lease, LeaseReport], None] | None = None,
+    on_lease: LeaseCallback | None = None,
     progress: Callable[[str], None] = print,
     idle_timeout_s: float = 60.0,
     poll_s: float = 1.0,
-) -> BorrowSummary:
+) -> LeaseTotals:
     """Take and run waiting leases, up to ``leases_per_borrower`` at once, until idle for ``idle_timeout_s``.
 
     A lease error other than a fence or a parked shard ends the run once its other leases have
@@ -55,7 +41,7 @@ def borrow(
     """
     load_transform(group.transform)  # a transform that does not import fails before any lease is taken
     catalog = lakehouse.catalog()
-    summary = BorrowSummary()
+    summary = LeaseTotals()
     runner = LeaseRunner(spark, lakehouse, group, run_id, group.leases_per_borrower, progress)
     with heartbeat(catalog, group.name, run_id, interval_s=group.session_timeout_s / 3), runner:
         idle_since = time.monotonic()
@@ -66,14 +52,7 @@ def borrow(
                 )
                 runner.start(lease, shards)
             if runner.busy:
-                for lease, report in runner.finished(None if runner.free == 0 else poll_s):
-                    summary.leases += 1
-                    summary.shards += len(report.committed)
-                    summary.rows_in += report.rows_in
-                    summary.rows_out += report.rows_out
-                    summary.reports.append(report)
-                    if on_lease is not None:
-                        on_lease(lease, report)
+                summary.add(runner.finished(None if runner.free == 0 else poll_s), on_lease)
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since >= idle_timeout_s:
                 progress(f"{group.name}: Borrower {run_id} took no lease for {idle_timeout_s:.0f}s; exiting")

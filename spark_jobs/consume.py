@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
@@ -23,24 +23,17 @@ from iceberg.leader import RunObserver, TickResult, tick
 from iceberg.protocol.liveness import RunState, hold_of
 from iceberg.protocol.state import Lease, LeasePhase
 from spark_jobs.borrower import LeaseReport
-from spark_jobs.lease_runner import LeaseRunner
+from spark_jobs.lease_runner import LeaseCallback, LeaseRunner, LeaseTotals
 from spark_jobs.transforms import load_transform
-
-LeaseCallback = Callable[[Lease, LeaseReport], None]
 
 
 @dataclass
-class ConsumeSummary:
-    """Totals of one consume call."""
+class ConsumeSummary(LeaseTotals):
+    """Totals of one consume call, and how its last tick left the group."""
 
     ticks: int = 0
-    leases: int = 0
-    shards: int = 0
-    rows_in: int = 0
-    rows_out: int = 0
     caught_up: bool = False
     last_tick: TickResult | None = None
-    reports: list[LeaseReport] = field(default_factory=list)
 
 
 def consume(
@@ -86,14 +79,7 @@ def consume(
         return runner.state(lease) if lease.owner_run_id == owner_run_id else observe_others(lease)
 
     def account(finished: list[tuple[Lease, LeaseReport]]) -> None:
-        for lease, report in finished:
-            summary.leases += 1
-            summary.shards += len(report.committed)
-            summary.rows_in += report.rows_in
-            summary.rows_out += report.rows_out
-            summary.reports.append(report)
-            if on_lease is not None:
-                on_lease(lease, report)
+        summary.add(finished, on_lease)
 
     with heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3), runner:
         idle_since = time.monotonic()

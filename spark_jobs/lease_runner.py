@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
 from types import TracebackType
 
 from pyspark.sql import SparkSession
@@ -26,6 +27,29 @@ from spark_jobs.borrower import LeaseReport, run_lease
 from spark_jobs.session import use_pool
 
 Key = tuple[str, int]
+LeaseCallback = Callable[[Lease, LeaseReport], None]
+
+
+@dataclass
+class LeaseTotals:
+    """What the leases one process ran added up to."""
+
+    leases: int = 0
+    shards: int = 0
+    rows_in: int = 0
+    rows_out: int = 0
+    reports: list[LeaseReport] = field(default_factory=list)
+
+    def add(self, finished: list[tuple[Lease, LeaseReport]], on_lease: LeaseCallback | None) -> None:
+        """Count the leases that ended, and hand each to ``on_lease`` (run metadata, say)."""
+        for lease, report in finished:
+            self.leases += 1
+            self.shards += len(report.committed)
+            self.rows_in += report.rows_in
+            self.rows_out += report.rows_out
+            self.reports.append(report)
+            if on_lease is not None:
+                on_lease(lease, report)
 
 
 class LeaseRunner:
