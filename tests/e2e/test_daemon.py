@@ -2,12 +2,6 @@
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
-import socket
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -25,7 +19,7 @@ from iceberg.groups import load_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
-from tests.conftest import repo_root
+from tests.dagster_dev import dagster_dev, dagster_env, new_instance
 from tests.factories import append_batches, create_source
 
 pytestmark = [pytest.mark.demo, pytest.mark.dagster]
@@ -38,56 +32,18 @@ GROUP = {
 }
 
 
-def free_port() -> int:
-    """A port nobody listens on right now."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def reset_signals() -> None:
-    """Background shells here may hand down ignored SIGTERM/SIGINT; the server must honour them."""
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
-
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[Path]:
     """`dagster dev` over workspace.yaml with a one-group file; yields ICEGROUP_HOME (its ``port`` file: the UI's)."""
-    dagster_home = tmp_path / "dagster"
-    dagster_home.mkdir()
-    shutil.copy(repo_root() / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")
+    new_instance(tmp_path / "dagster")
     (tmp_path / "groups.yaml").write_text(yaml.safe_dump({"groups": [GROUP]}))
     append_batches(
         create_source(load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)}).catalog(), GROUP["source"]), 2, 30
     )
-    env = {
-        **os.environ,
-        "ICEGROUP_HOME": str(tmp_path),
-        "ICEGROUP_GROUPS": str(tmp_path / "groups.yaml"),
-        "DAGSTER_HOME": str(dagster_home),
-    }
-    command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1"]
-    port = free_port()
-    (tmp_path / "port").write_text(str(port))
-    server = subprocess.Popen(
-        [*command, "-p", str(port)],
-        cwd=repo_root(),
-        env=env,
-        stdout=(tmp_path / "dev.log").open("w"),
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-        preexec_fn=reset_signals,
-    )
-    try:
+    env = dagster_env(tmp_path, tmp_path / "groups.yaml", tmp_path / "dagster")
+    with dagster_dev(env, tmp_path / "dev.log") as port:
+        (tmp_path / "port").write_text(str(port))
         yield tmp_path
-    finally:
-        os.killpg(server.pid, signal.SIGTERM)
-        try:
-            server.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(server.pid, signal.SIGKILL)
-            server.wait()
 
 
 def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:

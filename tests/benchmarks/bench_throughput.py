@@ -1,0 +1,165 @@
+"""Throughput side by side: icegroup against a plain Spark job and Structured Streaming, on the same data.
+
+For each workload (``workloads.py``: W1, 12 snapshots of 420,000 rows; W2, 300 snapshots of 300
+rows) one source table is filled, and every arm moves all of it, with the same transform
+(``spark_jobs.transforms:enrich_events``), into a sink of its own:
+
+- ``A2``: a plain Spark batch job (``baselines.py batch``), a process of its own;
+- ``B1``: Structured Streaming with trigger ``AvailableNow`` (``baselines.py stream``), a process;
+- ``consume``: ``icegroup consume GROUP``, a process, until caught up;
+- ``dagster``: a running ``dagster dev`` (daemon and webserver). The group's Leader sensor is
+  turned on once the backlog is committed (``dagster sensor start``); the arm is timed from then
+  until the sink commit that catches the group up. Its Leader ticks, the Borrower run the daemon
+  launches, and that run's cold Spark all count.
+
+The process arms are timed from process start to exit, so each pays its own JVM start, as a user's
+job would. A2, B1 and consume alternate in a rotating order for ROUNDS rounds; the Dagster rounds
+run after them, with the daemon up only then so it does not take cores from the other arms. Every
+sink is checked equal to its source, key by key. The figures are medians, and throughput ratios to
+A2 (``A2 seconds / arm seconds``: above 1 is faster than A2). Run: ``make bench`` (writes
+tests/benchmarks/results/throughput.json and throughput_latency.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from dagster_graphql import DagsterGraphQLClient
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import load_lakehouse
+from tests.benchmarks.measure import (
+    ICEGROUP,
+    caught_up,
+    check_same_rows,
+    run_timed,
+    visible_ms,
+    wait_for,
+    write_groups,
+)
+from tests.benchmarks.workloads import W1, W2, Workload, fill
+from tests.dagster_dev import dagster_dev, dagster_env, new_instance, set_sensor
+from tests.factories import create_source
+
+ROUNDS = 3
+ARMS = ("A2", "B1", "consume", "dagster")
+SOURCE = "bench.events"
+TRANSFORM = "spark_jobs.transforms:enrich_events"
+RESULTS = Path(__file__).parent / "results" / "throughput.json"
+
+
+def group(name: str) -> GroupConfig:
+    """An icegroup arm's group: the defaults a user starts with, the benchmark's transform."""
+    return GroupConfig(name=name, source=SOURCE, sink=f"bench.{name}", transform=TRANSFORM, borrower_idle_s=10)
+
+
+def process_arm(arm: str, index: int, folder: Path, env: dict[str, str]) -> tuple[str, list[str]]:
+    """The sink and the command line of one round of a process arm."""
+    sink = f"bench.{arm.lower()}_{index}"
+    baseline = [sys.executable, "-m", "tests.benchmarks.baselines"]
+    if arm == "A2":
+        return sink, [*baseline, "batch", SOURCE, sink]
+    if arm == "B1":
+        return sink, [*baseline, "stream", SOURCE, sink, "--checkpoint", str(folder / f"checkpoint_{index}")]
+    return sink, [ICEGROUP, "--groups", env["ICEGROUP_GROUPS"], "consume", sink.split(".")[1]]
+
+
+def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[str, list[float]], int]:
+    """Every arm ``rounds`` times on one source; seconds per arm (every sink checked) and the source's bytes."""
+    home = folder / "lake"
+    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    print(f"{workload.name}: {workload.snapshots} snapshots of {workload.rows_per_snapshot} rows", flush=True)
+    source = create_source(catalog, SOURCE)
+    fill(source, workload)
+    head = source.current_snapshot()
+    assert head is not None
+    assert head.summary is not None
+    source_bytes = int(head.summary["total-files-size"])
+    groups = [group(f"{arm}_{i}") for i in range(rounds) for arm in ("consume", "dagster")]
+    env = dagster_env(home, write_groups(folder / "groups.yaml", groups), folder / "dagster")
+    new_instance(folder / "dagster")
+    seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    for index in range(rounds):
+        order = ARMS[:3][index % 3 :] + ARMS[:3][: index % 3]
+        for arm in order:
+            sink, command = process_arm(arm, index, folder, env)
+            elapsed = run_timed(command, env, folder / f"{arm}_{index}.log")
+            check_same_rows(catalog, SOURCE, sink)
+            seconds[arm].append(round(elapsed, 2))
+            print(f"{workload.name} round {index + 1}/{rounds}: {arm} {elapsed:.1f}s, sink verified", flush=True)
+    for index in range(rounds):
+        set_sensor(f"dagster_{index}_leader", running=False, env=env)
+    log = folder / "dagster.log"
+    with dagster_dev(env, log) as port:
+        client = DagsterGraphQLClient("127.0.0.1", port_number=port)
+        wait_for(lambda: answers(client), 180, "Dagster webserver", log)
+        for index in range(rounds):
+            name = f"dagster_{index}"
+            set_sensor(f"{name}_leader", running=True, env=env)
+            started_ms = time.time() * 1000
+            wait_for(lambda name=name: caught_up(catalog, name), 900, f"{name} caught up", log)
+            elapsed = (visible_ms(catalog.load_table(f"bench.{name}"))[-1][0] - started_ms) / 1000
+            check_same_rows(catalog, SOURCE, f"bench.{name}")
+            seconds["dagster"].append(round(elapsed, 2))
+            print(f"{workload.name} round {index + 1}/{rounds}: dagster {elapsed:.1f}s, sink verified", flush=True)
+            set_sensor(f"{name}_leader", running=False, env=env)
+            time.sleep(15)  # the round's warm Borrower exits after borrower_idle_s; the next round starts cold
+    return seconds, source_bytes
+
+
+def answers(client: DagsterGraphQLClient) -> bool:
+    """The webserver is up and has loaded the code location."""
+    try:
+        client._execute("{ version }")
+    except Exception:
+        return False
+    return True
+
+
+def summary(workload: Workload, seconds: dict[str, list[float]], source_bytes: int) -> dict[str, object]:
+    """Medians, rows per second and ratios to A2 and to B1."""
+    medians = {arm: round(statistics.median(values), 2) for arm, values in seconds.items()}
+    return {
+        "workload": {
+            "snapshots": workload.snapshots,
+            "rows_per_snapshot": workload.rows_per_snapshot,
+            "rows": workload.rows,
+            "streams": 3,
+            "source_bytes": source_bytes,
+        },
+        "seconds": seconds,
+        "median_s": medians,
+        "rows_per_s": {arm: round(workload.rows / medians[arm]) for arm in ARMS},
+        "throughput_over_A2": {arm: round(medians["A2"] / medians[arm], 2) for arm in ARMS},
+        "throughput_over_B1": {arm: round(medians["B1"] / medians[arm], 2) for arm in ARMS},
+    }
+
+
+def main() -> None:
+    """Run both workloads and record them."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per arm (default %(default)s)")
+    parser.add_argument("--workload", choices=("W1", "W2"), action="append", help="default: both")
+    args = parser.parse_args()
+    chosen = [w for w in (W1, W2) if args.workload is None or w.name in args.workload]
+    result: dict[str, object] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
+    result.update({"cores": os.cpu_count(), "rounds": args.rounds, "transform": TRANSFORM})
+    for workload in chosen:
+        with tempfile.TemporaryDirectory(prefix=f"icegroup-bench-{workload.name}-") as folder:
+            seconds, source_bytes = run_workload(workload, args.rounds, Path(folder))
+        result[workload.name] = summary(workload, seconds, source_bytes)
+        ratios = result[workload.name]["throughput_over_A2"]  # type: ignore[index]
+        print(f"{workload.name} throughput / A2: " + "  ".join(f"{a} {ratios[a]}x" for a in ARMS), flush=True)
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()

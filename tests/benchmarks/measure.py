@@ -1,0 +1,87 @@
+"""What every arm of the side-by-side benchmarks shares: running an arm, checking its sink, reading times.
+
+Times come from the tables themselves where they can: a sink's snapshot log says when each of its
+snapshots became the current one, that is, when readers could see its rows. That holds for any
+writer (a fenced icegroup commit publishes a staged snapshot; Spark appends directly), so every
+arm is timed by the same clock.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+import yaml
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from iceberg.groups import GroupConfig
+from iceberg.registry import load_state
+
+REPO = Path(__file__).resolve().parents[2]
+ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
+KEY = "event_id"
+
+
+def write_groups(path: Path, groups: list[GroupConfig]) -> Path:
+    """The groups as a YAML file that ``icegroup`` and the Dagster definitions load."""
+    path.write_text(yaml.safe_dump({"groups": [g.model_dump(mode="json", exclude_defaults=True) for g in groups]}))
+    return path
+
+
+def run_timed(command: list[str], env: dict[str, str], log: Path) -> float:
+    """Wall seconds of one arm's process, from its start to its exit; a failure names its log."""
+    started = time.perf_counter()
+    with log.open("w") as out:
+        done = subprocess.run(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
+    elapsed = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}; see {log}")
+    return elapsed
+
+
+def keys(table: Table, snapshot_id: int | None = None) -> np.ndarray:
+    """The table's keys at a snapshot (default the current one), sorted."""
+    scan = table.scan(selected_fields=(KEY,), snapshot_id=snapshot_id)
+    return np.sort(scan.to_arrow().column(KEY).to_numpy())
+
+
+def check_same_rows(catalog: Catalog, source: str, sink: str) -> int:
+    """Raise unless the sink holds every source key exactly once and nothing else; returns the row count."""
+    want, got = keys(catalog.load_table(source)), keys(catalog.load_table(sink))
+    if len(want) != len(got) or not np.array_equal(want, got):
+        missing = len(np.setdiff1d(want, got))
+        raise RuntimeError(
+            f"{sink} does not equal {source}: {len(got)} rows for {len(want)}, {missing} keys missing, "
+            f"{len(got) - len(np.unique(got))} duplicated"
+        )
+    return len(want)
+
+
+def visible_ms(table: Table) -> list[tuple[int, int]]:
+    """(when it became current, snapshot id) for each entry of the table's snapshot log, oldest first."""
+    table.refresh()
+    return [(entry.timestamp_ms, entry.snapshot_id) for entry in table.metadata.snapshot_log]
+
+
+def caught_up(catalog: Catalog, group: str) -> bool:
+    """The group planned the source's head, and has nothing cut or in flight."""
+    state = load_state(catalog, group).state
+    if state is None or not state.leases_done or not state.is_idle():
+        return False
+    head = catalog.load_table(state.source).current_snapshot()
+    return head is not None and state.planned_through == head.snapshot_id
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, log: Path, poll_s: float = 0.5) -> None:
+    """Poll until ``predicate()``; a timeout names what was awaited and the log to read."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(poll_s)
+    raise TimeoutError(f"no {what} after {timeout_s:.0f}s; see {log}")

@@ -1,0 +1,65 @@
+"""The benchmark's source data: W1 (a few large snapshots), W2 (many small ones) and L's small appends.
+
+Every arm of a workload reads the same source table, so the data is identical by construction.
+Rows follow the tests' events schema (``tests/factories.py``), partitioned by region, so each
+region is one stream. Columns are drawn with numpy from a fixed seed: building W1's five million
+rows as Python dicts would take minutes.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pyiceberg.table import Table
+
+from tests.factories import EVENTS_START, REGIONS, SCHEMA
+
+
+@dataclass(frozen=True)
+class Workload:
+    """``snapshots`` appends of ``rows_per_snapshot`` rows each."""
+
+    name: str
+    snapshots: int
+    rows_per_snapshot: int
+
+    @property
+    def rows(self) -> int:
+        """Rows in the whole source."""
+        return self.snapshots * self.rows_per_snapshot
+
+
+W1 = Workload("W1", snapshots=12, rows_per_snapshot=420_000)
+W2 = Workload("W2", snapshots=300, rows_per_snapshot=300)
+
+
+def events(first_id: int, count: int, seed: int) -> pa.Table:
+    """``count`` events with ids from ``first_id``, round-robin over the regions, drawn from ``seed``."""
+    rng = np.random.default_rng(seed)
+    ids = np.arange(first_id, first_id + count, dtype=np.int64)
+    regions = np.array(REGIONS)[ids % len(REGIONS)]
+    start_us = int(EVENTS_START.timestamp() * 1_000_000)
+    columns = {
+        "event_id": ids,
+        "region": regions,
+        "event_ts": pa.array(start_us + ids * 1_000_000, type=pa.timestamp("us", tz="UTC")),
+        "amount": np.round(rng.uniform(1, 100, count), 2),
+        "user_id": rng.integers(1, 500, count, dtype=np.int64),
+    }
+    return pa.Table.from_pydict(columns, schema=SCHEMA.as_arrow())
+
+
+def append_events(table: Table, first_id: int, count: int, seed: int) -> int:
+    """Commit one snapshot of ``count`` events; returns its snapshot id."""
+    table.append(events(first_id, count, seed))
+    snapshot = table.current_snapshot()
+    assert snapshot is not None
+    return snapshot.snapshot_id
+
+
+def fill(table: Table, workload: Workload, seed: int = 11) -> None:
+    """Commit the workload's snapshots to an empty source table, event ids from 1."""
+    for index in range(workload.snapshots):
+        append_events(table, 1 + index * workload.rows_per_snapshot, workload.rows_per_snapshot, seed + index)
