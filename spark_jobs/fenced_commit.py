@@ -63,6 +63,9 @@ REFUSED = (
     "org.apache.iceberg.exceptions.CommitFailedException",
     "java.lang.IllegalStateException",
 )
+# Each task writes its own rows (no shuffle by window: one window would make one writer task), and
+# keeps a file open per window it meets, since a batch of shards can span windows.
+WRITE_OPTIONS = {"distribution-mode": "none", "fanout-enabled": "true"}
 SINK_PROPERTIES = {
     "format-version": "2",
     # Exact bounds on the lineage columns keep lineage queries and replays by shard exact.
@@ -219,7 +222,7 @@ def stage_shard(df: DataFrame, table: str, evolve: bool = False) -> str:
     commit of its own, and Borrowers writing at once would contend for it).
     """
     token = uuid.uuid4().hex
-    writer = df.writeTo(table).option(f"snapshot-property.{KEY_STAGE}", token)
+    writer = df.writeTo(table).option(f"snapshot-property.{KEY_STAGE}", token).options(**WRITE_OPTIONS)
     if evolve:
         writer = writer.option("mergeSchema", "true")
     writer.append()
