@@ -50,7 +50,9 @@ test: jvm lint ## every tier this machine can run
 chaos: jvm ## kill -9 fault injection, full size; records tests/chaos/results/
 	$(PY) -m tests.chaos.run --full
 
-bench: jvm ## Leader planning, heartbeat cost, one vs two consumer processes, replay and reset, an idle consume; records tests/benchmarks/results/
+bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, processes, replay, idle consume; records tests/benchmarks/results/
+	$(PY) -m tests.benchmarks.bench_throughput
+	$(PY) -m tests.benchmarks.bench_latency
 	$(PY) -m tests.benchmarks.bench_leader
 	$(PY) -m tests.benchmarks.bench_heartbeat
 	$(PY) -m tests.benchmarks.bench_processes

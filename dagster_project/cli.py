@@ -10,12 +10,14 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
 from dagster_project.cli_rewind import add_replay, add_reset
 from dagster_project.cli_support import dagster_home, execute, open_instance, parse_time, pick, table
+from dagster_project.consume_progress import ConsumeBars
 from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path, load_checked_groups
 from iceberg.admin import set_paused
 from iceberg.checkpoints import list_checkpoints
@@ -85,6 +87,7 @@ def parser() -> argparse.ArgumentParser:
         "--follow", action="store_true", help="keep consuming new source commits after catching up, until Ctrl-C"
     )
     consume.add_argument("--poll", type=float, default=1.0, help="seconds between source checks while following")
+    consume.add_argument("--json", action="store_true", help="print the run and the group as JSON; no progress bars")
     consume.set_defaults(run=cmd_consume)
 
     letters = sub.add_parser("dead-letters", help="poison shards: parked, stopped and re-driven")
@@ -184,11 +187,12 @@ def render(view: GroupView) -> str:
             "lag_rows": s.lag_rows,
             "lag_age": "-" if (age := s.age_at(view.as_of_ms)) is None else f"{age:.1f}s",
             "committed_rows": s.committed_rows,
+            "rate": "-" if s.rate_rows_s is None else f"{s.rate_rows_s:,.0f} rows/s",
             "leases": ",".join(s.leases) or "-",
         }
         for s in view.streams
     ]
-    columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "lag_age", "committed_rows", "leases"]
+    columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "lag_age", "committed_rows", "rate", "leases"]
     holds = "".join(f"\n  {line}" for line in view.hold_lines())
     replays = "".join(f"\n  {line}" for line in view.replays)
     return (
@@ -216,12 +220,18 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
             }
         },
     }
-    with open_instance(home) as instance:
+    catalog = lakehouse.catalog()
+    bars = ConsumeBars(catalog, group) if sys.stderr.isatty() and not args.json else nullcontext()
+    with open_instance(home) as instance, bars:
         result = execute(job, instance, home, run_config=run_config)
     if result is None:
         return EXIT_RUN_FAILED
-    print(f"run {result.run_id}: {'success' if result.success else 'failure'} (instance {home})")
-    print(render(describe_group(lakehouse.catalog(), group)))
+    view = describe_group(catalog, group)
+    if args.json:
+        print(json.dumps({"run_id": result.run_id, "success": result.success, "group": view.as_dict()}, default=str))
+    else:
+        print(f"run {result.run_id}: {'success' if result.success else 'failure'} (instance {home})")
+        print(render(view))
     return EXIT_OK if result.success else EXIT_RUN_FAILED
 
 

@@ -41,6 +41,7 @@ class StreamView:
     committed_rows: int
     leases: list[str] = field(default_factory=list)
     oldest_unconsumed_ms: int | None = None
+    rate_rows_s: float | None = None
 
     def age_at(self, now_ms: int) -> float | None:
         """Lag in time: the age of the oldest source commit the stream has not committed; None without lag."""
@@ -164,6 +165,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
                 committed_rows=progress.committed_rows if progress else 0,
                 leases=leases_by_stream[name],
                 oldest_unconsumed_ms=oldest(lag_snaps[name], committed_at),
+                rate_rows_s=progress.rate_rows_s if progress else None,
             )
         )
     head = source.current_snapshot()

@@ -110,7 +110,7 @@ def reconcile(
     A lease that committed since the last tick is alive, so its deadline moves on.
     """
     found = list(commits)
-    new, committed = apply_commits(state, (shard.shard_id for commit in found for shard in commit.shards))
+    new, committed = apply_commits(state, (shard.shard_id for commit in found for shard in commit.shards), now_ms)
     if sink_head is not None:
         new.sink_cursor = sink_head
     progressed = {commit.lease_id for commit in found}

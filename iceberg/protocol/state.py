@@ -89,6 +89,9 @@ class ReplayTicket(BaseModel):
     started_at_ms: int = Field(description="When the replay took the ticket.")
 
 
+RATE_SAMPLES = 8
+
+
 class StreamState(BaseModel):
     """Progress of the group on one stream."""
 
@@ -96,6 +99,18 @@ class StreamState(BaseModel):
     position_sequence: int = Field(default=0, description="Sequence number of the position snapshot.")
     committed_shards: int = Field(default=0, description="Shards committed so far.")
     committed_rows: int = Field(default=0, description="Source rows in committed shards.")
+    recent: list[tuple[int, int]] = Field(
+        default_factory=list,
+        description=f"(tick time in ms, rows) of the last {RATE_SAMPLES} ticks that found shards of the stream "
+        "committed: its recent rate, kept bounded.",
+    )
+
+    @property
+    def rate_rows_s(self) -> float | None:
+        """Rows per second over the recent ticks; None until two ticks found commits."""
+        if len(self.recent) < 2 or self.recent[-1][0] <= self.recent[0][0]:
+            return None
+        return sum(rows for _, rows in self.recent[1:]) / ((self.recent[-1][0] - self.recent[0][0]) / 1000)
 
 
 class GroupState(BaseModel):
@@ -186,10 +201,13 @@ def add_shards(state: GroupState, shards: Iterable[Shard], through: int, through
     return new
 
 
-def apply_commits(state: GroupState, committed: Iterable[str]) -> tuple[GroupState, list[Shard]]:
+def apply_commits(
+    state: GroupState, committed: Iterable[str], now_ms: int | None = None
+) -> tuple[GroupState, list[Shard]]:
     """Mark shards committed, advance stream positions and retire leases with nothing left.
 
-    Shards are applied in sequence order so a position only ever moves forward.
+    Shards are applied in sequence order so a position only ever moves forward. With ``now_ms`` (the
+    tick's time), each stream that committed rows records them in its bounded ``recent`` samples.
     """
     wanted = set(committed)
     new = state.model_copy(deep=True)
@@ -202,6 +220,10 @@ def apply_commits(state: GroupState, committed: Iterable[str]) -> tuple[GroupSta
         stream.committed_shards += 1
         stream.committed_rows += shard.rows
         del new.shards[shard.shard_id]
+    if now_ms is not None:
+        for name in {shard.stream for shard in done}:
+            rows = sum(shard.rows for shard in done if shard.stream == name)
+            new.streams[name].recent = [*new.streams[name].recent, (now_ms, rows)][-RATE_SAMPLES:]
     for lease_id, lease in list(new.leases.items()):
         if not any(sid in new.shards for sid in lease.shard_ids):
             del new.leases[lease_id]

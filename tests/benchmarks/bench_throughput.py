@@ -44,6 +44,7 @@ from tests.benchmarks.measure import (
     wait_for,
     write_groups,
 )
+from tests.benchmarks.plot import plot
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, set_sensor
 from tests.factories import create_source
@@ -159,6 +160,7 @@ def main() -> None:
         print(f"{workload.name} throughput / A2: " + "  ".join(f"{a} {ratios[a]}x" for a in ARMS), flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    plot()
 
 
 if __name__ == "__main__":

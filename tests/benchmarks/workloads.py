@@ -13,6 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from tests.factories import EVENTS_START, REGIONS, SCHEMA
 
@@ -51,12 +52,12 @@ def events(first_id: int, count: int, seed: int) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=SCHEMA.as_arrow())
 
 
-def append_events(table: Table, first_id: int, count: int, seed: int) -> int:
-    """Commit one snapshot of ``count`` events; returns its snapshot id."""
+def append_events(table: Table, first_id: int, count: int, seed: int) -> Snapshot:
+    """Commit one snapshot of ``count`` events; returns it (its commit time is the latency's start)."""
     table.append(events(first_id, count, seed))
     snapshot = table.current_snapshot()
     assert snapshot is not None
-    return snapshot.snapshot_id
+    return snapshot
 
 
 def fill(table: Table, workload: Workload, seed: int = 11) -> None:

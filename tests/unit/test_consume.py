@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -65,3 +66,23 @@ def test_icegroup_consume_with_nothing_to_do_starts_no_spark(
     assert main(["--groups", str(write_groups(tmp_path / "groups.yaml", group)), "consume", group.name]) == 0
 
     assert "caught up" in capsys.readouterr().out
+
+
+def test_icegroup_consume_json_prints_the_run_and_the_group(
+    catalog: Catalog,
+    make_group: type[GroupConfig],
+    lake_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    group = make_group()
+    create_source(catalog, group.source)
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+
+    assert main(["--groups", str(write_groups(tmp_path / "groups.yaml", group)), "consume", group.name, "--json"]) == 0
+
+    printed = json.loads(capsys.readouterr().out)
+    assert printed["success"] is True
+    assert printed["group"]["group"] == group.name

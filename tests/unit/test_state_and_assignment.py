@@ -8,7 +8,7 @@ from typing import Any
 from iceberg.groups import GroupConfig
 from iceberg.protocol.assignment import assign_leases, make_lease_id
 from iceberg.protocol.shards import DAY_MS, Shard
-from iceberg.protocol.state import GroupState, Lease, StreamState, add_shards, apply_commits
+from iceberg.protocol.state import RATE_SAMPLES, GroupState, Lease, StreamState, add_shards, apply_commits
 from tests import factories
 from tests.factories import MakeLease
 
@@ -320,3 +320,16 @@ def test_streams_without_rows_get_no_empty_lease() -> None:
     assert leases
     assert all(lease.shard_ids for lease in leases)
     assert sorted(sid for lease in leases for sid in lease.shard_ids) == ["a1", "b2", "c3"]
+
+
+def test_a_streams_rate_comes_from_the_last_ticks_that_found_its_commits_and_stays_bounded() -> None:
+    shards = [shard(f"a{n}", "a", n, rows=100) for n in range(1, 12)]
+    state = add_shards(state_of(), shards, through=111)
+
+    assert state.streams["a"].rate_rows_s is None
+    for n in range(1, 12):
+        state, _ = apply_commits(state, [f"a{n}"], now_ms=n * 2_000)  # 100 rows every 2 s
+
+    assert len(state.streams["a"].recent) == RATE_SAMPLES
+    assert state.streams["a"].rate_rows_s == 50.0
+    assert apply_commits(state, [], now_ms=99_000)[0].streams["a"].recent == state.streams["a"].recent

@@ -1,0 +1,64 @@
+"""The benchmark plot: throughput ratios per arm and workload, and the latency of each append per arm.
+
+Reads the JSON that ``bench_throughput.py`` and ``bench_latency.py`` record, so either can redraw it
+after a run; a part whose JSON is missing is left out. Writes tests/benchmarks/results/throughput_latency.png.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+RESULTS = Path(__file__).parent / "results"
+PNG = RESULTS / "throughput_latency.png"
+THROUGHPUT_ARMS = ("A2", "B1", "consume", "dagster")
+LATENCY_ARMS = ("dagster", "B1", "follow")
+
+
+def plot() -> Path:
+    """Draw what the results hold; returns the PNG's path."""
+    throughput = _load("throughput.json")
+    latency = _load("latency.json")
+    figure = Figure(figsize=(12, 4.8))  # no pyplot: no GUI backend, no global figure state
+    left, right = figure.subplots(1, 2)
+    workloads = [w for w in ("W1", "W2") if w in throughput]
+    width = 0.8 / max(1, len(workloads))
+    for offset, workload in enumerate(workloads):
+        ratios = throughput[workload]["throughput_over_A2"]
+        xs = [i + offset * width for i in range(len(THROUGHPUT_ARMS))]
+        bars = left.bar(xs, [ratios[a] for a in THROUGHPUT_ARMS], width, label=_label(throughput[workload]))
+        left.bar_label(bars, fmt="%.2f", fontsize=8)
+    left.axhline(1.0, color="grey", linewidth=0.8)
+    left.set_xticks([i + width * (len(workloads) - 1) / 2 for i in range(len(THROUGHPUT_ARMS))], THROUGHPUT_ARMS)
+    left.set_ylabel("throughput / plain Spark batch (A2)")
+    left.set_title(f"Throughput, median of {throughput.get('rounds', '?')} rounds (higher is better)")
+    left.legend(fontsize=8)
+    if latency:
+        arms = [a for a in LATENCY_ARMS if a in latency["latency_s"]]
+        right.boxplot([latency["latency_s"][a] for a in arms], whis=(5, 95))
+        right.set_xticks(range(1, len(arms) + 1), arms)
+        for index, arm in enumerate(arms, start=1):
+            values = latency["latency_s"][arm]
+            right.scatter([index] * len(values), values, s=8, alpha=0.5)
+        right.set_ylabel("seconds, source commit to visible in the sink")
+        work = latency["workload"]
+        right.set_title(f"Latency of {work['appends']} appends of {work['rows_per_append']} rows (whiskers p5-p95)")
+    figure.tight_layout()
+    figure.savefig(PNG, dpi=110)
+    return PNG
+
+
+def _load(name: str) -> dict:  # type: ignore[type-arg]
+    path = RESULTS / name
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def _label(result: dict) -> str:  # type: ignore[type-arg]
+    work = result["workload"]
+    return f"{work['snapshots']} snapshots x {work['rows_per_snapshot']:,} rows"
+
+
+if __name__ == "__main__":
+    print(plot())

@@ -1,0 +1,34 @@
+"""The consume progress bars' figures: rows and snapshots per stream and in total, from registry reads."""
+
+from __future__ import annotations
+
+from pyiceberg.catalog import Catalog
+
+from dagster_project.consume_progress import TOTAL, Tally, Tracker
+from iceberg.groups import GroupConfig
+from iceberg.leader import tick
+from iceberg.protocol.liveness import RunState
+from tests.factories import append_batches, create_source
+from tests.sink_commits import commit_lease
+
+
+def test_bars_count_committed_rows_and_snapshots_per_stream_and_in_total(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=3)
+    append_batches(create_source(catalog, group.source), 2, 30)  # 2 snapshots, 10 rows per region each
+    tracker = Tracker()
+    first = tick(catalog, group, lambda _: RunState.MISSING)
+
+    before = tracker.update(first.state)
+
+    assert before[TOTAL] == Tally(rows_done=0, rows_total=60, snapshots_done=0, snapshots_total=6)
+    lease = first.launch[0]
+    commit_lease(catalog, group, first.state, lease)
+    second = tick(catalog, group, lambda _: RunState.SUCCEEDED)
+
+    after = tracker.update(second.state)
+
+    [stream] = lease.streams
+    assert after[stream] == Tally(rows_done=20, rows_total=20, snapshots_done=2, snapshots_total=2)
+    assert after[TOTAL] == Tally(rows_done=20, rows_total=60, snapshots_done=2, snapshots_total=6)
