@@ -47,8 +47,9 @@ unit: venv ## the fast tier only
 test: jvm lint ## every tier this machine can run
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-chaos: jvm ## kill -9 fault injection, full size; records tests/chaos/results/
+chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader with warm Borrowers; records tests/chaos/results/
 	$(PY) -m tests.chaos.run --full
+	$(PY) -m tests.chaos.run --full --borrowers
 
 bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, processes, replay, idle consume; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_throughput

@@ -25,11 +25,12 @@ from iceberg.dead_letters import latest, open_letters, redrive
 from iceberg.describe import GroupView, describe_as_of, describe_group
 from iceberg.errors import IcegroupError, NotCaughtUp, UsageError
 from iceberg.groups import GroupConfig
+from iceberg.lag import has_work
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 from iceberg.protocol.shards import snapshot_range
 from iceberg.rebuild import rebuild_registry
 from spark_jobs.migrate import migrate_sink
-from spark_jobs.session import get_session
+from spark_jobs.session import get_session, start_in_background
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
@@ -205,6 +206,9 @@ def render(view: GroupView) -> str:
 def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance."""
     group = pick(groups, args.group, args.groups)
+    catalog = lakehouse.catalog()
+    if has_work(catalog, group):  # the JVM boots while Dagster sets up the run; an idle group never starts it
+        start_in_background(lakehouse)
     home = dagster_home()
     job = build_definitions(groups, lakehouse.catalog_name, args.lakehouse).resolve_job_def(f"{group.name}_consume")
     run_config = {
@@ -220,7 +224,6 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
             }
         },
     }
-    catalog = lakehouse.catalog()
     bars = ConsumeBars(catalog, group) if sys.stderr.isatty() and not args.json else nullcontext()
     with open_instance(home) as instance, bars:
         result = execute(job, instance, home, run_config=run_config)

@@ -48,3 +48,16 @@ def lag_of(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> L
             stamps.append(snapshot.timestamp_ms)
     age = (now_ms - min(stamps)) / 1000 if stamps else None
     return Lag(rows=rows, snapshots=len(waiting), age_s=age)
+
+
+def has_work(catalog: Catalog, group: GroupConfig) -> bool:
+    """Whether the group's next tick has anything to run: shards or leases open, or source commits not yet planned.
+
+    It reads what ``lag_of`` reads, the registry and the source's current snapshot, and no manifest,
+    so ``icegroup consume`` can start Spark early for a group that has work, and never for one without.
+    """
+    state = load_state(catalog, group.name).state
+    head = load_source(catalog, group.source).current_snapshot()
+    if state is None:
+        return head is not None
+    return bool(state.shards or state.leases) or (head is not None and head.snapshot_id != state.planned_through)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import logging
+import threading
 from importlib.resources import files
 from pathlib import Path
 
@@ -16,6 +18,7 @@ DRIVER_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/
 COMMIT_JAR = Path(__file__).parent / "jvm" / "icegroup-commit.jar"
 # The SQLite shim is plumbing of the embedded stack, so it lives in infra/; a jar, not an import.
 SQLITE_SHIM_JAR = Path(__file__).resolve().parents[1] / "infra" / "sqlite_jdbc" / "icegroup-sqlite-jdbc.jar"
+log = logging.getLogger(__name__)
 
 
 def runtime_jar() -> Path:
@@ -96,6 +99,25 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
     session = builder.getOrCreate()
     session.sparkContext.setLogLevel("ERROR")
     return session
+
+
+def start_in_background(lakehouse: LakehouseConfig) -> threading.Thread:
+    """Start the process's SparkSession on a thread, so the JVM boots while the caller sets up its run.
+
+    A later ``get_session`` in this process waits for it (``getOrCreate`` holds the builder's lock)
+    and gets the same session. If the start fails, that later call fails the same way and reports
+    it, so the thread drops the error rather than print it twice.
+    """
+
+    def start() -> None:
+        try:
+            get_session(lakehouse)
+        except Exception:  # reported by the caller's own get_session, which raises the same error
+            log.debug("starting Spark in the background failed; the next get_session reports why", exc_info=True)
+
+    thread = threading.Thread(target=start, name="spark-start", daemon=True)
+    thread.start()
+    return thread
 
 
 def activate(spark: SparkSession) -> None:

@@ -18,6 +18,7 @@ to its source. Run: ``make bench`` (writes tests/benchmarks/results/latency.json
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import random
@@ -64,7 +65,7 @@ def has_rows(catalog: Catalog, sink: str, rows: int) -> Callable[[], bool]:
 
 
 @contextmanager
-def consumer(arm: str, folder: Path, env: dict[str, str], source: str, sink: str) -> Iterator[Path]:
+def consumer(arm: str, folder: Path, env: dict[str, str], group: GroupConfig) -> Iterator[Path]:
     """The arm's consumer, running until the block ends; yields its log."""
     log = folder / f"{arm}.log"
     if arm == "dagster":
@@ -73,11 +74,11 @@ def consumer(arm: str, folder: Path, env: dict[str, str], source: str, sink: str
         return
     if arm == "B1":
         stop = folder / "stop"
-        baseline = [sys.executable, "-m", "tests.benchmarks.baselines", "stream", source, sink]
+        baseline = [sys.executable, "-m", "tests.benchmarks.baselines", "stream", group.source, group.sink]
         command = [*baseline, "--trigger", str(TRIGGER_S), "--checkpoint", str(folder / "ck"), "--stop-file", str(stop)]
     else:
         stop = None
-        command = [ICEGROUP, "--groups", env["ICEGROUP_GROUPS"], "consume", sink.split(".")[1], "--follow",
+        command = [ICEGROUP, "--groups", env["ICEGROUP_GROUPS"], "consume", group.name, "--follow",
                    "--poll", str(TRIGGER_S)]  # fmt: skip
     with log.open("w") as out:
         process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
@@ -121,7 +122,7 @@ def run_arm(arm: str, folder: Path) -> list[float]:
     new_instance(folder / "dagster")
     append_events(source, 1, ROWS, seed=0)
     gaps = random.Random(7)
-    with consumer(arm, folder, env, source_name, sink_name) as log:
+    with consumer(arm, folder, env, group) as log:
         wait_for(has_rows(catalog, sink_name, ROWS), 300, f"{arm}: the warm-up append in the sink", log)
         committed: list[tuple[int, int]] = []
         for index in range(1, APPENDS + 1):
@@ -141,9 +142,13 @@ def percentile(values: list[float], q: float) -> float:
 
 
 def main() -> None:
-    """Run the arms in turn and record each append's latency and the percentiles."""
-    latencies: dict[str, list[float]] = {}
-    for arm in ARMS:
+    """Run the arms in turn (``--arm`` for some; the others keep their recorded figures) and record them."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--arm", choices=ARMS, action="append", help="default: every arm")
+    args = parser.parse_args()
+    recorded = json.loads(RESULTS.read_text())["latency_s"] if args.arm and RESULTS.exists() else {}
+    latencies: dict[str, list[float]] = {arm: recorded[arm] for arm in ARMS if arm in recorded}
+    for arm in args.arm or ARMS:
         with tempfile.TemporaryDirectory(prefix=f"icegroup-bench-latency-{arm}-") as folder:
             latencies[arm] = run_arm(arm, Path(folder))
         stats = {q: percentile(latencies[arm], q) for q in (50, 90, 95)}
@@ -151,7 +156,7 @@ def main() -> None:
     result = {
         "workload": {"appends": APPENDS, "rows_per_append": ROWS, "gap_s": list(GAP_S), "trigger_s": TRIGGER_S},
         "cores": os.cpu_count(),
-        "latency_s": latencies,
+        "latency_s": {arm: latencies[arm] for arm in ARMS if arm in latencies},
         "p50_s": {arm: percentile(v, 50) for arm, v in latencies.items()},
         "p90_s": {arm: percentile(v, 90) for arm, v in latencies.items()},
         "p95_s": {arm: percentile(v, 95) for arm, v in latencies.items()},

@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 RESULTS = Path(__file__).parent / "results"
 PNG = RESULTS / "throughput_latency.png"
 THROUGHPUT_ARMS = ("A2", "B1", "consume", "dagster")
-LATENCY_ARMS = ("dagster", "B1", "follow")
+LATENCY_ARMS = {"dagster": "Dagster, sensor 5 s", "B1": "B1 processingTime 5 s", "follow": "consume --follow --poll 5"}
 
 
 def plot() -> Path:
@@ -38,7 +38,7 @@ def plot() -> Path:
     if latency:
         arms = [a for a in LATENCY_ARMS if a in latency["latency_s"]]
         right.boxplot([latency["latency_s"][a] for a in arms], whis=(5, 95))
-        right.set_xticks(range(1, len(arms) + 1), arms)
+        right.set_xticks(range(1, len(arms) + 1), [LATENCY_ARMS[a] for a in arms])
         for index, arm in enumerate(arms, start=1):
             values = latency["latency_s"][arm]
             right.scatter([index] * len(values), values, s=8, alpha=0.5)

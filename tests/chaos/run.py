@@ -5,7 +5,11 @@ runs a CI-sized setting through ``tests/chaos/test_chaos.py``. One run:
 
 1. creates a source with three streams (identity partitions) and a group on it;
 2. starts worker processes (``tests.chaos.worker consume``); each is a Leader and a Borrower, so
-   Leaders race for the registry too;
+   Leaders race for the registry too. With ``borrowers`` (``--borrowers``) it starts the
+   deployment Dagster runs instead: one Leader process that ticks as the sensor does
+   (``worker leader``) and warm Borrower processes that take the leases it grants
+   (``worker borrow``). Kills then land on the Leader, on a Borrower in the middle of a lease, and
+   on a Borrower between leases or in its idle wait;
 3. keeps appending source snapshots (up to ``max_snapshots``: every kill costs the group a session
    timeout, so an endless producer would outrun it) while it injects faults, one after another:
    ``kill -9`` of a worker at a random moment (often mid-write), or at an armed fail point (before a
@@ -61,6 +65,7 @@ POINTS = (
     "leader.after_registry",
 )
 RANDOM = "random"
+LEADER = "leader"
 
 
 @dataclass
@@ -74,6 +79,7 @@ class Settings:
     rows_per_snapshot: int = 30
     produce_every_s: float = 2.0
     seed: int = 20261121
+    borrowers: bool = False
     hit_timeout_s: float = 25.0
     catch_up_timeout_s: float = 600.0
 
@@ -150,10 +156,13 @@ class Outcome:
 class Workers:
     """The worker processes: start, find by pid, kill -9, restart."""
 
-    def __init__(self, home: Path, groups: Path, group: str, folder: Path, logs: Path) -> None:
-        """Workers of ``group`` on the lakehouse at ``home``, sharing fail points and pid files in ``folder``."""
+    def __init__(self, home: Path, groups: Path, group: str, folder: Path, logs: Path, mode: str = "consume") -> None:
+        """Workers of ``group`` on the lakehouse at ``home``, sharing fail points and pid files in ``folder``.
+
+        ``mode`` is the worker mode of every worker but the one named ``leader``, which runs the Leader alone.
+        """
         self.env = {**os.environ, "ICEGROUP_HOME": str(home), "ICEGROUP_FAILPOINTS": str(folder / "points")}
-        self.groups, self.group, self.folder, self.logs = groups, group, folder, logs
+        self.groups, self.group, self.folder, self.logs, self.mode = groups, group, folder, logs, mode
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.killed: set[int] = set()
 
@@ -161,8 +170,8 @@ class Workers:
         """Start (or restart) worker ``name``; its output goes to its log file."""
         log = (self.logs / f"{name}.log").open("ab")
         self.procs[name] = subprocess.Popen(
-            [sys.executable, "-m", "tests.chaos.worker", "consume", "--groups", str(self.groups),
-             "--group", self.group, "--folder", str(self.folder), "--name", name],
+            [sys.executable, "-m", "tests.chaos.worker", LEADER if name == LEADER else self.mode,
+             "--groups", str(self.groups), "--group", self.group, "--folder", str(self.folder), "--name", name],
             cwd=REPO, env=self.env, stdout=log, stderr=subprocess.STDOUT,
         )  # fmt: skip
 
@@ -379,7 +388,7 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
     (folder / "points").mkdir(parents=True, exist_ok=True)
     groups = folder / "groups.yaml"
     groups.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
-    workers = Workers(home, groups, group.name, folder, folder)
+    workers = Workers(home, groups, group.name, folder, folder, "borrow" if settings.borrowers else "consume")
     admin = Admin(home, groups, group.name, folder, rng)
     outcome = Outcome(session_timeout_s=group.session_timeout_s)
     started = time.monotonic()
@@ -395,8 +404,10 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
             time.sleep(settings.produce_every_s)
 
     producer = threading.Thread(target=produce, daemon=True)
+    if settings.borrowers:
+        workers.start(LEADER)
     for index in range(settings.workers):
-        workers.start(f"w{index}")
+        workers.start(f"{'b' if settings.borrowers else 'w'}{index}")
     monitor.start()
     producer.start()
     kinds = [RANDOM, *POINTS]
@@ -473,6 +484,15 @@ def spread(values: list[float]) -> dict[str, float]:
     return {"n": len(ranked), "median": at(0.5), "p90": at(0.9), "p95": at(0.95), "max": ranked[-1]}
 
 
+def target(fault: Fault) -> str:
+    """What a fault hit: an operator action, the Leader, or a worker in the middle of a lease or between leases."""
+    if fault.worker == "admin":
+        return fault.kind
+    if fault.worker == LEADER:
+        return LEADER
+    return "worker mid-lease" if fault.held else "worker between leases or idle"
+
+
 def record(outcome: Outcome, settings: Settings, path: Path) -> None:
     """Keep a run's figures in the repo, with recovery measured against the session timeout."""
     recoveries = [f.recovered_s or 0.0 for f in outcome.faults]
@@ -490,6 +510,11 @@ def record(outcome: Outcome, settings: Settings, path: Path) -> None:
         "leases_done": outcome.leases_done,
         "max_attempt": outcome.attempts_max,
         "faults_by_kind": dict(Counter(f.kind for f in outcome.faults)),
+        "faults_by_target": dict(Counter(target(f) for f in outcome.faults)),
+        "recovery_s_by_target": {
+            name: spread([f.recovered_s or 0.0 for f in outcome.faults if target(f) == name])
+            for name in sorted({target(f) for f in outcome.faults})
+        },
         "armed_points_not_reached": outcome.skipped_points,
         "session_timeout_s": session_timeout_s,
         "recovery_s": spread(recoveries),
@@ -514,17 +539,21 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tests.chaos.run")
     parser.add_argument("--full", action="store_true", help="the full size: 50 faults, 30 to 150 snapshots")
     parser.add_argument("--faults", type=int)
+    parser.add_argument(
+        "--borrowers", action="store_true", help="a Leader process and warm Borrower processes, as under Dagster"
+    )
     parser.add_argument("--home", type=Path, help="folder for the run's lakehouse (default: a new temp folder)")
     args = parser.parse_args(argv)
     full = Settings(faults=50, min_snapshots=30, max_snapshots=150)
     settings = full if args.full else Settings(faults=8, min_snapshots=20, max_snapshots=45)
     if args.faults:
         settings.faults = args.faults
+    settings.borrowers = args.borrowers
     home = args.home or Path(os.environ.get("TMPDIR", "/tmp")) / f"icegroup-chaos-{os.getpid()}"
     home.mkdir(parents=True, exist_ok=True)
     outcome = run_chaos(settings, home)
     if args.full:
-        record(outcome, settings, RESULTS / "chaos_full.json")
+        record(outcome, settings, RESULTS / ("chaos_borrowers.json" if args.borrowers else "chaos_full.json"))
     problems = outcome.position_regressions + outcome.order_violations + outcome.lease_problems
     for problem in problems + outcome.worker_problems:
         print(f"problem: {problem}")

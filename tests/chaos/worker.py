@@ -1,6 +1,6 @@
 """A Borrower process for fault injection: the chaos suite and the zombie test start and kill these.
 
-Two modes:
+Modes:
 
 - ``consume``: Leader and Borrower in one process, as ``icegroup consume`` runs, until a ``stop``
   file appears. Several of these run at once, so several Leaders race for the registry. A lease's
@@ -8,7 +8,12 @@ Two modes:
   ``icegroup consume`` run stays STARTED in Dagster: only its stopped heartbeat shows that it is
   gone, after the group's default ``session_timeout_s``. The pid file is only for the chaos runner,
   to name the leases a killed worker held.
-- ``lease``: execute one granted lease attempt, as a Dagster Borrower run does.
+- ``borrow``: a warm Borrower, as a ``<group>_borrower`` run does (``spark_jobs.borrow``): one
+  SparkSession, taking the leases a separate Leader granted, until the stop file appears. Its run
+  looks alive to the Leader as long as it exists, so only its heartbeat shows that it was killed.
+- ``leader``: the Leader alone, as the sensor runs it: a tick every ``TICK_S`` seconds that grants
+  leases to wait for a Borrower, until the stop file appears.
+- ``lease``: execute one granted lease attempt.
 - ``tick``: one Leader tick that sees every Borrower run as ``--observe`` says, as a sensor does.
 
 The lakehouse comes from ``ICEGROUP_*`` variables, the group from a YAML file.
@@ -24,17 +29,19 @@ import time
 import uuid
 from pathlib import Path
 
-from iceberg.errors import NotCaughtUp, ResetInterrupted, StaleLease
+from iceberg.errors import NotCaughtUp, RegistryConflict, ResetInterrupted, StaleLease
 from iceberg.groups import GroupConfig, load_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.state import Lease
+from spark_jobs.borrow import borrow
 from spark_jobs.borrower import fetch_lease, run_lease
 from spark_jobs.consume import consume
 from spark_jobs.session import get_session
 
 STALE_EXIT = 3
+TICK_S = 1.0
 
 
 def looks_running(lease: Lease) -> RunState:
@@ -62,6 +69,36 @@ def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
         time.sleep(0.3)
 
 
+def run_borrow(group: GroupConfig, folder: Path, name: str) -> None:
+    """A warm Borrower until the stop file appears: it takes leases, runs them, and waits idle in between."""
+    run_id = f"{name}-{uuid.uuid4().hex[:8]}"
+    (folder / f"{run_id}.pid").write_text(str(os.getpid()))
+    lakehouse = load_lakehouse()
+    spark = get_session(lakehouse)
+    print(f"ready {run_id}", flush=True)
+    while not (folder / "stop").exists():  # an idle Borrower exits; the sensor would start another
+        borrow(lambda: spark, lakehouse, group, run_id, progress=lambda line: print(line, flush=True),
+               idle_timeout_s=group.borrower_idle_s, poll_s=0.5)  # fmt: skip
+
+
+def run_leader(group: GroupConfig, folder: Path) -> None:
+    """Tick every ``TICK_S`` until the stop file appears; every Borrower run looks alive, as in Dagster."""
+    catalog = load_lakehouse().catalog()
+    (folder / f"leader-{uuid.uuid4().hex[:8]}.pid").write_text(str(os.getpid()))
+    print("ready leader", flush=True)
+    while not (folder / "stop").exists():
+        try:
+            result = tick(catalog, group, looks_running)
+        except RegistryConflict as exc:
+            print(f"backing off: {exc}", flush=True)
+        except (NotCaughtUp, ResetInterrupted) as exc:
+            print(f"leader: {exc}", flush=True)
+        else:
+            if result.launch or result.committed:
+                print(f"tick: {len(result.launch)} granted, {len(result.committed)} committed", flush=True)
+        time.sleep(TICK_S)
+
+
 def run_one_lease(group: GroupConfig, lease_id: str, attempt: int) -> int:
     """Execute one lease attempt; exit code 3 when it was fenced."""
     lakehouse = load_lakehouse()
@@ -87,10 +124,10 @@ def run_tick(group: GroupConfig, observed: str) -> int:
 def main(argv: list[str] | None = None) -> int:
     """Entry point: ``python -m tests.chaos.worker consume|lease ...``."""
     parser = argparse.ArgumentParser(prog="tests.chaos.worker")
-    parser.add_argument("mode", choices=["consume", "lease", "tick"])
+    parser.add_argument("mode", choices=["consume", "borrow", "leader", "lease", "tick"])
     parser.add_argument("--groups", type=Path, required=True)
     parser.add_argument("--group", required=True)
-    parser.add_argument("--folder", type=Path, help="consume: pid files and the stop file")
+    parser.add_argument("--folder", type=Path, help="consume, borrow, leader: pid files and the stop file")
     parser.add_argument("--name", default="w")
     parser.add_argument("--lease")
     parser.add_argument("--attempt", type=int, default=0)
@@ -100,6 +137,12 @@ def main(argv: list[str] | None = None) -> int:
     group = load_groups(args.groups)[args.group]
     if args.mode == "consume":
         run_consume(group, args.folder, args.name)
+        return 0
+    if args.mode == "borrow":
+        run_borrow(group, args.folder, args.name)
+        return 0
+    if args.mode == "leader":
+        run_leader(group, args.folder)
         return 0
     if args.mode == "tick":
         return run_tick(group, args.observe)
