@@ -15,7 +15,7 @@ from pyiceberg.catalog import Catalog
 
 from iceberg.groups import GroupConfig
 from iceberg.registry import load_state
-from iceberg.tables import load_source
+from iceberg.tables import load_optional, load_source
 
 
 @dataclass(frozen=True)
@@ -55,9 +55,13 @@ def has_work(catalog: Catalog, group: GroupConfig) -> bool:
 
     It reads what ``lag_of`` reads, the registry and the source's current snapshot, and no manifest,
     so ``icegroup consume`` can start Spark early for a group that has work, and never for one without.
+    A missing source has nothing to read; the tick that follows says what is wrong with it.
     """
+    source = load_optional(catalog, group.source)
+    if source is None:
+        return False
     state = load_state(catalog, group.name).state
-    head = load_source(catalog, group.source).current_snapshot()
+    head = source.current_snapshot()
     if state is None:
         return head is not None
     return bool(state.shards or state.leases) or (head is not None and head.snapshot_id != state.planned_through)

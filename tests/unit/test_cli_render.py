@@ -20,7 +20,7 @@ def view() -> GroupView:
         leases_done=4,
         unplanned_snapshots=2,
         streams=[
-            StreamView("0/region=eu", 101, 109, 3, 120, 2, 40, ["0123456789abcdef#1"], 1_010_000 - 12_500),
+            StreamView("0/region=eu", 101, 109, 3, 120, 2, 40, ["0123456789abcdef#1"], 1_010_000 - 12_500, 2500.0),
             StreamView("0/region=us", 100, 104, 2, 30, 0, 0, []),
         ],
         holds=[Hold("0123456789abcdef", 1, ("0/region=eu",), "run-7", 1_000_000, 1_030_000, 2_800_000)],
@@ -68,10 +68,12 @@ def test_render_has_one_line_per_stream() -> None:
         "LAG_ROWS",
         "LAG_AGE",
         "COMMITTED_ROWS",
+        "RATE",
         "LEASES",
     ]
-    assert lines[1].split() == ["0/region=eu", "101", "109", "3", "120", "12.5s", "40", "0123456789abcdef#1"]
-    assert lines[2].split() == ["0/region=us", "100", "104", "2", "30", "-", "0", "-"]
+    eu = ["0/region=eu", "101", "109", "3", "120", "12.5s", "40", "2,500", "rows/s", "0123456789abcdef#1"]
+    assert lines[1].split() == eu
+    assert lines[2].split() == ["0/region=us", "100", "104", "2", "30", "-", "0", "-", "-"]
     assert render(view()).splitlines()[5] == "leases in flight:", "the streams come first, then the holds"
 
 

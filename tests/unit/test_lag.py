@@ -16,6 +16,7 @@ def test_has_work_follows_unplanned_commits_and_open_shards_until_everything_is_
     catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
     group = make_group(max_borrowers=3)
+    assert not has_work(catalog, group), "no source table: the tick names that, not this hint"
     source = create_source(catalog, group.source)
     assert not has_work(catalog, group), "an empty source and no registry"
 
