@@ -16,6 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from dagster_graphql import DagsterGraphQLClient
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -41,6 +43,15 @@ def new_instance(dagster_home: Path) -> None:
     """An empty Dagster instance with the repo's instance config (the run coordinator, the storage)."""
     dagster_home.mkdir(parents=True, exist_ok=True)
     shutil.copy(REPO / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")
+
+
+def ui_answers(client: DagsterGraphQLClient) -> bool:
+    """The webserver is up and has loaded the code location."""
+    try:
+        client._execute("{ version }")
+    except Exception:
+        return False
+    return True
 
 
 def set_sensor(name: str, running: bool, env: dict[str, str]) -> None:

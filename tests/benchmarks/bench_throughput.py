@@ -46,7 +46,7 @@ from tests.benchmarks.measure import (
 )
 from tests.benchmarks.plot import plot
 from tests.benchmarks.workloads import W1, W2, Workload, fill
-from tests.dagster_dev import dagster_dev, dagster_env, new_instance, set_sensor
+from tests.dagster_dev import dagster_dev, dagster_env, new_instance, set_sensor, ui_answers
 from tests.factories import create_source
 
 ROUNDS = 3
@@ -100,7 +100,7 @@ def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[st
     log = folder / "dagster.log"
     with dagster_dev(env, log) as port:
         client = DagsterGraphQLClient("127.0.0.1", port_number=port)
-        wait_for(lambda: answers(client), 180, "Dagster webserver", log)
+        wait_for(lambda: ui_answers(client), 180, "Dagster webserver", log)
         for index in range(rounds):
             name = f"dagster_{index}"
             set_sensor(f"{name}_leader", running=True, env=env)
@@ -113,15 +113,6 @@ def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[st
             set_sensor(f"{name}_leader", running=False, env=env)
             time.sleep(15)  # the round's warm Borrower exits after borrower_idle_s; the next round starts cold
     return seconds, source_bytes
-
-
-def answers(client: DagsterGraphQLClient) -> bool:
-    """The webserver is up and has loaded the code location."""
-    try:
-        client._execute("{ version }")
-    except Exception:
-        return False
-    return True
 
 
 def summary(workload: Workload, seconds: dict[str, list[float]], source_bytes: int) -> dict[str, object]:

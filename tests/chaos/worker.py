@@ -29,9 +29,11 @@ import time
 import uuid
 from pathlib import Path
 
+from pyspark.sql import SparkSession
+
 from iceberg.errors import NotCaughtUp, RegistryConflict, ResetInterrupted, StaleLease
 from iceberg.groups import GroupConfig, load_groups
-from iceberg.lakehouse import load_lakehouse
+from iceberg.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.state import Lease
@@ -49,13 +51,19 @@ def looks_running(lease: Lease) -> RunState:
     return RunState.MISSING if lease.owner_run_id is None else RunState.RUNNING
 
 
-def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
-    """Consume until the stop file appears; every lease this process is granted runs here."""
+def ready(folder: Path, name: str) -> tuple[str, LakehouseConfig, SparkSession]:
+    """A worker's run id (in its pid file, for the chaos runner), its lakehouse and its warm session."""
     run_id = f"{name}-{uuid.uuid4().hex[:8]}"
     (folder / f"{run_id}.pid").write_text(str(os.getpid()))
     lakehouse = load_lakehouse()
     spark = get_session(lakehouse)
     print(f"ready {run_id}", flush=True)
+    return run_id, lakehouse, spark
+
+
+def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
+    """Consume until the stop file appears; every lease this process is granted runs here."""
+    run_id, lakehouse, spark = ready(folder, name)
     while not (folder / "stop").exists():
         try:
             consume(
@@ -71,11 +79,7 @@ def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
 
 def run_borrow(group: GroupConfig, folder: Path, name: str) -> None:
     """A warm Borrower until the stop file appears: it takes leases, runs them, and waits idle in between."""
-    run_id = f"{name}-{uuid.uuid4().hex[:8]}"
-    (folder / f"{run_id}.pid").write_text(str(os.getpid()))
-    lakehouse = load_lakehouse()
-    spark = get_session(lakehouse)
-    print(f"ready {run_id}", flush=True)
+    run_id, lakehouse, spark = ready(folder, name)
     while not (folder / "stop").exists():  # an idle Borrower exits; the sensor would start another
         borrow(lambda: spark, lakehouse, group, run_id, progress=lambda line: print(line, flush=True),
                idle_timeout_s=group.borrower_idle_s, poll_s=0.5)  # fmt: skip

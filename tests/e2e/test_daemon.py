@@ -19,7 +19,7 @@ from iceberg.groups import load_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
-from tests.dagster_dev import dagster_dev, dagster_env, new_instance
+from tests.dagster_dev import dagster_dev, dagster_env, new_instance, ui_answers
 from tests.factories import append_batches, create_source
 
 pytestmark = [pytest.mark.demo, pytest.mark.dagster]
@@ -110,15 +110,6 @@ def caught_up(catalog: Catalog, group: str) -> bool:
     """The group has committed leases and has nothing open."""
     state = load_state(catalog, group).state
     return state is not None and bool(state.leases_done) and state.is_idle()
-
-
-def ui_answers(client: DagsterGraphQLClient) -> bool:
-    """The webserver is up and has loaded the code location."""
-    try:
-        client._execute("{ version }")
-    except Exception:
-        return False
-    return True
 
 
 def wait_until(predicate: Callable[[], bool], timeout_s: float, daemon: Path, what: str) -> None:
