@@ -19,14 +19,18 @@ def borrower_requests(
 ) -> list[dg.RunRequest]:
     """Start Borrower runs only for waiting leases that no live Borrower has a free slot for.
 
-    Borrower runs that a ``kill -9`` left looking alive (silent past the session timeout) are ended
-    first, so they neither count as live nor show as running in the UI.
+    Borrower runs that a ``kill -9`` left looking alive (silent past the session timeout, or whose
+    process the Leader sees ended on its own machine) are ended first, so they neither count as live
+    nor show as running in the UI.
     """
     runs = borrower_runs(context.instance, group.name)
     now_ms = int(time.time() * 1000)
-    found = census(runs, result.state, result.beats, now_ms, group.session_timeout_s, group.leases_per_borrower)
-    for run_id in end_runs(context.instance, found.silent, "the Borrower stopped beating"):
-        context.log.warning(f"{group.name}: ended Borrower run {run_id}: no heartbeat for over a session timeout")
+    found = census(
+        runs, result.state, result.beats, now_ms, group.session_timeout_s, group.leases_per_borrower, result.gone
+    )
+    for run_id in end_runs(context.instance, found.silent, "the Borrower's process ended or stopped beating"):
+        why = "its process ended" if run_id in result.gone else "no heartbeat for over a session timeout"
+        context.log.warning(f"{group.name}: ended Borrower run {run_id}: {why}")
     starts = borrowers_to_start(len(waiting(result.state)), found, group.leases_per_borrower, group.max_borrowers)
     return [dg.RunRequest(tags={TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}) for _ in range(starts)]
 

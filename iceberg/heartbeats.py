@@ -6,6 +6,13 @@ reads the group's rows once per tick; a holder silent for longer than ``session_
 and its leases are re-granted (``iceberg/protocol/liveness.py``). This is Kafka's session timeout:
 ``lease_timeout_s`` stays the upper bound for a lease whose holder is alive but stuck.
 
+A beat also names its process on this kernel (``process_token``: boot id, pid namespace, pid and
+start time). A Leader on the same machine, in the same pid namespace, can then tell a holder that
+``kill -9`` ended from one that is merely quiet, and re-grant its leases at the next tick instead of
+a session timeout later (``gone_holders``): the way a Kafka broker notices a consumer whose
+connection closed without waiting for its session to run out. On another machine, or where
+``/proc`` is missing, only the session timeout applies.
+
 Why here and not in Iceberg: a heartbeat is a few bytes that change every few seconds. As an Iceberg
 commit it would write a metadata file, a manifest list and a snapshot each time, and in the
 registry it would contend with every Leader's compare-and-swap. One row update in the catalog
@@ -20,13 +27,14 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, delete, inspect, select, update
+from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, delete, inspect, select, text, update
 from sqlalchemy.engine import Engine
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
@@ -43,7 +51,9 @@ HEARTBEATS = Table(
     Column("beat_ms", BigInteger, nullable=False),
     Column("pid", Integer, nullable=False),
     Column("host", String(255), nullable=False),
+    Column("process", String(255), nullable=True),
 )
+PROC = Path("/proc")
 
 
 @dataclass(frozen=True)
@@ -54,6 +64,52 @@ class Beat:
     beat_ms: int
     pid: int
     host: str
+    process: str | None = None
+
+
+def _kernel_scope() -> str | None:
+    """This kernel boot and pid namespace: pids mean the same process only within one scope."""
+    try:
+        boot = (PROC / "sys" / "kernel" / "random" / "boot_id").read_text().strip()
+        namespace = os.readlink(PROC / "self" / "ns" / "pid")
+    except OSError:
+        return None
+    return f"{boot}/{namespace}"
+
+
+def _start_time(pid: int) -> str | None:
+    """When ``pid`` started, in clock ticks since boot (``/proc/PID/stat`` field 22); None if it is not running."""
+    try:
+        stat = (PROC / str(pid) / "stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[1].split()
+    return fields[19] if len(fields) > 19 and fields[0] not in ("Z", "X") else None
+
+
+def process_token(pid: int | None = None) -> str | None:
+    """The process (this one by default) as ``scope/pid/start time``: a pid reused later gets another token."""
+    pid = os.getpid() if pid is None else pid
+    scope, started = _kernel_scope(), _start_time(pid)
+    return None if scope is None or started is None else f"{scope}/{pid}/{started}"
+
+
+def process_gone(token: str | None) -> bool:
+    """Whether the process a beat names has verifiably ended: same kernel scope as ours, no such process now.
+
+    A token from another machine or pid namespace, or none at all, is never judged here: the
+    session timeout decides for those holders.
+    """
+    parts = token.rsplit("/", 2) if token else []
+    if len(parts) != 3 or not parts[1].isdigit() or parts[0] != _kernel_scope():
+        return False
+    _, pid, started = parts
+    return _start_time(int(pid)) != started
+
+
+def gone_holders(beats: Mapping[str, Beat]) -> frozenset[str]:
+    """Holders whose beating process has ended on this machine, though their last beat is recent."""
+    return frozenset(holder for holder, b in beats.items() if process_gone(b.process))
 
 
 def _engine(catalog: Catalog) -> Engine:
@@ -64,19 +120,33 @@ def _engine(catalog: Catalog) -> Engine:
 
 
 def ensure_table(catalog: Catalog) -> None:
-    """Create the heartbeat table if it is missing; creating it at the same moment elsewhere is fine."""
+    """Create the heartbeat table if it is missing, or add the ``process`` column to one made before it.
+
+    Doing either at the same moment elsewhere is fine: the loser finds the table or column there.
+    """
     engine = _engine(catalog)
     try:
         METADATA.create_all(engine, tables=[HEARTBEATS], checkfirst=True)
     except SQLAlchemyError:
         METADATA.create_all(engine, tables=[HEARTBEATS], checkfirst=True)
+    if not _has_process_column(engine):
+        try:
+            with engine.begin() as connection:
+                connection.execute(text(f"ALTER TABLE {HEARTBEATS.name} ADD COLUMN process VARCHAR(255)"))
+        except SQLAlchemyError:
+            if not _has_process_column(engine):
+                raise
+
+
+def _has_process_column(engine: Engine) -> bool:
+    return any(column["name"] == "process" for column in inspect(engine).get_columns(HEARTBEATS.name))
 
 
 def beat(catalog: Catalog, group: str, holder: str, now_ms: int | None = None) -> None:
     """Record that ``holder`` is alive now."""
     engine = _engine(catalog)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
-    row = {"beat_ms": now_ms, "pid": os.getpid(), "host": socket.gethostname()}
+    row = {"beat_ms": now_ms, "pid": os.getpid(), "host": socket.gethostname(), "process": process_token()}
     where = (HEARTBEATS.c.group_name == group) & (HEARTBEATS.c.holder == holder)
     with engine.begin() as connection:
         if connection.execute(update(HEARTBEATS).where(where).values(**row)).rowcount:
@@ -97,10 +167,14 @@ def read_beats(catalog: Catalog, group: str) -> dict[str, Beat]:
         with engine.connect() as connection:
             rows = connection.execute(query).mappings().all()
     except (OperationalError, ProgrammingError):
-        if inspect(engine).has_table(HEARTBEATS.name):
+        if not inspect(engine).has_table(HEARTBEATS.name):
+            return {}
+        if _has_process_column(engine):
             raise
-        return {}
-    return {r["holder"]: Beat(r["holder"], r["beat_ms"], r["pid"], r["host"]) for r in rows}
+        ensure_table(catalog)  # a table from before the process column: add it, then read again
+        with engine.connect() as connection:
+            rows = connection.execute(query).mappings().all()
+    return {r["holder"]: Beat(r["holder"], r["beat_ms"], r["pid"], r["host"], r["process"]) for r in rows}
 
 
 def forget(catalog: Catalog, group: str, holders: list[str]) -> None:

@@ -28,7 +28,7 @@ from iceberg.errors import SourceError
 from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, check_filter
-from iceberg.heartbeats import forget, read_beats
+from iceberg.heartbeats import forget, gone_holders, read_beats
 from iceberg.planning import plan_increment
 from iceberg.protocol.completion import complete_windows, window_width_ms
 from iceberg.protocol.lineage import replay_fence_key
@@ -65,7 +65,8 @@ class TickResult:
     ``complete`` holds the starts of the windows that became complete in this tick, each reported
     once (the sink's Dagster partitions are materialized then). ``terminate`` holds the revoked
     attempts whose runs were still alive past their deadline. ``beats`` holds each holder's last
-    heartbeat, for the Leader's census of its Borrower runs.
+    heartbeat, and ``gone`` the holders whose process ended on this machine, for the Leader's census
+    of its Borrower runs.
     """
 
     state: GroupState
@@ -81,6 +82,7 @@ class TickResult:
     rebuilt: str | None = None
     complete: list[int] = field(default_factory=list)
     beats: dict[str, int] = field(default_factory=dict)
+    gone: frozenset[str] = frozenset()
 
     @property
     def paused(self) -> bool:
@@ -139,9 +141,9 @@ def tick(
     reconciled = reconcile(before, history.commits, history.head, now_ms, group.lease_timeout_s)
     sink_head = history.head
     letters = {sid: d for sid, d in open_letters(catalog, group.name).items() if sid in reconciled.state.shards}
-    beats = read_heartbeats(catalog, group, reconciled.state, now_ms)
-    live = liveness(group, reconciled.state, observed, letters, beats, now_ms, sink_head, owner_run_id)
-    replaying, replay_fences = expire_dead_replays(group, live.state, beats, now_ms)
+    beats, gone = read_heartbeats(catalog, group, reconciled.state, now_ms)
+    live = liveness(group, reconciled.state, observed, letters, beats, gone, now_ms, sink_head, owner_run_id)
+    replaying, replay_fences = expire_dead_replays(group, live.state, beats, gone, now_ms)
     planned, blocked = plan(catalog, source, group, replaying)
     stopped = [d for d in letters.values() if d.action == STOPPED]
     held = bool(stopped) or planned.state.paused_at_ms is not None
@@ -172,20 +174,26 @@ def tick(
         elapsed_ms=(time.perf_counter() - started) * 1000,
         rebuilt=synced.rebuilt,
         beats=beats,
+        gone=gone,
     )
 
 
-def read_heartbeats(catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int) -> dict[str, int]:
-    """Each holder's last heartbeat; rows of holders long gone and holding nothing are pruned."""
+def read_heartbeats(
+    catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int
+) -> tuple[dict[str, int], frozenset[str]]:
+    """Each holder's last heartbeat, and the holders whose process ended on this machine (``gone_holders``).
+
+    Rows of holders long silent and holding nothing are pruned.
+    """
     beats = read_beats(catalog, group.name)
     holding = {holder_of(lease) for lease in state.leases.values()} | {t.holder for t in state.replays.values()}
-    gone = [
+    stale = [
         h
         for h, b in beats.items()
         if h not in holding and now_ms - b.beat_ms > PRUNE_AFTER_TIMEOUTS * 1000 * group.session_timeout_s
     ]
-    forget(catalog, group.name, gone)
-    return {holder: b.beat_ms for holder, b in beats.items()}
+    forget(catalog, group.name, stale)
+    return {holder: b.beat_ms for holder, b in beats.items()}, gone_holders(beats)
 
 
 def liveness(
@@ -194,12 +202,13 @@ def liveness(
     observed: dict[str, RunState],
     letters: dict[str, DeadLetter],
     beats: dict[str, int],
+    gone: frozenset[str],
     now_ms: int,
     sink_head: int | None,
     owner_run_id: str | None,
 ) -> Liveness:
     """Revoke and re-grant dead leases, park poisoned ones, relaunch lost launches; logs each change."""
-    live = check_liveness(state, group, observed, set(letters), now_ms, sink_head, owner_run_id, beats)
+    live = check_liveness(state, group, observed, set(letters), now_ms, sink_head, owner_run_id, beats, gone)
     for lease, decision in live.revoked:
         log.warning(
             "group %s: lease %s attempt %d %s (%s); re-granting as attempt %d",
@@ -212,13 +221,13 @@ def liveness(
 
 
 def expire_dead_replays(
-    group: GroupConfig, state: GroupState, beats: dict[str, int], now_ms: int
+    group: GroupConfig, state: GroupState, beats: dict[str, int], gone: frozenset[str], now_ms: int
 ) -> tuple[GroupState, dict[str, int]]:
-    """Drop the tickets of replays whose holder stopped beating; returns the fences that keep them out."""
-    kept, dead = expire_replays(state, beats, now_ms, group.session_timeout_s)
+    """Drop the tickets of replays whose holder stopped beating or ended; returns the fences that keep them out."""
+    kept, dead = expire_replays(state, beats, now_ms, group.session_timeout_s, gone)
     for ticket in dead:
         log.warning(
-            "group %s: replay of window %s (generation %d, %s) stopped beating; its window is granted again",
+            "group %s: replay of window %s (generation %d, %s) stopped beating or ended; its window is granted again",
             group.name, ticket.window, ticket.generation, ticket.holder,
         )  # fmt: skip
     return kept, {replay_fence_key(group.name, t.window): t.generation + 1 for t in dead}

@@ -17,7 +17,7 @@ creating a member per grant. icegroup does the same with Borrower runs:
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
 from iceberg.protocol.liveness import RunState
@@ -78,13 +78,15 @@ def census(
     now_ms: int,
     session_timeout_s: int,
     slots_per_borrower: int,
+    gone: Collection[str] = (),
 ) -> Census:
     """Which Borrower runs are alive, and how many more leases they can take.
 
     A queued run is alive: it takes work once it starts. A running one is alive while it beats
     within the session timeout; one that never beat gets two session timeouts from its start, time
     enough to import and connect. A run that a ``kill -9`` left looking alive is *silent*: it
-    holds no slot, and the Leader ends it.
+    holds no slot, and the Leader ends it. A run in ``gone`` (its process ended, as the Leader sees
+    on its own machine) is silent at once.
     """
     held: dict[str, int] = {}
     for lease in state.leases.values():
@@ -96,6 +98,8 @@ def census(
         beat = beats.get(run.run_id)
         if run.state is RunState.QUEUED:
             alive = True
+        elif run.run_id in gone:
+            alive = False
         elif beat is not None:
             alive = now_ms - beat <= session_timeout_s * 1000
         else:

@@ -72,6 +72,7 @@ def lease_action(
     poisoned: bool = False,
     last_beat_ms: int | None = None,
     session_timeout_s: int | None = None,
+    holder_gone: bool = False,
 ) -> Decision:
     """Decide from run state, deadline and the dead-letter table; for leases with shards uncommitted.
 
@@ -80,6 +81,8 @@ def lease_action(
     - parked and re-driven: revoke and re-grant;
     - failed, canceled, or succeeded without committing everything: revoke and re-grant; the next
       attempt resumes after the last committed shard;
+    - its holder's process has ended, as the Leader sees on its own machine (``holder_gone``; see
+      ``iceberg/heartbeats.py``): revoke now, terminating the run if it still looks alive;
     - its holder beat once and then went silent for longer than the session timeout (a process
       killed with ``kill -9`` leaves its run looking alive): revoke, terminating the run if it
       still looks alive; a holder that never beat yet (a run still starting) is judged by its run
@@ -102,14 +105,15 @@ def lease_action(
         return Decision(LeasePhase.GRANTING, LeaseAction.LAUNCH, "waiting for a Borrower to take it")
     if run in (RunState.FAILED, RunState.CANCELED, RunState.SUCCEEDED):
         return Decision(LeasePhase.REVOKED, LeaseAction.REGRANT, f"Borrower run {run.value}")
+    alive = run in (RunState.QUEUED, RunState.RUNNING)
+    if holder_gone:
+        return Decision(LeasePhase.REVOKING, LeaseAction.REGRANT, "its Borrower's process ended", terminate=alive)
     if last_beat_ms is not None and session_timeout_s is not None:
         silent_s = (now_ms - last_beat_ms) / 1000
         if silent_s > session_timeout_s:
-            alive = run in (RunState.QUEUED, RunState.RUNNING)
             reason = f"no heartbeat for {silent_s:.0f}s (session_timeout_s: {session_timeout_s})"
             return Decision(LeasePhase.REVOKING, LeaseAction.REGRANT, reason, terminate=alive)
     if now_ms > lease.deadline_ms:
-        alive = run in (RunState.QUEUED, RunState.RUNNING)
         reason = f"past its deadline ({run.value})" if alive else "past its deadline, never launched"
         return Decision(LeasePhase.REVOKING, LeaseAction.REGRANT, reason, terminate=alive)
     if run is RunState.MISSING:

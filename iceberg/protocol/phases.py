@@ -129,13 +129,14 @@ def check_liveness(
     sink_head: int | None,
     owner_run_id: str | None = None,
     beats: Mapping[str, int] | None = None,
+    gone: Collection[str] = (),
 ) -> Liveness:
     """Decide every lease's next step from its run's state, its heartbeat, its deadline and the poisoned shards.
 
     Dead leases are revoked and re-granted at the next attempt; leases with a poisoned shard are
     cut down to the poisoned streams and parked; leases whose run never started are launched again.
     ``observed`` maps a lease id to its run's state (missing: no run seen); ``beats`` maps a holder
-    (``holder_of``) to the time of its last heartbeat.
+    (``holder_of``) to the time of its last heartbeat; ``gone`` holds the holders whose process ended.
     """
     beats = beats or {}
     new = state.model_copy(deep=True)
@@ -143,8 +144,10 @@ def check_liveness(
     for lease_id, lease in state.leases.items():
         is_poisoned = any(sid in poisoned for sid in lease.shard_ids)
         run = observed.get(lease_id, RunState.MISSING)
-        last_beat = beats.get(holder_of(lease))
-        decision = lease_action(lease, run, now_ms, is_poisoned, last_beat, group.session_timeout_s)
+        holder = holder_of(lease)
+        decision = lease_action(
+            lease, run, now_ms, is_poisoned, beats.get(holder), group.session_timeout_s, holder_gone=holder in gone
+        )
         if decision.action is LeaseAction.REGRANT:
             if decision.terminate:
                 out.terminate.append(lease)

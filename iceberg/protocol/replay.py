@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 
 from iceberg.errors import ReplayConflict, UsageError
@@ -77,8 +77,12 @@ def replay_lease_id(group: str, window: str, generation: int) -> str:
     return hashlib.sha256(f"{group}|replay|{window}|{generation}".encode()).hexdigest()[:16]
 
 
-def holder_alive(ticket: ReplayTicket, beats: Mapping[str, int], now_ms: int, session_timeout_s: int) -> bool:
-    """A replay is alive while its holder beats; one that has not beaten yet gets one session timeout."""
+def holder_alive(
+    ticket: ReplayTicket, beats: Mapping[str, int], now_ms: int, session_timeout_s: int, gone: Collection[str] = ()
+) -> bool:
+    """A replay is alive while its holder beats and its process runs; one not beating yet gets a session timeout."""
+    if ticket.holder in gone:
+        return False
     last = beats.get(ticket.holder, ticket.started_at_ms)
     return now_ms - last <= session_timeout_s * 1000
 
@@ -118,14 +122,14 @@ def take_ticket(
 
 
 def expire_replays(
-    state: GroupState, beats: Mapping[str, int], now_ms: int, session_timeout_s: int
+    state: GroupState, beats: Mapping[str, int], now_ms: int, session_timeout_s: int, gone: Collection[str] = ()
 ) -> tuple[GroupState, list[ReplayTicket]]:
     """Drop the tickets of replays whose holder died, so their windows are granted again.
 
     The caller raises each dropped window's replay fence above the dead generation before it
     commits the state, so the dead replay cannot commit if it was only slow.
     """
-    dead = [t for t in state.replays.values() if not holder_alive(t, beats, now_ms, session_timeout_s)]
+    dead = [t for t in state.replays.values() if not holder_alive(t, beats, now_ms, session_timeout_s, gone)]
     if not dead:
         return state, []
     new = state.model_copy(deep=True)

@@ -2,14 +2,30 @@
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 from pyiceberg.catalog import Catalog
 
 from iceberg.groups import GroupConfig
-from iceberg.heartbeats import beat, ensure_table, forget, heartbeat, read_beats
+from iceberg.heartbeats import (
+    HEARTBEATS,
+    beat,
+    ensure_table,
+    forget,
+    gone_holders,
+    heartbeat,
+    process_gone,
+    process_token,
+    read_beats,
+)
+from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
 from iceberg.protocol.liveness import LeaseAction, RunState, hold_of, holder_of, lease_action
 from iceberg.protocol.phases import check_liveness
@@ -141,3 +157,98 @@ def test_a_tick_regrants_the_leases_of_a_consumer_whose_heartbeat_stopped(
     assert still.launch == []
     assert [(x.owner_run_id, x.attempt) for x in later.launch] == [("consumer-2", 1)]
     assert [(x.lease_id, x.attempt) for x in later.terminate] == [(x.lease_id, 0) for x in granted.launch]
+
+
+def test_a_process_token_names_a_running_process_and_is_gone_once_it_ended() -> None:
+    mine = process_token()
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    token = process_token(child.pid)
+    assert mine is not None
+    assert token is not None
+
+    assert not process_gone(mine)
+    assert not process_gone(token)
+    child.kill()
+    child.wait()
+    assert process_gone(token)
+
+
+def test_a_pid_reused_by_another_process_or_a_zombie_counts_as_gone() -> None:
+    mine = process_token()
+    assert mine is not None
+    scope, pid, started = mine.rsplit("/", 2)
+
+    assert process_gone(f"{scope}/{pid}/{int(started) - 1}"), "same pid, another start time: another process"
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    token = process_token(child.pid)
+    while child.poll() is None and Path(f"/proc/{child.pid}/stat").read_text().split(")")[1].split()[0] != "Z":
+        time.sleep(0.01)
+    assert token is None or process_gone(token), "an exited child not reaped yet is gone too"
+    child.wait()
+
+
+@pytest.mark.parametrize(
+    "token",
+    [None, "", "not-a-token", "another-boot/pid:[1]/1/1", f"{os.getpid()}"],
+    ids=["none", "empty", "garbage", "other-machine", "pid-only"],
+)
+def test_a_process_on_another_machine_or_an_unreadable_token_is_left_to_the_session_timeout(token: str | None) -> None:
+    assert not process_gone(token)
+
+
+def test_a_holder_whose_process_ended_is_revoked_at_once_and_its_run_terminated() -> None:
+    held = lease([shard(1).shard_id], deadline_ms=NOW + 3_600_000, phase=LeasePhase.GRANTED)
+
+    decision = lease_action(
+        held, RunState.RUNNING, NOW, last_beat_ms=NOW - 1_000, session_timeout_s=30, holder_gone=True
+    )
+
+    assert decision.action is LeaseAction.REGRANT
+    assert decision.terminate
+    assert decision.reason == "its Borrower's process ended"
+
+
+def test_a_table_made_before_the_process_column_gains_it(catalog: Catalog, group: str) -> None:
+    engine = catalog.engine  # type: ignore[attr-defined]
+    HEARTBEATS.drop(engine, checkfirst=True)
+    with engine.begin() as connection:
+        connection.exec_driver_sql(
+            "CREATE TABLE icegroup_heartbeats (group_name VARCHAR(255), holder VARCHAR(255), beat_ms BIGINT, "
+            "pid INTEGER, host VARCHAR(255), PRIMARY KEY (group_name, holder))"
+        )
+        connection.exec_driver_sql(f"INSERT INTO icegroup_heartbeats VALUES ('{group}', 'old', 1000, 1, 'h')")
+
+    assert read_beats(catalog, group)["old"].process is None
+    beat(catalog, group, "new")
+    assert read_beats(catalog, group)["new"].process == process_token()
+
+
+def test_a_tick_regrants_at_once_the_leases_of_a_consumer_killed_with_kill_9(
+    catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig], lake_home: Path
+) -> None:
+    group = make_group(max_borrowers=1, session_timeout_s=30)
+    append_batches(create_source(catalog, group.source), 1, 6)
+    granted = tick(catalog, group, lambda _: RunState.MISSING, owner_run_id="consumer-1")
+    assert [x.owner_run_id for x in granted.launch] == ["consumer-1"]
+    beating = (
+        "import sys, time\n"
+        "from iceberg.heartbeats import heartbeat\n"
+        "from iceberg.lakehouse import load_lakehouse\n"
+        f"with heartbeat(load_lakehouse().catalog(), {group.name!r}, 'consumer-1', interval_s=10):\n"
+        "    print('beating', flush=True)\n"
+        "    time.sleep(120)\n"
+    )
+    env = {**os.environ, "ICEGROUP_HOME": str(lake_home)}
+    consumer = subprocess.Popen([sys.executable, "-c", beating], env=env, stdout=subprocess.PIPE, text=True)
+    assert consumer.stdout is not None
+    assert consumer.stdout.readline() == "beating\n"
+
+    alive = tick(catalog, group, lambda _: RunState.RUNNING, owner_run_id="consumer-2")
+    os.kill(consumer.pid, signal.SIGKILL)
+    consumer.wait()
+    assert gone_holders(read_beats(catalog, group.name)) == {"consumer-1"}
+    after = tick(catalog, group, lambda _: RunState.RUNNING, owner_run_id="consumer-2")
+
+    assert alive.launch == []
+    assert [(x.owner_run_id, x.attempt) for x in after.launch] == [("consumer-2", 1)]
+    assert [(x.lease_id, x.attempt) for x in after.terminate] == [(x.lease_id, 0) for x in granted.launch]

@@ -104,6 +104,14 @@ def test_the_leader_expires_a_replay_whose_holder_stopped_beating() -> None:
     assert kept.replays == {}
 
 
+def test_a_replay_whose_process_ended_is_expired_at_once() -> None:
+    state = group_state([], replays={DAY: ticket(started_at_ms=0)})
+
+    _, dead = expire_replays(state, {"replay-a": 10_000}, 11_000, 30, gone={"replay-a"})
+
+    assert [t.holder for t in dead] == ["replay-a"]
+
+
 def test_shards_of_a_window_being_replayed_wait_and_other_windows_are_granted(make_shard: MakeShard) -> None:
     waiting = make_shard(1, stream="0/region=eu")
     other = make_shard(2, stream="0/region=us", window_start_ms=WINDOW_START_MS + DAY_MS)

@@ -92,6 +92,14 @@ def test_the_census_counts_queued_and_beating_borrowers_and_finds_the_silent_one
     assert found.free_slots == 2 + 1 + 2
 
 
+def test_a_borrower_whose_process_ended_is_silent_at_once_unless_it_is_still_queued() -> None:
+    runs = [BorrowerRun("ended", RunState.RUNNING, NOW - 60_000), BorrowerRun("queued", RunState.QUEUED)]
+
+    found = census(runs, group_state([]), {"ended": NOW - 1_000}, NOW, 30, 2, gone={"ended", "queued"})
+
+    assert (found.live, found.silent) == (("queued",), ("ended",))
+
+
 def test_borrowers_start_only_for_work_no_live_one_has_room_for_within_max_borrowers() -> None:
     none = census([], group_state([]), {}, NOW, 30, 2)
     one_idle = census([BorrowerRun("a", RunState.RUNNING, NOW)], group_state([]), {"a": NOW}, NOW, 30, 2)
