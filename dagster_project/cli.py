@@ -10,15 +10,12 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
-from contextlib import nullcontext
 from dataclasses import asdict
 from datetime import UTC, datetime
 from pathlib import Path
 
-from dagster_project.cli_rewind import add_replay, add_reset
-from dagster_project.cli_support import dagster_home, execute, open_instance, parse_time, pick, table
-from dagster_project.consume_progress import ConsumeBars
-from dagster_project.definitions import ENV_GROUPS, build_definitions, groups_path, load_checked_groups
+from dagster_project.cli_support import dagster_home, parse_time, pick, table
+from dagster_project.group_files import ENV_GROUPS, groups_path, load_checked_groups
 from iceberg.admin import set_paused
 from iceberg.checkpoints import list_checkpoints
 from iceberg.dead_letters import latest, open_letters, redrive
@@ -128,6 +125,62 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
+def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``replay`` command's arguments."""
+    replay = sub.add_parser(
+        "replay", help="remake windows of the sink from the source with today's transform, replacing their rows"
+    )
+    replay.add_argument("group")
+    replay.add_argument("--window", action="append", help="a window's partition key, such as 2026-01-31 (repeatable)")
+    replay.add_argument("--from", dest="start", help="replay every window from this time (ISO-8601; UTC if no zone)")
+    replay.add_argument("--to", dest="end", help="... up to this time (exclusive)")
+    replay.add_argument("--dry-run", action="store_true", help="show what each window's replay reads and replaces")
+    replay.add_argument(
+        "--cascade",
+        action="store_true",
+        help="then make every chained group downstream follow: replay its windows that consumed the replaced rows",
+    )
+    replay.add_argument(
+        "--follow-upstream",
+        action="store_true",
+        help="replay this group's windows that consumed rows an upstream replay replaced (no windows named)",
+    )
+    replay.add_argument("--json", action="store_true", help="print JSON")
+    replay.set_defaults(run=cmd_replay)
+
+
+def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``reset`` command's arguments."""
+    reset = sub.add_parser("reset", help="move the group's positions (dry run unless --execute)")
+    reset.add_argument("group")
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to-earliest", action="store_true", help="before the oldest source snapshot still there")
+    where.add_argument("--to-latest", action="store_true", help="the source head: skip everything not consumed yet")
+    where.add_argument("--to-snapshot", metavar="ID", help="through this source snapshot")
+    where.add_argument("--to-datetime", metavar="T", help="before the first snapshot committed at or after T")
+    where.add_argument("--by-duration", metavar="D", help="as --to-datetime now minus D (PT1H, P1D, 15m, 2d)")
+    where.add_argument("--shift-by", metavar="N", type=int, help="N of each stream's own snapshots (negative: back)")
+    where.add_argument("--to-checkpoint", metavar="SINK_SNAPSHOT", help="the positions a sink commit recorded")
+    reset.add_argument("--execute", action="store_true", help="apply it (the default is a dry run)")
+    reset.add_argument("--keep-output", action="store_true", help="moving back, keep the output consumed again")
+    reset.add_argument("--json", action="store_true", help="print JSON")
+    reset.set_defaults(run=cmd_reset)
+
+
+def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup replay``: see ``cli_rewind.py``, imported here because it loads Dagster."""
+    from dagster_project import cli_rewind
+
+    return cli_rewind.cmd_replay(args, lakehouse, groups)
+
+
+def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup reset``: see ``cli_rewind.py``, imported here because it loads Dagster."""
+    from dagster_project import cli_rewind
+
+    return cli_rewind.cmd_reset(args, lakehouse, groups)
+
+
 def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup list``."""
     catalog = lakehouse.catalog()
@@ -204,38 +257,38 @@ def render(view: GroupView) -> str:
 
 
 def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance."""
+    """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance.
+
+    A group with nothing to do (``has_work``: no shard or lease open, no source commit to plan, no
+    window to report complete) is answered from its registry without a run, a JVM or even Dagster's
+    import, so a scheduled consume that finds nothing new costs well under two seconds.
+    """
     group = pick(groups, args.group, args.groups)
     catalog = lakehouse.catalog()
-    if has_work(catalog, group):  # the JVM boots while Dagster sets up the run; an idle group never starts it
-        start_in_background(lakehouse)
-    home = dagster_home()
-    job = build_definitions(groups, lakehouse.catalog_name, args.lakehouse).resolve_job_def(f"{group.name}_consume")
-    run_config = {
-        "loggers": {"console": {"config": {"log_level": "INFO"}}},
-        "ops": {
-            f"{group.name}_consume_op": {
-                "config": {
-                    "until_caught_up": args.until_caught_up or args.follow,
-                    "max_wait_s": args.max_wait,
-                    "follow": args.follow,
-                    "poll_s": args.poll,
-                }
-            }
-        },
-    }
-    bars = ConsumeBars(catalog, group) if sys.stderr.isatty() and not args.json else nullcontext()
-    with open_instance(home) as instance, bars:
-        result = execute(job, instance, home, run_config=run_config)
-    if result is None:
+    work = has_work(catalog, group)
+    if not work and not args.follow:
+        view = describe_group(catalog, group)
+        if args.json:
+            print(json.dumps({"run_id": None, "success": True, "group": view.as_dict()}, default=str))
+        else:
+            print(f"group {group.name}: nothing to consume; no run started")
+            print(render(view))
+        return EXIT_OK
+    if work:
+        start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
+    from dagster_project.cli_consume import run_consume  # Dagster loads only when there is a run to make
+
+    run = run_consume(args, lakehouse, groups, group)
+    if run is None:
         return EXIT_RUN_FAILED
+    run_id, success = run
     view = describe_group(catalog, group)
     if args.json:
-        print(json.dumps({"run_id": result.run_id, "success": result.success, "group": view.as_dict()}, default=str))
+        print(json.dumps({"run_id": run_id, "success": success, "group": view.as_dict()}, default=str))
     else:
-        print(f"run {result.run_id}: {'success' if result.success else 'failure'} (instance {home})")
+        print(f"run {run_id}: {'success' if success else 'failure'} (instance {dagster_home()})")
         print(render(view))
-    return EXIT_OK if result.success else EXIT_RUN_FAILED
+    return EXIT_OK if success else EXIT_RUN_FAILED
 
 
 def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

@@ -3,7 +3,8 @@
 A replay from the command line is the same Dagster run a backfill launched from the UI is: the
 sink asset's partition, run in the instance without a lease tag, so the UI shows it with the rest.
 A reset moves the group's positions, after ``kafka-consumer-groups --reset-offsets``: a dry run by
-default, ``--execute`` to apply it.
+default, ``--execute`` to apply it. Their arguments are in ``cli.py``, which imports this module (and
+so Dagster) only when one of them runs.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.cli_support import dagster_home, execute, open_instance, parse_time, pick, table
+from dagster_project.cli_runs import execute, open_instance
+from dagster_project.cli_support import dagster_home, parse_time, pick, table
 from dagster_project.definitions import build_definitions
 from dagster_project.run_observer import terminate_runs
 from iceberg.cascade import downstream_of, plan_follows, record_follows
@@ -32,30 +34,6 @@ EXIT_OK = 0
 EXIT_RUN_FAILED = 1
 EXIT_REFUSED = 2
 EXIT_WAITING = 3
-
-
-def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The ``replay`` command's arguments."""
-    replay = sub.add_parser(
-        "replay", help="remake windows of the sink from the source with today's transform, replacing their rows"
-    )
-    replay.add_argument("group")
-    replay.add_argument("--window", action="append", help="a window's partition key, such as 2026-01-31 (repeatable)")
-    replay.add_argument("--from", dest="start", help="replay every window from this time (ISO-8601; UTC if no zone)")
-    replay.add_argument("--to", dest="end", help="... up to this time (exclusive)")
-    replay.add_argument("--dry-run", action="store_true", help="show what each window's replay reads and replaces")
-    replay.add_argument(
-        "--cascade",
-        action="store_true",
-        help="then make every chained group downstream follow: replay its windows that consumed the replaced rows",
-    )
-    replay.add_argument(
-        "--follow-upstream",
-        action="store_true",
-        help="replay this group's windows that consumed rows an upstream replay replaced (no windows named)",
-    )
-    replay.add_argument("--json", action="store_true", help="print JSON")
-    replay.set_defaults(run=cmd_replay)
 
 
 def windows_of(args: argparse.Namespace, group: GroupConfig) -> list[str]:
@@ -258,24 +236,6 @@ TARGETS = {
     "shift_by": "shift",
     "to_checkpoint": "checkpoint",
 }
-
-
-def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    """The ``reset`` command's arguments."""
-    reset = sub.add_parser("reset", help="move the group's positions (dry run unless --execute)")
-    reset.add_argument("group")
-    where = reset.add_mutually_exclusive_group(required=True)
-    where.add_argument("--to-earliest", action="store_true", help="before the oldest source snapshot still there")
-    where.add_argument("--to-latest", action="store_true", help="the source head: skip everything not consumed yet")
-    where.add_argument("--to-snapshot", metavar="ID", help="through this source snapshot")
-    where.add_argument("--to-datetime", metavar="T", help="before the first snapshot committed at or after T")
-    where.add_argument("--by-duration", metavar="D", help="as --to-datetime now minus D (PT1H, P1D, 15m, 2d)")
-    where.add_argument("--shift-by", metavar="N", type=int, help="N of each stream's own snapshots (negative: back)")
-    where.add_argument("--to-checkpoint", metavar="SINK_SNAPSHOT", help="the positions a sink commit recorded")
-    reset.add_argument("--execute", action="store_true", help="apply it (the default is a dry run)")
-    reset.add_argument("--keep-output", action="store_true", help="moving back, keep the output consumed again")
-    reset.add_argument("--json", action="store_true", help="print JSON")
-    reset.set_defaults(run=cmd_reset)
 
 
 def reset_target(args: argparse.Namespace) -> ResetTarget:

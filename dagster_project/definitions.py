@@ -1,39 +1,24 @@
 """The code location: for each group, source and sink assets, a Borrower job, and a Leader.
 
-Groups come from ``dagster_project/groups.yaml``, or the file named by ``ICEGROUP_GROUPS``. They are
+Groups come from ``dagster_project/groups.yaml``, or the file named by ``ICEGROUP_GROUPS``
+(``group_files.py``). They are
 read when Dagster loads the location, never at import, and every group's transform is imported
 then, so a typo in one fails the location with an error naming the file, the group and the field.
 """
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import dagster as dg
 
 from dagster_project.assets import sink_asset, source_spec, table_key
+from dagster_project.group_files import groups_path, load_checked_groups
 from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, consume_schedule, replay_job
 from dagster_project.resources import IcegroupResource
 from dagster_project.sensors import leader_sensor
-from iceberg.groups import GroupConfig, load_groups
+from iceberg.groups import GroupConfig
 from iceberg.lakehouse import load_lakehouse
-from spark_jobs.transforms import check_transforms
-
-ENV_GROUPS = "ICEGROUP_GROUPS"
-DEFAULT_GROUPS = Path(__file__).with_name("groups.yaml")
-
-
-def groups_path(explicit: str | None = None) -> Path:
-    """Where the group definitions are read from: an explicit path, ``ICEGROUP_GROUPS``, or the default."""
-    return Path(explicit or os.environ.get(ENV_GROUPS) or DEFAULT_GROUPS)
-
-
-def load_checked_groups(path: Path) -> dict[str, GroupConfig]:
-    """The groups defined in ``path``, with every transform imported: what the location and the CLI load."""
-    groups = load_groups(path)
-    check_transforms(groups.values(), source=str(path))
-    return groups
 
 
 def build_definitions(

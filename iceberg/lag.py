@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pyiceberg.catalog import Catalog
 
 from iceberg.groups import GroupConfig
+from iceberg.protocol.completion import complete_windows
 from iceberg.registry import load_state
 from iceberg.tables import load_optional, load_source
 
@@ -50,12 +51,14 @@ def lag_of(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> L
     return Lag(rows=rows, snapshots=len(waiting), age_s=age)
 
 
-def has_work(catalog: Catalog, group: GroupConfig) -> bool:
-    """Whether the group's next tick has anything to run: shards or leases open, or source commits not yet planned.
+def has_work(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> bool:
+    """Whether the group's next tick has anything to do: shards or leases open, source commits not yet
+    planned, or a window to report complete.
 
-    It reads what ``lag_of`` reads, the registry and the source's current snapshot, and no manifest,
-    so ``icegroup consume`` can start Spark early for a group that has work, and never for one without.
-    A missing source has nothing to read; the tick that follows says what is wrong with it.
+    It reads what ``lag_of`` reads, the registry and the source's snapshot log, and no manifest, so
+    ``icegroup consume`` can start Spark early for a group that has work, and answer a group without
+    any from its registry alone. A missing source has nothing to read; whatever reads it next says
+    what is wrong with it.
     """
     source = load_optional(catalog, group.source)
     if source is None:
@@ -64,4 +67,8 @@ def has_work(catalog: Catalog, group: GroupConfig) -> bool:
     head = source.current_snapshot()
     if state is None:
         return head is not None
-    return bool(state.shards or state.leases) or (head is not None and head.snapshot_id != state.planned_through)
+    if state.shards or state.leases or (head is not None and head.snapshot_id != state.planned_through):
+        return True
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    cursor = source.snapshot_by_id(state.planned_through) if state.planned_through is not None else None
+    return bool(complete_windows(state, group, cursor.timestamp_ms if cursor else None, now_ms))

@@ -21,7 +21,7 @@ import yaml
 from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import main as icegroup
-from dagster_project.definitions import groups_path, load_checked_groups
+from dagster_project.group_files import groups_path, load_checked_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.protocol.lineage import COL_WINDOW
 from iceberg.verify import verify_group

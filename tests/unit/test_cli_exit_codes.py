@@ -10,13 +10,21 @@ import pytest
 from dagster_project import cli, jobs
 from dagster_project.resources import IcegroupResource
 from iceberg.errors import NotCaughtUp
+from iceberg.lakehouse import load_lakehouse
 from tests.conftest import repo_root
+from tests.factories import append_batches, create_source
 
 
 @pytest.fixture
 def consume_fails_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[pytest.MonkeyPatch]:
-    """Make the consume loop raise a given error, with no Spark started; a fresh home and instance."""
+    """Make the consume loop raise a given error, with no Spark started; a fresh home and instance.
+
+    The demo group's source has a commit to consume, so ``consume`` makes a run rather than answer
+    from the registry.
+    """
     monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
+    append_batches(create_source(load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)}).catalog(), "demo.events"), 1, 3)
+    monkeypatch.setattr(cli, "start_in_background", lambda lakehouse: None)
     dagster_home = tmp_path / "dagster"
     dagster_home.mkdir()
     shutil.copy(repo_root() / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")
@@ -51,3 +59,17 @@ def test_not_caught_up_exits_3(consume_fails_with: object, capsys: pytest.Captur
 
     err = capsys.readouterr().err
     assert err.endswith("icegroup: not caught up: group 'demo' is not caught up: lease x#0 held by run-1\n")
+
+
+def test_consume_of_a_missing_source_exits_2_naming_the_fix(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+
+    assert cli.main(["consume", "demo"]) == cli.EXIT_ERROR == 2
+
+    assert capsys.readouterr().err == (
+        "icegroup: error: source: table 'demo.events' does not exist in catalog 'lake'; "
+        "create it or correct the group's source\n"
+    )

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -86,3 +90,30 @@ def test_icegroup_consume_json_prints_the_run_and_the_group(
     printed = json.loads(capsys.readouterr().out)
     assert printed["success"] is True
     assert printed["group"]["group"] == group.name
+
+
+def test_icegroup_consume_of_an_idle_group_makes_no_run_and_never_imports_dagster(
+    catalog: Catalog, make_group: type[GroupConfig], lake_home: Path, tmp_path: Path
+) -> None:
+    group = make_group(window_start=datetime.now(UTC).date())
+    append_batches(create_source(catalog, group.source), 1, 9)
+    first = tick(catalog, group, lambda _: RunState.MISSING)
+    for lease in first.launch:
+        commit_lease(catalog, group, first.state, lease)
+    assert tick(catalog, group, lambda _: RunState.SUCCEEDED).caught_up
+    groups = write_groups(tmp_path / "groups.yaml", group)
+    script = (
+        "import sys\n"
+        "from dagster_project.cli import main\n"
+        f"code = main(['--groups', {str(groups)!r}, 'consume', {group.name!r}])\n"
+        "print('exit', code, 'dagster' in sys.modules, 'pyspark.sql.session' in sys.modules and "
+        "sys.modules['pyspark.sql.session'].SparkSession._instantiatedSession is not None)\n"
+    )
+    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
+
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+
+    assert done.returncode == 0, done.stderr
+    assert f"group {group.name}: nothing to consume; no run started" in done.stdout
+    assert done.stdout.strip().endswith("exit 0 False False"), "no Dagster import, no SparkSession"
+    assert not (tmp_path / "dagster").exists() or not any((tmp_path / "dagster").iterdir()), "no run recorded"

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 from pyiceberg.catalog import Catalog
 
 from iceberg.groups import GroupConfig
@@ -11,11 +13,14 @@ from iceberg.protocol.liveness import RunState
 from tests.factories import append_batches, create_source
 from tests.sink_commits import commit_lease
 
+# Windows from this day on: a group whose windows begin long ago reports them complete over several ticks.
+TODAY = datetime.now(UTC).date()
+
 
 def test_has_work_follows_unplanned_commits_and_open_shards_until_everything_is_committed(
     catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
-    group = make_group(max_borrowers=3)
+    group = make_group(max_borrowers=3, window_start=TODAY)
     assert not has_work(catalog, group), "no source table: the tick names that, not this hint"
     source = create_source(catalog, group.source)
     assert not has_work(catalog, group), "an empty source and no registry"
@@ -34,3 +39,20 @@ def test_has_work_follows_unplanned_commits_and_open_shards_until_everything_is_
     assert lag_of(catalog, group).rows == 0
     append_batches(source, 1, 3)
     assert has_work(catalog, group), "a new commit after catching up"
+
+
+def test_a_caught_up_group_has_work_again_once_a_window_is_due_to_be_reported_complete(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(replay_window="hour", window_start=TODAY)
+    append_batches(create_source(catalog, group.source), 1, 3)
+    first = tick(catalog, group, lambda _: RunState.MISSING)
+    for lease in first.launch:
+        commit_lease(catalog, group, first.state, lease)
+    caught_up = tick(catalog, group, lambda _: RunState.SUCCEEDED)
+    assert caught_up.caught_up
+
+    assert not has_work(catalog, group, now_ms=caught_up.state.windows_complete_through_ms)
+    assert has_work(catalog, group, now_ms=caught_up.state.windows_complete_through_ms + 2 * 3_600_000), (
+        "the open window has ended: the next tick reports it complete"
+    )

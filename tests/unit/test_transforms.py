@@ -8,7 +8,8 @@ import dagster as dg
 import pytest
 
 from dagster_project.cli import main
-from dagster_project.definitions import ENV_GROUPS, defs, load_checked_groups
+from dagster_project.definitions import defs
+from dagster_project.group_files import ENV_GROUPS, load_checked_groups
 from iceberg.errors import ConfigError
 from spark_jobs.transforms import identity, import_transform, load_transform
 

@@ -1,0 +1,61 @@
+"""Running a job as a run of the Dagster instance, for the ``icegroup`` commands that make runs.
+
+Importing Dagster takes about a second, so only the commands that make runs (``consume`` with work
+to do, ``replay``, ``reset --execute``) import this module.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from iceberg.errors import IcegroupError
+
+
+@contextmanager
+def open_instance(home: Path) -> Iterator[dg.DagsterInstance]:
+    """The Dagster instance in ``home``; opening it is serialized across processes by a file lock.
+
+    Opening a SQLite-backed instance creates and migrates its databases the first time. Consumers
+    started at the same moment on a fresh home would race through that (tables that already exist,
+    two alembic heads), so the opening, and only the opening, takes turns.
+    """
+    with (home / ".icegroup-instance.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            instance = dg.DagsterInstance.from_config(str(home))
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+    with instance:
+        yield instance
+
+
+def execute(
+    job: dg.JobDefinition, instance: dg.DagsterInstance, home: Path, **options: Any
+) -> dg.ExecuteInProcessResult | None:
+    """Execute ``job`` as a run of ``instance``; an icegroup error is raised as itself.
+
+    Any other failure prints its traceback and where the run is, and returns None (exit code 1).
+    """
+    try:
+        return job.execute_in_process(instance=instance, **options)
+    except Exception as exc:
+        # Dagster raises the op's own error, or wraps it in a step error: unwrap that.
+        wrapped = isinstance(exc, dg.DagsterExecutionStepExecutionError) and exc.__cause__ is not None
+        failed = exc.__cause__ if wrapped and exc.__cause__ is not None else exc
+        if isinstance(failed, IcegroupError):
+            raise failed from None
+        traceback.print_exception(failed, file=sys.stderr)
+        print(
+            f"icegroup: run failed: {type(failed).__name__}: {failed} (the run is in the instance at {home}; "
+            "`make ui` shows its logs)",
+            file=sys.stderr,
+        )
+        return None
