@@ -5,8 +5,9 @@ Borrower starts Spark at its first lease and keeps it: it takes waiting leases f
 (``iceberg/borrowing.py``) into its free slots, runs them at once (``LeaseRunner``), and asks
 again every ``poll_s``. With nothing to take for ``idle_timeout_s`` it exits cleanly, and the
 Leader starts another when work comes (``iceberg/protocol/borrowers.py``). It beats for its
-leases all along, so if it is killed they are re-granted a session timeout later, and fencing
-keeps it from committing them.
+leases all along, so if it is killed they are re-granted: at the Leader's next tick when the
+Leader shares its machine and sees its process gone, else a session timeout later; fencing keeps
+it from committing them.
 """
 
 from __future__ import annotations

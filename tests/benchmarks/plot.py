@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 RESULTS = Path(__file__).parent / "results"
 PNG = RESULTS / "throughput_latency.png"
-THROUGHPUT_ARMS = ("A2", "B1", "consume", "dagster")
+THROUGHPUT_ARMS = ("A2", "B1", "consume", "dagster", "dagster_warm")
 LATENCY_ARMS = {"dagster": "Dagster, sensor 5 s", "B1": "B1 processingTime 5 s", "follow": "consume --follow --poll 5"}
 
 
@@ -28,7 +28,8 @@ def plot() -> Path:
     for offset, workload in enumerate(workloads):
         ratios = throughput[workload]["throughput_over_A2"]
         xs = [i + offset * width for i in range(len(THROUGHPUT_ARMS))]
-        bars = left.bar(xs, [ratios[a] for a in THROUGHPUT_ARMS], width, label=_label(throughput[workload]))
+        heights = [ratios.get(a, 0.0) for a in THROUGHPUT_ARMS]
+        bars = left.bar(xs, heights, width, label=_label(throughput[workload]))
         left.bar_label(bars, fmt="%.2f", fontsize=8)
     left.axhline(1.0, color="grey", linewidth=0.8)
     left.set_xticks([i + width * (len(workloads) - 1) / 2 for i in range(len(THROUGHPUT_ARMS))], THROUGHPUT_ARMS)
