@@ -115,6 +115,7 @@ class Outcome:
     leases_done: int = 0
     attempts_max: int = 0
     elapsed_s: float = 0.0
+    catch_up_s: float = 0.0
     skipped_points: int = 0
     session_timeout_s: int = 0
     admin: list[AdminRun] = field(default_factory=list)
@@ -434,7 +435,10 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
         producing.clear()
         producer.join()
         emit("faults done; waiting for the group to catch up")
+        faults_done = time.monotonic()
         wait_caught_up(lakehouse, group, settings.catch_up_timeout_s)
+        outcome.catch_up_s = round(time.monotonic() - faults_done, 1)
+        emit(f"caught up {outcome.catch_up_s:.0f}s after the last fault")
         time.sleep(0.5)
     finally:
         outcome.worker_problems.extend(workers.crashed() + workers.stop_all())
@@ -527,6 +531,7 @@ def record(outcome: Outcome, settings: Settings, path: Path) -> None:
         "lease_problems": outcome.lease_problems,
         "worker_problems": outcome.worker_problems,
         "elapsed_s": outcome.elapsed_s,
+        "catch_up_s": outcome.catch_up_s,
         "faults": [asdict(f) for f in outcome.faults],
         "operator_actions": [asdict(run) for run in outcome.admin],
     }
@@ -544,7 +549,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--home", type=Path, help="folder for the run's lakehouse (default: a new temp folder)")
     args = parser.parse_args(argv)
-    full = Settings(faults=50, min_snapshots=30, max_snapshots=150)
+    # After 50 faults, with resets among them, one stream can be far behind; its shards commit in
+    # order, two per lease (lease_max_shards), so catching up can take several minutes.
+    full = Settings(faults=50, min_snapshots=30, max_snapshots=150, catch_up_timeout_s=1200.0)
     settings = full if args.full else Settings(faults=8, min_snapshots=20, max_snapshots=45)
     if args.faults:
         settings.faults = args.faults
