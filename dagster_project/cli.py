@@ -266,27 +266,23 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     group = pick(groups, args.group, args.groups)
     catalog = lakehouse.catalog()
     work = has_work(catalog, group)
-    if not work and not args.follow:
-        view = describe_group(catalog, group)
-        if args.json:
-            print(json.dumps({"run_id": None, "success": True, "group": view.as_dict()}, default=str))
-        else:
-            print(f"group {group.name}: nothing to consume; no run started")
-            print(render(view))
-        return EXIT_OK
-    if work:
-        start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
-    from dagster_project.cli_consume import run_consume  # Dagster loads only when there is a run to make
+    run_id: str | None = None
+    success = True
+    if work or args.follow:
+        if work:
+            start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
+        from dagster_project.cli_consume import run_consume  # Dagster loads only when there is a run to make
 
-    run = run_consume(args, lakehouse, groups, group)
-    if run is None:
-        return EXIT_RUN_FAILED
-    run_id, success = run
+        run = run_consume(args, lakehouse, groups, group)
+        if run is None:
+            return EXIT_RUN_FAILED
+        run_id, success = run
     view = describe_group(catalog, group)
     if args.json:
         print(json.dumps({"run_id": run_id, "success": success, "group": view.as_dict()}, default=str))
     else:
-        print(f"run {run_id}: {'success' if success else 'failure'} (instance {dagster_home()})")
+        ran = f"run {run_id}: {'success' if success else 'failure'} (instance {dagster_home()})"
+        print(ran if run_id else f"group {group.name}: nothing to consume; no run started")
         print(render(view))
     return EXIT_OK if success else EXIT_RUN_FAILED
 
