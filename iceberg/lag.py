@@ -52,8 +52,7 @@ def lag_of(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> L
 
 
 def has_work(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> bool:
-    """Whether the group's next tick has anything to do: shards or leases open, source commits not yet
-    planned, or a window to report complete.
+    """Whether the group's next tick has anything to do: open shards or leases, commits to plan, windows to report.
 
     It reads what ``lag_of`` reads, the registry and the source's snapshot log, and no manifest, so
     ``icegroup consume`` can start Spark early for a group that has work, and answer a group without

@@ -3,8 +3,10 @@
 Rules, each for a guarantee:
 - a stream is held by one lease at a time, so shards of a stream commit in snapshot order;
 - a lease holds shards of one replay window, so each Borrower run is one sink partition;
-- the oldest window is served first, streams are spread over free slots by rows, and no lease
-  holds more than ``lease_max_shards`` shards.
+- the oldest window is served first, and within it the stream whose next shard is oldest: when
+  the free slots cannot take every stream, the one waiting longest goes first, so no stream starves
+  behind others that always have work (a tie-break by name once starved the last stream of three);
+- streams are spread over free slots by rows, and no lease holds more than ``lease_max_shards`` shards.
 """
 
 from __future__ import annotations
@@ -67,7 +69,7 @@ def assign_leases(
         streams = by_window[window]
         bins: list[list[Shard]] = [[] for _ in range(min(slots, len(streams)))]
         loads = [0] * len(bins)
-        for stream in sorted(streams, key=lambda s: (-sum(x.rows for x in streams[s]), s)):
+        for stream in sorted(streams, key=lambda s: (streams[s][0].to_sequence, -sum(x.rows for x in streams[s]), s)):
             open_bins = [i for i, b in enumerate(bins) if len(b) < group.lease_max_shards]
             if not open_bins:
                 break

@@ -280,6 +280,19 @@ def test_streams_are_spread_over_free_slots_by_rows() -> None:
     assert sorted(lease.streams for lease in leases) == [["a"], ["b", "c"]]
 
 
+def test_the_stream_waiting_longest_gets_the_free_slot_however_it_is_named() -> None:
+    state = state_of(
+        shard("u1", "us", 1), shard("u2", "us", 2),
+        shard("a7", "apac", 7), shard("a8", "apac", 8),
+        shard("e7", "eu", 7), shard("e8", "eu", 8),
+    )  # fmt: skip
+
+    (lease,) = assign(state, max_borrowers=1, lease_max_shards=2)
+
+    assert lease.streams == ["us"], "its next shard is the oldest; the others' names sort first"
+    assert lease.shard_ids == ["u1", "u2"]
+
+
 def test_no_empty_leases_when_slots_outnumber_streams() -> None:
     state = state_of(shard("a1", "a", 1), shard("b2", "b", 2))
 
