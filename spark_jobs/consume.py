@@ -57,11 +57,11 @@ def consume(
     the loop ticks again as soon as one ends, or every ``poll_s`` while a slot is free, so new
     source snapshots are granted to a free slot within about ``poll_s``. With ``follow`` it goes on
     after catching up, polling the source every ``poll_s``, until it is interrupted.
-    The process beats for its leases while it runs (``iceberg/heartbeats.py``), so if it dies its
-    leases are re-granted at the next tick of a Leader on its machine, else a session timeout later.
-    Leases held by other live Borrowers are waited for, up to ``max_wait_s`` without progress; then
-    it raises ``NotCaughtUp``, naming each held lease, its holder and until when it is theirs. With ``until_caught_up=False`` it stops after one
-    round: one tick and the leases it granted.
+    The process beats for its leases while it runs (``iceberg/heartbeats.py``), so if it dies its leases
+    are re-granted at the next tick of a Leader on its machine, else a session timeout later. Leases
+    held by other live Borrowers are waited for, up to ``max_wait_s`` without progress; then it raises
+    ``NotCaughtUp``, naming each held lease, its holder and until when it is theirs. With
+    ``until_caught_up=False`` it stops after one round: one tick and the leases it granted.
     A Borrower error propagates once the other leases in flight have ended: the run fails, and the
     next tick re-grants the lease. Two are expected and handled (``LeaseRunner``): a lease fenced by
     a re-grant elsewhere, and a shard parked by ``on_poison: park``. A stopped group raises
