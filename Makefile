@@ -51,10 +51,9 @@ chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader
 	$(PY) -m tests.chaos.run --full
 	$(PY) -m tests.chaos.run --full --borrowers
 
-bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), lineage cost, Leader planning, heartbeats, processes, replay, idle consume; records tests/benchmarks/results/
+bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, processes, replay, idle consume; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_throughput
 	$(PY) -m tests.benchmarks.bench_latency
-	$(PY) -m tests.benchmarks.bench_lineage_cost
 	$(PY) -m tests.benchmarks.bench_leader
 	$(PY) -m tests.benchmarks.bench_heartbeat
 	$(PY) -m tests.benchmarks.bench_processes
