@@ -24,14 +24,19 @@ from tests.integration.helpers import write_groups
 from tests.sink_commits import commit_lease
 
 
-def test_consume_of_a_caught_up_group_returns_without_starting_spark(
-    catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig]
-) -> None:
-    group = make_group(max_borrowers=3)
+def consumed_unreconciled(catalog: Catalog, group: GroupConfig) -> None:
+    """One source commit, granted and committed to the sink; the registry has not reconciled it yet."""
     append_batches(create_source(catalog, group.source), 1, 9)
     first = tick(catalog, group, lambda _: RunState.MISSING)
     for lease in first.launch:
         commit_lease(catalog, group, first.state, lease)
+
+
+def test_consume_of_a_caught_up_group_returns_without_starting_spark(
+    catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=3)
+    consumed_unreconciled(catalog, group)
 
     lines: list[str] = []
     summary = consume(no_spark, lakehouse, group, "run-1", lambda _: RunState.SUCCEEDED, progress=lines.append)
@@ -59,10 +64,7 @@ def test_icegroup_consume_with_nothing_to_do_starts_no_spark(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 1, 9)
-    first = tick(catalog, group, lambda _: RunState.MISSING)
-    for lease in first.launch:
-        commit_lease(catalog, group, first.state, lease)
+    consumed_unreconciled(catalog, group)
     monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     monkeypatch.setattr(IcegroupResource, "spark", lambda _: no_spark())
@@ -96,10 +98,7 @@ def test_icegroup_consume_of_an_idle_group_makes_no_run_and_never_imports_dagste
     catalog: Catalog, make_group: type[GroupConfig], lake_home: Path, tmp_path: Path
 ) -> None:
     group = make_group(window_start=datetime.now(UTC).date())
-    append_batches(create_source(catalog, group.source), 1, 9)
-    first = tick(catalog, group, lambda _: RunState.MISSING)
-    for lease in first.launch:
-        commit_lease(catalog, group, first.state, lease)
+    consumed_unreconciled(catalog, group)
     assert tick(catalog, group, lambda _: RunState.SUCCEEDED).caught_up
     groups = write_groups(tmp_path / "groups.yaml", group)
     script = (
