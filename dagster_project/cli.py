@@ -22,12 +22,10 @@ from iceberg.dead_letters import latest, open_letters, redrive
 from iceberg.describe import GroupView, describe_as_of, describe_group
 from iceberg.errors import IcegroupError, NotCaughtUp, UsageError
 from iceberg.groups import GroupConfig
-from iceberg.lag import has_work
+from iceberg.lag import Work, pending_work
 from iceberg.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 from iceberg.protocol.shards import snapshot_range
 from iceberg.rebuild import rebuild_registry
-from spark_jobs.migrate import migrate_sink
-from spark_jobs.session import get_session, start_in_background
 
 EXIT_OK = 0
 EXIT_RUN_FAILED = 1
@@ -259,17 +257,20 @@ def render(view: GroupView) -> str:
 def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance.
 
-    A group with nothing to do (``has_work``: no shard or lease open, no source commit to plan, no
-    window to report complete) is answered from its registry without a run, a JVM or even Dagster's
-    import, so a scheduled consume that finds nothing new costs well under two seconds.
+    A group with nothing to do (``pending_work``: no shard or lease open, no source commit to plan,
+    no window to report complete) is answered from its registry without a run, a JVM or even
+    Dagster's import, so a scheduled consume that finds nothing new costs under two seconds. A group
+    that only has windows to report gets its run, without a JVM.
     """
     group = pick(groups, args.group, args.groups)
     catalog = lakehouse.catalog()
-    work = has_work(catalog, group)
+    work = pending_work(catalog, group)
     run_id: str | None = None
     success = True
-    if work or args.follow:
-        if work:
+    if work is not Work.NONE or args.follow:
+        if work is Work.DATA:
+            from spark_jobs.session import start_in_background  # Spark loads only when it has work
+
             start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
         from dagster_project.cli_consume import run_consume  # Dagster loads only when there is a run to make
 
@@ -379,6 +380,9 @@ def cmd_rebuild(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
 def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup migrate GROUP``: rewrite the sink's rows that have no window yet, in one replace commit."""
     group = pick(groups, args.group, args.groups)
+    from spark_jobs.migrate import migrate_sink  # Spark loads only for the commands that use it
+    from spark_jobs.session import get_session
+
     print(f"group {group.name}: {migrate_sink(get_session(lakehouse), lakehouse, group, progress=print).line()}")
     return EXIT_OK
 

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 from iceberg.groups import GroupConfig, load_groups
-from spark_jobs.transforms import check_transforms
+from spark_jobs.transform_paths import check_transforms
 
 ENV_GROUPS = "ICEGROUP_GROUPS"
 DEFAULT_GROUPS = Path(__file__).with_name("groups.yaml")

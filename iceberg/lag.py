@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
+from enum import Enum
 
 from pyiceberg.catalog import Catalog
 
@@ -51,23 +52,35 @@ def lag_of(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> L
     return Lag(rows=rows, snapshots=len(waiting), age_s=age)
 
 
-def has_work(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> bool:
-    """Whether the group's next tick has anything to do: open shards or leases, commits to plan, windows to report.
+class Work(Enum):
+    """What a group's next tick has to do, as far as its registry and the source's snapshot log tell."""
+
+    NONE = "none"
+    # Only windows to report complete: the tick runs in a Dagster run, but no Borrower needs Spark.
+    WINDOWS = "windows"
+    # Commits to plan, or shards or leases open: Borrowers will read and write with Spark.
+    DATA = "data"
+
+
+def pending_work(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> Work:
+    """What the group's next tick has to do: open shards or leases, commits to plan, or windows to report.
 
     It reads what ``lag_of`` reads, the registry and the source's snapshot log, and no manifest, so
-    ``icegroup consume`` can start Spark early for a group that has work, and answer a group without
-    any from its registry alone. A missing source has nothing to read; whatever reads it next says
-    what is wrong with it.
+    ``icegroup consume`` can start Spark early for a group with data to move, make a run without a
+    JVM for a group that only has windows to report, and answer a group with nothing from its
+    registry alone. A missing source has nothing to read; whatever reads it next says what is wrong
+    with it.
     """
     source = load_optional(catalog, group.source)
     if source is None:
-        return False
+        return Work.NONE
     state = load_state(catalog, group.name).state
     head = source.current_snapshot()
     if state is None:
-        return head is not None
+        return Work.DATA if head is not None else Work.NONE
     if state.shards or state.leases or (head is not None and head.snapshot_id != state.planned_through):
-        return True
+        return Work.DATA
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     cursor = source.snapshot_by_id(state.planned_through) if state.planned_through is not None else None
-    return bool(complete_windows(state, group, cursor.timestamp_ms if cursor else None, now_ms))
+    due = complete_windows(state, group, cursor.timestamp_ms if cursor else None, now_ms)
+    return Work.WINDOWS if due else Work.NONE

@@ -30,7 +30,7 @@ from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, check_filter
 from iceberg.heartbeats import forget, gone_holders, read_beats
 from iceberg.planning import plan_increment
-from iceberg.protocol.completion import complete_windows, window_width_ms
+from iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from iceberg.protocol.lineage import replay_fence_key
 from iceberg.protocol.liveness import RunState, holder_of
 from iceberg.protocol.phases import (
@@ -95,8 +95,13 @@ class TickResult:
         return f"group {group!r} is paused; `icegroup resume {group}` continues it from the same positions"
 
     @property
+    def more_windows_due(self) -> bool:
+        """The tick reported as many windows complete as one tick may: the next one reports more."""
+        return len(self.complete) >= MAX_PER_TICK
+
+    @property
     def caught_up(self) -> bool:
-        """Everything in the source up to its head is committed to the sink."""
+        """Everything in the source up to its head is committed to the sink (windows may still be due)."""
         return self.state.is_idle() and self.state.planned_through == self.source_head
 
     def stop_message(self) -> str:

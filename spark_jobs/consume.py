@@ -55,8 +55,10 @@ def consume(
 
     Up to ``max_borrowers`` leases run at once, on threads of one SparkSession (``LeaseRunner``);
     the loop ticks again as soon as one ends, or every ``poll_s`` while a slot is free, so new
-    source snapshots are granted to a free slot within about ``poll_s``. With ``follow`` it goes on
-    after catching up, polling the source every ``poll_s``, until it is interrupted.
+    source snapshots are granted to a free slot within about ``poll_s``. Caught up also means every
+    window due is reported complete: one tick reports at most ``MAX_PER_TICK``, so it ticks on.
+    With ``follow`` it goes on after catching up, polling the source every ``poll_s``, until it is
+    interrupted.
     The process beats for its leases while it runs (``iceberg/heartbeats.py``), so if it dies its leases
     are re-granted at the next tick of a Leader on its machine, else a session timeout later. Leases
     held by other live Borrowers are waited for, up to ``max_wait_s`` without progress; then it raises
@@ -102,7 +104,7 @@ def consume(
             if result.stopped:
                 runner.drain()
                 raise GroupStopped(result.stop_message())
-            if result.caught_up:
+            if result.caught_up and not result.more_windows_due:
                 summary.caught_up = True
                 if said_caught_up != result.source_head:
                     progress(f"{group.name}: caught up at source snapshot {result.source_head}")
@@ -129,7 +131,7 @@ def consume(
             if runner.busy:
                 account(runner.finished(None if runner.free == 0 else poll_s))
                 idle_since = time.monotonic()
-            elif mine or result.new_shards or result.committed:
+            elif mine or result.new_shards or result.committed or result.more_windows_due:
                 idle_since = time.monotonic()
             elif time.monotonic() - idle_since > max_wait_s and not follow:
                 raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s)

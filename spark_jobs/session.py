@@ -6,7 +6,9 @@ import logging
 import threading
 from importlib.resources import files
 from pathlib import Path
+from typing import ClassVar
 
+from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from sqlalchemy.engine import make_url
 
@@ -91,21 +93,40 @@ def spark_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
     return conf
 
 
+class _Started:
+    """The session this process started last, with the settings it was started with."""
+
+    lock: ClassVar[threading.Lock] = threading.Lock()
+    conf: ClassVar[dict[str, str]] = {}
+    session: ClassVar[SparkSession | None] = None
+
+
 def get_session(lakehouse: LakehouseConfig) -> SparkSession:
-    """Create, or reuse within this process, the Borrower's SparkSession."""
-    builder = SparkSession.builder
-    for key, value in spark_conf(lakehouse).items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    return session
+    """Create, or reuse within this process, the Borrower's SparkSession.
+
+    A second call with the same settings returns the running session as it is: handing the settings
+    to ``getOrCreate`` again costs half a second of JVM round trips, on the path to the first lease.
+    Other settings go through ``getOrCreate``, which applies the runtime ones to the running session.
+    """
+    conf = spark_conf(lakehouse)
+    with _Started.lock:
+        session = _Started.session
+        if session is not None and conf == _Started.conf and SparkContext._active_spark_context is session.sparkContext:
+            return session
+        builder = SparkSession.builder
+        for key, value in conf.items():
+            builder = builder.config(key, value)
+        session = builder.getOrCreate()
+        session.sparkContext.setLogLevel("ERROR")
+        _Started.conf, _Started.session = conf, session
+        return session
 
 
 def start_in_background(lakehouse: LakehouseConfig) -> threading.Thread:
     """Start the process's SparkSession on a thread, so the JVM boots while the caller sets up its run.
 
-    A later ``get_session`` in this process waits for it (``getOrCreate`` holds the builder's lock)
-    and gets the same session. If the start fails, that later call fails the same way and reports
+    A later ``get_session`` in this process waits for it (both hold ``_Started.lock``) and gets the
+    same session. If the start fails, that later call fails the same way and reports
     it, so the thread drops the error rather than print it twice.
     """
 

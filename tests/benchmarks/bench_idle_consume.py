@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 from iceberg.groups import GroupConfig
-from iceberg.lag import has_work
+from iceberg.lag import Work, pending_work
 from iceberg.lakehouse import load_lakehouse
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups
@@ -68,7 +68,7 @@ def main() -> None:
         env = {**os.environ, "ICEGROUP_HOME": str(home), "DAGSTER_HOME": str(folder / "dagster")}
         consume = [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"]
         for _ in range(MAX_CATCH_UP_RUNS):  # a new group reports its early windows complete over a few runs
-            if not has_work(lakehouse.catalog(), group):
+            if pending_work(lakehouse.catalog(), group) is Work.NONE:
                 break
             timed(consume, env)
         else:

@@ -13,18 +13,21 @@ from spark_jobs.session import DRIVER_JARS, get_session, spark_conf
 
 
 @pytest.fixture(scope="session")
-def spark(lakehouse: LakehouseConfig) -> Iterator[SparkSession]:
-    """A real local Spark with the real Iceberg runtime against the session's SQLite catalog.
+def spark_lakehouse(lakehouse: LakehouseConfig) -> LakehouseConfig:
+    """The session's lakehouse as the tests' Spark runs it: two cores, and the PostgreSQL driver on the classpath.
 
-    The PostgreSQL driver is on the classpath too, so the PostgreSQL tier can add a second catalog
-    to the same JVM at run time.
+    With the driver there, the PostgreSQL tier can add a second catalog to the same JVM at run time.
     """
     jars = spark_conf(lakehouse)["spark.jars"].split(",")
     if Path(DRIVER_JARS["postgresql"]).is_file():
         jars.append(DRIVER_JARS["postgresql"])
-    session = get_session(
-        lakehouse.model_copy(update={"spark_master": "local[2]", "spark_conf": {"spark.jars": ",".join(jars)}})
-    )
+    return lakehouse.model_copy(update={"spark_master": "local[2]", "spark_conf": {"spark.jars": ",".join(jars)}})
+
+
+@pytest.fixture(scope="session")
+def spark(spark_lakehouse: LakehouseConfig) -> Iterator[SparkSession]:
+    """A real local Spark with the real Iceberg runtime against the session's SQLite catalog."""
+    session = get_session(spark_lakehouse)
     yield session
     session.stop()
 

@@ -11,6 +11,7 @@ from dagster_project import cli, jobs
 from dagster_project.resources import IcegroupResource
 from iceberg.errors import NotCaughtUp
 from iceberg.lakehouse import load_lakehouse
+from spark_jobs import session
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
 
@@ -24,7 +25,7 @@ def consume_fails_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[
     """
     monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
     append_batches(create_source(load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)}).catalog(), "demo.events"), 1, 3)
-    monkeypatch.setattr(cli, "start_in_background", lambda lakehouse: None)
+    monkeypatch.setattr(session, "start_in_background", lambda lakehouse: None)
     dagster_home = tmp_path / "dagster"
     dagster_home.mkdir()
     shutil.copy(repo_root() / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")

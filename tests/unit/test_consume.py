@@ -6,7 +6,7 @@ import json
 import os
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -15,9 +15,14 @@ from pyiceberg.catalog import Catalog
 from dagster_project.cli import main
 from dagster_project.resources import IcegroupResource
 from iceberg.groups import GroupConfig
+from iceberg.lag import Work, pending_work
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.completion import MAX_PER_TICK
 from iceberg.protocol.liveness import RunState
+from iceberg.protocol.shards import DAY_MS
+from iceberg.registry import load_state
+from spark_jobs import session
 from spark_jobs.consume import consume
 from tests.factories import append_batches, create_source, no_spark
 from tests.integration.helpers import write_groups
@@ -105,8 +110,7 @@ def test_icegroup_consume_of_an_idle_group_makes_no_run_and_never_imports_dagste
         "import sys\n"
         "from dagster_project.cli import main\n"
         f"code = main(['--groups', {str(groups)!r}, 'consume', {group.name!r}])\n"
-        "print('exit', code, 'dagster' in sys.modules, 'pyspark.sql.session' in sys.modules and "
-        "sys.modules['pyspark.sql.session'].SparkSession._instantiatedSession is not None)\n"
+        "print('exit', code, 'dagster' in sys.modules, 'pyspark' in sys.modules)\n"
     )
     env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
 
@@ -114,5 +118,53 @@ def test_icegroup_consume_of_an_idle_group_makes_no_run_and_never_imports_dagste
 
     assert done.returncode == 0, done.stderr
     assert f"group {group.name}: nothing to consume; no run started" in done.stdout
-    assert done.stdout.strip().endswith("exit 0 False False"), "no Dagster import, no SparkSession"
+    assert done.stdout.strip().endswith("exit 0 False False"), "no Dagster import, not even PySpark's"
     assert not (tmp_path / "dagster").exists() or not any((tmp_path / "dagster").iterdir()), "no run recorded"
+
+
+def test_consume_reports_every_due_window_before_it_calls_the_group_caught_up(
+    catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+) -> None:
+    """A tick reports at most MAX_PER_TICK windows; consume goes on ticking rather than leave the rest to a next run."""
+    group = make_group(window_start=datetime.now(UTC).date() - timedelta(days=2 * MAX_PER_TICK + 10))
+    consumed_unreconciled(catalog, group)
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert state.windows_complete_through_ms is not None, "the first tick reported its MAX_PER_TICK windows"
+    today_ms = (datetime.now(UTC).date().toordinal() - date(1970, 1, 1).toordinal()) * DAY_MS
+    reported: list[int] = []
+
+    summary = consume(
+        no_spark, lakehouse, group, "run-1", lambda _: RunState.SUCCEEDED, on_complete=reported.extend, progress=print
+    )
+
+    assert summary.caught_up
+    assert summary.ticks >= 2, "more windows were due than one tick reports"
+    assert reported == list(range(state.windows_complete_through_ms, today_ms, DAY_MS)), "every finished day, once"
+    assert pending_work(catalog, group) is Work.NONE
+
+
+def test_icegroup_consume_with_only_windows_to_report_makes_a_run_without_a_jvm(
+    catalog: Catalog,
+    make_group: type[GroupConfig],
+    lake_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    group = make_group(window_start=datetime.now(UTC).date() - timedelta(days=2 * MAX_PER_TICK + 10))
+    consumed_unreconciled(catalog, group)
+    assert tick(catalog, group, lambda _: RunState.SUCCEEDED).more_windows_due
+    assert pending_work(catalog, group) is Work.WINDOWS
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    started: list[LakehouseConfig] = []
+    monkeypatch.setattr(session, "start_in_background", started.append)
+    monkeypatch.setattr(IcegroupResource, "spark", lambda _: no_spark())
+    groups = write_groups(tmp_path / "groups.yaml", group)
+
+    assert main(["--groups", str(groups), "consume", group.name, "--json"]) == 0
+
+    assert json.loads(capsys.readouterr().out)["run_id"] is not None, "the windows are reported by a run"
+    assert started == [], "no JVM for a run that only reports windows"
+    assert pending_work(catalog, group) is Work.NONE

@@ -7,7 +7,7 @@ from datetime import UTC, datetime
 from pyiceberg.catalog import Catalog
 
 from iceberg.groups import GroupConfig
-from iceberg.lag import has_work, lag_of
+from iceberg.lag import Work, lag_of, pending_work
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from tests.factories import append_batches, create_source
@@ -17,31 +17,31 @@ from tests.sink_commits import commit_lease
 TODAY = datetime.now(UTC).date()
 
 
-def test_has_work_follows_unplanned_commits_and_open_shards_until_everything_is_committed(
+def test_pending_work_follows_unplanned_commits_and_open_shards_until_everything_is_committed(
     catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
     group = make_group(max_borrowers=3, window_start=TODAY)
-    assert not has_work(catalog, group), "no source table: the tick names that, not this hint"
+    assert pending_work(catalog, group) is Work.NONE, "no source table: the tick names that, not this hint"
     source = create_source(catalog, group.source)
-    assert not has_work(catalog, group), "an empty source and no registry"
+    assert pending_work(catalog, group) is Work.NONE, "an empty source and no registry"
 
     append_batches(source, 2, 30)
-    assert has_work(catalog, group), "commits no tick planned yet"
+    assert pending_work(catalog, group) is Work.DATA, "commits no tick planned yet"
     assert lag_of(catalog, group).rows == 60
 
     first = tick(catalog, group, lambda _: RunState.MISSING)
-    assert has_work(catalog, group), "shards cut and leased, not committed"
+    assert pending_work(catalog, group) is Work.DATA, "shards cut and leased, not committed"
     for lease in first.launch:
         commit_lease(catalog, group, first.state, lease)
     tick(catalog, group, lambda _: RunState.SUCCEEDED)
 
-    assert not has_work(catalog, group)
+    assert pending_work(catalog, group) is Work.NONE
     assert lag_of(catalog, group).rows == 0
     append_batches(source, 1, 3)
-    assert has_work(catalog, group), "a new commit after catching up"
+    assert pending_work(catalog, group) is Work.DATA, "a new commit after catching up"
 
 
-def test_a_caught_up_group_has_work_again_once_a_window_is_due_to_be_reported_complete(
+def test_a_caught_up_group_has_windows_to_report_once_a_window_is_due_to_be_reported_complete(
     catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
     group = make_group(replay_window="hour", window_start=TODAY)
@@ -52,7 +52,6 @@ def test_a_caught_up_group_has_work_again_once_a_window_is_due_to_be_reported_co
     caught_up = tick(catalog, group, lambda _: RunState.SUCCEEDED)
     assert caught_up.caught_up
 
-    assert not has_work(catalog, group, now_ms=caught_up.state.windows_complete_through_ms)
-    assert has_work(catalog, group, now_ms=caught_up.state.windows_complete_through_ms + 2 * 3_600_000), (
-        "the open window has ended: the next tick reports it complete"
-    )
+    assert pending_work(catalog, group, now_ms=caught_up.state.windows_complete_through_ms) is Work.NONE
+    later = caught_up.state.windows_complete_through_ms + 2 * 3_600_000
+    assert pending_work(catalog, group, now_ms=later) is Work.WINDOWS, "the open window ended: a tick reports it"

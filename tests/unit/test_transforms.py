@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import dagster as dg
@@ -11,7 +12,8 @@ from dagster_project.cli import main
 from dagster_project.definitions import defs
 from dagster_project.group_files import ENV_GROUPS, load_checked_groups
 from iceberg.errors import ConfigError
-from spark_jobs.transforms import identity, import_transform, load_transform
+from spark_jobs.transform_paths import import_transform
+from spark_jobs.transforms import identity, load_transform
 
 
 def groups_yaml(tmp_path: Path, transform: str) -> Path:
@@ -99,3 +101,19 @@ def test_load_transform_raises_config_error_naming_the_field() -> None:
     assert load_transform("spark_jobs.transforms:identity") is identity
     with pytest.raises(ConfigError, match=r"^transform: 'spark_jobs.transforms:nope': .*fix the function name"):
         load_transform("spark_jobs.transforms:nope")
+
+
+def test_a_function_defined_in_its_module_source_is_checked_without_running_the_module(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The groups load without importing a transform's module (and PySpark with it); a Borrower still loads it."""
+    (tmp_path / "slow_transform_xyz.py").write_text(
+        "import no_such_dependency_xyz\n\n\ndef reshape(df):\n    return df\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    load_checked_groups(groups_yaml(tmp_path, "slow_transform_xyz:reshape"))
+
+    assert "slow_transform_xyz" not in sys.modules, "the module's source was read, not run"
+    with pytest.raises(ConfigError, match=r"module 'slow_transform_xyz' cannot be imported \(ModuleNotFoundError"):
+        load_transform("slow_transform_xyz:reshape")
