@@ -59,6 +59,7 @@ bench: jvm ## side by side against plain Spark and Structured Streaming (through
 	$(PY) -m tests.benchmarks.bench_processes
 	$(PY) -m tests.benchmarks.bench_replay
 	$(PY) -m tests.benchmarks.bench_idle_consume
+	$(PY) -m tests.benchmarks.bench_lineage_cost
 
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

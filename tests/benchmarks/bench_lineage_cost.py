@@ -1,0 +1,116 @@
+"""What one large shard costs a Borrower beyond the plain Spark job that moves the same rows, and why.
+
+W1's throughput ratio (``bench_throughput.py``) sets ``icegroup consume`` against a plain Spark job
+that reads, transforms and appends. A Borrower does more per row: it reads a pinned snapshot range
+restricted to the shard's own files, adds the lineage columns that lineage queries, replays and
+resets use (group, lease, shard, epoch, window), and stages the output in the window-partitioned
+sink for the fenced commit. This isolates those steps on one warm SparkSession, on one W1 shard:
+stream ``region=eu`` of W1's source, 12 snapshots, 1.68 million rows, the same transform.
+
+- ``plain``: the stream's rows at the head snapshot, transformed, appended to a plain table;
+- ``shard_read``: the shard as the Borrower reads it (``read_shard``), transformed, to a plain table;
+- ``lineage``: that, with the lineage columns (``with_lineage``), to a plain table;
+- ``staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
+  (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``).
+
+Each arm writes a fresh table, in a rotating order, ROUNDS rounds after one warm-up round. The
+figures are medians, and each arm's cost as a multiple of ``plain``. The publish (a catalog commit,
+about 0.1 s) is not included. Run: ``make bench`` (writes tests/benchmarks/results/lineage_cost.json).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from pyspark.sql import DataFrame, SparkSession
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import load_lakehouse
+from iceberg.leader import tick
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.shards import Shard
+from spark_jobs.fenced_commit import ensure_sink, stage_shard, with_lineage
+from spark_jobs.session import get_session
+from spark_jobs.shard_reader import read_shard
+from spark_jobs.transforms import enrich_events
+from tests.benchmarks.workloads import W1, fill
+from tests.factories import create_source
+
+ROUNDS = 5
+ARMS = ("plain", "shard_read", "lineage", "staged")
+STREAM = "0:region=eu"
+RESULTS = Path(__file__).parent / "results" / "lineage_cost.json"
+
+
+def arm_writers(
+    spark: SparkSession, catalog: str, source: str, shard: Shard, root: int | None
+) -> dict[str, Callable[[str], None]]:
+    """Each arm as a function that writes its output to the table it is given."""
+
+    def plain_table(table: str, rows: DataFrame) -> None:
+        rows.limit(0).writeTo(table).using("iceberg").create()
+        rows.writeTo(table).append()
+
+    def lineage(rows: DataFrame) -> DataFrame:
+        return with_lineage(rows, "bench", "lease0123456789ab", shard.shard_id, 0, "2026-11-25")
+
+    def read() -> DataFrame:
+        return enrich_events(read_shard(spark, source, shard, root, None))
+
+    def staged(table: str) -> None:
+        rows = lineage(read())
+        ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
+        stage_shard(rows, table)
+
+    return {
+        "plain": lambda table: plain_table(table, enrich_events(spark.table(source).where("region = 'eu'"))),
+        "shard_read": lambda table: plain_table(table, read()),
+        "lineage": lambda table: plain_table(table, lineage(read())),
+        "staged": staged,
+    }
+
+
+def main() -> None:
+    """Fill W1's source, cut its shards with a real Leader tick, then time the arms and record them."""
+    with tempfile.TemporaryDirectory(prefix="icegroup-bench-lineage-") as tmp:
+        lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(Path(tmp) / "lake")})
+        catalog = lakehouse.catalog()
+        group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out")
+        table = create_source(catalog, group.source)
+        fill(table, W1)
+        first = min(table.snapshots(), key=lambda s: s.sequence_number or 0).snapshot_id
+        shards = tick(catalog, group, lambda _: RunState.MISSING).state.shards.values()
+        shard = next(s for s in shards if s.stream == STREAM)
+        spark = get_session(lakehouse)
+        name = lakehouse.catalog_name
+        writers = arm_writers(spark, name, f"{name}.{group.source}", shard, first)
+        seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+        print(f"shard {shard.shard_id}: {shard.rows} rows, {len(shard.files)} files", flush=True)
+        for index in range(ROUNDS + 1):
+            for arm in ARMS[index % len(ARMS) :] + ARMS[: index % len(ARMS)]:
+                started = time.perf_counter()
+                writers[arm](f"{name}.bench.{arm}_{index}")
+                elapsed = time.perf_counter() - started
+                if index > 0:  # round 0 warms the JVM up
+                    seconds[arm].append(round(elapsed, 2))
+                print(f"round {index}: {arm} {elapsed:.2f}s", flush=True)
+        spark.stop()
+    medians = {arm: statistics.median(values) for arm, values in seconds.items()}
+    result = {
+        "rounds": ROUNDS,
+        "shard": {"rows": shard.rows, "files": len(shard.files), "stream": STREAM},
+        "seconds": seconds,
+        "median_s": medians,
+        "cost_over_plain": {arm: round(medians[arm] / medians["plain"], 2) for arm in ARMS},
+    }
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print("cost / plain: " + "  ".join(f"{arm} {ratio}x" for arm, ratio in result["cost_over_plain"].items()))
+
+
+if __name__ == "__main__":
+    main()
