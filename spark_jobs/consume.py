@@ -114,7 +114,7 @@ def consume(
                 time.sleep(poll_s)
                 continue
             mine = [le for le in result.launch if le.owner_run_id == owner_run_id and not runner.knows(le)]
-            if result.paused and not mine and not runner.busy:
+            if result.paused and not mine and not runner.busy and not result.more_windows_due:
                 raise NotCaughtUp(result.pause_message())
             if mine or result.new_shards or result.committed:
                 progress(
