@@ -11,7 +11,9 @@ stream ``region=eu`` of W1's source, 12 snapshots, 1.68 million rows, the same t
 - ``shard_read``: the shard as the Borrower reads it (``read_shard``), transformed, to a plain table;
 - ``lineage``: that, with the lineage columns (``with_lineage``), to a plain table;
 - ``staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
-  (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``).
+  (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``);
+- ``strings4`` and ``longs4``: ``plain`` with four constant columns added, strings of the lineage
+  columns' lengths or ``long`` numbers: what the columns' type costs.
 
 Each arm writes a fresh table, in a rotating order, ROUNDS rounds after one warm-up round. The
 figures are medians, and each arm's cost as a multiple of ``plain``. The publish (a catalog commit,
@@ -28,6 +30,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
 
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import load_lakehouse
@@ -42,9 +45,12 @@ from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 
 ROUNDS = 5
-ARMS = ("plain", "shard_read", "lineage", "staged")
+ARMS = ("plain", "shard_read", "lineage", "staged", "strings4", "longs4")
 STREAM = "0:region=eu"
 RESULTS = Path(__file__).parent / "results" / "lineage_cost.json"
+# Four constants as the lineage columns have them (group, lease, shard, window), and four numbers.
+STRINGS = ("bench", "0123456789abcdef", "fedcba9876543210", "2026-11-25")
+LONGS = (1, 0x0123456789ABCDEF, 0x7EDCBA9876543210, 20261125)
 
 
 def arm_writers(
@@ -67,8 +73,16 @@ def arm_writers(
         ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
         stage_shard(rows, table)
 
+    def plain() -> DataFrame:
+        return enrich_events(spark.table(source).where("region = 'eu'"))
+
+    def constants(values: tuple[object, ...]) -> DataFrame:
+        return plain().select("*", *[F.lit(value).alias(f"c{index}") for index, value in enumerate(values)])
+
     return {
-        "plain": lambda table: plain_table(table, enrich_events(spark.table(source).where("region = 'eu'"))),
+        "plain": lambda table: plain_table(table, plain()),
+        "strings4": lambda table: plain_table(table, constants(STRINGS)),
+        "longs4": lambda table: plain_table(table, constants(LONGS)),
         "shard_read": lambda table: plain_table(table, read()),
         "lineage": lambda table: plain_table(table, lineage(read())),
         "staged": staged,
@@ -101,15 +115,16 @@ def main() -> None:
                 print(f"round {index}: {arm} {elapsed:.2f}s", flush=True)
         spark.stop()
     medians = {arm: statistics.median(values) for arm, values in seconds.items()}
+    ratios = {arm: round(medians[arm] / medians["plain"], 2) for arm in ARMS}
     result = {
         "rounds": ROUNDS,
         "shard": {"rows": shard.rows, "files": len(shard.files), "stream": STREAM},
         "seconds": seconds,
         "median_s": medians,
-        "cost_over_plain": {arm: round(medians[arm] / medians["plain"], 2) for arm in ARMS},
+        "cost_over_plain": ratios,
     }
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print("cost / plain: " + "  ".join(f"{arm} {ratio}x" for arm, ratio in result["cost_over_plain"].items()))
+    print("cost / plain: " + "  ".join(f"{arm} {ratio}x" for arm, ratio in ratios.items()))
 
 
 if __name__ == "__main__":
