@@ -126,8 +126,8 @@ def start_in_background(lakehouse: LakehouseConfig) -> threading.Thread:
     """Start the process's SparkSession on a thread, so the JVM boots while the caller sets up its run.
 
     A later ``get_session`` in this process waits for it (both hold ``_Started.lock``) and gets the
-    same session. If the start fails, that later call fails the same way and reports
-    it, so the thread drops the error rather than print it twice.
+    same session. If the start fails, that later call fails the same way and reports it, so the
+    thread drops the error rather than print it twice.
     """
 
     def start() -> None:
