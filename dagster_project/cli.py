@@ -11,15 +11,14 @@ import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from datetime import UTC, datetime
 from pathlib import Path
 
-from dagster_project.cli_support import dagster_home, parse_time, pick, table
+from dagster_project.cli_support import dagster_home, parse_time, pick, render, table
 from dagster_project.group_files import ENV_GROUPS, groups_path, load_checked_groups
 from iceberg.admin import set_paused
 from iceberg.checkpoints import list_checkpoints
 from iceberg.dead_letters import latest, open_letters, redrive
-from iceberg.describe import GroupView, describe_as_of, describe_group
+from iceberg.describe import describe_as_of, describe_group
 from iceberg.errors import IcegroupError, NotCaughtUp, UsageError
 from iceberg.groups import GroupConfig
 from iceberg.lag import Work, pending_work
@@ -217,41 +216,6 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     else:
         print(render(view))
     return 0
-
-
-def render(view: GroupView) -> str:
-    """``describe`` as text: a header, then one line per stream."""
-    at = datetime.fromtimestamp(view.as_of_ms / 1000, tz=UTC).isoformat(timespec="seconds")
-    head = (
-        (f"as of {at} (the registry's commit then; not reconciled with the sink)\n" if view.historical else "")
-        + f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}  {view.status}\n"
-        f"source head {view.source_head}  planned through {view.planned_through}  "
-        f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
-        f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
-        + (f" / {view.lag_age_s:.1f}s (oldest unconsumed commit)" if view.lag_age_s is not None else "")
-    )
-    rows: list[dict[str, object]] = [
-        {
-            "stream": s.stream,
-            "position": s.position,
-            "head": s.head,
-            "lag_snapshots": s.lag_snapshots,
-            "lag_rows": s.lag_rows,
-            "lag_age": "-" if (age := s.age_at(view.as_of_ms)) is None else f"{age:.1f}s",
-            "committed_rows": s.committed_rows,
-            "rate": "-" if s.rate_rows_s is None else f"{s.rate_rows_s:,.0f} rows/s",
-            "leases": ",".join(s.leases) or "-",
-        }
-        for s in view.streams
-    ]
-    columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "lag_age", "committed_rows", "rate", "leases"]
-    holds = "".join(f"\n  {line}" for line in view.hold_lines())
-    replays = "".join(f"\n  {line}" for line in view.replays)
-    return (
-        f"{head}\n{table(rows, columns)}"
-        + (f"\nleases in flight:{holds}" if holds else "")
-        + (f"\nreplays in flight:{replays}" if replays else "")
-    )
 
 
 def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

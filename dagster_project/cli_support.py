@@ -1,4 +1,4 @@
-"""What the ``icegroup`` commands share: naming a group, times, tables, and where the Dagster instance is.
+"""What the ``icegroup`` commands share: naming a group, times, tables, a group as text, the Dagster home.
 
 Nothing here imports Dagster; running a job in the instance is ``cli_runs.py``.
 """
@@ -9,6 +9,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from iceberg.describe import GroupView
 from iceberg.errors import UsageError
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import ENV_HOME
@@ -44,3 +45,38 @@ def dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME") or Path(os.environ.get(ENV_HOME, ".")) / ".dagster").resolve()
     home.mkdir(parents=True, exist_ok=True)
     return home
+
+
+def render(view: GroupView) -> str:
+    """``describe`` as text: a header, then one line per stream."""
+    at = datetime.fromtimestamp(view.as_of_ms / 1000, tz=UTC).isoformat(timespec="seconds")
+    head = (
+        (f"as of {at} (the registry's commit then; not reconciled with the sink)\n" if view.historical else "")
+        + f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}  {view.status}\n"
+        f"source head {view.source_head}  planned through {view.planned_through}  "
+        f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
+        f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
+        + (f" / {view.lag_age_s:.1f}s (oldest unconsumed commit)" if view.lag_age_s is not None else "")
+    )
+    rows: list[dict[str, object]] = [
+        {
+            "stream": s.stream,
+            "position": s.position,
+            "head": s.head,
+            "lag_snapshots": s.lag_snapshots,
+            "lag_rows": s.lag_rows,
+            "lag_age": "-" if (age := s.age_at(view.as_of_ms)) is None else f"{age:.1f}s",
+            "committed_rows": s.committed_rows,
+            "rate": "-" if s.rate_rows_s is None else f"{s.rate_rows_s:,.0f} rows/s",
+            "leases": ",".join(s.leases) or "-",
+        }
+        for s in view.streams
+    ]
+    columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "lag_age", "committed_rows", "rate", "leases"]
+    holds = "".join(f"\n  {line}" for line in view.hold_lines())
+    replays = "".join(f"\n  {line}" for line in view.replays)
+    return (
+        f"{head}\n{table(rows, columns)}"
+        + (f"\nleases in flight:{holds}" if holds else "")
+        + (f"\nreplays in flight:{replays}" if replays else "")
+    )

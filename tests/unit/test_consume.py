@@ -37,6 +37,15 @@ def consumed_unreconciled(catalog: Catalog, group: GroupConfig) -> None:
         commit_lease(catalog, group, first.state, lease)
 
 
+@pytest.fixture
+def cli_home(lake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """The ``icegroup`` command on the test lakehouse, a fresh Dagster home, and no Spark; returns ``tmp_path``."""
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
+    monkeypatch.setattr(IcegroupResource, "spark", lambda _: no_spark())
+    return tmp_path
+
+
 def test_consume_of_a_caught_up_group_returns_without_starting_spark(
     catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig]
 ) -> None:
@@ -61,38 +70,23 @@ def test_consume_of_an_empty_source_returns_without_starting_spark(
 
 
 def test_icegroup_consume_with_nothing_to_do_starts_no_spark(
-    catalog: Catalog,
-    make_group: type[GroupConfig],
-    lake_home: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    catalog: Catalog, make_group: type[GroupConfig], cli_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     group = make_group()
     consumed_unreconciled(catalog, group)
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
-    monkeypatch.setattr(IcegroupResource, "spark", lambda _: no_spark())
 
-    assert main(["--groups", str(write_groups(tmp_path / "groups.yaml", group)), "consume", group.name]) == 0
+    assert main(["--groups", str(write_groups(cli_home / "groups.yaml", group)), "consume", group.name]) == 0
 
     assert "caught up" in capsys.readouterr().out
 
 
 def test_icegroup_consume_json_prints_the_run_and_the_group(
-    catalog: Catalog,
-    make_group: type[GroupConfig],
-    lake_home: Path,
-    tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
-    capsys: pytest.CaptureFixture[str],
+    catalog: Catalog, make_group: type[GroupConfig], cli_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     group = make_group()
     create_source(catalog, group.source)
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
 
-    assert main(["--groups", str(write_groups(tmp_path / "groups.yaml", group)), "consume", group.name, "--json"]) == 0
+    assert main(["--groups", str(write_groups(cli_home / "groups.yaml", group)), "consume", group.name, "--json"]) == 0
 
     printed = json.loads(capsys.readouterr().out)
     assert printed["success"] is True
@@ -147,8 +141,7 @@ def test_consume_reports_every_due_window_before_it_calls_the_group_caught_up(
 def test_icegroup_consume_with_only_windows_to_report_makes_a_run_without_a_jvm(
     catalog: Catalog,
     make_group: type[GroupConfig],
-    lake_home: Path,
-    tmp_path: Path,
+    cli_home: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
@@ -156,12 +149,9 @@ def test_icegroup_consume_with_only_windows_to_report_makes_a_run_without_a_jvm(
     consumed_unreconciled(catalog, group)
     assert tick(catalog, group, lambda _: RunState.SUCCEEDED).more_windows_due
     assert pending_work(catalog, group) is Work.WINDOWS
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    monkeypatch.setenv("DAGSTER_HOME", str(tmp_path))
     started: list[LakehouseConfig] = []
     monkeypatch.setattr(session, "start_in_background", started.append)
-    monkeypatch.setattr(IcegroupResource, "spark", lambda _: no_spark())
-    groups = write_groups(tmp_path / "groups.yaml", group)
+    groups = write_groups(cli_home / "groups.yaml", group)
 
     assert main(["--groups", str(groups), "consume", group.name, "--json"]) == 0
 
