@@ -1,4 +1,4 @@
-"""The ``icegroup`` command: list, describe, consume, pause, resume, dead letters, rebuild, replay, reset, migrate.
+"""The ``icegroup`` command: every subcommand, from ``list`` and ``consume`` to ``lineage`` and ``reset``.
 
 Every command shares one error handler: any ``IcegroupError`` is printed as
 ``icegroup: error: <message and remedy>`` and the command exits 2.
@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from dagster_project.cli_lineage import add_lineage
 from dagster_project.cli_support import dagster_home, parse_time, pick, render, table
 from dagster_project.group_files import ENV_GROUPS, groups_path, load_checked_groups
 from iceberg.admin import set_paused
@@ -116,6 +117,7 @@ def parser() -> argparse.ArgumentParser:
     rebuild.set_defaults(run=cmd_rebuild)
     add_replay(sub)
     add_reset(sub)
+    add_lineage(sub)
     migrate = sub.add_parser("migrate", help="give sink rows written before the window column their window")
     migrate.add_argument("group")
     migrate.set_defaults(run=cmd_migrate)

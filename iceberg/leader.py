@@ -29,6 +29,7 @@ from iceberg.failpoints import failpoint
 from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, check_filter
 from iceberg.heartbeats import forget, gone_holders, read_beats
+from iceberg.lineage import record_lineage
 from iceberg.planning import plan_increment
 from iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from iceberg.protocol.lineage import replay_fence_key
@@ -159,6 +160,8 @@ def tick(
         if stopped or blocked
         else complete(source, group, granted.state, head.snapshot_id if head else None, now_ms)
     )
+    if history.head is not None and history.head != before.sink_cursor:
+        record_lineage(catalog, group, before.shards)
     fence_and_commit(catalog, group, loaded, state, {**live.fences, **replay_fences})
     if blocked is not None and not live.launch and not granted.grants and not stopped and not held:
         # Stopped at a snapshot it cannot step over, with nothing to run before it: say so. The state is

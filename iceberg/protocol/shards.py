@@ -64,6 +64,11 @@ class Shard(BaseModel):
     window_start_ms: int = Field(description="Start of the replay window all its snapshots fall in.")
     snapshots: list[int] = Field(description="Source snapshots in the range that added files here.")
     files: list[str] = Field(description="Data files the shard consists of.")
+    file_stats: list[tuple[int, int, int]] = Field(
+        default_factory=list,
+        description="Per file, in the order of files: the snapshot that added it, its records and its bytes. "
+        "Lineage records them once the shard commits; empty in shards planned before they were kept.",
+    )
     rows: int = Field(description="Source rows in those files, before the group's filter.")
     bytes: int = Field(description="Size of those files.")
     identity: dict[str, PartitionValue] = Field(
@@ -214,6 +219,7 @@ def _close(group: str, epoch: int, stream: str, open_shard: _Open) -> Shard:
         window_start_ms=open_shard.window,
         snapshots=list(open_shard.snapshots),
         files=[f.path for f in open_shard.files],
+        file_stats=[(f.snapshot_id, f.record_count, f.size_bytes) for f in open_shard.files],
         rows=sum(f.record_count for f in open_shard.files),
         bytes=sum(f.size_bytes for f in open_shard.files),
         identity=dict(open_shard.files[0].identity),

@@ -1,0 +1,270 @@
+"""Lineage questions, both ways, answered from the lineage tables (``iceberg/lineage.py``).
+
+Backwards, from output to input: a sink snapshot, a window, or sink rows matching a filter give the
+shards that made them, with their source snapshot ranges and source files. Forwards, from input to
+output: a source file or a source snapshot gives the sink snapshots, windows and sink rows made
+from it. Through chained groups (a group whose source is another group's sink), ``through`` follows
+each answer upstream to the first source, or downstream to the last sink.
+
+Sink rows carry their shard id (``_ig_shard``), so rows still resolve after the sink was compacted;
+entries keep their files, so they still resolve after the source's snapshots expired.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from iceberg.errors import UsageError
+from iceberg.groups import GroupConfig
+from iceberg.lineage import entries, is_in, load_lineage, quoted, recorded_through, shard_entries
+from iceberg.protocol.lineage import COL_SHARD, COL_WINDOW, parse_commit, parse_replay
+from iceberg.protocol.provenance import LineageEntry
+from iceberg.protocol.shards import window_label, window_start_ms
+from iceberg.tables import load_optional, walk_back
+
+# A filter on sink rows that matches more shards than this is answered for these only, and says so.
+MAX_ROW_SHARDS = 1000
+
+
+@dataclass
+class Answer:
+    """The entries that answer a question about one group, and how current the group's lineage is.
+
+    ``sink_rows`` counts, per shard, the rows the sink holds now (forwards answers); ``unrecorded``
+    is the number of the group's sink commits the Leader has not recorded yet. ``hops`` holds the
+    answers for the groups upstream or downstream, with ``through``.
+    """
+
+    group: str
+    question: str
+    found: list[LineageEntry]
+    recorded_through: int | None
+    unrecorded: int
+    sink_rows: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+    hops: list[Answer] = field(default_factory=list)
+
+
+def lineage_table(catalog: Catalog, group: GroupConfig) -> Table:
+    """The group's lineage table, or an error saying when it will exist."""
+    table = load_lineage(catalog, group.name)
+    if table is None:
+        raise UsageError(
+            f"group {group.name!r} has no lineage recorded yet: the Leader records it from the sink's commits at "
+            "its next tick after the first one (run `icegroup consume` or let the sensor tick)"
+        )
+    return table
+
+
+def unrecorded_commits(catalog: Catalog, group: GroupConfig, through: int | None) -> int:
+    """How many of the group's sink commits came after the lineage table's cursor."""
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        return 0
+    count = 0
+    for snapshot in walk_back(sink, through):
+        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        commit = parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, props, 0)
+        replay = parse_replay(snapshot.snapshot_id, snapshot.timestamp_ms, props, 0, 0)
+        writer = commit.group if commit is not None else replay.group if replay is not None else None
+        count += writer == group.name
+    return count
+
+
+def answer(catalog: Catalog, group: GroupConfig, question: str, row_filter: str, note: str = "") -> Answer:
+    """The entries matching ``row_filter``, with the lineage table's freshness."""
+    table = lineage_table(catalog, group)
+    through = recorded_through(table)
+    return Answer(
+        group=group.name,
+        question=question,
+        found=entries(table, row_filter),
+        recorded_through=through,
+        unrecorded=unrecorded_commits(catalog, group, through),
+        note=note,
+    )
+
+
+def by_window(catalog: Catalog, group: GroupConfig, window: str) -> Answer:
+    """Backwards from a replay window: one partition of the lineage table."""
+    return answer(catalog, group, f"window {window}", f"window = {quoted(window)}")
+
+
+def by_sink_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> Answer:
+    """Backwards from a sink snapshot; its windows prune the read while the snapshot is in the sink's metadata."""
+    sink = load_optional(catalog, group.sink)
+    snapshot = sink.snapshot_by_id(snapshot_id) if sink is not None else None
+    props = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary is not None else {}
+    commit = parse_commit(snapshot_id, 0, props, 0)
+    replay = parse_replay(snapshot_id, 0, props, 0, 0)
+    windows: set[str] = set()
+    if commit is not None:
+        windows = {window_label(s.window_start_ms, group.replay_window) for s in commit.shards if s.window_start_ms}
+    elif replay is not None:
+        windows = {replay.window}
+    where = f"sink_snapshot = {snapshot_id}"
+    if windows:
+        where = f"{is_in('window', windows)} AND {where}"
+    found = answer(catalog, group, f"sink snapshot {snapshot_id}", where)
+    if not found.found and snapshot is not None and commit is None and replay is None:
+        operation = snapshot.summary.operation.value if snapshot.summary is not None else "unknown"
+        found.note = (
+            f"sink snapshot {snapshot_id} is a {operation} snapshot that group {group.name} did not commit "
+            "(compaction or another writer); ask for the rows it holds with --row"
+        )
+    return found
+
+
+def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
+    """Backwards from sink rows: their shard ids, however the sink's files were compacted since."""
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        raise UsageError(f"--row: group {group.name!r} has no sink table {group.sink} yet")
+    try:
+        rows = sink.scan(row_filter=row_filter, selected_fields=(COL_SHARD, COL_WINDOW)).to_arrow()
+    except (ValueError, TypeError) as exc:
+        raise UsageError(
+            f'--row: {row_filter!r} is not a filter on {group.sink}\'s columns ({exc}); write it like "id = 42"'
+        ) from None
+    counts: dict[tuple[str, str], int] = {}
+    for shard, window in zip(rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), strict=True):
+        if shard is not None:
+            counts[(shard, window)] = counts.get((shard, window), 0) + 1
+    chosen = sorted(counts)[:MAX_ROW_SHARDS]
+    note = f"{rows.num_rows} sink rows match, from {len(counts)} shards"
+    if len(counts) > MAX_ROW_SHARDS:
+        note += f"; the first {MAX_ROW_SHARDS} are shown, narrow the filter for the rest"
+    table = lineage_table(catalog, group)
+    through = recorded_through(table)
+    return Answer(
+        group=group.name,
+        question=f"sink rows where {row_filter}",
+        found=shard_entries(table, {shard: window for shard, window in chosen}),
+        recorded_through=through,
+        unrecorded=unrecorded_commits(catalog, group, through),
+        sink_rows={shard: count for (shard, _), count in counts.items()},
+        note=note,
+    )
+
+
+def by_source_file(catalog: Catalog, group: GroupConfig, path: str) -> Answer:
+    """Forwards from a source data file: its bucket of the lineage table, and the sink rows of its shards."""
+    found = answer(catalog, group, f"source file {path}", f"source_file = {quoted(path)}")
+    found.sink_rows = sink_rows_of(catalog, group, found.found)
+    return found
+
+
+def by_source_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> Answer:
+    """Forwards from a source snapshot; its commit time prunes the read to one window while it has not expired."""
+    source = load_optional(catalog, group.source)
+    snapshot = source.snapshot_by_id(snapshot_id) if source is not None else None
+    where = f"source_snapshot = {snapshot_id}"
+    if snapshot is not None:
+        window = window_label(window_start_ms(snapshot.timestamp_ms, group.replay_window), group.replay_window)
+        where = f"window = {quoted(window)} AND {where}"
+    found = answer(catalog, group, f"source snapshot {snapshot_id}", where)
+    found.sink_rows = sink_rows_of(catalog, group, found.found)
+    return found
+
+
+def sink_rows_of(catalog: Catalog, group: GroupConfig, found: list[LineageEntry]) -> dict[str, int]:
+    """Per shard of ``found``, the rows the sink holds now (its files are pruned by the shard id's bounds)."""
+    shards = sorted({e.shard_id for e in found})
+    sink = load_optional(catalog, group.sink)
+    if not shards or sink is None:
+        return {}
+    rows = sink.scan(row_filter=is_in(COL_SHARD, shards), selected_fields=(COL_SHARD,)).to_arrow()
+    counts = {shard: 0 for shard in shards}
+    for shard in rows.column(COL_SHARD).to_pylist():
+        counts[shard] += 1
+    return counts
+
+
+def upstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> GroupConfig | None:
+    """The group whose sink this group consumes, if any."""
+    return next((g for g in groups.values() if g.sink == group.source and g.name != group.name), None)
+
+
+def downstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> list[GroupConfig]:
+    """The groups that consume this group's sink."""
+    return [g for g in groups.values() if g.source == group.sink and g.name != group.name]
+
+
+def trace_back(catalog: Catalog, groups: Mapping[str, GroupConfig], group: GroupConfig, found: Answer) -> None:
+    """Follow ``found`` upstream, group by group, to the first source: each hop is the upstream's answer.
+
+    The files of a chained group's source are the upstream sink's files, and their rows carry the
+    upstream shard ids: reading those two columns names the upstream shards exactly. A file that is
+    gone (expired) falls back to the upstream commit that added it, the entry's source snapshot.
+    """
+    seen = {group.name}
+    current, answer_now = group, found
+    while (upstream := upstream_of(groups, current)) is not None and upstream.name not in seen:
+        seen.add(upstream.name)
+        source = load_optional(catalog, current.source)
+        shards: dict[str, str] = {}
+        snapshots: set[int] = set()
+        for entry in answer_now.found:
+            read = shards_in_file(source, entry.source_file) if source is not None and entry.source_file else None
+            if read is None:
+                if entry.source_snapshot is not None:
+                    snapshots.add(entry.source_snapshot)
+                continue
+            shards.update(read)
+        table = lineage_table(catalog, upstream)
+        hop = shard_entries(table, shards)
+        if snapshots:
+            hop += entries(table, f"sink_snapshot IN ({', '.join(str(s) for s in sorted(snapshots))})")
+        through = recorded_through(table)
+        answer_now = Answer(
+            group=upstream.name,
+            question=f"upstream of {current.name}",
+            found=unique(hop),
+            recorded_through=through,
+            unrecorded=unrecorded_commits(catalog, upstream, through),
+        )
+        found.hops.append(answer_now)
+        current = upstream
+
+
+def trace_forward(catalog: Catalog, groups: Mapping[str, GroupConfig], group: GroupConfig, found: Answer) -> None:
+    """Follow ``found`` downstream: the sink snapshots it names are the source snapshots of the next group."""
+    seen = {group.name}
+    frontier = [(group, found)]
+    while frontier:
+        current, answer_now = frontier.pop(0)
+        sinks = sorted({e.sink_snapshot for e in answer_now.found})
+        for downstream in downstream_of(groups, current):
+            if downstream.name in seen or not sinks:
+                continue
+            seen.add(downstream.name)
+            hop = answer(
+                catalog,
+                downstream,
+                f"downstream of {current.name}",
+                f"source_snapshot IN ({', '.join(str(s) for s in sinks)})",
+            )
+            hop.sink_rows = sink_rows_of(catalog, downstream, hop.found)
+            found.hops.append(hop)
+            frontier.append((downstream, hop))
+
+
+def shards_in_file(source: Table, path: str) -> dict[str, str] | None:
+    """The upstream shard ids (with their windows) of the rows in one of the upstream sink's files; None if gone."""
+    try:
+        with source.io.new_input(path).open() as stream:
+            rows = pq.read_table(stream, columns=[COL_SHARD, COL_WINDOW])
+    except (OSError, ValueError):
+        return None
+    pairs = zip(rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), strict=True)
+    return {shard: window for shard, window in pairs if shard is not None and window is not None}
+
+
+def unique(found: list[LineageEntry]) -> list[LineageEntry]:
+    """Entries without repeats, in their first order."""
+    return list(dict.fromkeys(found))

@@ -1,0 +1,108 @@
+"""The pure rules that turn sink commits into lineage entries: consume, replay supersedes, reset voids."""
+
+from __future__ import annotations
+
+from iceberg.groups import ShardCaps
+from iceberg.protocol.lineage import ReplayCommit, ResetRecord, ShardRange, SinkCommit
+from iceberg.protocol.provenance import CONSUMED, REPLAYED, consumed, replayed, voided
+from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
+from iceberg.protocol.state import Origin
+from tests.factories import GROUP, STREAM, WINDOW_START_MS, shard
+
+
+def ranged(planned: Shard) -> ShardRange:
+    """The range a commit summary records for a shard."""
+    return ShardRange(
+        shard_id=planned.shard_id,
+        stream=planned.stream,
+        from_snapshot=planned.from_snapshot,
+        to_snapshot=planned.to_snapshot,
+        snapshots=tuple(planned.snapshots),
+        to_sequence=planned.to_sequence,
+        rows=planned.rows,
+        window_start_ms=planned.window_start_ms,
+    )
+
+
+def commit_of(*shards: Shard, snapshot_id: int = 900, epoch: int = 1) -> SinkCommit:
+    """A sink commit of the shards by lease L attempt 2."""
+    return SinkCommit(
+        snapshot_id=snapshot_id,
+        timestamp_ms=WINDOW_START_MS + 5,
+        group=GROUP,
+        source="ns.events",
+        lease_id="L",
+        epoch=epoch,
+        attempt=2,
+        shards=tuple(ranged(s) for s in shards),
+        added_records=10,
+        origin=Origin(start_position=None, config_hash="cafe"),
+        run_id="run-1",
+    )
+
+
+def test_planning_keeps_each_files_snapshot_records_and_bytes() -> None:
+    files = [
+        FileEntry(STREAM, 11, "a.parquet", 5, 500),
+        FileEntry(STREAM, 12, "b.parquet", 7, 700),
+    ]
+    snapshots = [SnapshotInfo(i, None, i, WINDOW_START_MS + i, 0, "append") for i in (11, 12)]
+    [planned] = cut_shards(
+        group=GROUP, epoch=0, snapshots=snapshots, files=files, stream_cursors={}, plan_from=None,
+        caps=ShardCaps(), window="day",
+    )  # fmt: skip
+    assert planned.files == ["a.parquet", "b.parquet"]
+    assert planned.file_stats == [(11, 5, 500), (12, 7, 700)]
+
+
+def test_a_commit_makes_one_entry_per_planned_file_with_the_commits_provenance() -> None:
+    planned = shard(1, files=["a.parquet", "b.parquet"], file_stats=[(101, 4, 40), (101, 6, 60)])
+    found = consumed(commit_of(planned), {planned.shard_id: planned}, "day")
+    assert [(e.source_file, e.source_snapshot, e.file_records, e.file_bytes) for e in found] == [
+        ("a.parquet", 101, 4, 40),
+        ("b.parquet", 101, 6, 60),
+    ]
+    first = found[0]
+    assert (first.window, first.shard_id, first.sink_snapshot, first.kind) == (
+        "2026-01-01",
+        planned.shard_id,
+        900,
+        CONSUMED,
+    )
+    assert (first.lease_id, first.attempt, first.epoch, first.run_id, first.config_hash) == ("L", 2, 1, "run-1", "cafe")
+    assert (first.from_snapshot, first.to_snapshot, first.shard_rows) == (100, 101, 10)
+
+
+def test_a_shard_the_registry_no_longer_holds_gets_one_entry_without_files() -> None:
+    planned = shard(1)
+    [entry] = consumed(commit_of(planned), {}, "day")
+    assert entry.source_file is None
+    assert (entry.shard_id, entry.sink_snapshot) == (planned.shard_id, 900)
+
+
+def test_a_shard_planned_before_file_stats_were_kept_still_names_its_files() -> None:
+    planned = shard(1, files=["a.parquet", "b.parquet"])
+    found = consumed(commit_of(planned), {planned.shard_id: planned}, "day")
+    assert [(e.source_file, e.file_records) for e in found] == [("a.parquet", None), ("b.parquet", None)]
+
+
+def test_a_replay_restamps_the_covered_shards_and_drops_the_rest_of_the_window() -> None:
+    one, two = shard(1), shard(2)
+    earlier = consumed(commit_of(one, two), {one.shard_id: one, two.shard_id: two}, "day")
+    replay = ReplayCommit(
+        snapshot_id=950, timestamp_ms=WINDOW_START_MS + 99, group=GROUP, window="2026-01-01", generation=3,
+        epoch=1, covers=(ranged(one),), added_records=10, deleted_records=20, run_id="replay-run",
+    )  # fmt: skip
+    [entry] = replayed(replay, earlier)
+    assert entry.shard_id == one.shard_id
+    assert (entry.kind, entry.sink_snapshot, entry.generation, entry.run_id) == (REPLAYED, 950, 3, "replay-run")
+    assert (entry.lease_id, entry.source_file) == ("L", one.files[0]), "where the rows came from is unchanged"
+
+
+def test_a_reset_voids_the_older_epochs_commits_past_its_position_only() -> None:
+    low, high = shard(1, to_sequence=1), shard(2, to_sequence=5)
+    entries = consumed(commit_of(low, high, epoch=1), {low.shard_id: low, high.shard_id: high}, "day")
+    reset = ResetRecord(epoch=2, positions={STREAM: 3}, snapshots={STREAM: 103})
+    assert voided(entries, [reset]) == {high.shard_id}
+    assert voided(entries, [ResetRecord(epoch=1, positions={STREAM: 0}, snapshots={})]) == set(), "same epoch"
+    assert voided(entries, [ResetRecord(epoch=2, positions={"*": 0}, snapshots={})]) == {low.shard_id, high.shard_id}
