@@ -1,5 +1,7 @@
 """Assets: each group's source as an external spec, and its sink, partitioned by replay window."""
 
+import hashlib
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -7,6 +9,7 @@ import dagster as dg
 from dagster_project.resources import IcegroupResource
 from iceberg.groups import GroupConfig
 from iceberg.lag import Lag
+from iceberg.lineage_query import WindowProvenance
 from iceberg.protocol.shards import window_label
 from spark_jobs.borrower import LeaseReport
 from spark_jobs.replay import ReplayReport, replay_window
@@ -57,12 +60,19 @@ def lease_metadata(group: GroupConfig, report: LeaseReport, lag: Lag) -> dict[st
         "lag_snapshots": dg.MetadataValue.int(lag.snapshots),
         "lag_age_s": dg.MetadataValue.float(round(lag.age_s or 0.0, 1)),
         "window": window_label(report.window_start_ms, group.replay_window),
+        "source_files": dg.MetadataValue.int(report.files_in),
+        "lineage": lineage_command(group, f"--sink-snapshot {report.sink_snapshots[-1]}")
+        if report.sink_snapshots
+        else lineage_command(group, f"--window {window_label(report.window_start_ms, group.replay_window)}"),
     }
 
 
-def replay_metadata(reports: list[ReplayReport]) -> dict[str, Any]:
-    """What a replay's materialization of its windows records."""
+def replay_metadata(group: GroupConfig, reports: list[ReplayReport]) -> dict[str, Any]:
+    """What a replay's materialization of its windows records, with the lineage command for each window."""
     return {
+        "lineage": dg.MetadataValue.md(
+            "\n".join(f"- `icegroup lineage {group.name} --window {r.window}`" for r in reports)
+        ),
         "replayed_windows": dg.MetadataValue.json([r.window for r in reports]),
         "generations": dg.MetadataValue.json([r.generation for r in reports]),
         "shards": dg.MetadataValue.int(sum(r.shards for r in reports)),
@@ -73,17 +83,83 @@ def replay_metadata(reports: list[ReplayReport]) -> dict[str, Any]:
     }
 
 
-def complete_events(group: GroupConfig, sink_key: dg.AssetKey, windows: list[int]) -> list[dg.AssetMaterialization]:
-    """A materialization of each window the Leader found complete: its partition reads finished from now on."""
-    return [
-        dg.AssetMaterialization(
-            asset_key=sink_key,
-            partition=window_label(start, group.replay_window),
-            description="The window is complete: every source commit in it is in the sink.",
-            metadata={"window": window_label(start, group.replay_window), "complete": True, "group": group.name},
+# Dagster's own tags for data versions (``dagster._core.definitions.data_version``): an event that
+# carries them shows its version, the code version that made it (the group's config hash: its filter
+# and transform) and the version of its input it was computed from, in the UI.
+DATA_VERSION_TAG = "dagster/data_version"
+CODE_VERSION_TAG = "dagster/code_version"
+USER_PROVIDED_TAG = "dagster/data_version_is_user_provided"
+INPUT_DATA_VERSION_PREFIX = "dagster/input_data_version"
+INPUT_EVENT_POINTER_PREFIX = "dagster/input_event_pointer"
+NO_EVENT = "NULL"
+
+
+def lineage_command(group: GroupConfig, question: str) -> dg.MetadataValue:
+    """The ``icegroup lineage`` command that answers the rest, as a reference people copy from the UI."""
+    return dg.MetadataValue.md(f"`icegroup lineage {group.name} {question}`")
+
+
+def source_observation(source_key: dg.AssetKey, snapshot_id: int) -> dg.AssetObservation:
+    """The source's version: its current snapshot id, as the source asset's data version."""
+    return dg.AssetObservation(
+        asset_key=source_key,
+        tags={DATA_VERSION_TAG: str(snapshot_id)},
+        metadata={"snapshot_id": str(snapshot_id)},
+    )
+
+
+def provenance_metadata(group: GroupConfig, made: WindowProvenance) -> dict[str, Any]:
+    """Where a window's output came from: its source range, files and rows, and the sink snapshots holding it."""
+    return {
+        "source_snapshot_range": made.source_range,
+        "source_snapshot": str(made.source_snapshot),
+        "source_files": dg.MetadataValue.int(made.source_files),
+        "source_rows": dg.MetadataValue.int(made.source_rows),
+        "shards": dg.MetadataValue.int(made.shards),
+        "sink_snapshots": dg.MetadataValue.json([str(s) for s in made.sink_snapshots]),
+        "lineage": lineage_command(group, f"--window {made.window}"),
+    }
+
+
+def complete_events(
+    group: GroupConfig,
+    sink_key: dg.AssetKey,
+    source_key: dg.AssetKey,
+    windows: list[int],
+    provenance: Mapping[int, WindowProvenance],
+) -> list[dg.AssetMaterialization]:
+    """A materialization of each window the Leader found complete: its partition reads finished from now on.
+
+    A window with output carries its provenance, and as data versions the sink snapshots holding
+    it and the source snapshot it was computed from.
+    """
+    events = []
+    for start in windows:
+        label = window_label(start, group.replay_window)
+        metadata: dict[str, Any] = {"window": label, "complete": True, "group": group.name}
+        tags = {}
+        made = provenance.get(start)
+        if made is not None:
+            metadata.update(provenance_metadata(group, made))
+            held = ",".join(str(s) for s in made.sink_snapshots)
+            source = source_key.to_user_string()
+            tags = {
+                DATA_VERSION_TAG: hashlib.sha256(held.encode()).hexdigest()[:16],
+                USER_PROVIDED_TAG: "true",
+                CODE_VERSION_TAG: group.config_hash,
+                f"{INPUT_DATA_VERSION_PREFIX}/{source}": str(made.source_snapshot),
+                f"{INPUT_EVENT_POINTER_PREFIX}/{source}": NO_EVENT,
+            }
+        events.append(
+            dg.AssetMaterialization(
+                asset_key=sink_key,
+                partition=label,
+                description="The window is complete: every source commit in it is in the sink.",
+                metadata=metadata,
+                tags=tags,
+            )
         )
-        for start in windows
-    ]
+    return events
 
 
 def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
@@ -111,6 +187,6 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
             replay_window(icegroup.spark(), lakehouse, group, key, run_id=context.run.run_id, progress=context.log.info)
             for key in context.partition_keys
         ]
-        return dg.MaterializeResult(metadata=replay_metadata(reports))
+        return dg.MaterializeResult(metadata=replay_metadata(group, reports))
 
     return sink

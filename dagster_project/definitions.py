@@ -48,7 +48,7 @@ def build_definitions(
         if group.schedule:
             schedules.append(consume_schedule(group, consume, group.schedule))
         else:
-            sensors.append(leader_sensor(group, borrower, sink.key))
+            sensors.append(leader_sensor(group, borrower, sink.key, spec.key))
     return dg.Definitions(
         assets=[*specs.values(), *assets],
         jobs=jobs,

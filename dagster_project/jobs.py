@@ -8,13 +8,14 @@ import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from pydantic import Field
 
-from dagster_project.assets import complete_events, lease_metadata, table_key
+from dagster_project.assets import complete_events, lease_metadata, source_observation, table_key
 from dagster_project.resources import IcegroupResource
 from dagster_project.run_observer import observe_runs, terminate_runs
 from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.groups import GroupConfig
 from iceberg.lag import lag_of
 from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import TickResult
 from iceberg.protocol.shards import window_label
 from iceberg.protocol.state import Lease
 from spark_jobs.borrow import borrow
@@ -115,6 +116,7 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
     The session starts at the first lease this run executes, so a run with nothing to do starts no JVM.
     """
     sink_key = table_key(catalog_name, group.sink)
+    source_key = table_key(catalog_name, group.source)
 
     @dg.op(name=f"{group.name}_consume_op", tags={"kind": "spark"})
     def consume_op(context: dg.OpExecutionContext, config: ConsumeConfig, icegroup: IcegroupResource) -> None:
@@ -124,9 +126,14 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
         def record(lease: Lease, report: LeaseReport) -> None:
             context.log_event(observation(group, sink_key, lease, report, lakehouse))
 
-        def complete(windows: list[int]) -> None:
-            for event in complete_events(group, sink_key, windows):
+        observed: list[int] = []
+
+        def ticked(result: TickResult) -> None:
+            for event in complete_events(group, sink_key, source_key, result.complete, result.provenance):
                 context.log_event(event)
+            if result.source_head is not None and result.source_head not in observed[-1:]:
+                context.log_event(source_observation(source_key, result.source_head))
+                observed.append(result.source_head)
 
         summary = consume(
             icegroup.spark,
@@ -135,7 +142,7 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
             owner_run_id=context.run_id,
             observe_others=observe_runs(context.instance, group.name),
             on_lease=record,
-            on_complete=complete,
+            on_tick=ticked,
             progress=context.log.info,
             max_wait_s=config.max_wait_s,
             until_caught_up=config.until_caught_up,

@@ -4,7 +4,7 @@ import time
 
 import dagster as dg
 
-from dagster_project.assets import complete_events
+from dagster_project.assets import complete_events, source_observation
 from dagster_project.resources import IcegroupResource
 from dagster_project.run_observer import borrower_runs, end_runs, observe_runs, terminate_runs
 from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
@@ -35,10 +35,13 @@ def borrower_requests(
     return [dg.RunRequest(tags={TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}) for _ in range(starts)]
 
 
-def leader_sensor(group: GroupConfig, job: dg.JobDefinition, sink_key: dg.AssetKey) -> dg.SensorDefinition:
+def leader_sensor(
+    group: GroupConfig, job: dg.JobDefinition, sink_key: dg.AssetKey, source_key: dg.AssetKey
+) -> dg.SensorDefinition:
     """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, start warm Borrowers.
 
-    It also materializes the sink's partition of each window that became complete.
+    It also materializes the sink's partition of each window that became complete, and observes the
+    source's version (its snapshot id) whenever it moved; the sensor's cursor is the last one observed.
     """
 
     @dg.sensor(
@@ -63,7 +66,12 @@ def leader_sensor(group: GroupConfig, job: dg.JobDefinition, sink_key: dg.AssetK
             context.log.warning(f"{group.name}: shard {letter.shard_id} is parked: {letter.error}")
         if result.stopped:
             raise GroupStopped(result.stop_message())
-        events = complete_events(group, sink_key, result.complete)
+        events: list[dg.AssetMaterialization | dg.AssetObservation] = [
+            *complete_events(group, sink_key, source_key, result.complete, result.provenance)
+        ]
+        if result.source_head is not None and str(result.source_head) != context.cursor:
+            events.append(source_observation(source_key, result.source_head))
+            context.update_cursor(str(result.source_head))
         requests = borrower_requests(context, group, result)
         context.log.info(
             f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "

@@ -30,6 +30,7 @@ from iceberg.fencing import raise_fences
 from iceberg.groups import GroupConfig, check_filter
 from iceberg.heartbeats import forget, gone_holders, read_beats
 from iceberg.lineage import record_lineage
+from iceberg.lineage_query import WindowProvenance, window_provenance
 from iceberg.planning import plan_increment
 from iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from iceberg.protocol.lineage import replay_fence_key
@@ -64,7 +65,8 @@ class TickResult:
     """What a tick decided; ``launch`` needs a Borrower now (new grants, re-grants, lost launches).
 
     ``complete`` holds the starts of the windows that became complete in this tick, each reported
-    once (the sink's Dagster partitions are materialized then). ``terminate`` holds the revoked
+    once (the sink's Dagster partitions are materialized then), and ``provenance`` what each was made
+    from (windows without output have none). ``terminate`` holds the revoked
     attempts whose runs were still alive past their deadline. ``beats`` holds each holder's last
     heartbeat, and ``gone`` the holders whose process ended on this machine, for the Leader's census
     of its Borrower runs.
@@ -82,6 +84,7 @@ class TickResult:
     elapsed_ms: float = 0.0
     rebuilt: str | None = None
     complete: list[int] = field(default_factory=list)
+    provenance: dict[int, WindowProvenance] = field(default_factory=dict)
     beats: dict[str, int] = field(default_factory=dict)
     gone: frozenset[str] = frozenset()
 
@@ -162,6 +165,7 @@ def tick(
     )
     if history.head is not None and history.head != before.sink_cursor:
         record_lineage(catalog, group, before.shards)
+    provenance = window_provenance(catalog, group, done)
     fence_and_commit(catalog, group, loaded, state, {**live.fences, **replay_fences})
     if blocked is not None and not live.launch and not granted.grants and not stopped and not held:
         # Stopped at a snapshot it cannot step over, with nothing to run before it: say so. The state is
@@ -171,6 +175,7 @@ def tick(
     return TickResult(
         state=state,
         complete=done,
+        provenance=provenance,
         launch=[*live.launch, *granted.grants],
         terminate=live.terminate,
         parked=[d for d in letters.values() if d.action != STOPPED],

@@ -24,7 +24,7 @@ from iceberg.groups import GroupConfig
 from iceberg.lineage import entries, is_in, load_lineage, quoted, recorded_through, shard_entries
 from iceberg.protocol.lineage import COL_SHARD, COL_WINDOW, parse_commit, parse_replay
 from iceberg.protocol.provenance import LineageEntry
-from iceberg.protocol.shards import window_label, window_start_ms
+from iceberg.protocol.shards import snapshot_range, window_label, window_start_ms
 from iceberg.tables import load_optional, walk_back
 
 # A filter on sink rows that matches more shards than this is answered for these only, and says so.
@@ -268,3 +268,46 @@ def shards_in_file(source: Table, path: str) -> dict[str, str] | None:
 def unique(found: list[LineageEntry]) -> list[LineageEntry]:
     """Entries without repeats, in their first order."""
     return list(dict.fromkeys(found))
+
+
+@dataclass(frozen=True)
+class WindowProvenance:
+    """What a complete window's output was made from, for its Dagster materialization.
+
+    ``source_range`` runs from the exclusive start of its earliest shard to the end of its latest
+    (shards of several streams interleave in it); ``source_snapshot`` is that end, the source
+    version the window was computed from.
+    """
+
+    window: str
+    shards: int
+    source_files: int
+    source_rows: int
+    source_range: str
+    source_snapshot: int
+    sink_snapshots: tuple[int, ...]
+
+
+def window_provenance(catalog: Catalog, group: GroupConfig, starts: list[int]) -> dict[int, WindowProvenance]:
+    """The provenance of each window (by start) that has lineage entries; one read of their partitions."""
+    table = load_lineage(catalog, group.name) if starts else None
+    if table is None:
+        return {}
+    labels = {window_label(start, group.replay_window): start for start in starts}
+    by_window: dict[str, list[LineageEntry]] = {}
+    for entry in entries(table, is_in("window", labels)):
+        by_window.setdefault(entry.window, []).append(entry)
+    found = {}
+    for label, window_entries in by_window.items():
+        ordered = sorted(window_entries, key=lambda e: (e.to_sequence or 0, e.shard_id))
+        shards = {e.shard_id: e.shard_rows or 0 for e in ordered}
+        found[labels[label]] = WindowProvenance(
+            window=label,
+            shards=len(shards),
+            source_files=sum(e.source_file is not None for e in ordered),
+            source_rows=sum(shards.values()),
+            source_range=snapshot_range(ordered[0].from_snapshot, ordered[-1].to_snapshot),
+            source_snapshot=ordered[-1].to_snapshot,
+            sink_snapshots=tuple(sorted({e.sink_snapshot for e in ordered})),
+        )
+    return found

@@ -73,6 +73,7 @@ class LeaseReport:
     rows_in: int = 0
     rows_out: int = 0
     bytes_in: int = 0
+    files_in: int = 0
     duration_s: float = 0.0
     source_from: int | None = None
     source_to: int | None = None
@@ -328,6 +329,7 @@ def count_shard(run: LeaseRun, shard: Shard) -> None:
     run.report.committed.append(shard.shard_id)
     run.report.rows_in += shard.rows
     run.report.bytes_in += shard.bytes
+    run.report.files_in += len(shard.files)
 
 
 def report(run: LeaseRun) -> LeaseReport:

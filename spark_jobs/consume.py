@@ -43,7 +43,7 @@ def consume(
     owner_run_id: str,
     observe_others: RunObserver,
     on_lease: LeaseCallback | None = None,
-    on_complete: Callable[[list[int]], None] | None = None,
+    on_tick: Callable[[TickResult], None] | None = None,
     progress: Callable[[str], None] = print,
     max_wait_s: float = 600.0,
     poll_s: float = 1.0,
@@ -70,7 +70,8 @@ def consume(
     ``GroupStopped``; a paused one raises ``NotCaughtUp`` once nothing is left to run here.
     ``terminate`` is handed the revoked attempts whose runs still look alive (a killed consumer's
     run, say), so the orchestrator can mark them ended. ``spark`` is called for the session only when
-    this process has a lease to run, so a group with nothing to do never starts a JVM.
+    this process has a lease to run, so a group with nothing to do never starts a JVM. ``on_tick``
+    sees every tick's result: its complete windows, their provenance and the source's head.
     """
     load_transform(group.transform)  # a transform that does not import fails before any lease is granted
     catalog = lakehouse.catalog()
@@ -97,8 +98,8 @@ def consume(
                 continue
             summary.ticks += 1
             summary.last_tick = result
-            if result.complete and on_complete is not None:
-                on_complete(result.complete)
+            if on_tick is not None:
+                on_tick(result)
             if result.terminate and terminate is not None:
                 terminate(result.terminate)
             if result.stopped:

@@ -224,10 +224,16 @@ def test_the_leader_materializes_each_complete_window_once_and_never_the_open_on
     built = build_definitions({group.name: group}, "lake")
     sensor = built.resolve_sensor_def(f"{group.name}_leader")
 
-    first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
-    second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+    context = dg.build_sensor_context(instance=instance, resources=built.resources)
+    first = sensor(context)
+    second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources, cursor=context.cursor))
 
     assert isinstance(first, dg.SensorResult)
-    partitions = [event.partition for event in first.asset_events]
-    assert partitions == [(today - timedelta(days=n)).isoformat() for n in (3, 2, 1)], "empty windows complete too"
-    assert not isinstance(second, dg.SensorResult) or not second.asset_events, "each window once"
+    done = [e.partition for e in first.asset_events if isinstance(e, dg.AssetMaterialization)]
+    assert done == [(today - timedelta(days=n)).isoformat() for n in (3, 2, 1)], "empty windows complete too"
+    [observed] = [e for e in first.asset_events if isinstance(e, dg.AssetObservation)]
+    head = catalog.load_table(group.source).current_snapshot()
+    assert head is not None
+    assert observed.data_version == str(head.snapshot_id), "the source's version is its snapshot id"
+    assert context.cursor == str(head.snapshot_id)
+    assert not isinstance(second, dg.SensorResult) or not second.asset_events, "each window once; the same source"

@@ -14,15 +14,19 @@ from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
+import dagster as dg
 import pyarrow.parquet as pq
 import pytest
+from dagster._core.definitions.data_version import extract_data_provenance_from_entry, extract_data_version_from_entry
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from dagster_project.assets import complete_events, source_observation
 from dagster_project.cli import main
 from iceberg.errors import RegistryConflict
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
+from iceberg.leader import tick
 from iceberg.lineage import commit_entries, entries, load_lineage, record_lineage, window_entries
 from iceberg.lineage_query import (
     by_rows,
@@ -33,10 +37,12 @@ from iceberg.lineage_query import (
     trace_back,
     trace_forward,
 )
+from iceberg.protocol.completion import CLOSE_GRACE_MS
 from iceberg.protocol.lineage import COL_SHARD
+from iceberg.protocol.liveness import RunState
 from iceberg.protocol.provenance import CONSUMED, REPLAYED, LineageEntry
 from iceberg.protocol.reset import ResetTarget
-from iceberg.protocol.shards import window_label
+from iceberg.protocol.shards import DAY_MS, window_label, window_start_ms
 from iceberg.registry import load_state
 from iceberg.reset import execute_reset
 from spark_jobs.replay import replay_window
@@ -249,3 +255,41 @@ def test_icegroup_lineage_answers_as_json_and_names_the_fix_for_a_bad_question(
     assert "--row: 'no_such_column = 5' is not a filter" in capsys.readouterr().err
     assert main([*groups, "lineage", group.name, "--window", "2026-13-01"]) == 2
     assert "--window:" in capsys.readouterr().err
+
+
+@pytest.mark.dagster
+def test_a_complete_windows_materialization_carries_its_provenance_and_source_version(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(shard_caps={"max_files": 2}, window_start=datetime.now(UTC).date().isoformat())
+    append_batches(create_source(catalog, group.source), 3, 12)
+    drive(spark, lakehouse, group)
+    head = catalog.load_table(group.source).current_snapshot()
+    assert head is not None
+    start = window_start_ms(int(time.time() * 1000), group.replay_window)
+
+    result = tick(catalog, group, lambda _: RunState.SUCCEEDED, now_ms=start + DAY_MS + CLOSE_GRACE_MS + 1)
+
+    assert result.complete == [start], "tomorrow, today's window is complete"
+    made = result.provenance[start]
+    recorded = all_entries(catalog, group)
+    assert (made.shards, made.source_files, made.source_rows) == (len({e.shard_id for e in recorded}), 9, 36)
+    assert made.source_snapshot == head.snapshot_id
+    assert set(made.sink_snapshots) == {e.sink_snapshot for e in recorded}
+
+    source_key, sink_key = dg.AssetKey(["lake", group.source]), dg.AssetKey(["lake", group.sink])
+    [event] = complete_events(group, sink_key, source_key, result.complete, result.provenance)
+    assert event.metadata["source_files"] == dg.MetadataValue.int(9)
+    assert event.metadata["lineage"] == dg.MetadataValue.md(f"`icegroup lineage {group.name} --window {today(group)}`")
+    with dg.instance_for_test() as instance:
+        instance.report_runless_asset_event(source_observation(source_key, head.snapshot_id))
+        instance.report_runless_asset_event(event)
+        record = instance.get_latest_data_version_record(sink_key, is_source=False, partition_key=today(group))
+        assert record is not None
+        provenance = extract_data_provenance_from_entry(record.event_log_entry)
+        assert provenance is not None
+        assert provenance.input_data_versions == {source_key: dg.DataVersion(str(head.snapshot_id))}
+        assert provenance.code_version == group.config_hash, "made by the group's filter and transform"
+        observed = instance.get_latest_data_version_record(source_key, is_source=True)
+        assert observed is not None
+        assert extract_data_version_from_entry(observed.event_log_entry) == dg.DataVersion(str(head.snapshot_id))

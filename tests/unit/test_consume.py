@@ -129,7 +129,13 @@ def test_consume_reports_every_due_window_before_it_calls_the_group_caught_up(
     reported: list[int] = []
 
     summary = consume(
-        no_spark, lakehouse, group, "run-1", lambda _: RunState.SUCCEEDED, on_complete=reported.extend, progress=print
+        no_spark,
+        lakehouse,
+        group,
+        "run-1",
+        lambda _: RunState.SUCCEEDED,
+        on_tick=lambda result: reported.extend(result.complete),
+        progress=print,
     )
 
     assert summary.caught_up
