@@ -36,6 +36,20 @@ ENV_OVERRIDES = {
 }
 
 
+class OpenLineageSettings(BaseModel):
+    """Where Borrower and replay runs send their OpenLineage events; absent from the config, none are sent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = Field(default="icegroup", description="OpenLineage job namespace of icegroup's runs.")
+    transport: dict[str, Any] | None = Field(
+        default=None,
+        description="The OpenLineage client's transport, as openlineage.yml writes it: {type: console}, "
+        "{type: file, log_file_path: ..., append: true} or {type: http, url: http://marquez:5000}. "
+        "Unset: the client's own discovery (OPENLINEAGE_CONFIG, OPENLINEAGE_URL, openlineage.yml).",
+    )
+
+
 class LakehouseConfig(BaseModel):
     """Where the catalog and the warehouse are, and how Spark reaches them."""
 
@@ -57,6 +71,9 @@ class LakehouseConfig(BaseModel):
         "pinned snowpark-connect-deps-iceberg wheel is used (no Maven access needed).",
     )
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, applied last.")
+    openlineage: OpenLineageSettings | None = Field(
+        default=None, description="Emit OpenLineage run events for Borrower and replay runs; off when unset."
+    )
 
     @field_validator("catalog_uri")
     @classmethod

@@ -32,6 +32,7 @@ from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError,
 from iceberg.failpoints import failpoint
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
+from iceberg.lineage_events import output_dataset, run_events
 from iceberg.protocol.lineage import SinkCommit, commit_properties
 from iceberg.protocol.liveness import BorrowerPhase
 from iceberg.protocol.shards import Shard, commit_batches, window_label
@@ -135,8 +136,34 @@ def run_lease(
     """Commit every shard of the lease that is not in the sink yet, in order; each commit names ``run_id``.
 
     Every progress line names the group and the lease attempt, and each shard's line says where its
-    time went: reading, transforming and staging it (one Spark job), and the fenced publish.
+    time went: reading, transforming and staging it (one Spark job), and the fenced publish. The
+    attempt is an OpenLineage run when the lakehouse config turns that on (``iceberg/lineage_events.py``).
     """
+    catalog = lakehouse.catalog()
+    key = f"lease/{lease.lease_id}/{lease.attempt}"
+    read_to = shards[-1].to_snapshot if shards else None
+    events = run_events(lakehouse, catalog, group.name, f"{group.name}.lease", key, group.source, read_to)
+    events.start()
+    try:
+        done = execute_lease(spark, lakehouse, group, lease, shards, progress, run_id)
+    except BaseException as exc:
+        events.fail(exc)
+        raise
+    last = done.sink_snapshots[-1] if done.sink_snapshots else None
+    events.complete(output_dataset(lakehouse, catalog, group.sink, last, done.rows_out))
+    return done
+
+
+def execute_lease(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    lease: Lease,
+    shards: list[Shard],
+    progress: Progress,
+    run_id: str | None,
+) -> LeaseReport:
+    """The work of ``run_lease``: connect, resume after what is committed, commit the rest."""
     started_at = time.perf_counter()
     activate(spark)
 

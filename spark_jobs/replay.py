@@ -23,6 +23,7 @@ from iceberg.errors import WindowMoved
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import heartbeat
 from iceberg.lakehouse import LakehouseConfig
+from iceberg.lineage_events import output_dataset, run_events
 from iceberg.protocol.lineage import replay_properties
 from iceberg.protocol.replay import replay_lease_id
 from iceberg.protocol.state import ReplayTicket
@@ -79,7 +80,10 @@ def replay_window(
     run_id: str | None = None,
     progress: Callable[[str], None] = log.info,
 ) -> ReplayReport:
-    """Replay ``window`` of ``group``: its committed source data, through today's transform, replacing its output."""
+    """Replay ``window`` of ``group``: its committed source data, through today's transform, replacing its output.
+
+    Each generation is an OpenLineage run when the lakehouse config turns that on.
+    """
     started = time.perf_counter()
     activate(spark)
     catalog = lakehouse.catalog()
@@ -89,24 +93,50 @@ def replay_window(
         replay_ticket(catalog, group, window, holder) as ticket,
         heartbeat(catalog, group.name, holder, interval_s=group.session_timeout_s / 3),
     ):
-        report = ReplayReport(window=window, generation=ticket.generation)
-        progress(f"window {window}: replay generation {ticket.generation} began")
-        for attempt in range(1, MAX_PLANS + 1):
-            plan = plan_replay(catalog, group, window)
-            plan.check_complete()
-            report.plans = attempt
-            if not plan.shards:
-                break
-            progress(f"window {window}: {len(plan.shards)} shards, {plan.rows} source rows to replay")
-            try:
-                publish(spark, lakehouse, group, ticket, plan, transform, report, run_id)
-                break
-            except WindowMoved as exc:
-                progress(f"window {window}: {exc}; planning again ({attempt}/{MAX_PLANS})")
-        else:
-            raise WindowMoved(f"window {window} kept moving under {MAX_PLANS} plans; replay it again")
+        key = f"replay/{window}/{ticket.generation}"
+        head = catalog.load_table(group.source).current_snapshot()
+        read_at = head.snapshot_id if head else None
+        events = run_events(lakehouse, catalog, group.name, f"{group.name}.replay", key, group.source, read_at)
+        events.start()
+        try:
+            report = replay_generation(spark, lakehouse, group, ticket, transform, run_id, progress)
+        except BaseException as exc:
+            events.fail(exc)
+            raise
+        events.complete(output_dataset(lakehouse, catalog, group.sink, report.sink_snapshot, report.rows_out))
     report.elapsed_s = time.perf_counter() - started
     progress(report.line())
+    return report
+
+
+def replay_generation(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    ticket: ReplayTicket,
+    transform: Transform,
+    run_id: str | None,
+    progress: Callable[[str], None],
+) -> ReplayReport:
+    """Plan the window and publish its new output, planning again while other commits move it."""
+    catalog = lakehouse.catalog()
+    window = ticket.window
+    report = ReplayReport(window=window, generation=ticket.generation)
+    progress(f"window {window}: replay generation {ticket.generation} began")
+    for attempt in range(1, MAX_PLANS + 1):
+        plan = plan_replay(catalog, group, window)
+        plan.check_complete()
+        report.plans = attempt
+        if not plan.shards:
+            break
+        progress(f"window {window}: {len(plan.shards)} shards, {plan.rows} source rows to replay")
+        try:
+            publish(spark, lakehouse, group, ticket, plan, transform, report, run_id)
+            break
+        except WindowMoved as exc:
+            progress(f"window {window}: {exc}; planning again ({attempt}/{MAX_PLANS})")
+    else:
+        raise WindowMoved(f"window {window} kept moving under {MAX_PLANS} plans; replay it again")
     return report
 
 
