@@ -9,7 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +21,7 @@ from pyiceberg.schema import Schema
 
 from iceberg.config_files import format_validation_error, read_yaml_mapping
 from iceberg.errors import ConfigError
+from iceberg.protocol.durations import parse_duration
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -161,6 +162,22 @@ class GroupConfig(BaseModel):
         "fail (stop, naming the choices: a new group name, or on_change: continue) or continue (record the "
         "change in the registry and go on; earlier output stays as it was made).",
     )
+
+    replay_retention: timedelta = Field(
+        default=timedelta(days=7),
+        description="How far back `icegroup expire` keeps the source's snapshots for this group, besides all it "
+        "has not consumed yet: the horizon of resets by time or snapshot. Like 30d, 12h or P1DT12H.",
+    )
+    inactive_after: timedelta = Field(
+        default=timedelta(days=30),
+        description="The group's registration on its source lapses when its Leader has not ticked for this long: "
+        "`icegroup expire` in another code location stops keeping history for it. Like 30d.",
+    )
+
+    @field_validator("replay_retention", "inactive_after", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
 
     @field_validator("name")
     @classmethod

@@ -27,6 +27,7 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
@@ -36,11 +37,12 @@ from iceberg.protocol.lineage import KEY_GROUP, KEY_RESET, parse_commit, parse_r
 from iceberg.protocol.provenance import LineageEntry, consumed, replayed, voided
 from iceberg.protocol.shards import Shard
 from iceberg.registry import NAMESPACE
-from iceberg.tables import ensure_namespace, load_optional, walk_back
+from iceberg.tables import ensure_namespace, former_parent, load_optional, walk_back
 
 log = logging.getLogger(__name__)
 
 KEY_THROUGH = "icegroup.lineage.through"
+KEY_THROUGH_SEQUENCE = "icegroup.lineage.through-sequence"
 FILE_BUCKETS = 8
 _STRING, _LONG, _INT = StringType(), LongType(), IntegerType()
 _TYPES = {
@@ -116,6 +118,23 @@ def recorded_through(table: Table) -> int | None:
     return int(value) if value is not None else None
 
 
+def recorded_sequence(table: Table) -> int:
+    """The sink sequence number of the table's cursor (0 when it was not recorded)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    return int(snapshot.summary.additional_properties.get(KEY_THROUGH_SEQUENCE, "0"))
+
+
+def walked_to(snapshots: list[Snapshot], cursor: int, sink: Table) -> bool:
+    """Whether a walk back from the sink's head (``snapshots``, oldest first) reached the snapshot after ``cursor``."""
+    if not snapshots:
+        return True
+    oldest = snapshots[0]
+    parent = oldest.parent_snapshot_id
+    return parent == cursor or (parent is None and former_parent(sink, oldest.snapshot_id) == cursor)
+
+
 def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Shard]) -> Recorded:
     """Record the entries of the sink's commits since the table's cursor; one CAS commit, or none.
 
@@ -132,6 +151,14 @@ def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Sh
         return Recorded(through=cursor)
     snapshots = list(walk_back(sink, cursor))
     snapshots.reverse()
+    if table is not None and cursor is not None and not walked_to(snapshots, cursor, sink):
+        # Sink snapshots back to the cursor were expired by hand: keep to what is newer than it.
+        after = recorded_sequence(table)
+        log.warning(
+            "group %s: sink history back to lineage cursor %d is expired; recording after sequence %d",
+            group.name, cursor, after,
+        )  # fmt: skip
+        snapshots = [s for s in snapshots if (s.sequence_number or 0) > after]
     pending: list[LineageEntry] = []
     superseded: set[str] = set()
     drop_shards: set[str] = set()
@@ -159,7 +186,7 @@ def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Sh
     if not pending and not superseded and not drop_shards:
         return Recorded(through=cursor)
     table = table if table is not None else create_lineage(catalog, group.name)
-    commit_entries(table, pending, superseded, drop_shards, head.snapshot_id)
+    commit_entries(table, pending, superseded, drop_shards, head.snapshot_id, head.sequence_number or 0)
     log.info(
         "group %s: lineage recorded through sink snapshot %d: %d entries, %d windows superseded, %d shards voided",
         group.name, head.snapshot_id, len(pending), len(superseded), len(drop_shards),
@@ -168,10 +195,15 @@ def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Sh
 
 
 def commit_entries(
-    table: Table, pending: list[LineageEntry], superseded: set[str], drop_shards: set[str], through: int
+    table: Table,
+    pending: list[LineageEntry],
+    superseded: set[str],
+    drop_shards: set[str],
+    through: int,
+    through_sequence: int,
 ) -> None:
     """Drop superseded windows and voided shards, add the new entries: one transaction, one CAS."""
-    marker = {KEY_THROUGH: str(through)}
+    marker = {KEY_THROUGH: str(through), KEY_THROUGH_SEQUENCE: str(through_sequence)}
     drops = []
     if superseded:
         drops.append(is_in("window", superseded))

@@ -7,7 +7,6 @@ history a backward move needs is still there, and counts what a forward move ski
 
 from __future__ import annotations
 
-import re
 from datetime import UTC, datetime, timedelta
 
 from pyiceberg.table import Table
@@ -15,25 +14,20 @@ from pyiceberg.table import Table
 from iceberg.errors import UsageError
 from iceberg.groups import GroupConfig
 from iceberg.planning import APPEND, added_files, snapshot_info
+from iceberg.protocol.durations import parse_duration as duration
 from iceberg.protocol.reset import Position, ResetTarget, StreamMove
 from iceberg.protocol.shards import SnapshotInfo
 from iceberg.protocol.state import GroupState
 from iceberg.replays import sink_history
 from iceberg.tables import walk_back
 
-DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$|^(\d+)([smhd])$")
-
 
 def parse_duration(text: str) -> timedelta:
-    """``PT1H``, ``P2DT3H``, or ``90s``/``15m``/``2h``/``3d``; an error names the forms."""
-    found = DURATION.match(text.strip())
-    if found is None or not any(found.groups()):
-        raise UsageError(f"--by-duration: {text!r} is not a duration; write it like PT1H, P1DT12H, 15m or 2d")
-    if found.group(5) is not None:
-        unit = {"s": "seconds", "m": "minutes", "h": "hours", "d": "days"}[found.group(6)]
-        return timedelta(**{unit: int(found.group(5))})
-    days, hours, minutes, seconds = (int(g or 0) for g in found.groups()[:4])
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    """A ``--by-duration`` value (``PT1H``, ``P2DT3H``, ``15m``, ``3d``); an error names the forms."""
+    try:
+        return duration(text)
+    except ValueError:
+        raise UsageError(f"--by-duration: {text!r} is not a duration; write it like PT1H, P1DT12H, 15m or 2d") from None
 
 
 def parse_datetime(text: str) -> int:

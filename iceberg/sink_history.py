@@ -13,7 +13,7 @@ from pyiceberg.table import Table
 
 from iceberg.errors import SinkError
 from iceberg.protocol.lineage import SinkCommit, epoch_key, parse_commit, reset_key, resets_key
-from iceberg.tables import load_optional, walk_back
+from iceberg.tables import former_parent, load_optional, walk_back
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,8 @@ def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommi
 
     If the walk cannot get back to ``since`` (sink snapshots after it were expired), commits may
     be missing from what it found, and treating their shards as pending would commit them twice:
-    that is an error, not a shorter history.
+    that is an error, not a shorter history. A walk that ends at a snapshot whose parent pyiceberg's
+    expiry cleared asks the table's older metadata whether that parent was ``since``.
     """
     commits = []
     last = None
@@ -53,6 +54,8 @@ def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommi
     reached = since is None or (
         last.parent_snapshot_id == since if last is not None else head is None or head.snapshot_id == since
     )
+    if not reached and last is not None and last.parent_snapshot_id is None and (last.sequence_number or 0) > 1:
+        reached = former_parent(table, last.snapshot_id) == since
     if not reached:
         raise SinkError(
             f"sink: snapshots of {'.'.join(table.name())} between {since} (the last one group {group!r} "

@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from sqlalchemy import select
@@ -88,6 +89,24 @@ def walk_back(table: Table, stop_at: int | None) -> Iterator[Snapshot]:
         if snapshot.parent_snapshot_id is None:
             return
         snapshot = by_id.get(snapshot.parent_snapshot_id)
+
+
+def former_parent(table: Table, snapshot_id: int) -> int | None:
+    """The parent ``snapshot_id`` had before pyiceberg's ``expire_snapshots`` cleared it, from older metadata files.
+
+    pyiceberg drops an expired snapshot and sets its surviving child's parent to none, where Java
+    Iceberg leaves the id dangling. The table's earlier metadata files (its metadata log, newest
+    first) still name the parent. Read only when a walk back ends at such a root, so rarely.
+    """
+    for entry in reversed(table.metadata.metadata_log):
+        try:
+            older = FromInputFile.table_metadata(table.io.new_input(entry.metadata_file))
+        except (OSError, ValueError):
+            continue
+        parents = [s.parent_snapshot_id for s in older.snapshots if s.snapshot_id == snapshot_id]
+        if parents and parents[0] is not None:
+            return parents[0]
+    return None
 
 
 def shard_columns(table: Table, schema_id: int | None) -> list[tuple[str, str]] | None:

@@ -1,4 +1,4 @@
-"""`make demo`: a partitioned source, the demo group consuming it twice, describe, verify, then a replay.
+"""`make demo`: a partitioned source, the demo group consuming it twice, describe, lineage, verify, then a replay.
 
 A chained group, ``large``, consumes the demo group's sink and keeps its large events. The replay
 remakes today's window with a corrected transform (``enrich_events_v2``: an event is large from
@@ -22,6 +22,7 @@ from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import main as icegroup
 from dagster_project.group_files import groups_path, load_checked_groups
+from iceberg.groups import GroupConfig
 from iceberg.lakehouse import load_lakehouse
 from iceberg.protocol.lineage import COL_WINDOW
 from iceberg.verify import verify_group
@@ -70,6 +71,11 @@ def main() -> int:
     step(f"icegroup describe {GROUP}")
     icegroup(["describe", GROUP])
 
+    t = step(f"icegroup lineage: a row of {CHAINED} back to its source file, and a source file forward")
+    if not show_lineage(catalog, group, chained):
+        return 1
+    timings["lineage"] = time.perf_counter() - t
+
     t = step("verify the sink against the source, with pyiceberg only")
     result = verify_group(catalog, group, key="event_id")
     print(result.line())
@@ -98,6 +104,15 @@ def main() -> int:
     print("timings: " + "  ".join(f"{name} {seconds:.1f}s" for name, seconds in timings.items()))
     exact = result.ok and all(check.ok for check in replayed) and before[0] == after[0]
     return 0 if exact and count(catalog, chained.sink) == after[1] else 1
+
+
+def show_lineage(catalog: Catalog, group: GroupConfig, chained: GroupConfig) -> bool:
+    """Ask both ways through the chain: a large event back to the first source, a source file forward."""
+    first = catalog.load_table(chained.sink).scan(selected_fields=("event_id",), limit=1).to_arrow()
+    event_id = first.column("event_id")[0].as_py()
+    back = icegroup(["lineage", CHAINED, "--row", f"event_id = {event_id}", "--through"])
+    path = sorted(catalog.load_table(group.source).inspect.files().column("file_path").to_pylist())[0]
+    return back == 0 and icegroup(["lineage", GROUP, "--source-file", path, "--through"]) == 0
 
 
 def consume_both() -> bool:

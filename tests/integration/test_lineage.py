@@ -130,7 +130,7 @@ def test_recording_is_idempotent_and_a_stale_recorder_loses_the_swap(
     drive(spark, lakehouse, group)
     assert len(all_entries(catalog, group)) == len(before) + 3
     with pytest.raises(RegistryConflict, match="moved while recording"):
-        commit_entries(stale, before[:1], set(), set(), 1)
+        commit_entries(stale, before[:1], set(), set(), 1, 1)
     assert len(all_entries(catalog, group)) == len(before) + 3
 
 

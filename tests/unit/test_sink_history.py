@@ -143,12 +143,6 @@ def test_an_expired_cursor_that_is_still_the_parent_of_the_oldest_snapshot_is_no
     assert history.shard_ids() == {shard(2).shard_id, shard(3).shard_id}
 
 
-@pytest.mark.xfail(
-    strict=True,
-    raises=SinkError,
-    reason="product bug: pyiceberg's expire_snapshots clears the survivor's parent-snapshot-id, so "
-    "group_commits cannot tell an expired cursor from expired commits and refuses (sink_history.py:50-53)",
-)
 def test_a_cursor_expired_by_pyiceberg_that_was_the_parent_of_the_oldest_snapshot_is_not_an_error(
     catalog: Catalog, ns: str
 ) -> None:
