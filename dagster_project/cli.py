@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 from pathlib import Path
 
+from dagster_project.cli_expire import add_expire
 from dagster_project.cli_lineage import add_lineage
 from dagster_project.cli_support import dagster_home, parse_time, pick, render, table
 from dagster_project.group_files import ENV_GROUPS, groups_path, load_checked_groups
@@ -118,6 +119,7 @@ def parser() -> argparse.ArgumentParser:
     add_replay(sub)
     add_reset(sub)
     add_lineage(sub)
+    add_expire(sub)
     migrate = sub.add_parser("migrate", help="give sink rows written before the window column their window")
     migrate.add_argument("group")
     migrate.set_defaults(run=cmd_migrate)

@@ -1,4 +1,4 @@
-"""The code location: for each group, source and sink assets, a Borrower job, and a Leader.
+"""The code location: for each group, source and sink assets, a Borrower job, and a Leader; and expiry.
 
 Groups come from ``dagster_project/groups.yaml``, or the file named by ``ICEGROUP_GROUPS``
 (``group_files.py``). They are
@@ -15,6 +15,7 @@ import dagster as dg
 from dagster_project.assets import sink_asset, source_spec, table_key
 from dagster_project.group_files import groups_path, load_checked_groups
 from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, consume_schedule, replay_job
+from dagster_project.maintenance import expire_job, expire_schedule
 from dagster_project.resources import IcegroupResource
 from dagster_project.sensors import leader_sensor
 from iceberg.groups import GroupConfig
@@ -49,6 +50,10 @@ def build_definitions(
             schedules.append(consume_schedule(group, consume, group.schedule))
         else:
             sensors.append(leader_sensor(group, borrower, sink.key, spec.key))
+    if groups:
+        expire = expire_job(groups)
+        jobs.append(expire)
+        schedules.append(expire_schedule(expire))
     return dg.Definitions(
         assets=[*specs.values(), *assets],
         jobs=jobs,

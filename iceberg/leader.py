@@ -1,4 +1,4 @@
-"""The Leader tick: reconcile -> liveness -> plan -> grant -> fence and commit.
+"""The Leader tick: reconcile -> liveness -> plan -> grant -> record lineage -> fence and commit.
 
 Reconciling first checks that the registry agrees with the sink. A registry that is missing while
 the sink holds the group's commits, or that is behind the sink (restored from an older backup), is
@@ -50,6 +50,7 @@ from iceberg.protocol.replay import expire_replays
 from iceberg.protocol.shards import Shard, snapshot_range
 from iceberg.protocol.state import GroupState, Lease
 from iceberg.rebuild import sync_with_sink
+from iceberg.registrations import register
 from iceberg.registry import Loaded, commit_state, load_state
 from iceberg.tables import load_optional, load_source
 
@@ -166,6 +167,7 @@ def tick(
     if history.head is not None and history.head != before.sink_cursor:
         record_lineage(catalog, group, before.shards)
     provenance = window_provenance(catalog, group, done)
+    register(source, group, state, now_ms)
     fence_and_commit(catalog, group, loaded, state, {**live.fences, **replay_fences})
     if blocked is not None and not live.launch and not granted.grants and not stopped and not held:
         # Stopped at a snapshot it cannot step over, with nothing to run before it: say so. The state is

@@ -1,0 +1,49 @@
+"""The pure expiry rules: only the oldest run of snapshots that nothing pins expires, never the head."""
+
+from __future__ import annotations
+
+from iceberg.protocol.retention import Pin, judge
+from iceberg.protocol.shards import SnapshotInfo
+
+
+def history(count: int) -> list[SnapshotInfo]:
+    """``count`` snapshots on main, sequence numbers 1.., committed a second apart from t=1000 s."""
+    return [
+        SnapshotInfo(100 + n, 99 + n if n > 1 else None, n, 1_000_000 + 1000 * n, 0, "append")
+        for n in range(1, count + 1)
+    ]
+
+
+def expired(found: list[SnapshotInfo], *pins: Pin) -> list[int]:
+    """Sequence numbers that expire."""
+    return [s.sequence_number for s in judge(found, pins).expire]
+
+
+def test_a_sequence_pin_keeps_its_snapshot_and_everything_after_it() -> None:
+    assert expired(history(6), Pin("group a", sequence=4)) == [1, 2, 3]
+    assert expired(history(6), Pin("group a", sequence=4), Pin("group b", sequence=2)) == [1], "the oldest pin wins"
+
+
+def test_a_pin_at_zero_keeps_everything_and_no_pin_still_keeps_the_head() -> None:
+    assert expired(history(4), Pin("group a (not started)", sequence=0)) == []
+    assert expired(history(4)) == [1, 2, 3]
+
+
+def test_a_time_pin_and_a_count_pin_keep_what_is_recent() -> None:
+    assert expired(history(6), Pin("horizon", since_ms=1_000_000 + 4500)) == [1, 2, 3, 4]
+    assert expired(history(6), Pin("keep", last=2)) == [1, 2, 3, 4]
+
+
+def test_nothing_newer_than_a_kept_snapshot_expires_so_the_chain_stays_unbroken() -> None:
+    """Only 2 (by its sequence) and 6 (the last one) are held; 3 to 5 stay because 2 does."""
+    judged = judge(history(6), [Pin("group a", sequence=2), Pin("keep", last=1)])
+    assert [s.sequence_number for s in judged.expire] == [1]
+    assert [s.sequence_number for s in judged.keep] == [2, 3, 4, 5, 6]
+    assert judged.held_by == ("group a",)
+
+
+def test_dry_run_names_what_holds_the_oldest_kept_snapshot() -> None:
+    pins = [Pin("group a", sequence=3), Pin("horizon of a (7 days)", since_ms=1_000_000 + 3000)]
+    judged = judge(history(5), pins)
+    assert judged.held_by == ("group a", "horizon of a (7 days)")
+    assert pins[0].describe() == "group a: from sequence 3"
