@@ -75,8 +75,10 @@ def render(view: GroupView) -> str:
     columns = ["stream", "position", "head", "lag_snapshots", "lag_rows", "lag_age", "committed_rows", "rate", "leases"]
     holds = "".join(f"\n  {line}" for line in view.hold_lines())
     replays = "".join(f"\n  {line}" for line in view.replays)
+    retention = "".join(f"\n{line}" for line in view.retention)
     return (
         f"{head}\n{table(rows, columns)}"
         + (f"\nleases in flight:{holds}" if holds else "")
         + (f"\nreplays in flight:{replays}" if replays else "")
+        + retention
     )

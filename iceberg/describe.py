@@ -12,20 +12,26 @@ from datetime import UTC, datetime
 from typing import Any
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
 
 from iceberg.dead_letters import open_letters
 from iceberg.errors import UsageError
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import read_beats
 from iceberg.planning import plan_increment
+from iceberg.protocol.durations import format_duration
 from iceberg.protocol.liveness import Hold, hold_of
 from iceberg.protocol.phases import reconcile
 from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
+from iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState
 from iceberg.rebuild import sync_with_sink
+from iceberg.registrations import read_registrations
 from iceberg.registry import load_state, state_as_of
 from iceberg.tables import load_source
+
+MAX_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
 
 
 @dataclass
@@ -68,6 +74,7 @@ class GroupView:
     status: str = "caught up"
     historical: bool = False
     replays: list[str] = field(default_factory=list)
+    retention: list[str] = field(default_factory=list)
 
     def hold_lines(self) -> list[str]:
         """Each lease in flight: its holder, its last heartbeat, and when it is re-granted if silent.
@@ -185,7 +192,40 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         as_of_ms=now_ms,
         status=status_of(state, letters, sum(len(s) for s in lag_snaps.values())),
         replays=replay_lines(state, beats, now_ms),
+        retention=retention_lines(source, group, streams, now_ms),
     )
+
+
+def retention_lines(source: Table, group: GroupConfig, streams: list[StreamView], now_ms: int) -> list[str]:
+    """What keeps the group's history, and a forecast: would an expiry by age take its position before it catches up?
+
+    ``icegroup expire`` never takes what the group needs while its registration is live. Expiry
+    outside icegroup goes by the source's ``history.expire.max-snapshot-age-ms`` (Iceberg's default
+    5 days); the forecast compares when that would take the oldest unconsumed snapshot with when the
+    lag clears at the recent rate.
+    """
+    lines = []
+    registration = read_registrations(source).get(group.name)
+    if registration is None:
+        lines.append("retention: not registered on the source yet (the Leader registers it at its next tick)")
+    else:
+        lapses = registration.seen_ms + registration.inactive_after_ms
+        horizon = format_duration(group.replay_retention)
+        lines.append(
+            f"retention: icegroup expire keeps from source sequence {registration.pin_sequence} and {horizon} "
+            f"back (registered; lapses {iso(lapses)} unless a Leader ticks before)"
+        )
+    max_age = int(source.properties.get(MAX_AGE_PROPERTY, DEFAULT_MAX_AGE_MS))
+    pending = [s.oldest_unconsumed_ms for s in streams if s.oldest_unconsumed_ms is not None]
+    rates = [s.rate_rows_s for s in streams if s.rate_rows_s]
+    lag = sum(s.lag_rows for s in streams)
+    lines.append(staleness(min(pending, default=None), max_age, lag, sum(rates) or None, now_ms).line(max_age))
+    return lines
+
+
+def iso(ms: int) -> str:
+    """A time in epoch milliseconds as ISO-8601 UTC."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def replay_lines(state: GroupState, beats: dict[str, int], now_ms: int) -> list[str]:

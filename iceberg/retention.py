@@ -31,6 +31,7 @@ from iceberg.dead_letters import dead_letter_identifier
 from iceberg.groups import GroupConfig
 from iceberg.lineage import lineage_identifier, load_lineage, recorded_through
 from iceberg.planning import snapshot_info
+from iceberg.protocol.durations import format_duration
 from iceberg.protocol.lineage import KEY_STAGE
 from iceberg.protocol.retention import Judged, Pin, judge
 from iceberg.registrations import group_pin, read_registrations
@@ -90,7 +91,8 @@ def source_pins(source: Table, groups: list[GroupConfig], catalog: Catalog, now_
             pins.append(Pin(f"group {group.name} (not started)", sequence=0))
             continue
         pins.append(Pin(f"group {group.name}", sequence=group_pin(state)))
-        pins.append(Pin(f"replay horizon of {group.name} ({group.replay_retention})", since_ms=horizon))
+        span = format_duration(group.replay_retention)
+        pins.append(Pin(f"replay horizon of {group.name} ({span})", since_ms=horizon))
     lapsed = []
     for name, registration in sorted(read_registrations(source).items()):
         if name in local:

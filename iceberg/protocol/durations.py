@@ -19,3 +19,12 @@ def parse_duration(text: str) -> timedelta:
         return timedelta(**{unit: int(found.group(5))})
     days, hours, minutes, seconds = (int(g or 0) for g in found.groups()[:4])
     return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+
+
+def format_duration(value: timedelta) -> str:
+    """A duration as the shortest form ``parse_duration`` reads back: ``30d``, ``12h``, ``15m`` or ``90s``."""
+    seconds = int(value.total_seconds())
+    for unit, width in (("d", 86_400), ("h", 3_600), ("m", 60)):
+        if seconds and seconds % width == 0:
+            return f"{seconds // width}{unit}"
+    return f"{seconds}s"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from iceberg.protocol.shards import SnapshotInfo
 
@@ -73,3 +74,50 @@ def judge(history: Sequence[SnapshotInfo], pins: Sequence[Pin]) -> Judged:
     kept = ordered[cut:]
     holders = tuple(p.holder for p in pins if kept and p.holds(kept[0], len(kept) - 1))
     return Judged(tuple(ordered[:cut]), tuple(kept), holders or (("the head",) if kept else ()))
+
+
+# Iceberg's default for history.expire.max-snapshot-age-ms: what an expiry outside icegroup keeps.
+DEFAULT_MAX_AGE_MS = 5 * 24 * 3_600_000
+
+
+@dataclass(frozen=True)
+class Staleness:
+    """When the oldest snapshot a group needs would expire by age, and whether the group catches up before."""
+
+    expires_at_ms: int | None
+    catches_up_at_ms: int | None
+    at_risk: bool
+
+    def line(self, max_age_ms: int) -> str:
+        """The forecast as ``describe`` prints it."""
+        days = max_age_ms / 86_400_000
+        if self.expires_at_ms is None:
+            return f"retention: nothing unconsumed; an expiry by age ({days:g} days) takes nothing the group needs"
+        expires = _iso(self.expires_at_ms)
+        if self.catches_up_at_ms is None:
+            return (
+                f"retention: AT RISK: no recent rate, so no catch-up forecast; an expiry by age ({days:g} days) "
+                f"outside icegroup would take the oldest snapshot the group needs at {expires}"
+            )
+        verdict = "AT RISK: that is before" if self.at_risk else "safe: that is after"
+        return (
+            f"retention: an expiry by age ({days:g} days) outside icegroup would take the oldest snapshot the group "
+            f"needs at {expires}; {verdict} the lag clears (forecast {_iso(self.catches_up_at_ms)})"
+        )
+
+
+def staleness(
+    oldest_needed_ms: int | None, max_age_ms: int, lag_rows: int, rate_rows_s: float | None, now_ms: int
+) -> Staleness:
+    """Forecast, at the current lag and rate, whether the group catches up before its position would expire by age."""
+    if oldest_needed_ms is None:
+        return Staleness(None, None, at_risk=False)
+    expires = oldest_needed_ms + max_age_ms
+    if not rate_rows_s:
+        return Staleness(expires, None, at_risk=True)
+    clears = now_ms + int(lag_rows / rate_rows_s * 1000)
+    return Staleness(expires, clears, at_risk=clears >= expires)
+
+
+def _iso(ms: int) -> str:
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
@@ -63,3 +65,25 @@ def test_describe_shows_lag_in_time_from_the_oldest_unconsumed_commit(
     assert view.as_dict()["lag_age_s"] == view.lag_age_s
     nothing = describe_group(catalog, make_group(name="g_other", source=group.source, sink="ns.other_out"))
     assert nothing.lag_age_s is not None, "a group that has not started lags from the source's first commit"
+
+
+def test_describe_names_what_keeps_the_groups_history_and_forecasts_an_expiry_by_age(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(max_borrowers=1, lease_max_shards=1)
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, 6)
+    assert describe_group(catalog, group).retention[0].startswith("retention: not registered on the source yet")
+    tick(catalog, group, lambda _: RunState.MISSING)
+    first = catalog.load_table(group.source).snapshots()[0]
+    catalog.load_table(group.source).transaction().set_properties(
+        {"history.expire.max-snapshot-age-ms": str(3_600_000)}
+    ).commit_transaction()
+
+    registered, forecast = describe_group(catalog, group).retention
+
+    assert registered.startswith("retention: icegroup expire keeps from source sequence 0 and 7d back")
+    expires = datetime.fromtimestamp((first.timestamp_ms + 3_600_000) / 1000, tz=UTC).isoformat(timespec="seconds")
+    assert "expiry by age (0.0416667 days) outside icegroup would take the oldest snapshot" in forecast
+    assert expires in forecast
+    assert "AT RISK" in forecast, "no rate yet: nothing says it catches up in time"

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from iceberg.protocol.retention import Pin, judge
+from iceberg.protocol.durations import format_duration, parse_duration
+from iceberg.protocol.retention import Pin, judge, staleness
 from iceberg.protocol.shards import SnapshotInfo
 
 
@@ -47,3 +48,30 @@ def test_dry_run_names_what_holds_the_oldest_kept_snapshot() -> None:
     judged = judge(history(5), pins)
     assert judged.held_by == ("group a", "horizon of a (7 days)")
     assert pins[0].describe() == "group a: from sequence 3"
+
+
+DAY = 86_400_000
+
+
+def test_the_forecast_is_safe_when_the_lag_clears_before_the_oldest_needed_snapshot_ages_out() -> None:
+    now = 10 * DAY
+    safe = staleness(now - DAY, 5 * DAY, lag_rows=3600, rate_rows_s=1.0, now_ms=now)
+    assert (safe.expires_at_ms, safe.catches_up_at_ms, safe.at_risk) == (now + 4 * DAY, now + 3_600_000, False)
+    assert "safe: that is after the lag clears" in safe.line(5 * DAY)
+
+
+def test_the_forecast_is_at_risk_when_the_lag_outlasts_the_age_limit_or_nothing_is_moving() -> None:
+    now = 10 * DAY
+    slow = staleness(now - 4 * DAY, 5 * DAY, lag_rows=10 * 86_400, rate_rows_s=1.0, now_ms=now)
+    assert slow.at_risk
+    assert "AT RISK: that is before the lag clears" in slow.line(5 * DAY)
+    assert staleness(now - DAY, 5 * DAY, lag_rows=10, rate_rows_s=None, now_ms=now).at_risk
+    idle = staleness(None, 5 * DAY, lag_rows=0, rate_rows_s=None, now_ms=now)
+    assert not idle.at_risk
+    assert "nothing unconsumed" in idle.line(5 * DAY)
+
+
+def test_durations_read_back_as_they_print() -> None:
+    for text in ("30d", "12h", "15m", "90s", "0s"):
+        assert format_duration(parse_duration(text)) == text
+    assert parse_duration("P1DT12H") == parse_duration("36h")
