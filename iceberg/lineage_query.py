@@ -17,7 +17,11 @@ from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
+from pyiceberg.expressions.parser import parse as parse_filter
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.table import Table
+from pyparsing import ParseException
 
 from iceberg.errors import UsageError
 from iceberg.groups import GroupConfig
@@ -48,6 +52,7 @@ class Answer:
     sink_rows: dict[str, int] = field(default_factory=dict)
     note: str = ""
     hops: list[Answer] = field(default_factory=list)
+    row_filter: str | None = None
 
 
 def lineage_table(catalog: Catalog, group: GroupConfig) -> Table:
@@ -127,7 +132,7 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
         raise UsageError(f"--row: group {group.name!r} has no sink table {group.sink} yet")
     try:
         rows = sink.scan(row_filter=row_filter, selected_fields=(COL_SHARD, COL_WINDOW)).to_arrow()
-    except (ValueError, TypeError) as exc:
+    except (ValueError, TypeError, ParseException) as exc:
         raise UsageError(
             f'--row: {row_filter!r} is not a filter on {group.sink}\'s columns ({exc}); write it like "id = 42"'
         ) from None
@@ -141,7 +146,7 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
         note += f"; the first {MAX_ROW_SHARDS} are shown, narrow the filter for the rest"
     table = lineage_table(catalog, group)
     through = recorded_through(table)
-    return Answer(
+    found = Answer(
         group=group.name,
         question=f"sink rows where {row_filter}",
         found=shard_entries(table, {shard: window for shard, window in chosen}),
@@ -149,7 +154,10 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
         unrecorded=unrecorded_commits(catalog, group, through),
         sink_rows={shard: count for (shard, _), count in counts.items()},
         note=note,
+        row_filter=row_filter,
     )
+    narrowed(catalog, group, found, row_filter)
+    return found
 
 
 def by_source_file(catalog: Catalog, group: GroupConfig, path: str) -> Answer:
@@ -227,7 +235,11 @@ def trace_back(catalog: Catalog, groups: Mapping[str, GroupConfig], group: Group
             found=unique(hop),
             recorded_through=through,
             unrecorded=unrecorded_commits(catalog, upstream, through),
+            row_filter=found.row_filter,
         )
+        if found.row_filter is not None:
+            narrowed(catalog, upstream, answer_now, found.row_filter)
+            answer_now.note = answer_now.note.removeprefix("; ")
         found.hops.append(answer_now)
         current = upstream
 
@@ -263,6 +275,42 @@ def shards_in_file(source: Table, path: str) -> dict[str, str] | None:
         return None
     pairs = zip(rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), strict=True)
     return {shard: window for shard, window in pairs if shard is not None and window is not None}
+
+
+def holding(source: Table | None, found: list[LineageEntry], row_filter: str) -> list[LineageEntry] | None:
+    """The entries whose source file holds a row matching ``row_filter``: the exact files, not the shard's.
+
+    None when that cannot be told: the filter names columns the source does not have (the transform
+    made them), or a file is gone. Each file is read with the filter pushed down into the read.
+    """
+    if source is None:
+        return None
+    try:
+        pushed = expression_to_pyarrow(bind(source.schema(), parse_filter(row_filter), case_sensitive=True))
+    except (ValueError, TypeError, ParseException):
+        return None
+    kept = []
+    for entry in found:
+        if entry.source_file is None:
+            return None
+        try:
+            with source.io.new_input(entry.source_file).open() as stream:
+                matches = pq.read_table(stream, filters=pushed).num_rows
+        except (OSError, ValueError):
+            return None
+        if matches:
+            kept.append(entry)
+    return kept
+
+
+def narrowed(catalog: Catalog, group: GroupConfig, found: Answer, row_filter: str) -> None:
+    """Keep only the entries whose files hold the rows, when the source can be asked; say which it was."""
+    exact = holding(load_optional(catalog, group.source), found.found, row_filter)
+    if exact is None:
+        found.note += "; the source files of the whole shard are listed (the filter cannot be asked of the source)"
+    else:
+        found.found = exact
+        found.note += "; only the source files that hold matching rows are listed"
 
 
 def unique(found: list[LineageEntry]) -> list[LineageEntry]:

@@ -1,4 +1,4 @@
-"""`make demo`: a partitioned source, the demo group consuming it twice, describe, lineage, verify, then a replay.
+"""`make demo`: a source, the demo group consuming it twice, describe, lineage, verify, expire, then a replay.
 
 A chained group, ``large``, consumes the demo group's sink and keeps its large events. The replay
 remakes today's window with a corrected transform (``enrich_events_v2``: an event is large from
@@ -80,6 +80,9 @@ def main() -> int:
     result = verify_group(catalog, group, key="event_id")
     print(result.line())
     timings["verify"] = time.perf_counter() - t
+
+    step("icegroup expire --dry-run: what no group needs any more, and what pins the rest")
+    icegroup(["expire", "--dry-run"])
 
     window = datetime.now(UTC).strftime("%Y-%m-%d")
     t = step(f"replay window {window} with a corrected transform: large from 50.00 (it was 90.00), with --cascade")
