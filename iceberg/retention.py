@@ -170,7 +170,13 @@ def judge_table(
     if state_of is not None:
         roles.append(state_of)
         since = now_ms - int(keep.keep_for.total_seconds() * 1000)
-        pins.append(Pin(f"keep the last {keep.keep_last} or {keep.keep_for}", since_ms=since, last=keep.keep_last))
+        pins.append(
+            Pin(
+                f"keep the last {keep.keep_last} or {format_duration(keep.keep_for)}",
+                since_ms=since,
+                last=keep.keep_last,
+            )
+        )
     history = [snapshot_info(s) for s in reversed(list(walk_back(table, None)))]
     return TableExpiry(identifier, roles, judge(history, pins), pins, staged, lapsed)
 
