@@ -139,6 +139,12 @@ class GroupConfig(BaseModel):
         description="Cron expression; when set, the group consumes until caught up on this schedule "
         "instead of on every Leader sensor tick.",
     )
+    max_pending_shards: int = Field(
+        default=1000,
+        ge=1,
+        description="Planning waits while this many shards are cut and not committed, so the registry stays "
+        "bounded however far the group is behind.",
+    )
     max_snapshots_per_tick: int = Field(
         default=500, ge=1, description="Source snapshots one Leader tick plans at most, to keep ticks short."
     )

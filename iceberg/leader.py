@@ -1,5 +1,8 @@
 """The Leader tick: reconcile -> liveness -> plan -> grant -> record lineage -> fence and commit.
 
+Planning waits while the group is paused or stopped, and while ``max_pending_shards`` shards are
+cut and not committed: what it cuts then could not be granted, and would only grow the registry.
+
 Reconciling first checks that the registry agrees with the sink. A registry that is missing while
 the sink holds the group's commits, or that is behind the sink (restored from an older backup), is
 rebuilt from the sink's commits in a new epoch (``iceberg/rebuild.py``). A new group starts as
@@ -154,9 +157,13 @@ def tick(
     beats, gone = read_heartbeats(catalog, group, reconciled.state, now_ms)
     live = liveness(group, reconciled.state, observed, letters, beats, gone, now_ms, sink_head, owner_run_id)
     replaying, replay_fences = expire_dead_replays(group, live.state, beats, gone, now_ms)
-    planned, blocked = plan(catalog, source, group, replaying)
     stopped = [d for d in letters.values() if d.action == STOPPED]
-    held = bool(stopped) or planned.state.paused_at_ms is not None
+    held = bool(stopped) or replaying.paused_at_ms is not None
+    planned, blocked = (
+        (Planned(replaying, []), None)
+        if held or len(replaying.shards) >= group.max_pending_shards
+        else plan(catalog, source, group, replaying)
+    )
     granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
     head = source.current_snapshot()
     state, done = (

@@ -13,6 +13,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
+from iceberg.admin import set_paused
 from iceberg.dead_letters import record, redrive
 from iceberg.errors import ConfigError, SinkError
 from iceberg.groups import GroupConfig
@@ -332,3 +333,33 @@ def test_a_lease_never_launched_past_its_deadline_is_regranted_without_terminati
 
     assert late.terminate == []
     assert [(x.lease_id, x.attempt) for x in late.launch] == [(lease.lease_id, 1)]
+
+
+def test_a_paused_group_plans_nothing_new_until_it_resumes(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+    group = three_stream_group(make_group, catalog)
+    first = tick(catalog, group, running)
+    set_paused(catalog, group, True)
+    append_batches(catalog.load_table(group.source), 2, 6)
+
+    paused = tick(catalog, group, running)
+
+    assert paused.new_shards == 0
+    assert paused.state.planned_through == first.state.planned_through, "the cursor waits with the group"
+    set_paused(catalog, group, False)
+    assert tick(catalog, group, running).new_shards == 6
+
+
+def test_planning_waits_while_max_pending_shards_are_cut_and_not_committed(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = three_stream_group(make_group, catalog, max_pending_shards=6)
+    first = tick(catalog, group, running)
+    assert first.new_shards == 6
+    append_batches(catalog.load_table(group.source), 2, 6)
+
+    full = tick(catalog, group, running)
+
+    assert full.new_shards == 0
+    assert len(full.state.shards) == 6, "the registry holds no more than the cap (plus one tick's planning)"
+    assert full.state.planned_through == first.state.planned_through
+    assert tick(catalog, group.model_copy(update={"max_pending_shards": 7}), running).new_shards == 6

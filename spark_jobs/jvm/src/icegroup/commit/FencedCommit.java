@@ -144,7 +144,7 @@ public final class FencedCommit {
     Collections.reverse(snapshots);
     for (Snapshot s : snapshots) {
       if (stageToken.equals(s.summary().get(STAGE_KEY))) {
-        if (s.summary().get("wap.id") == null || onMain(table.currentSnapshot(), table, s.snapshotId())) {
+        if (s.summary().get("wap.id") == null || onMain(table.currentSnapshot(), table, s)) {
           throw new IllegalStateException(
               "snapshot " + s.snapshotId() + " was committed to main, not staged: the sink needs write.wap.enabled=true");
         }
@@ -154,14 +154,24 @@ public final class FencedCommit {
     return null;
   }
 
-  private static boolean onMain(Snapshot head, Table table, long snapshotId) {
+  /**
+   * Whether {@code staged} is on main. The walk back from the head stops at the first snapshot older
+   * (by sequence number) than the staged one, so a publish reads the commits made since its stage,
+   * not the sink's whole history.
+   */
+  private static boolean onMain(Snapshot head, Table table, Snapshot staged) {
+    long sequence = staged.sequenceNumber();
     for (Snapshot s = head; s != null; s = s.parentId() == null ? null : table.snapshot(s.parentId())) {
-      if (s.snapshotId() == snapshotId) {
+      if (s.snapshotId() == staged.snapshotId()) {
         return true;
+      }
+      if (sequence > 0 && s.sequenceNumber() < sequence) {
+        return false;
       }
     }
     return false;
   }
+
 
   /**
    * Whether a commit's summary carries exactly {@code shardId}.
