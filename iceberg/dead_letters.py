@@ -35,6 +35,10 @@ SCHEMA = Schema(
 )
 
 
+# Per (catalog, table): the snapshot last read, and each shard's latest row as of it.
+_LATEST: dict[tuple[str, str], tuple[int, dict[str, DeadLetter]]] = {}
+
+
 def dead_letter_identifier(group: str) -> str:
     """Where a group's dead letters live."""
     return f"{NAMESPACE}.dead_letter_{group}"
@@ -52,10 +56,25 @@ def record(catalog: Catalog, group: str, letters: list[DeadLetter]) -> None:
 
 
 def latest(catalog: Catalog, group: str) -> dict[str, DeadLetter]:
-    """Each shard's latest row; empty while no shard was ever poison."""
-    table = load_optional(catalog, dead_letter_identifier(group))
-    if table is None or table.current_snapshot() is None:
+    """Each shard's latest row; empty while no shard was ever poison.
+
+    The Leader asks every tick, and the table changes only when a shard turns poison or is re-driven:
+    the answer is kept per table snapshot, so a tick reads the table's metadata, not its rows.
+    """
+    identifier = dead_letter_identifier(group)
+    table = load_optional(catalog, identifier)
+    snapshot = table.current_snapshot() if table is not None else None
+    if table is None or snapshot is None:
         return {}
+    key = (catalog.name, identifier)
+    cached = _LATEST.get(key)
+    if cached is None or cached[0] != snapshot.snapshot_id:
+        cached = _LATEST[key] = (snapshot.snapshot_id, scan_letters(table))
+    return dict(cached[1])
+
+
+def scan_letters(table: Table) -> dict[str, DeadLetter]:
+    """Each shard's latest row, read from every row of the table."""
     return latest_per_shard(DeadLetter(**row) for row in table.scan().to_arrow().to_pylist())
 
 

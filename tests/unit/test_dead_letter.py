@@ -6,9 +6,11 @@ import dataclasses
 
 import pytest
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
 
+from iceberg import dead_letters
 from iceberg.dead_letters import dead_letter_identifier, latest, open_letters, record, redrive
-from iceberg.protocol.poison import PARKED, REDRIVEN, STOPPED
+from iceberg.protocol.poison import PARKED, REDRIVEN, STOPPED, DeadLetter
 from iceberg.registry import NAMESPACE
 from tests.factories import MakeDeadLetter
 
@@ -143,3 +145,24 @@ def test_groups_do_not_see_each_others_letters(catalog: Catalog, group: str, mak
     assert open_letters(catalog, f"{group}_other") == {}
     assert redrive(catalog, f"{group}_other") == []
     assert list(open_letters(catalog, group)) == ["s1"]
+
+
+def test_the_leader_reads_the_rows_only_when_the_table_changed(
+    catalog: Catalog, group: str, make_dead_letter: MakeDeadLetter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    record(catalog, group, [make_dead_letter("s1", PARKED)])
+    scans: list[Table] = []
+    real = dead_letters.scan_letters
+
+    def counted(table: Table) -> dict[str, DeadLetter]:
+        scans.append(table)
+        return real(table)
+
+    monkeypatch.setattr(dead_letters, "scan_letters", counted)
+
+    for _ in range(5):
+        assert set(open_letters(catalog, group)) == {"s1"}
+    assert len(scans) == 1, "ticks without a new letter read the metadata, not the rows"
+    redrive(catalog, group)
+    assert open_letters(catalog, group) == {}, "a new row is read at once"
+    assert len(scans) == 2
