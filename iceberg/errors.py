@@ -21,6 +21,10 @@ class CatalogUnavailable(IcegroupError):
     """The catalog database cannot be opened or read; the message names it, the cause and the remedy."""
 
 
+class PlatformUnavailable(IcegroupError):
+    """The catalog, storage or network failed under a lease: it tries again, and no shard is blamed."""
+
+
 class SourceError(IcegroupError):
     """The source table cannot be consumed as configured (missing, non-append snapshot, expired)."""
 

@@ -34,6 +34,14 @@ class LocalPostgres:
         """Create a database (once)."""
         _run([str(self.bin_dir / "createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", name])
 
+    def halt(self) -> None:
+        """Stop the server, keeping its files: clients see it go away, as in an outage."""
+        _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "fast", "stop"])
+
+    def restart(self) -> None:
+        """Start the halted server again, on the same port."""
+        _start(self.bin_dir, self.data_dir, self.port)
+
     def stop(self) -> None:
         """Stop the server at once and delete its files."""
         _run([str(self.bin_dir / "pg_ctl"), "-D", str(self.data_dir), "-m", "immediate", "stop"])
@@ -60,9 +68,13 @@ def start_local_postgres() -> LocalPostgres:
         os.chown(data_dir, user.pw_uid, user.pw_gid)
     port = _free_port()
     _run([str(bin_dir / "initdb"), "-D", str(data_dir), "-U", "postgres", "--auth=trust", "-E", "UTF8"])
+    _start(bin_dir, data_dir, port)
+    return LocalPostgres(data_dir=data_dir, port=port, bin_dir=bin_dir)
+
+
+def _start(bin_dir: Path, data_dir: Path, port: int) -> None:
     options = f"-p {port} -k {data_dir} -c listen_addresses=127.0.0.1"
     _run([str(bin_dir / "pg_ctl"), "-D", str(data_dir), "-o", options, "-l", str(data_dir / "log"), "-w", "start"])
-    return LocalPostgres(data_dir=data_dir, port=port, bin_dir=bin_dir)
 
 
 def _run(command: list[str]) -> None:

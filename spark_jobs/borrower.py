@@ -48,7 +48,7 @@ from spark_jobs.fenced_commit import (
     stage_shard,
     with_lineage,
 )
-from spark_jobs.redelivery import record_poison_shard, stage_with_redelivery
+from spark_jobs.redelivery import catalog_reachable, platform_retry, record_poison_shard, stage_with_redelivery
 from spark_jobs.session import activate
 from spark_jobs.shard_reader import read_shard
 from spark_jobs.transforms import Transform, load_transform
@@ -144,11 +144,27 @@ def run_lease(
     read_to = shards[-1].to_snapshot if shards else None
     events = run_events(lakehouse, catalog, group.name, f"{group.name}.lease", key, group.source, read_to)
     events.start()
-    try:
-        done = execute_lease(spark, lakehouse, group, lease, shards, progress, run_id)
-    except BaseException as exc:
-        events.fail(exc)
-        raise
+    waited = 0.0
+    tries = 0
+    while True:
+        try:
+            done = execute_lease(spark, lakehouse, group, lease, shards, progress, run_id)
+            break
+        except Exception as exc:
+            wait = platform_retry(group, exc, tries, waited)
+            if wait is None:
+                events.fail(exc)
+                raise
+            progress(
+                f"{group.name} lease {lease.lease_id}#{lease.attempt}: the platform failed, not the shards "
+                f"({describe_error(exc)}); the lease goes on in {wait:.1f}s, resuming after what it committed"
+            )
+            time.sleep(wait)
+            waited += wait
+            tries += 1
+        except BaseException as exc:
+            events.fail(exc)
+            raise
     last = done.sink_snapshots[-1] if done.sink_snapshots else None
     events.complete(output_dataset(lakehouse, catalog, group.sink, last, done.rows_out))
     return done
@@ -261,7 +277,10 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -
     failpoint("borrower.before_read")
     started = time.perf_counter()
     build = _output(run, [shard], root, source)
-    staged = stage_with_redelivery(run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress)
+    staged = stage_with_redelivery(
+        run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress,
+        lambda: catalog_reachable(run.catalog, run.group.source),
+    )  # fmt: skip
     if isinstance(staged, Exception):
         claim(run.catalog, run.group, run.lease)  # only the lease's holder may declare its shard poison
         raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged)

@@ -1,7 +1,9 @@
-"""The error a person reads when a shard's read or transform fails: its root cause, and where in their code.
+"""The error a person reads when a shard's read or transform fails, and whose failure it is.
 
 A failure inside a Spark task reaches the driver wrapped in py4j and JVM exceptions; the Borrower's
-redelivery logs and the dead-letter table record what ``describe_error`` makes of it.
+redelivery logs and the dead-letter table record what ``describe_error`` makes of it. Only a failure
+of the user's transform or data counts toward ``max_deliver``: one whose cause chain shows the
+catalog, storage or network failing (``is_infrastructure``) is the platform's, and is retried.
 """
 
 from __future__ import annotations
@@ -68,3 +70,58 @@ def _first(text: str) -> str:
 
 def _cut(text: str) -> str:
     return text[:400]
+
+
+# Failures of the platform, not of the user's transform or data: another try may well succeed, so
+# they never count toward max_deliver. Matched by class name along the whole cause chain, Python's
+# and the JVM's (a simple name, or a package prefix).
+INFRASTRUCTURE = (
+    "java.sql.",
+    "java.net.",
+    "java.io.IOException",
+    "java.io.FileNotFoundException",
+    "java.util.concurrent.TimeoutException",
+    "org.postgresql.util.PSQLException",
+    "org.sqlite.SQLiteException",
+    "org.apache.iceberg.jdbc.UncheckedSQLException",
+    "org.apache.iceberg.exceptions.CommitFailedException",
+    "org.apache.iceberg.exceptions.ServiceUnavailableException",
+    "org.apache.iceberg.exceptions.RESTException",
+    "org.apache.iceberg.exceptions.RuntimeIOException",
+    "org.apache.spark.scheduler.ExecutorLostFailure",
+    "sqlalchemy.exc.OperationalError",
+    "sqlalchemy.exc.InterfaceError",
+    "sqlalchemy.exc.DisconnectionError",
+    "sqlite3.OperationalError",
+    "psycopg2.OperationalError",
+    "builtins.ConnectionError",
+    "builtins.ConnectionRefusedError",
+    "builtins.ConnectionResetError",
+    "builtins.TimeoutError",
+    "py4j.protocol.Py4JNetworkError",
+    "iceberg.errors.CatalogUnavailable",
+    "iceberg.errors.PlatformUnavailable",
+)
+
+
+def failure_classes(exc: BaseException) -> list[str]:
+    """Every class along the failure's cause chain: Python's ``__cause__``/``__context__`` and the JVM's causes."""
+    names: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        names.append(f"{type(current).__module__}.{type(current).__qualname__}")
+        java = getattr(current, "java_exception", None)
+        while java is not None:
+            names.append(str(java.getClass().getName()))
+            java = java.getCause()
+        current = current.__cause__ or current.__context__
+    return names
+
+
+def is_infrastructure(names: list[str]) -> bool:
+    """Whether a failure with these classes along its chain is the platform's (catalog, storage, network)."""
+    return any(
+        name == known or (known.endswith(".") and name.startswith(known)) for name in names for known in INFRASTRUCTURE
+    )

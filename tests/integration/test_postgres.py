@@ -6,11 +6,13 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.dead_letters import open_letters
 from iceberg.errors import RegistryConflict
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
@@ -19,10 +21,15 @@ from iceberg.protocol.liveness import RunState
 from iceberg.registry import commit_state, load_state
 from iceberg.verify import verify_group
 from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
+from spark_jobs import borrower
+from spark_jobs.borrower import run_lease
 from spark_jobs.fenced_commit import ensure_sink, with_lineage
 from spark_jobs.session import DRIVER_JARS, activate, spark_conf
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive
+
+# Longer than every delivery the group allows (0.2 s, then 0.4 s): before, the shard was poison by then.
+OUTAGE_S = 6.0
 
 pytestmark = [
     pytest.mark.spark,
@@ -104,3 +111,54 @@ def test_borrowers_creating_the_sink_at_once_all_go_on(
         for future in [pool.submit(create) for _ in range(6)]:
             future.result()
     assert pg_lakehouse.catalog().load_table(group.sink).schema().find_field("event_id")
+
+
+@pytest.mark.parametrize("when", ["before the lease", "while Spark stages a shard"])
+def test_a_catalog_outage_longer_than_the_redelivery_backoff_poisons_nothing(
+    pg_spark: SparkSession,
+    pg_lakehouse: LakehouseConfig,
+    postgres: LocalPostgres,
+    make_group: type[GroupConfig],
+    monkeypatch: pytest.MonkeyPatch,
+    when: str,
+) -> None:
+    catalog = pg_lakehouse.catalog()
+    group = make_group(max_deliver=2, deliver_backoff_s=0.2, shard_caps={"max_files": 2})
+    append_batches(create_source(catalog, group.source), 2, 30)
+    drive(pg_spark, pg_lakehouse, group)
+    append_batches(catalog.load_table(group.source), 2, 30)
+    lease = tick(catalog, group, lambda _: RunState.MISSING).launch[0]
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    shards = [state.shards[sid] for sid in lease.shard_ids]
+    lines: list[str] = []
+    back = threading.Timer(OUTAGE_S, postgres.restart)
+
+    def outage() -> None:
+        postgres.halt()
+        back.start()
+
+    if when == "before the lease":
+        outage()
+    else:
+        real = borrower.stage_shard
+        calls: list[int] = []
+
+        def stage_in_outage(*args: Any, **kwargs: Any) -> str:
+            if not calls:
+                outage()
+            calls.append(1)
+            return real(*args, **kwargs)
+
+        monkeypatch.setattr(borrower, "stage_shard", stage_in_outage)
+    try:
+        report = run_lease(pg_spark, pg_lakehouse, group, lease, shards, progress=lines.append)
+    finally:
+        back.join()
+
+    assert report.committed == [s.shard_id for s in shards], "the lease went on once the catalog was back"
+    assert not [line for line in lines if "delivery 1/" in line], "an outage is no delivery of the shard"
+    assert any("the platform failed, not the shards" in line for line in lines), "each wait is shown"
+    assert open_letters(catalog, group.name) == {}, "no shard became poison"
+    drive(pg_spark, pg_lakehouse, group)
+    assert verify_group(catalog, group, key="event_id").ok

@@ -3,16 +3,18 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Any
 
 import pytest
+from sqlalchemy.exc import OperationalError
 
-from iceberg.errors import ConfigError, IcegroupError, SinkError, StaleLease
+from iceberg.errors import ConfigError, IcegroupError, PlatformUnavailable, SinkError, StaleLease
 from iceberg.groups import GroupConfig
 from spark_jobs import borrower
 from spark_jobs.borrower import LeaseReport
-from spark_jobs.redelivery import stage_with_redelivery
-from spark_jobs.user_errors import describe_error
+from spark_jobs.redelivery import platform_retry, stage_with_redelivery
+from spark_jobs.user_errors import describe_error, failure_classes, is_infrastructure
 from tests.factories import shard
 
 SHARD = shard()
@@ -59,8 +61,19 @@ class Deliveries:
         return f"token for {frame}"
 
 
-def deliver(group: GroupConfig, deliveries: Deliveries, lease: LeaseReport, lines: list[str]) -> str | Exception:
-    return stage_with_redelivery(group, SHARD, deliveries.output, deliveries.stage, lease, lines.append)
+def platform_up() -> bool:
+    """The catalog answers: a failure is the shard's unless its cause chain says otherwise."""
+    return True
+
+
+def deliver(
+    group: GroupConfig,
+    deliveries: Deliveries,
+    lease: LeaseReport,
+    lines: list[str],
+    up: Callable[[], bool] = platform_up,
+) -> str | Exception:
+    return stage_with_redelivery(group, SHARD, deliveries.output, deliveries.stage, lease, lines.append, up)
 
 
 def test_a_failing_shard_is_delivered_max_deliver_times_and_the_last_error_returned(
@@ -91,7 +104,7 @@ def test_a_failing_read_or_transform_is_delivered_again_too(make_group: type[Gro
         raise ZeroDivisionError("division by zero")
 
     lease, lines = report(), list[str]()
-    result = stage_with_redelivery(group, SHARD, output, lambda _: "token", lease, lines.append)
+    result = stage_with_redelivery(group, SHARD, output, lambda _: "token", lease, lines.append, platform_up)
 
     assert isinstance(result, ZeroDivisionError)
     assert len(calls) == 2
@@ -244,3 +257,59 @@ def test_a_transform_that_raised_in_a_spark_task_shows_its_own_error_and_frame()
     assert describe_error(FakePy4JError(chain)) == (
         "ValueError: amount 97.1 is over the limit (at checks.py:31 in checked_amount)"
     )
+
+
+def test_a_platform_failure_is_no_delivery_and_blames_no_shard(
+    make_group: type[GroupConfig], waits: list[float]
+) -> None:
+    group = make_group(max_deliver=2, deliver_backoff_s=0.5)
+    try:
+        raise RuntimeError("commit failed") from OperationalError("SELECT 1", {}, ConnectionRefusedError())
+    except RuntimeError as wrapped:
+        outage = wrapped
+    deliveries, lease, lines = Deliveries(outage), report(), list[str]()
+
+    with pytest.raises(PlatformUnavailable, match="commit failed") as raised:
+        deliver(group, deliveries, lease, lines)
+
+    assert raised.value.__cause__ is outage
+    assert (lease.redeliveries, waits, lines) == (0, [], []), "not counted, not waited on here"
+
+
+def test_a_failure_while_the_catalog_is_unreachable_is_the_platforms_whatever_its_class(
+    make_group: type[GroupConfig], waits: list[float]
+) -> None:
+    group = make_group(max_deliver=2)
+    wrapped = TypeError("Cannot cast org.postgresql.util.PSQLException to java.sql.SQLTransientException")
+    deliveries = Deliveries(wrapped)
+
+    with pytest.raises(PlatformUnavailable):
+        deliver(group, deliveries, report(), [], up=lambda: False)
+    assert deliver(group, Deliveries(TypeError("bad column"), TypeError("bad column")), report(), []).args == (
+        "bad column",
+    ), "with the catalog up, the same class is the transform's"
+
+
+@pytest.mark.parametrize(
+    ("names", "platform"),
+    [
+        (["builtins.RuntimeError", "org.postgresql.util.PSQLException"], True),
+        (["py4j.protocol.Py4JJavaError", "java.net.ConnectException"], True),
+        (["py4j.protocol.Py4JJavaError", "org.apache.spark.SparkException", "java.sql.SQLTimeoutException"], True),
+        (["py4j.protocol.Py4JJavaError", "org.apache.spark.api.python.PythonException"], False),
+        (["builtins.ValueError"], False),
+        (["py4j.protocol.Py4JJavaError", "java.io.EOFException"], False),
+    ],
+)
+def test_the_cause_chain_names_whose_failure_it_is(names: list[str], platform: bool) -> None:
+    assert is_infrastructure(names) is platform
+
+
+def test_a_lease_waits_out_a_platform_failure_with_backoff_for_half_its_timeout(make_group: type[GroupConfig]) -> None:
+    group = make_group(deliver_backoff_s=1.0, lease_timeout_s=60)
+    outage = PlatformUnavailable("catalog down")
+
+    assert [platform_retry(group, outage, tries, 0.0) for tries in range(7)] == [1, 2, 4, 8, 16, 30, 30]
+    assert platform_retry(group, outage, 3, 30.0) is None, "half the lease timeout waited: the run fails"
+    assert platform_retry(group, ValueError("bad row"), 0, 0.0) is None, "the shard's failure is not retried here"
+    assert failure_classes(outage) == ["iceberg.errors.PlatformUnavailable"]
