@@ -159,19 +159,24 @@ class ReplayCommit:
     run_id: str | None = None
 
 
+def range_of(shard: Shard) -> ShardRange:
+    """The part of a planned shard that a commit summary records."""
+    return ShardRange(
+        shard_id=shard.shard_id,
+        stream=shard.stream,
+        from_snapshot=shard.from_snapshot,
+        to_snapshot=shard.to_snapshot,
+        snapshots=tuple(shard.snapshots),
+        to_sequence=shard.to_sequence,
+        rows=shard.rows,
+        window_start_ms=shard.window_start_ms,
+    )
+
+
 def shard_range_json(shard: ShardRange | Shard) -> dict[str, object]:
     """A shard's range as commit summaries record it."""
     if isinstance(shard, Shard):
-        shard = ShardRange(
-            shard_id=shard.shard_id,
-            stream=shard.stream,
-            from_snapshot=shard.from_snapshot,
-            to_snapshot=shard.to_snapshot,
-            snapshots=tuple(shard.snapshots),
-            to_sequence=shard.to_sequence,
-            rows=shard.rows,
-            window_start_ms=shard.window_start_ms,
-        )
+        shard = range_of(shard)
     return {
         "id": shard.shard_id,
         "stream": shard.stream,

@@ -3,25 +3,11 @@
 from __future__ import annotations
 
 from iceberg.groups import ShardCaps
-from iceberg.protocol.lineage import ReplayCommit, ResetRecord, ShardRange, SinkCommit
+from iceberg.protocol.lineage import ReplayCommit, ResetRecord, SinkCommit, range_of
 from iceberg.protocol.provenance import CONSUMED, REPLAYED, consumed, replayed, voided
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
 from iceberg.protocol.state import Origin
 from tests.factories import GROUP, STREAM, WINDOW_START_MS, shard
-
-
-def ranged(planned: Shard) -> ShardRange:
-    """The range a commit summary records for a shard."""
-    return ShardRange(
-        shard_id=planned.shard_id,
-        stream=planned.stream,
-        from_snapshot=planned.from_snapshot,
-        to_snapshot=planned.to_snapshot,
-        snapshots=tuple(planned.snapshots),
-        to_sequence=planned.to_sequence,
-        rows=planned.rows,
-        window_start_ms=planned.window_start_ms,
-    )
 
 
 def commit_of(*shards: Shard, snapshot_id: int = 900, epoch: int = 1) -> SinkCommit:
@@ -34,7 +20,7 @@ def commit_of(*shards: Shard, snapshot_id: int = 900, epoch: int = 1) -> SinkCom
         lease_id="L",
         epoch=epoch,
         attempt=2,
-        shards=tuple(ranged(s) for s in shards),
+        shards=tuple(range_of(s) for s in shards),
         added_records=10,
         origin=Origin(start_position=None, config_hash="cafe"),
         run_id="run-1",
@@ -91,7 +77,7 @@ def test_a_replay_restamps_the_covered_shards_and_drops_the_rest_of_the_window()
     earlier = consumed(commit_of(one, two), {one.shard_id: one, two.shard_id: two}, "day")
     replay = ReplayCommit(
         snapshot_id=950, timestamp_ms=WINDOW_START_MS + 99, group=GROUP, window="2026-01-01", generation=3,
-        epoch=1, covers=(ranged(one),), added_records=10, deleted_records=20, run_id="replay-run",
+        epoch=1, covers=(range_of(one),), added_records=10, deleted_records=20, run_id="replay-run",
     )  # fmt: skip
     [entry] = replayed(replay, earlier)
     assert entry.shard_id == one.shard_id
