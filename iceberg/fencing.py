@@ -19,6 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import time
+from collections.abc import Collection
 from typing import Literal
 
 from pydantic import Field
@@ -28,6 +29,7 @@ from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import SetPropertiesUpdate, ValidatableTableRequirement
 
 from iceberg.errors import SinkError
+from iceberg.protocol.lineage import fence_key
 
 log = logging.getLogger(__name__)
 
@@ -115,3 +117,23 @@ def add_to_list_property(table: Table, key: str, values: set[int], retries: int 
         except CommitFailedException:
             time.sleep(min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.0))
     raise SinkError(f"sink: could not update {key} on {'.'.join(table.name())} in {retries} retries; try again")
+
+
+def prune_fences(table: Table, group: str, live: Collection[str]) -> list[str]:
+    """Remove the fences of ``group``'s leases that are no longer in flight; returns the keys removed.
+
+    A lease leaves the registry once every shard of it is in the sink (or a reset moved the group to
+    a new epoch, which the epoch fence holds). A late attempt of it needs no fence: the fenced commit
+    refuses a shard that a sink snapshot since the grant carries. So a retired lease's fence only
+    grows the sink's metadata. Best effort: a lost race leaves the keys for the next retirement.
+    """
+    prefix = fence_key(group, "")
+    stale = sorted(k for k in table.properties if k.startswith(prefix) and k.removeprefix(prefix) not in live)
+    if not stale:
+        return []
+    try:
+        table.transaction().remove_properties(*stale).commit_transaction()
+    except CommitFailedException as exc:
+        log.info("group %s: retired lease fences not pruned this time: %s", group, exc)
+        return []
+    return stale

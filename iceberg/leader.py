@@ -29,7 +29,7 @@ from iceberg.cascade import followed_replays
 from iceberg.dead_letters import open_letters
 from iceberg.errors import SourceError
 from iceberg.failpoints import failpoint
-from iceberg.fencing import raise_fences
+from iceberg.fencing import prune_fences, raise_fences
 from iceberg.groups import GroupConfig, check_filter
 from iceberg.heartbeats import forget, gone_holders, read_beats
 from iceberg.lineage import record_lineage
@@ -287,7 +287,9 @@ def fence_and_commit(
     """Raise the fences of revoked and parked leases on the sink, then commit the state by CAS.
 
     Fences go first: once the registry names a lease's next attempt, the attempt it replaces must
-    already be unable to commit. A state that did not change is not committed again.
+    already be unable to commit. A state that did not change is not committed again. Once the
+    registry no longer holds a lease, its fence is pruned from the sink (``prune_fences``): only
+    after this tick's commit won, so a stale Leader never prunes.
     """
     if fences:
         sink = load_optional(catalog, group.sink)
@@ -297,3 +299,7 @@ def fence_and_commit(
     if loaded.state is None or state != loaded.state:
         commit_state(loaded, state)
         failpoint("leader.after_registry")
+    if loaded.state is not None and set(loaded.state.leases) - set(state.leases):
+        sink = load_optional(catalog, group.sink)
+        if sink is not None:
+            prune_fences(sink, group.name, state.leases)

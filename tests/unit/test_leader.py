@@ -363,3 +363,26 @@ def test_planning_waits_while_max_pending_shards_are_cut_and_not_committed(
     assert len(full.state.shards) == 6, "the registry holds no more than the cap (plus one tick's planning)"
     assert full.state.planned_through == first.state.planned_through
     assert tick(catalog, group.model_copy(update={"max_pending_shards": 7}), running).new_shards == 6
+
+
+def test_a_retired_leases_fence_is_pruned_and_a_lease_in_flight_keeps_its_own(
+    catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = three_stream_group(make_group, catalog)
+    first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
+    create_sink(catalog, group)
+    regranted = tick(catalog, group, failed, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
+    done, *flying = regranted.launch
+    keys = {lease.lease_id: fence_key(group.name, lease.lease_id) for lease in regranted.launch}
+    legacy = fence_key(group.name, "0123456789abcdef")
+    catalog.load_table(group.sink).transaction().set_properties({legacy: "3"}).commit_transaction()
+    commit_as_borrower(catalog, group, regranted, done)
+
+    retired = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 2000)
+
+    assert done.lease_id not in retired.state.leases
+    fences = catalog.load_table(group.sink).metadata.properties
+    assert keys[done.lease_id] not in fences, "its shards are in the sink: the fence only grew the metadata"
+    assert legacy not in fences, "fences left by earlier versions go at the next retirement"
+    assert all(fences.get(keys[lease.lease_id]) == "1" for lease in flying), "leases in flight keep theirs"
+    assert set(first.state.leases) == set(keys)
