@@ -122,6 +122,11 @@ def by_sink_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> 
             f"sink snapshot {snapshot_id} is a {operation} snapshot that group {group.name} did not commit "
             "(compaction or another writer); ask for the rows it holds with --row"
         )
+    elif not found.found and (commit is not None or replay is not None) and not found.unrecorded:
+        found.note = (
+            f"the output of sink snapshot {snapshot_id} was replaced since (a replay of its window, or a reset); "
+            f"ask by --window {', '.join(sorted(windows))} for what holds it now"
+        )
     return found
 
 

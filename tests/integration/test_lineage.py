@@ -179,6 +179,9 @@ def test_a_replay_supersedes_its_windows_entries_and_a_reset_voids_what_it_delet
     assert len(replayed) == files, "superseded, not duplicated"
     assert {(e.kind, e.sink_snapshot, e.generation) for e in replayed} == {(REPLAYED, report.sink_snapshot, 1)}
     assert {(e.shard_id, e.source_file) for e in replayed} == {(e.shard_id, e.source_file) for e in consumed}
+    superseded = by_sink_snapshot(catalog, group, consumed[0].sink_snapshot)
+    assert superseded.found == []
+    assert f"was replaced since (a replay of its window, or a reset); ask by --window {today(group)}" in superseded.note
 
     execute_reset(catalog, group, ResetTarget("earliest"))
     drive(spark, lakehouse, group)
