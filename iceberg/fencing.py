@@ -19,7 +19,7 @@ from __future__ import annotations
 import logging
 import random
 import time
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from typing import Literal
 
 from pydantic import Field
@@ -137,3 +137,22 @@ def prune_fences(table: Table, group: str, live: Collection[str]) -> list[str]:
         log.info("group %s: retired lease fences not pruned this time: %s", group, exc)
         return []
     return stale
+
+
+def commit_retrying(table: Table, change: Callable[[Table], object], what: str, retries: int = 20) -> None:
+    """Make ``change`` on the freshly loaded ``table``, again with backoff while other writers' commits win the race.
+
+    For changes that are idempotent and hold no precondition of their own (a reset deleting the
+    output it replaces, clearing its marker): Borrowers and Leaders commit to the sink all the time,
+    so one lost race must not leave an operator's action half done.
+    """
+    for attempt in range(retries + 1):
+        table.refresh()
+        try:
+            change(table)
+            return
+        except CommitFailedException as exc:
+            wait = min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.0)
+            log.info("%s: the table moved (%s); retry %d/%d in %.2fs", what, exc, attempt + 1, retries, wait)
+            time.sleep(wait)
+    raise SinkError(f"sink: {what} on {'.'.join(table.name())} lost {retries} races with other commits; try again")

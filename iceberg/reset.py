@@ -30,7 +30,7 @@ from pyiceberg.table import Table
 from iceberg.cascade import follows_after_reset
 from iceberg.errors import RegistryConflict, ResetInterrupted, UsageError
 from iceberg.failpoints import failpoint
-from iceberg.fencing import raise_fences
+from iceberg.fencing import commit_retrying, raise_fences
 from iceberg.groups import GroupConfig
 from iceberg.heartbeats import read_beats
 from iceberg.protocol.lineage import (
@@ -245,8 +245,10 @@ def execute_reset(
             time.sleep(0.2 * (attempt + 1))
             continue
         if sink is not None:
-            with sink.transaction() as tx:
-                tx.remove_properties(reset_key(group.name))
+            commit_retrying(
+                sink, lambda table: table.transaction().remove_properties(reset_key(group.name)).commit_transaction(),
+                f"clearing the marker of the reset of group {group.name!r}",
+            )  # fmt: skip
         return plan
     raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {retries} tries to reset it")
 
@@ -263,14 +265,15 @@ def recorded_resets(sink: Table, group: GroupConfig, plan: ResetPlan) -> str:
 def delete_output(sink: Table, group: GroupConfig, plan: ResetPlan) -> None:
     """Delete the rows of the re-consumed shards, in one commit that names the reset."""
     ids = ", ".join(f"'{shard_id}'" for shard_id in plan.replaced_shards)
-    sink.refresh()
-    with warnings.catch_warnings():
-        # A reset run again after a crash finds the rows already deleted: that is the expected no-op.
-        warnings.filterwarnings("ignore", "Delete operation did not match any records")
-        sink.delete(
-            delete_filter=f"{COL_SHARD} IN ({ids})",
-            snapshot_properties={KEY_GROUP: group.name, KEY_RESET: plan.target.describe(), KEY_EPOCH: str(plan.epoch)},
-        )
+    properties = {KEY_GROUP: group.name, KEY_RESET: plan.target.describe(), KEY_EPOCH: str(plan.epoch)}
+
+    def delete(table: Table) -> None:
+        with warnings.catch_warnings():
+            # A reset run again after a crash finds the rows already deleted: that is the expected no-op.
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            table.delete(delete_filter=f"{COL_SHARD} IN ({ids})", snapshot_properties=properties)
+
+    commit_retrying(sink, delete, f"deleting the output the reset of group {group.name!r} replaces")
 
 
 def refuse_while_replaying(catalog: Catalog, group: GroupConfig, state: GroupState) -> None:

@@ -204,6 +204,15 @@ class Workers:
                 self.start(name)
         return found
 
+    def tails(self, lines: int = 8) -> str:
+        """The last lines of every worker's log, so a run that times out says what the workers were doing."""
+        found = []
+        for name in sorted(self.procs):
+            log = self.logs / f"{name}.log"
+            text = log.read_text(errors="replace").splitlines()[-lines:] if log.exists() else []
+            found.append("\n".join([f"--- {name} ---", *text]))
+        return "\n".join(found)
+
     def stop_all(self) -> list[str]:
         """Stop every worker; returns problems: a worker that failed or had to be killed."""
         (self.folder / "stop").touch()
@@ -436,7 +445,11 @@ def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = prin
         producer.join()
         emit("faults done; waiting for the group to catch up")
         faults_done = time.monotonic()
-        wait_caught_up(lakehouse, group, settings.catch_up_timeout_s)
+        try:
+            wait_caught_up(lakehouse, group, settings.catch_up_timeout_s)
+        except TimeoutError as exc:
+            problems = [run.problem for run in outcome.admin if run.problem]
+            raise TimeoutError(f"{exc}; operator actions' problems: {problems or 'none'}\n{workers.tails()}") from exc
         outcome.catch_up_s = round(time.monotonic() - faults_done, 1)
         emit(f"caught up {outcome.catch_up_s:.0f}s after the last fault")
         time.sleep(0.5)
@@ -467,13 +480,20 @@ def wait_caught_up(lakehouse: LakehouseConfig, group: GroupConfig, timeout_s: fl
     """Until the registry has nothing open and has planned through the source head."""
     catalog = lakehouse.catalog()
     deadline = time.monotonic() + timeout_s
+    state, head = None, None
     while time.monotonic() < deadline:
         state = load_state(catalog, group.name).state
         head = catalog.load_table(group.source).current_snapshot()
         if state is not None and state.is_idle() and head is not None and state.planned_through == head.snapshot_id:
             return
         time.sleep(0.5)
-    raise TimeoutError(f"group {group.name} did not catch up within {timeout_s:.0f}s")
+    found = (
+        f"{len(state.leases)} leases and {len(state.shards)} shards open, planned through {state.planned_through} "
+        f"of head {head.snapshot_id if head else None}, epoch {state.epoch}"
+        if state is not None
+        else "no registry"
+    )
+    raise TimeoutError(f"group {group.name} did not catch up within {timeout_s:.0f}s: {found}")
 
 
 def spread(values: list[float]) -> dict[str, float]:

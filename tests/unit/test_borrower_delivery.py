@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from iceberg.errors import ConfigError, IcegroupError, PlatformUnavailable, SinkError, StaleLease
+from iceberg.errors import ConfigError, Fenced, IcegroupError, PlatformUnavailable, SinkError, StaleLease
 from iceberg.groups import GroupConfig
 from spark_jobs import borrower
 from spark_jobs.borrower import LeaseReport
@@ -313,3 +313,70 @@ def test_a_lease_waits_out_a_platform_failure_with_backoff_for_half_its_timeout(
     assert platform_retry(group, outage, 3, 30.0) is None, "half the lease timeout waited: the run fails"
     assert platform_retry(group, ValueError("bad row"), 0, 0.0) is None, "the shard's failure is not retried here"
     assert failure_classes(outage) == ["iceberg.errors.PlatformUnavailable"]
+
+
+class JavaClass:
+    """The part of a py4j ``JavaClass`` that the cause chain reads."""
+
+    def __init__(self, name: str) -> None:
+        """A JVM class called ``name``."""
+        self.name = name
+
+    def getName(self) -> str:
+        """The class's name."""
+        return self.name
+
+
+class JavaThrowable:
+    """The part of a JVM exception behind py4j that the cause chain reads."""
+
+    def __init__(self, name: str) -> None:
+        """A JVM exception of class ``name``, with no cause."""
+        self.cls = JavaClass(name)
+
+    def getClass(self) -> JavaClass:
+        """Its class."""
+        return self.cls
+
+    def getCause(self) -> None:
+        """No cause."""
+        return None
+
+
+class JavaError(Exception):
+    """A stand-in for ``Py4JJavaError``: a Python exception carrying the JVM's."""
+
+    def __init__(self, name: str) -> None:
+        """Iceberg's exception ``name`` thrown in the JVM."""
+        super().__init__(name)
+        self.java_exception = JavaThrowable(name)
+
+
+def fenced_commit() -> StaleLease:
+    """The error a fenced lease ends with: the sink refused the commit (``spark_jobs/fenced_commit.py``)."""
+    try:
+        try:
+            raise JavaError("org.apache.iceberg.exceptions.CommitFailedException")
+        except JavaError:
+            raise Fenced("sink: commit refused: lease fenced at attempt 2") from None
+    except Fenced as fenced:
+        try:
+            raise StaleLease(str(fenced)) from fenced
+        except StaleLease as stale:
+            return stale
+    raise AssertionError("unreachable")
+
+
+def test_a_fenced_lease_is_final_not_a_platform_failure(make_group: type[GroupConfig]) -> None:
+    group = make_group(deliver_backoff_s=1.0, lease_timeout_s=60)
+    stale = fenced_commit()
+
+    assert "org.apache.iceberg.exceptions.CommitFailedException" not in failure_classes(stale), (
+        "the commit failure the fence was found through was suppressed (raise ... from None)"
+    )
+    assert platform_retry(group, stale, 0, 0.0) is None, "a fenced lease ends its run at once"
+    lost = JavaError("org.apache.iceberg.exceptions.CommitFailedException")
+    assert platform_retry(group, lost, 0, 0.0) == 1.0, "a commit that lost to the catalog is tried again"
+    config = ConfigError("group x: transform: bad")
+    config.__cause__ = lost
+    assert platform_retry(group, config, 0, 0.0) is None, "icegroup's own verdict is final whatever its cause"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
@@ -10,7 +11,7 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
 from iceberg.errors import SinkError
-from iceberg.fencing import AssertFencesBelow, raise_fences
+from iceberg.fencing import AssertFencesBelow, commit_retrying, raise_fences
 
 KEY = "icegroup.fence.orders.0123456789abcdef"
 OTHER = "icegroup.fence.orders.fedcba9876543210"
@@ -138,3 +139,36 @@ def test_requirement_checks_every_fence(catalog: Catalog, ns: str) -> None:
 def test_requirement_fails_without_metadata() -> None:
     with pytest.raises(CommitFailedException, match="sink metadata is missing"):
         AssertFencesBelow(fences={KEY: 1}).validate(None)
+
+
+def test_a_change_that_loses_a_race_is_made_again_on_the_new_head(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns)
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())}, schema=sink.schema().as_arrow())
+    sink.append(rows)
+    rival = catalog.load_table(f"{ns}.sink")
+    seen: list[int | None] = []
+
+    def delete(table: Table) -> None:
+        head = table.current_snapshot()
+        seen.append(head.snapshot_id if head else None)
+        if len(seen) == 1:  # another writer wins, and pyiceberg's own retries ran out
+            rival.append(rows.slice(1))
+            raise CommitFailedException("Requirement failed: branch main has changed")
+        table.delete("id = 1")
+
+    commit_retrying(sink, delete, "deleting replaced output")
+
+    assert len(seen) == 2
+    assert seen[0] != seen[1], "made again on the table as the rival left it"
+    ids = sorted(catalog.load_table(f"{ns}.sink").scan().to_arrow().column("id").to_pylist())
+    assert ids == [2, 2], "the rows were deleted, and the rival's commit stands"
+
+
+def test_a_change_that_keeps_losing_names_the_remedy(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns)
+
+    def lose(table: Table) -> None:
+        raise CommitFailedException("Requirement failed: branch main has changed")
+
+    with pytest.raises(SinkError, match=r"removing a fence on .* lost 2 races with other commits; try again"):
+        commit_retrying(sink, lose, "removing a fence", retries=2)
