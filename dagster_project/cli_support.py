@@ -57,6 +57,11 @@ def render(view: GroupView) -> str:
         f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
         f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
         + (f" / {view.lag_age_s:.1f}s (oldest unconsumed commit)" if view.lag_age_s is not None else "")
+        + (
+            f"\nstreams done and folded out of the registry: {view.retired_streams} ({view.retired_rows} rows)"
+            if view.retired_streams
+            else ""
+        )
     )
     rows: list[dict[str, object]] = [
         {

@@ -70,6 +70,8 @@ class GroupView:
     unplanned_snapshots: int
     streams: list[StreamView]
     holds: list[Hold] = field(default_factory=list)
+    retired_streams: int = 0
+    retired_rows: int = 0
     as_of_ms: int = 0
     status: str = "caught up"
     historical: bool = False
@@ -186,6 +188,8 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         pending_shards=len(state.shards),
         leases_in_flight=len(state.leases),
         leases_done=state.leases_done,
+        retired_streams=state.retired.streams,
+        retired_rows=state.retired.rows,
         unplanned_snapshots=len(plan.appends) + plan.remaining,
         streams=streams,
         holds=[hold_of(lease, beats, group.session_timeout_s) for lease in state.leases.values()],
@@ -289,6 +293,8 @@ def describe_as_of(catalog: Catalog, group: GroupConfig, at_ms: int) -> GroupVie
         pending_shards=len(state.shards),
         leases_in_flight=len(state.leases),
         leases_done=state.leases_done,
+        retired_streams=state.retired.streams,
+        retired_rows=state.retired.rows,
         unplanned_snapshots=0,
         streams=streams,
         holds=[hold_of(lease, {}, group.session_timeout_s) for lease in state.leases.values()],

@@ -180,7 +180,14 @@ class GroupConfig(BaseModel):
         "`icegroup expire` in another code location stops keeping history for it. Like 30d.",
     )
 
-    @field_validator("replay_retention", "inactive_after", mode="before")
+    retire_streams_after: timedelta = Field(
+        default=timedelta(days=1),
+        description="A stream (source partition) with nothing pending that has committed nothing for this long is "
+        "folded out of the registry, so a table partitioned by day keeps the registry of its live days only. Its "
+        "counts stay in the group's totals; new data in it starts it again from the planning cursor. Like 1d.",
+    )
+
+    @field_validator("replay_retention", "inactive_after", "retire_streams_after", mode="before")
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return parse_duration(value) if isinstance(value, str) else value

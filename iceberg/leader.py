@@ -2,6 +2,8 @@
 
 Planning waits while the group is paused or stopped, and while ``max_pending_shards`` shards are
 cut and not committed: what it cuts then could not be granted, and would only grow the registry.
+For the same reason, streams that are done (nothing pending, idle for ``retire_streams_after``)
+are folded out of the registry document (``retire_streams``).
 
 Reconciling first checks that the registry agrees with the sink. A registry that is missing while
 the sink holds the group's commits, or that is behind the sink (restored from an older backup), is
@@ -51,7 +53,7 @@ from iceberg.protocol.phases import (
 from iceberg.protocol.poison import STOPPED, DeadLetter
 from iceberg.protocol.replay import expire_replays
 from iceberg.protocol.shards import Shard, snapshot_range
-from iceberg.protocol.state import GroupState, Lease
+from iceberg.protocol.state import GroupState, Lease, retire_streams
 from iceberg.rebuild import sync_with_sink
 from iceberg.registrations import register
 from iceberg.registry import Loaded, commit_state, load_state
@@ -171,6 +173,7 @@ def tick(
         if stopped or blocked
         else complete(source, group, granted.state, head.snapshot_id if head else None, now_ms)
     )
+    state = retire_streams(state, now_ms, int(group.retire_streams_after.total_seconds() * 1000))
     if history.head is not None and history.head != before.sink_cursor:
         record_lineage(catalog, group, before.shards)
     provenance = window_provenance(catalog, group, done)

@@ -113,6 +113,14 @@ class StreamState(BaseModel):
         return sum(rows for _, rows in self.recent[1:]) / ((self.recent[-1][0] - self.recent[0][0]) / 1000)
 
 
+class RetiredStreams(BaseModel):
+    """What the streams folded out of the registry (``retire_streams``) had done, kept as totals."""
+
+    streams: int = Field(default=0, description="Streams retired so far (a stream that starts again counts again).")
+    shards: int = Field(default=0, description="Shards they had committed.")
+    rows: int = Field(default=0, description="Source rows in those shards.")
+
+
 class GroupState(BaseModel):
     """Everything the Leader must remember about a group between ticks."""
 
@@ -142,6 +150,9 @@ class GroupState(BaseModel):
     )
     replays: dict[str, ReplayTicket] = Field(
         default_factory=dict, description="Replays in flight, by window; their windows' shards wait."
+    )
+    retired: RetiredStreams = Field(
+        default_factory=RetiredStreams, description="Totals of the streams folded out of ``streams``."
     )
 
     @property
@@ -229,3 +240,35 @@ def apply_commits(
             del new.leases[lease_id]
             new.leases_done += 1
     return new, done
+
+
+def retire_streams(state: GroupState, now_ms: int, idle_ms: int) -> GroupState:
+    """Fold out of the document the streams that are done: the registry grows with live streams only.
+
+    A stream is done when nothing of it is cut or leased, it has committed nothing for ``idle_ms``,
+    and its position is known and not past the planning cursor. Everything of it up to the cursor is then
+    committed, so new data in it is cut from the cursor (``cut_shards``' start for an unknown
+    stream), exactly where its own position would have put it. A stream whose position a reset or a
+    rebuild left past the cursor stays: its floor keeps committed snapshots from being cut again.
+    Its counts move to ``retired``, so the group's totals never go back.
+    """
+    if state.planned_through is not None and state.planned_through_sequence == 0:
+        return state  # the cursor's sequence number is not known: nothing can be compared with it
+    busy = {s.stream for s in state.shards.values()} | {n for lease in state.leases.values() for n in lease.streams}
+    done = [
+        name
+        for name, stream in state.streams.items()
+        if name not in busy
+        and (stream.position is None or stream.position_sequence > 0)
+        and stream.position_sequence <= state.planned_through_sequence
+        and (stream.recent[-1][0] if stream.recent else 0) <= now_ms - idle_ms
+    ]
+    if not done:
+        return state
+    new = state.model_copy(deep=True)
+    for name in done:
+        stream = new.streams.pop(name)
+        new.retired.streams += 1
+        new.retired.shards += stream.committed_shards
+        new.retired.rows += stream.committed_rows
+    return new

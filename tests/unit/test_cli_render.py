@@ -57,6 +57,14 @@ def test_render_header_has_group_positions_and_lag_totals() -> None:
     assert header[1].endswith("lag 5 snapshots / 150 rows / 12.5s (oldest unconsumed commit)")
 
 
+def test_render_names_the_streams_folded_out_of_the_registry_only_when_there_are_some() -> None:
+    retired = view()
+    retired.retired_streams, retired.retired_rows = 364, 10_920
+
+    assert render(retired).splitlines()[2] == "streams done and folded out of the registry: 364 (10920 rows)"
+    assert "folded out" not in render(view())
+
+
 def test_render_has_one_line_per_stream() -> None:
     lines = render(view()).splitlines()[2:5]
 
