@@ -257,6 +257,7 @@ def reset_report(plan: ResetPlan, executed: bool) -> dict[str, object]:
         "epoch": plan.epoch,
         "executed": executed,
         "completes_interrupted": plan.completes_interrupted,
+        "already_committed": plan.already_committed,
         "keep_output": plan.keep_output,
         "streams": plan.rows(),
         "windows_replaced": [] if plan.keep_output else plan.windows,
@@ -272,7 +273,8 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
     if args.execute:
         before = load_state(catalog, group.name).state
         plan = execute_reset(catalog, group, target, keep_output=args.keep_output)
-        leases = list(before.leases.values()) if before else []
+        # Leases of the epoch the reset left behind; a reset that had committed already has none to stop.
+        leases = list(before.leases.values()) if before and not plan.already_committed else []
         if leases:
             with open_instance(dagster_home()) as instance:
                 terminate_runs(instance, group.name, leases, reason=f"group reset ({target.describe()})")
@@ -280,6 +282,12 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
         plan = plan_reset(catalog, group, target, keep_output=args.keep_output)
     if args.json:
         print(json.dumps(reset_report(plan, args.execute), indent=2))
+        return EXIT_OK
+    if plan.already_committed:
+        print(
+            f"reset group {group.name} {plan.target.describe()}: epoch {plan.epoch} was committed before the run that "
+            "made it stopped; its marker is cleared, and nothing moves again"
+        )
         return EXIT_OK
     print(f"reset group {group.name} {plan.target.describe()}: into epoch {plan.epoch}")
     rows = plan.rows()

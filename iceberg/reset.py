@@ -69,6 +69,7 @@ class ResetPlan:
     state: GroupState
     completes_interrupted: bool = False
     loaded: Loaded | None = None
+    already_committed: bool = False
 
     @property
     def replaced_shards(self) -> list[str]:
@@ -217,6 +218,9 @@ def execute_reset(
                 f"group {group.name!r}: leases are in flight and the sink does not exist yet, so they cannot be "
                 f"fenced; `icegroup pause {group.name}`, wait for them, then reset"
             )
+        finished = finish_committed(sink, group, target, keep_output, loaded)
+        if finished is not None:
+            return finished
         plan = plan_reset(catalog, group, target, keep_output)
         if sink is not None:
             marker = json.dumps({"epoch": plan.epoch, "target": target.describe()})
@@ -244,13 +248,41 @@ def execute_reset(
         except RegistryConflict:
             time.sleep(0.2 * (attempt + 1))
             continue
+        failpoint("reset.after_registry")
         if sink is not None:
-            commit_retrying(
-                sink, lambda table: table.transaction().remove_properties(reset_key(group.name)).commit_transaction(),
-                f"clearing the marker of the reset of group {group.name!r}",
-            )  # fmt: skip
+            clear_marker(sink, group)
         return plan
     raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {retries} tries to reset it")
+
+
+def finish_committed(
+    sink: Table | None, group: GroupConfig, target: ResetTarget, keep_output: bool, loaded: Loaded
+) -> ResetPlan | None:
+    """Clear the marker of a reset whose registry commit won (it was stopped before clearing it).
+
+    Returns that reset's plan, with no moves left to make, when this call asks for the same reset:
+    running the command again completes the reset rather than moving the group once more. A
+    marker of another target is only cleared, and this reset goes on. None when there is no such marker.
+    """
+    marker = reset_marker(sink, group)
+    if sink is None or loaded.state is None or marker is None or marker[0] != loaded.state.epoch:
+        return None
+    clear_marker(sink, group)
+    if marker[1] != target.describe():
+        return None
+    return ResetPlan(
+        group=group.name, target=target, epoch=marker[0], moves=[], windows=[], keep_output=keep_output,
+        state=loaded.state, completes_interrupted=True, loaded=loaded, already_committed=True,
+    )  # fmt: skip
+
+
+def clear_marker(sink: Table, group: GroupConfig) -> None:
+    """Remove the reset's marker from the sink: the reset is complete."""
+    commit_retrying(
+        sink,
+        lambda table: table.transaction().remove_properties(reset_key(group.name)).commit_transaction(),
+        f"clearing the marker of the reset of group {group.name!r}",
+    )
 
 
 def recorded_resets(sink: Table, group: GroupConfig, plan: ResetPlan) -> str:

@@ -5,8 +5,10 @@
   on (its positions and pending shards read from there) and everything inside its replay horizon.
 - A **sink** keeps what reconciliation and the lease checks read: everything after each writing
   group's reconciled cursor, after each lease's grant snapshot, and after the lineage table's
-  cursor. Staged snapshots that killed Borrowers left behind (not on main) go once they are older
-  than ``STAGED_AFTER_MS``, or twice the group's lease timeout if that is longer.
+  cursor; and every commit that consumed a source snapshot still in the source, since a reset back
+  to that snapshot deletes the commit's output by the shards it records. Staged snapshots that
+  killed Borrowers left behind (not on main) go once they are older than ``STAGED_AFTER_MS``, or
+  twice the group's lease timeout if that is longer.
 - **State tables** (registry, lineage, dead letters) keep their last ``keep_last`` snapshots and
   those younger than ``keep_for``.
 
@@ -33,9 +35,10 @@ from iceberg.lineage import lineage_identifier, load_lineage, recorded_through
 from iceberg.planning import snapshot_info
 from iceberg.protocol.durations import format_duration
 from iceberg.protocol.lineage import KEY_STAGE
-from iceberg.protocol.retention import Judged, Pin, judge
+from iceberg.protocol.retention import Judged, Pin, judge, reset_reach
 from iceberg.registrations import group_pin, read_registrations
 from iceberg.registry import load_state, registry_identifier
+from iceberg.replays import sink_history
 from iceberg.tables import load_optional, walk_back
 
 log = logging.getLogger(__name__)
@@ -107,10 +110,17 @@ def source_pins(source: Table, groups: list[GroupConfig], catalog: Catalog, now_
 
 
 def sink_pins(sink: Table, groups: list[GroupConfig], catalog: Catalog) -> list[Pin]:
-    """What the groups writing ``sink`` read back of it: their cursors, their leases' grants, their lineage cursors."""
+    """What the groups writing ``sink`` read back of it.
+
+    Their cursors, their leases' grants, their lineage cursors, and every commit whose output a
+    reset may still delete (``reset_reach``): one that consumed a source snapshot still in the source.
+    """
     sequence = {s.snapshot_id: s.sequence_number or 0 for s in sink.snapshots()}
     pins = []
     for group in groups:
+        reach = reset_pin(sink, group, catalog, sequence)
+        if reach is not None:
+            pins.append(reach)
         state = load_state(catalog, group.name).state
         if state is None:
             pins.append(Pin(f"group {group.name} (no registry)", sequence=0))
@@ -125,6 +135,19 @@ def sink_pins(sink: Table, groups: list[GroupConfig], catalog: Catalog) -> list[
             at = sequence.get(snapshot_id, 0) if snapshot_id is not None else 0
             pins.append(Pin(f"group {group.name}: {what}", sequence=at))
     return pins
+
+
+def reset_pin(sink: Table, group: GroupConfig, catalog: Catalog, sequence: Mapping[int, int]) -> Pin | None:
+    """The pin of the sink commits a reset of ``group`` may still need; None when the source is gone."""
+    source = load_optional(catalog, group.source)
+    if source is None:
+        return None
+    floor = min((s.sequence_number or 0 for s in walk_back(source, None)), default=0)
+    commits, replays = sink_history(sink, group.name)
+    ranges = [(sequence.get(c.snapshot_id, 0), c.shards) for c in commits]
+    ranges += [(sequence.get(r.snapshot_id, 0), r.covers) for r in replays]
+    at = reset_reach(ranges, floor)
+    return None if at is None else Pin(f"group {group.name}: output a reset may still replace", sequence=at)
 
 
 def staged_leftovers(sink: Table, groups: list[GroupConfig], now_ms: int) -> list[int]:

@@ -24,7 +24,7 @@ from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
 from iceberg.registry import load_state
 from iceberg.replays import begin_replay
-from iceberg.reset import execute_reset, plan_reset
+from iceberg.reset import execute_reset, plan_reset, reset_marker
 from iceberg.verify import verify_group
 from spark_jobs.borrower import run_lease
 from spark_jobs.replay import replay_window
@@ -183,6 +183,43 @@ def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_b
     drive(spark, lakehouse, group)
     assert sink_ids(catalog, group) == Counter(range(1, 28))
     assert load_state(catalog, group.name).state.epoch == 1  # type: ignore[union-attr]
+
+
+def test_a_reset_killed_after_its_registry_commit_is_completed_without_moving_the_group_again(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig],
+    tmp_path: Path, lake_home: Path,
+) -> None:  # fmt: skip
+    group = make_group(shard_caps={"max_files": 2})
+    append_batches(create_source(catalog, group.source), 3, 9)
+    drive(spark, lakehouse, group)
+    points = tmp_path / "points"
+    points.mkdir()
+    (points / "reset.after_registry").touch()
+    groups = str(write_groups(tmp_path / "g.yaml", group))
+    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
+    command = [ICEGROUP, "--groups", groups, "reset", group.name, "--shift-by", "-1", "--execute"]
+    killed = subprocess.Popen(command, cwd=repo_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 60
+    while not list(points.glob("hit.*")):
+        assert killed.poll() is None, killed.communicate()[0]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    moved = load_state(catalog, group.name).state
+    assert moved is not None
+    assert moved.epoch == 1, "the registry commit won before the kill"
+    assert reset_marker(catalog.load_table(group.sink), group) == (1, "--shift-by -1"), "its marker is left"
+
+    again = subprocess.run(command, cwd=repo_root(), env={**env, "ICEGROUP_FAILPOINTS": ""}, capture_output=True,
+                           text=True, check=False)  # fmt: skip
+
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "epoch 1 was committed before the run that made it stopped" in again.stdout
+    assert load_state(catalog, group.name).state == moved, "the group is not moved a second time"
+    assert reset_marker(catalog.load_table(group.sink), group) is None
+    drive(spark, lakehouse, group)
+    assert sink_ids(catalog, group) == Counter(range(1, 28))
 
 
 def test_a_reset_moves_back_from_what_the_sink_holds_when_the_registry_lags_it(

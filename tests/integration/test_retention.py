@@ -20,8 +20,10 @@ from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.protocol.lineage import KEY_STAGE
 from iceberg.protocol.liveness import RunState
+from iceberg.protocol.reset import ResetTarget
 from iceberg.registrations import REFRESH_MS, read_registrations, register
 from iceberg.registry import load_state, registry_identifier
+from iceberg.reset import execute_reset
 from iceberg.retention import STAGED_AFTER_MS, StateRetention, expire
 from iceberg.tables import walk_back
 from iceberg.verify import verify_group
@@ -219,3 +221,25 @@ def test_the_expire_job_runs_in_dagster_and_its_schedule_starts_stopped(
         result = built.resolve_job_def("icegroup_expire").execute_in_process(instance=instance, run_config=config)
     assert result.success
     assert len(catalog.load_table(registry_identifier(group.name)).snapshots()) == 1 < before
+
+
+def test_a_reset_after_expiry_still_replaces_the_output_it_consumes_again(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+) -> None:
+    group = make_group(shard_caps={"max_files": 1})
+    append_batches(create_source(catalog, group.source), 4, 12)
+    for _ in range(4):  # one sink commit per source snapshot, each reconciled: the cursor moves past them
+        drive(spark, lakehouse, group)
+        append_batches(catalog.load_table(group.source), 1, 12)
+    drive(spark, lakehouse, group)
+    source_before = sequences(catalog, group.source)
+
+    [sink_plan] = [
+        p for p in expire(catalog, {group.name: group}, StateRetention(), execute=True) if p.table == group.sink
+    ]
+
+    assert sequences(catalog, group.source) == source_before, "the replay horizon (7 days) keeps the source"
+    assert any("output a reset may still replace" in h for h in sink_plan.judged.held_by), sink_plan.judged.held_by
+    execute_reset(catalog, group, ResetTarget("earliest"))
+    drive(spark, lakehouse, group)
+    assert verify_group(catalog, group, key="event_id").ok, "every row once: the reset found every commit to replace"

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from iceberg.protocol.durations import format_duration, parse_duration
-from iceberg.protocol.retention import Pin, judge, staleness
+from iceberg.protocol.lineage import ShardRange
+from iceberg.protocol.retention import Pin, judge, reset_reach, staleness
 from iceberg.protocol.shards import SnapshotInfo
 
 
@@ -75,3 +76,17 @@ def test_durations_read_back_as_they_print() -> None:
     for text in ("30d", "12h", "15m", "90s", "0s"):
         assert format_duration(parse_duration(text)) == text
     assert parse_duration("P1DT12H") == parse_duration("36h")
+
+
+def ranges(*to_sequences: int | None) -> tuple[ShardRange, ...]:
+    """Shard ranges of one commit, ending at these source sequence numbers."""
+    return tuple(ShardRange(f"{n}", "0", None, 100 + (n or 0), (), to_sequence=n) for n in to_sequences)
+
+
+def test_the_sink_keeps_every_commit_that_consumed_source_history_a_reset_can_still_reach() -> None:
+    commits = [(1, ranges(3)), (2, ranges(5, 4)), (3, ranges(6)), (4, ranges(9))]
+
+    assert reset_reach(commits, source_floor=5) == 2, "commit 2 consumed snapshot 5, still in the source"
+    assert reset_reach(commits, source_floor=7) == 4
+    assert reset_reach(commits, source_floor=10) is None, "the source expired past every commit"
+    assert reset_reach([(7, ranges(None)), (8, ranges(9))], source_floor=20) == 7, "an unknown range is kept"

@@ -1,0 +1,180 @@
+"""Long history: does a Leader tick cost the same after 10,000 ticks and sink commits as after 100?
+
+A group that runs for a year must stay as fast as on its first day. Every tick commits the
+registry and the lineage table, and every lease a sink snapshot, so each table's metadata grows by
+a snapshot per tick; pyiceberg copies the whole metadata on each commit, so without expiry a tick
+gets slower as history grows. Here ``icegroup expire`` runs on its schedule (every
+``EXPIRE_EVERY`` ticks, keeping the last ``KEEP_LAST`` snapshots of the state tables), as the
+Dagster schedule would.
+
+Two groups in one lakehouse, measured side by side (these machines are noisy):
+- ``short``: a group with ``BASELINE`` ticks and commits behind it, then only measured;
+- ``long``: the group driven through ``COMMITS`` ticks and commits, measured at each checkpoint.
+Each tick of the drive is busy: one new source snapshot to plan, the previous lease's commit to
+reconcile and record in lineage, one lease to grant. The Borrower's sink commit is made without
+Spark (``tests/sink_commits.py``: the rows and summary properties a Borrower commits), since Spark
+costs the same at any history and would only stretch the run. At a checkpoint, each round measures
+a busy tick and an idle tick (nothing new) of each group in turn; the ratio long/short is the
+answer (the issue's bar: at most 2x).
+
+Run: ``python -m tests.benchmarks.bench_long_history [--commits N]`` (writes
+tests/benchmarks/results/long_history.json, and long_history.png).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from pathlib import Path
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from iceberg.groups import GroupConfig
+from iceberg.lakehouse import load_lakehouse
+from iceberg.leader import tick
+from iceberg.lineage import lineage_identifier
+from iceberg.protocol.liveness import RunState
+from iceberg.registry import registry_identifier
+from iceberg.retention import StateRetention, expire
+from tests.factories import create_source, events
+from tests.sink_commits import commit_lease
+
+COMMITS = 10_000
+BASELINE = 100
+EXPIRE_EVERY = 100
+KEEP_LAST = 100
+ROUNDS = 5
+ROWS = 3
+RESULTS = Path(__file__).parent / "results" / "long_history.json"
+OWNER = "bench-borrower"
+
+
+def running(_: object) -> RunState:
+    """Every lease's run looks alive: the drive commits each lease before the next tick."""
+    return RunState.RUNNING
+
+
+@dataclass
+class Driven:
+    """A group driven tick by tick: a source snapshot, a tick, the granted lease's sink commit."""
+
+    catalog: Catalog
+    group: GroupConfig
+    source: Table
+    next_id: int = 1
+    ticks: int = 0
+    commits: int = 0
+    expiries: int = 0
+    snapshots: dict[str, int] = field(default_factory=dict)
+
+    def tick(self) -> float:
+        """One Leader tick; commits the lease it grants, as a Borrower would; returns the tick's milliseconds."""
+        started = time.perf_counter()
+        result = tick(self.catalog, self.group, running, owner_run_id=OWNER)
+        elapsed = (time.perf_counter() - started) * 1000
+        self.ticks += 1
+        for lease in result.launch:
+            commit_lease(self.catalog, self.group, result.state, lease, OWNER)
+            self.commits += len(lease.shard_ids)
+        if self.ticks % EXPIRE_EVERY == 0:
+            keep = StateRetention(keep_last=KEEP_LAST, keep_for=timedelta(0))
+            expire(self.catalog, {self.group.name: self.group}, keep, execute=True)
+            self.expiries += 1
+        return elapsed
+
+    def busy(self) -> float:
+        """A tick with a new source snapshot to plan (and the last lease's commit to reconcile)."""
+        self.source.append(events(self.next_id, ROWS, self.next_id, regions=("eu",)))
+        self.next_id += ROWS
+        return self.tick()
+
+    def idle(self) -> float:
+        """A tick with nothing new, after one that reconciled the last commit."""
+        self.tick()
+        return self.tick()
+
+    def sizes(self) -> dict[str, int]:
+        """Snapshots each of the group's tables keeps now: what expiry bounds."""
+        names = {"source": self.group.source, "sink": self.group.sink}
+        names |= {"registry": registry_identifier(self.group.name), "lineage": lineage_identifier(self.group.name)}
+        return {role: len(self.catalog.load_table(name).snapshots()) for role, name in names.items()}
+
+
+def driven(catalog: Catalog, name: str) -> Driven:
+    """A new group on a new one-stream source; no replay horizon, so expiry keeps only what the group needs."""
+    group = GroupConfig(name=name, source=f"{name}.events", sink=f"{name}.out", replay_retention=timedelta(0))
+    return Driven(catalog, group, create_source(catalog, group.source))
+
+
+def checkpoint(short: Driven, long: Driven) -> dict[str, object]:
+    """Busy and idle ticks of both groups, in turn, ``ROUNDS`` times; medians and the long/short ratios."""
+    samples: dict[str, list[float]] = {"short_busy": [], "long_busy": [], "short_idle": [], "long_idle": []}
+    for _ in range(ROUNDS):
+        samples["short_busy"].append(short.busy())
+        samples["long_busy"].append(long.busy())
+        samples["short_idle"].append(short.idle())
+        samples["long_idle"].append(long.idle())
+    ms = {key: round(statistics.median(values), 1) for key, values in samples.items()}
+    return {
+        "long_ticks": long.ticks,
+        "long_commits": long.commits,
+        "short_commits": short.commits,
+        "median_ms": ms,
+        "busy_ratio": round(ms["long_busy"] / ms["short_busy"], 2),
+        "idle_ratio": round(ms["long_idle"] / ms["short_idle"], 2),
+        "long_snapshots_kept": long.sizes(),
+        "load_avg": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Drive both groups, measure at each checkpoint, print and record the ratios."""
+    parser = argparse.ArgumentParser(prog="tests.benchmarks.bench_long_history")
+    parser.add_argument("--commits", type=int, default=COMMITS, help="ticks and sink commits of the long group")
+    args = parser.parse_args(argv)
+    home = Path(tempfile.mkdtemp(prefix="icegroup-long-history-"))
+    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    short, long = driven(catalog, "short"), driven(catalog, "long")
+    for _ in range(BASELINE):
+        short.busy()
+    checkpoints = sorted({c for c in (BASELINE, 1_000, args.commits) if c <= args.commits})
+    found = []
+    started = time.monotonic()
+    for target in checkpoints:
+        while long.commits < target:
+            long.busy()
+            if long.ticks % 500 == 0:
+                print(
+                    f"long: {long.ticks} ticks, {long.commits} commits, {time.monotonic() - started:.0f}s", flush=True
+                )
+        found.append(checkpoint(short, long))
+        print(json.dumps(found[-1]), flush=True)
+    report = {
+        "what": (
+            f"Leader tick (busy: one new snapshot, one commit to reconcile, one grant; idle: nothing new) of a group "
+            f"with {args.commits} ticks and sink commits behind it, against one with {BASELINE}, side by side; "
+            f"icegroup expire every {EXPIRE_EVERY} ticks keeping {KEEP_LAST} state snapshots; "
+            f"median of {ROUNDS} rounds per checkpoint"
+        ),
+        "bar": "busy_ratio and idle_ratio at most 2.0 at the last checkpoint",
+        "machine": {"cpus": os.cpu_count()},
+        "drive_s": round(time.monotonic() - started, 1),
+        "expiries": long.expiries,
+        "checkpoints": found,
+    }
+    RESULTS.parent.mkdir(parents=True, exist_ok=True)
+    RESULTS.write_text(json.dumps(report, indent=2) + "\n")
+    print(json.dumps(report, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
