@@ -33,7 +33,9 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
+from matplotlib.figure import Figure
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
@@ -51,9 +53,11 @@ COMMITS = 10_000
 BASELINE = 100
 EXPIRE_EVERY = 100
 KEEP_LAST = 100
-ROUNDS = 5
+ROUNDS = 9
+CHECKPOINTS = (100, 300, 1_000, 3_000, 10_000)
 ROWS = 3
 RESULTS = Path(__file__).parent / "results" / "long_history.json"
+PNG = RESULTS.with_suffix(".png")
 OWNER = "bench-borrower"
 
 
@@ -115,13 +119,17 @@ def driven(catalog: Catalog, name: str) -> Driven:
 
 
 def checkpoint(short: Driven, long: Driven) -> dict[str, object]:
-    """Busy and idle ticks of both groups, in turn, ``ROUNDS`` times; medians and the long/short ratios."""
+    """Busy and idle ticks of both groups, in turn, ``ROUNDS`` times; medians and the long/short ratios.
+
+    The group measured first alternates from round to round, so neither arm always follows the other.
+    """
     samples: dict[str, list[float]] = {"short_busy": [], "long_busy": [], "short_idle": [], "long_idle": []}
-    for _ in range(ROUNDS):
-        samples["short_busy"].append(short.busy())
-        samples["long_busy"].append(long.busy())
-        samples["short_idle"].append(short.idle())
-        samples["long_idle"].append(long.idle())
+    for round_ in range(ROUNDS):
+        arms = [("short", short), ("long", long)]
+        for name, arm in arms if round_ % 2 == 0 else arms[::-1]:
+            samples[f"{name}_busy"].append(arm.busy())
+        for name, arm in arms if round_ % 2 == 0 else arms[::-1]:
+            samples[f"{name}_idle"].append(arm.idle())
     ms = {key: round(statistics.median(values), 1) for key, values in samples.items()}
     return {
         "long_ticks": long.ticks,
@@ -145,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     short, long = driven(catalog, "short"), driven(catalog, "long")
     for _ in range(BASELINE):
         short.busy()
-    checkpoints = sorted({c for c in (BASELINE, 1_000, args.commits) if c <= args.commits})
+    checkpoints = sorted({c for c in (*CHECKPOINTS, args.commits) if c <= args.commits})
     found = []
     started = time.monotonic()
     for target in checkpoints:
@@ -157,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                 )
         found.append(checkpoint(short, long))
         print(json.dumps(found[-1]), flush=True)
-    report = {
+    report: dict[str, Any] = {
         "what": (
             f"Leader tick (busy: one new snapshot, one commit to reconcile, one grant; idle: nothing new) of a group "
             f"with {args.commits} ticks and sink commits behind it, against one with {BASELINE}, side by side; "
@@ -173,7 +181,37 @@ def main(argv: list[str] | None = None) -> int:
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
     print(json.dumps(report, indent=2))
+    print(f"plot: {plot(report)}")
     return 0
+
+
+def plot(report: dict[str, Any]) -> Path:
+    """Tick times of both arms against the long group's commits, and the ratio against the 2x bar."""
+    points = report["checkpoints"]
+    commits = [p["long_commits"] for p in points]
+    figure = Figure(figsize=(12, 4.5))  # no pyplot: no GUI backend, no global figure state
+    left, right = figure.subplots(1, 2)
+    for key, label in (("busy", "busy tick"), ("idle", "idle tick")):
+        left.plot(commits, [p["median_ms"][f"long_{key}"] for p in points], marker="o", label=f"{label}, long group")
+        left.plot(commits, [p["median_ms"][f"short_{key}"] for p in points], marker="x", linestyle="--",
+                  label=f"{label}, {BASELINE}-commit group (same moment)")  # fmt: skip
+        right.plot(commits, [p[f"{key}_ratio"] for p in points], marker="o", label=label)
+    left.set_xscale("log")
+    left.set_xlabel("ticks and sink commits behind the long group")
+    left.set_ylabel("median tick (ms)")
+    left.set_title(f"Leader tick, icegroup expire every {EXPIRE_EVERY} ticks")
+    left.legend(fontsize=8)
+    right.axhline(2.0, color="red", linewidth=0.8, label="the bar: 2x")
+    right.axhline(1.0, color="grey", linewidth=0.8)
+    right.set_xscale("log")
+    right.set_ylim(0, max(2.5, *(p["busy_ratio"] for p in points), *(p["idle_ratio"] for p in points)) * 1.1)
+    right.set_xlabel("ticks and sink commits behind the long group")
+    right.set_ylabel(f"long group / {BASELINE}-commit group")
+    right.set_title("Cost against history (lower is better)")
+    right.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(PNG, dpi=110)
+    return PNG
 
 
 if __name__ == "__main__":
