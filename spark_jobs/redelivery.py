@@ -18,7 +18,15 @@ from pyspark.sql import DataFrame
 from sqlalchemy.exc import SQLAlchemyError
 
 from iceberg.dead_letters import record
-from iceberg.errors import CatalogUnavailable, IcegroupError, PlatformUnavailable, PoisonShard
+from iceberg.errors import (
+    AlreadyCommitted,
+    ConfigError,
+    Fenced,
+    IcegroupError,
+    PlatformUnavailable,
+    PoisonShard,
+    StaleLease,
+)
 from iceberg.groups import GroupConfig
 from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
 from iceberg.protocol.shards import Shard, snapshot_range
@@ -27,6 +35,8 @@ from spark_jobs.user_errors import describe_error, failure_classes, is_infrastru
 
 # The longest wait between tries of a lease whose catalog, storage or network failed.
 PLATFORM_MAX_WAIT_S = 30.0
+# Verdicts on the lease itself: never tried again as a platform failure.
+FINAL = (StaleLease, Fenced, AlreadyCommitted, PoisonShard, ConfigError)
 
 
 class Redeliveries(Protocol):
@@ -112,12 +122,11 @@ def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float
     Only a failure of the catalog, storage or network is tried again (a transform's or the data's
     failure was delivered again and judged already), with backoff from ``deliver_backoff_s`` up to
     ``PLATFORM_MAX_WAIT_S``, for half the lease timeout: past that the Leader re-grants the lease.
-    icegroup's own verdicts (a fenced or stale lease, a bad config, a poison shard) are final, whatever
-    Iceberg failure they were found through: another try of a fenced lease would only hold its
-    Borrower for nothing.
+    icegroup's verdicts on the lease itself (fenced, stale, already committed, a poison shard, a bad
+    config) are final, whatever Iceberg failure they were found through (a fenced commit is refused
+    by Iceberg's commit validation): another try would only hold the Borrower for nothing.
     """
-    final = isinstance(exc, IcegroupError) and not isinstance(exc, PlatformUnavailable | CatalogUnavailable)
-    if final or not is_infrastructure(failure_classes(exc)) or waited >= group.lease_timeout_s / 2:
+    if isinstance(exc, FINAL) or not is_infrastructure(failure_classes(exc)) or waited >= group.lease_timeout_s / 2:
         return None
     return float(min(max(group.deliver_backoff_s, 0.1) * 2**tries, PLATFORM_MAX_WAIT_S))
 

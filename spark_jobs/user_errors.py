@@ -107,8 +107,8 @@ INFRASTRUCTURE = (
 def failure_classes(exc: BaseException) -> list[str]:
     """Every class along the failure's cause chain: Python's ``__cause__``/``__context__`` and the JVM's causes.
 
-    A context that ``raise ... from None`` suppressed is not followed: the error raised there already
-    says what the failure was (a fenced commit is reported from Iceberg's commit failure that way).
+    A context that ``raise ... from None`` suppressed is followed too: PySpark converts JVM errors
+    that way (``raise converted from None``), and the JVM's causes are only in that context.
     """
     names: list[str] = []
     seen: set[int] = set()
@@ -120,7 +120,7 @@ def failure_classes(exc: BaseException) -> list[str]:
         while java is not None:
             names.append(str(java.getClass().getName()))
             java = java.getCause()
-        current = current.__cause__ or (None if current.__suppress_context__ else current.__context__)
+        current = current.__cause__ or current.__context__
     return names
 
 

@@ -371,12 +371,35 @@ def test_a_fenced_lease_is_final_not_a_platform_failure(make_group: type[GroupCo
     group = make_group(deliver_backoff_s=1.0, lease_timeout_s=60)
     stale = fenced_commit()
 
-    assert "org.apache.iceberg.exceptions.CommitFailedException" not in failure_classes(stale), (
-        "the commit failure the fence was found through was suppressed (raise ... from None)"
+    assert "org.apache.iceberg.exceptions.CommitFailedException" in failure_classes(stale), (
+        "the refusal was found through Iceberg's commit failure"
     )
     assert platform_retry(group, stale, 0, 0.0) is None, "a fenced lease ends its run at once"
-    lost = JavaError("org.apache.iceberg.exceptions.CommitFailedException")
-    assert platform_retry(group, lost, 0, 0.0) == 1.0, "a commit that lost to the catalog is tried again"
+    lost_race = SinkError("sink: commit of shards 1 to s failed: the swap kept losing")
+    lost_race.__context__ = JavaError("org.apache.iceberg.exceptions.CommitFailedException")
+    assert platform_retry(group, lost_race, 0, 0.0) == 1.0, "a publish that kept losing the swap is tried again"
     config = ConfigError("group x: transform: bad")
-    config.__cause__ = lost
-    assert platform_retry(group, config, 0, 0.0) is None, "icegroup's own verdict is final whatever its cause"
+    config.__cause__ = JavaError("java.net.ConnectException")
+    assert platform_retry(group, config, 0, 0.0) is None, "a bad config stays bad whatever it was found through"
+
+
+def converted_by_pyspark() -> IllegalArgumentError:
+    """A JVM error as PySpark raises it: converted to a Python class ``from None`` over the py4j error."""
+    try:
+        try:
+            raise JavaError("java.net.UnknownHostException")
+        except JavaError:
+            raise IllegalArgumentError("java.net.UnknownHostException: warehouse-bucket") from None
+    except IllegalArgumentError as converted:
+        return converted
+    raise AssertionError("unreachable")
+
+
+def test_a_jvm_failure_pyspark_converted_from_none_keeps_its_jvm_causes() -> None:
+    assert is_infrastructure(failure_classes(converted_by_pyspark())), (
+        "storage that cannot be reached is the platform's"
+    )
+
+
+class IllegalArgumentError(Exception):
+    """Like PySpark's ``IllegalArgumentException``, which it raises ``from None`` over the JVM's error."""
