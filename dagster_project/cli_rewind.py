@@ -273,8 +273,8 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
     if args.execute:
         before = load_state(catalog, group.name).state
         plan = execute_reset(catalog, group, target, keep_output=args.keep_output)
-        # Leases of the epoch the reset left behind; a reset that had committed already has none to stop.
-        leases = list(before.leases.values()) if before and not plan.already_committed else []
+        # The runs of the epochs the reset left behind (a reset that had committed already may find some).
+        leases = [lease for lease in before.leases.values() if lease.epoch < plan.epoch] if before else []
         if leases:
             with open_instance(dagster_home()) as instance:
                 terminate_runs(instance, group.name, leases, reason=f"group reset ({target.describe()})")

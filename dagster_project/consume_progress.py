@@ -74,7 +74,8 @@ class Tracker:
         for stream, start in self.rows_at_start.items():
             tally = tallies.setdefault(stream, Tally())
             progress = state.streams.get(stream)
-            tally.rows_done = (progress.committed_rows if progress else 0) - start
+            # A stream retired from the registry meanwhile was idle: it did nothing in this run.
+            tally.rows_done = (progress.committed_rows if progress else start) - start
             tally.rows_total += tally.rows_done
             tally.snapshots_done = self.snapshots_done.get(stream, 0)
             tally.snapshots_total += tally.snapshots_done

@@ -162,7 +162,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     streams = []
     for name in names:
         progress = state.streams.get(name)
-        position = progress.position if progress else state.start_position
+        position = progress.position if progress else unknown_stream_position(state)
         streams.append(
             StreamView(
                 stream=name,
@@ -268,7 +268,7 @@ def describe_as_of(catalog: Catalog, group: GroupConfig, at_ms: int) -> GroupVie
     streams = []
     for name in sorted(set(state.streams) | set(pending)):
         progress = state.streams.get(name)
-        position = progress.position if progress else state.start_position
+        position = progress.position if progress else unknown_stream_position(state)
         cut = sorted(pending[name], key=lambda s: s.to_sequence)
         streams.append(
             StreamView(
@@ -317,3 +317,13 @@ def status_of(state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: 
     if state.leases:
         return "consuming"
     return "lagging" if lag_snapshots else "caught up"
+
+
+def unknown_stream_position(state: GroupState) -> int | None:
+    """Where a stream the registry does not hold stands: through the planning cursor.
+
+    Such a stream is new (it had no files before the cursor) or was retired (everything of it up to
+    the cursor is committed); either way its next shard is cut from there. Before any planning, the
+    group's start.
+    """
+    return state.planned_through if state.planned_through is not None else state.start_position

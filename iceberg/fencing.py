@@ -51,16 +51,21 @@ class AssertFencesBelow(ValidatableTableRequirement):
 
 
 def raise_fences(
-    table: Table, fences: dict[str, int], retries: int = 20, also: dict[str, str] | None = None
+    table: Table, fences: dict[str, int], retries: int = 20, also: dict[str, str] | None = None, strict: bool = False
 ) -> dict[str, int]:
     """Raise each property in ``fences`` to at least its value; returns the ones this call raised.
 
     ``also`` are properties set in the same update (a reset's marker), whether or not a fence moves.
+    With ``strict``, this call must raise every fence itself: if another writer raised one as far
+    already, nothing at all is written (not ``also`` either) and ``{}`` is returned. A reset takes
+    its epoch that way, so two resets can never both believe they own it.
     """
     for attempt in range(retries + 1):
         table.refresh()
         current = table.metadata.properties
         wanted = {key: value for key, value in fences.items() if int(current.get(key, "0")) < value}
+        if strict and len(wanted) < len(fences):
+            return {}
         extra = {key: value for key, value in (also or {}).items() if current.get(key) != value}
         if not wanted and not extra:
             return {}

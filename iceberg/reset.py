@@ -4,7 +4,9 @@ Executing goes in the order that keeps a crash safe:
 
 1. the sink's epoch fence goes up together with a marker naming the reset
    (``icegroup.reset.<group>``): no lease or replay of the old epoch can commit from then on, and a
-   Leader that ticks sees the marker and stops, naming the command that completes the reset;
+   Leader that ticks sees the marker and stops, naming the command that completes the reset. The
+   reset must raise the fence itself (another reset that took the same epoch first wins alone), so
+   a marker of the registry's epoch is always the marker of the reset that committed it;
 2. the plan is made again, on the sink's history as the fence left it, and its positions are
    recorded on the sink (``icegroup.resets.<group>``), so a run that completes the reset after a
    crash uses the same positions, whatever the clock or the source did meanwhile; upstream replays
@@ -224,7 +226,15 @@ def execute_reset(
         plan = plan_reset(catalog, group, target, keep_output)
         if sink is not None:
             marker = json.dumps({"epoch": plan.epoch, "target": target.describe()})
-            raise_fences(sink, {epoch_key(group.name): plan.epoch}, also={reset_key(group.name): marker})
+            fresh = not plan.completes_interrupted
+            raised = raise_fences(
+                sink, {epoch_key(group.name): plan.epoch}, also={reset_key(group.name): marker}, strict=fresh
+            )
+            if fresh and not raised:
+                raise RegistryConflict(
+                    f"group {group.name!r}: another reset (or a rebuild) took epoch {plan.epoch} while this one "
+                    "planned; see `icegroup describe`, then run the reset again"
+                )
             if sink_epoch(sink, group) != plan.epoch:
                 raise RegistryConflict(
                     f"group {group.name!r}: the sink's epoch moved past {plan.epoch} (a rebuild?); run the reset again"

@@ -142,11 +142,11 @@ def reset_pin(sink: Table, group: GroupConfig, catalog: Catalog, sequence: Mappi
     source = load_optional(catalog, group.source)
     if source is None:
         return None
-    floor = min((s.sequence_number or 0 for s in walk_back(source, None)), default=0)
+    chain = {s.snapshot_id: s.sequence_number or 0 for s in walk_back(source, None)}
     commits, replays = sink_history(sink, group.name)
     ranges = [(sequence.get(c.snapshot_id, 0), c.shards) for c in commits]
     ranges += [(sequence.get(r.snapshot_id, 0), r.covers) for r in replays]
-    at = reset_reach(ranges, floor)
+    at = reset_reach(ranges, min(chain.values(), default=0), chain.keys())
     return None if at is None else Pin(f"group {group.name}: output a reset may still replace", sequence=at)
 
 

@@ -9,7 +9,7 @@ Each kept snapshot is kept by the pins that hold it, so ``--dry-run`` can name t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -77,19 +77,25 @@ def judge(history: Sequence[SnapshotInfo], pins: Sequence[Pin]) -> Judged:
     return Judged(tuple(ordered[:cut]), tuple(kept), holders or (("the head",) if kept else ()))
 
 
-def reset_reach(commits: Iterable[tuple[int, Iterable[ShardRange]]], source_floor: int) -> int | None:
+def reset_reach(
+    commits: Iterable[tuple[int, Iterable[ShardRange]]], source_floor: int, source_snapshots: Collection[int]
+) -> int | None:
     """The oldest sink commit (of ``(sink sequence, shard ranges)``) whose output a reset may still delete.
 
     A reset moves a stream back only to source snapshots still in the source's history (from
     ``source_floor``, the oldest one's sequence number), and deletes the output of the shards it
     consumes again, found in the sink's commits. So a commit that consumed anything at or after the
     floor must stay in the sink's history, or a reset would consume its rows again without deleting
-    them. A range whose sequence number was not recorded counts as needed. None: no commit is needed.
+    them. A range whose sequence number was not recorded (older commits) is needed while its last
+    snapshot is still among ``source_snapshots``. None: no commit is needed.
     """
     needed = [
         sequence
         for sequence, shards in commits
-        if any(shard.to_sequence is None or shard.to_sequence >= source_floor for shard in shards)
+        if any(
+            shard.to_snapshot in source_snapshots if shard.to_sequence is None else shard.to_sequence >= source_floor
+            for shard in shards
+        )
     ]
     return min(needed, default=None)
 

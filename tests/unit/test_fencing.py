@@ -172,3 +172,14 @@ def test_a_change_that_keeps_losing_names_the_remedy(catalog: Catalog, ns: str) 
 
     with pytest.raises(SinkError, match=r"removing a fence on .* lost 2 races with other commits; try again"):
         commit_retrying(sink, lose, "removing a fence", retries=2)
+
+
+def test_a_strict_raise_writes_nothing_when_another_writer_raised_the_fence_first(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns, **{KEY: "3"})
+
+    raised = raise_fences(sink, {KEY: 3}, also={OTHER: "marker"}, strict=True)
+
+    assert raised == {}
+    assert fence(catalog, ns, OTHER) is None, "the marker goes only with a fence this call raised"
+    assert raise_fences(sink, {KEY: 4}, also={OTHER: "marker"}, strict=True) == {KEY: 4}
+    assert fence(catalog, ns, OTHER) == "marker"

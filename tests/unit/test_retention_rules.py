@@ -86,7 +86,11 @@ def ranges(*to_sequences: int | None) -> tuple[ShardRange, ...]:
 def test_the_sink_keeps_every_commit_that_consumed_source_history_a_reset_can_still_reach() -> None:
     commits = [(1, ranges(3)), (2, ranges(5, 4)), (3, ranges(6)), (4, ranges(9))]
 
-    assert reset_reach(commits, source_floor=5) == 2, "commit 2 consumed snapshot 5, still in the source"
-    assert reset_reach(commits, source_floor=7) == 4
-    assert reset_reach(commits, source_floor=10) is None, "the source expired past every commit"
-    assert reset_reach([(7, ranges(None)), (8, ranges(9))], source_floor=20) == 7, "an unknown range is kept"
+    present = range(105, 110)
+
+    assert reset_reach(commits, 5, present) == 2, "commit 2 consumed snapshot 5, still in the source"
+    assert reset_reach(commits, 7, present) == 4
+    assert reset_reach(commits, 10, present) is None, "the source expired past every commit"
+    legacy = [(7, ranges(None)), (8, ranges(None))]  # no sequence numbers recorded: ends at snapshot 100
+    assert reset_reach(legacy, 5, [100, *present]) == 7, "an old range is kept while its snapshot is there"
+    assert reset_reach(legacy, 5, present) is None, "and not once the source expired it"

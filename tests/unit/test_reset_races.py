@@ -1,0 +1,60 @@
+"""Two resets that plan the same epoch at once: one takes it, the other writes nothing (SQLite catalog, no Spark)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+from pyiceberg.catalog import Catalog
+
+from iceberg import reset
+from iceberg.errors import RegistryConflict
+from iceberg.fencing import raise_fences
+from iceberg.groups import GroupConfig
+from iceberg.leader import tick
+from iceberg.protocol.lineage import epoch_key, reset_key
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.reset import ResetTarget
+from iceberg.registry import load_state
+from tests.factories import append_batches, create_source
+from tests.sink_commits import commit_lease
+
+
+def consume_all(catalog: Catalog, group: GroupConfig) -> None:
+    """Tick and commit every granted lease until the group is caught up."""
+    for _ in range(50):
+        result = tick(catalog, group, lambda _: RunState.MISSING)
+        if result.caught_up:
+            return
+        for lease in result.launch:
+            commit_lease(catalog, group, result.state, lease)
+    raise AssertionError("the group did not catch up in 50 ticks")
+
+
+def test_a_reset_whose_epoch_another_reset_took_first_writes_nothing(
+    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = make_group(shard_caps={"max_files": 1})
+    append_batches(create_source(catalog, group.source), 3, 9)
+    consume_all(catalog, group)
+    before = load_state(catalog, group.name).state
+    rival = json.dumps({"epoch": 1, "target": "--to-earliest"})
+    planned = reset.plan_reset
+
+    def rival_takes_the_epoch(*args: Any, **kwargs: Any) -> reset.ResetPlan:
+        plan = planned(*args, **kwargs)
+        raise_fences(
+            catalog.load_table(group.sink), {epoch_key(group.name): plan.epoch}, also={reset_key(group.name): rival}
+        )
+        return plan
+
+    monkeypatch.setattr(reset, "plan_reset", rival_takes_the_epoch)
+
+    with pytest.raises(RegistryConflict, match="another reset \\(or a rebuild\\) took epoch 1 while this one planned"):
+        reset.execute_reset(catalog, group, ResetTarget("shift", "-1"))
+
+    sink = catalog.load_table(group.sink)
+    assert sink.properties[reset_key(group.name)] == rival, "the marker is the reset's that took the epoch"
+    assert load_state(catalog, group.name).state == before, "the registry is untouched"
+    assert len(sink.scan().to_arrow()) == 27, "no output was deleted"
