@@ -187,10 +187,19 @@ def main(argv: list[str] | None = None) -> int:
             key: round(found[-1]["median_ms"][f"long_{key}"] / first[f"long_{key}"], 2) for key in ("busy", "idle")
         }
         print(json.dumps(found[-1]), flush=True)
-    report: dict[str, Any] = {
+        done = target == checkpoints[-1]
+        record(report_of(args.commits, found, time.monotonic() - started, long.expiries, complete=done))
+    return 0
+
+
+def report_of(
+    commits: int, checkpoints: list[dict[str, Any]], drive_s: float, expiries: int, complete: bool
+) -> dict[str, Any]:
+    """What a run found so far; ``complete`` once it measured its last checkpoint."""
+    return {
         "what": (
             f"Leader tick (busy: one new snapshot, one commit to reconcile, one grant; idle: nothing new) of a group "
-            f"with {args.commits} ticks and sink commits behind it, against one with {BASELINE}, side by side; "
+            f"driven to {commits} ticks and sink commits, against one with {BASELINE}, side by side; "
             f"icegroup expire every {EXPIRE_EVERY} ticks keeping {KEEP_LAST} state snapshots; "
             f"median of {ROUNDS} rounds per checkpoint"
         ),
@@ -199,16 +208,19 @@ def main(argv: list[str] | None = None) -> int:
             "busy_ratio/idle_ratio: the long group against the 100-commit group measured in the same rounds; "
             "long_vs_itself_at_first_checkpoint: the long group against itself at 100 commits (another moment)"
         ),
+        "complete": complete,
         "machine": {"cpus": os.cpu_count()},
-        "drive_s": round(time.monotonic() - started, 1),
-        "expiries": long.expiries,
-        "checkpoints": found,
+        "drive_s": round(drive_s, 1),
+        "expiries": expiries,
+        "checkpoints": checkpoints,
     }
+
+
+def record(report: dict[str, Any]) -> None:
+    """Write the report and its plot; a run that is stopped keeps what it measured up to then."""
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
     RESULTS.write_text(json.dumps(report, indent=2) + "\n")
-    print(json.dumps(report, indent=2))
-    print(f"plot: {plot(report)}")
-    return 0
+    print(f"recorded {RESULTS} and {plot(report)} (complete: {report['complete']})", flush=True)
 
 
 def plot(report: dict[str, Any]) -> Path:
@@ -235,6 +247,9 @@ def plot(report: dict[str, Any]) -> Path:
     right.set_ylabel(f"long group / {BASELINE}-commit group")
     right.set_title("Cost against history (lower is better)")
     right.legend(fontsize=8)
+    if not report["complete"]:
+        last = report["checkpoints"][-1]["long_commits"]
+        figure.suptitle(f"run stopped after the checkpoint at {last:,} commits, before its target")
     figure.tight_layout()
     figure.savefig(PNG, dpi=110)
     return PNG
