@@ -145,6 +145,33 @@ def test_resets_refuse_bad_targets_and_replays_in_flight(
         execute_reset(catalog, group, ResetTarget("earliest"))
 
 
+def kill_reset_at(
+    point: str, group: GroupConfig, option: list[str], tmp_path: Path, lake_home: Path
+) -> tuple[list[str], dict[str, str]]:
+    """Run ``icegroup reset GROUP OPTION --execute`` and ``kill -9`` it at fail point ``point``.
+
+    Returns the command and an environment without fail points, to run it again as an operator would.
+    """
+    points = tmp_path / "points"
+    points.mkdir()
+    (points / point).touch()
+    groups = str(write_groups(tmp_path / "g.yaml", group))
+    env = {**os.environ, "ICEGROUP_HOME": str(lake_home)}
+    command = [ICEGROUP, "--groups", groups, "reset", group.name, *option, "--execute"]
+    killed = subprocess.Popen(
+        command, cwd=repo_root(), env={**env, "ICEGROUP_FAILPOINTS": str(points)},
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    deadline = time.monotonic() + 60
+    while not list(points.glob("hit.*")):
+        assert killed.poll() is None, killed.communicate()[0]
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    os.kill(killed.pid, signal.SIGKILL)
+    killed.wait()
+    return command, env
+
+
 @pytest.mark.parametrize(
     ("option", "target"),
     [(["--to-earliest"], ResetTarget("earliest")), (["--shift-by", "-1"], ResetTarget("shift", "-1"))],
@@ -156,20 +183,7 @@ def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_b
     group = make_group(shard_caps={"max_files": 2})
     append_batches(create_source(catalog, group.source), 3, 9)
     drive(spark, lakehouse, group)
-    points = tmp_path / "points"
-    points.mkdir()
-    (points / "reset.after_delete").touch()
-    groups = str(write_groups(tmp_path / "g.yaml", group))
-    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
-    command = [ICEGROUP, "--groups", groups, "reset", group.name, *option, "--execute"]
-    killed = subprocess.Popen(command, cwd=repo_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not list(points.glob("hit.*")):
-        assert killed.poll() is None, killed.communicate()[0]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
+    kill_reset_at("reset.after_delete", group, option, tmp_path, lake_home)
 
     with pytest.raises(ResetInterrupted, match=f"run `icegroup reset {group.name} {' '.join(option)} --execute` again"):
         tick(catalog, group, lambda _: RunState.MISSING)
@@ -192,27 +206,13 @@ def test_a_reset_killed_after_its_registry_commit_is_completed_without_moving_th
     group = make_group(shard_caps={"max_files": 2})
     append_batches(create_source(catalog, group.source), 3, 9)
     drive(spark, lakehouse, group)
-    points = tmp_path / "points"
-    points.mkdir()
-    (points / "reset.after_registry").touch()
-    groups = str(write_groups(tmp_path / "g.yaml", group))
-    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
-    command = [ICEGROUP, "--groups", groups, "reset", group.name, "--shift-by", "-1", "--execute"]
-    killed = subprocess.Popen(command, cwd=repo_root(), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 60
-    while not list(points.glob("hit.*")):
-        assert killed.poll() is None, killed.communicate()[0]
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
-    os.kill(killed.pid, signal.SIGKILL)
-    killed.wait()
+    command, env = kill_reset_at("reset.after_registry", group, ["--shift-by", "-1"], tmp_path, lake_home)
     moved = load_state(catalog, group.name).state
     assert moved is not None
     assert moved.epoch == 1, "the registry commit won before the kill"
     assert reset_marker(catalog.load_table(group.sink), group) == (1, "--shift-by -1"), "its marker is left"
 
-    again = subprocess.run(command, cwd=repo_root(), env={**env, "ICEGROUP_FAILPOINTS": ""}, capture_output=True,
-                           text=True, check=False)  # fmt: skip
+    again = subprocess.run(command, cwd=repo_root(), env=env, capture_output=True, text=True, check=False)
 
     assert again.returncode == 0, again.stdout + again.stderr
     assert "epoch 1 was committed before the run that made it stopped" in again.stdout
