@@ -294,15 +294,14 @@ def fence_and_commit(
     registry no longer holds a lease, its fence is pruned from the sink (``prune_fences``): only
     after this tick's commit won, so a stale Leader never prunes.
     """
+    retired = loaded.state is not None and bool(set(loaded.state.leases) - set(state.leases))
+    sink = load_optional(catalog, group.sink) if fences or retired else None
     if fences:
-        sink = load_optional(catalog, group.sink)
         if sink is not None:
             raise_fences(sink, fences)
         failpoint("leader.after_fence")
     if loaded.state is None or state != loaded.state:
         commit_state(loaded, state)
         failpoint("leader.after_registry")
-    if loaded.state is not None and set(loaded.state.leases) - set(state.leases):
-        sink = load_optional(catalog, group.sink)
-        if sink is not None:
-            prune_fences(sink, group.name, state.leases)
+    if retired and sink is not None:
+        prune_fences(sink, group.name, state.leases)

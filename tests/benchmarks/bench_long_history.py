@@ -30,7 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -77,7 +77,6 @@ class Driven:
     ticks: int = 0
     commits: int = 0
     expiries: int = 0
-    snapshots: dict[str, int] = field(default_factory=dict)
 
     def tick(self) -> float:
         """One Leader tick; commits the lease it grants, as a Borrower would; returns the tick's milliseconds."""

@@ -164,7 +164,7 @@ def test_icegroup_errors_propagate_at_once_without_redelivery(
 
 
 class FakeJavaClass:
-    """What ``getClass()`` of a JVM throwable returns, as far as ``describe_error`` uses it."""
+    """What ``getClass()`` of a JVM throwable returns, as far as ``describe_error`` and the cause chain use it."""
 
     def __init__(self, name: str) -> None:
         """A class with this simple name."""
@@ -172,6 +172,10 @@ class FakeJavaClass:
 
     def getSimpleName(self) -> str:
         """The class name without its package."""
+        return self.name
+
+    def getName(self) -> str:
+        """The class name as given (the cause chain reads full names)."""
         return self.name
 
 
@@ -315,49 +319,17 @@ def test_a_lease_waits_out_a_platform_failure_with_backoff_for_half_its_timeout(
     assert failure_classes(outage) == ["iceberg.errors.PlatformUnavailable"]
 
 
-class JavaClass:
-    """The part of a py4j ``JavaClass`` that the cause chain reads."""
-
-    def __init__(self, name: str) -> None:
-        """A JVM class called ``name``."""
-        self.name = name
-
-    def getName(self) -> str:
-        """The class's name."""
-        return self.name
-
-
-class JavaThrowable:
-    """The part of a JVM exception behind py4j that the cause chain reads."""
-
-    def __init__(self, name: str) -> None:
-        """A JVM exception of class ``name``, with no cause."""
-        self.cls = JavaClass(name)
-
-    def getClass(self) -> JavaClass:
-        """Its class."""
-        return self.cls
-
-    def getCause(self) -> None:
-        """No cause."""
-        return None
-
-
-class JavaError(Exception):
-    """A stand-in for ``Py4JJavaError``: a Python exception carrying the JVM's."""
-
-    def __init__(self, name: str) -> None:
-        """Iceberg's exception ``name`` thrown in the JVM."""
-        super().__init__(name)
-        self.java_exception = JavaThrowable(name)
+def java_error(name: str) -> FakePy4JError:
+    """A py4j error whose JVM throwable is of class ``name`` (a full name: the cause chain reads those)."""
+    return FakePy4JError(FakeThrowable(name, ""))
 
 
 def fenced_commit() -> StaleLease:
     """The error a fenced lease ends with: the sink refused the commit (``spark_jobs/fenced_commit.py``)."""
     try:
         try:
-            raise JavaError("org.apache.iceberg.exceptions.CommitFailedException")
-        except JavaError:
+            raise java_error("org.apache.iceberg.exceptions.CommitFailedException")
+        except FakePy4JError:
             raise Fenced("sink: commit refused: lease fenced at attempt 2") from None
     except Fenced as fenced:
         try:
@@ -376,10 +348,10 @@ def test_a_fenced_lease_is_final_not_a_platform_failure(make_group: type[GroupCo
     )
     assert platform_retry(group, stale, 0, 0.0) is None, "a fenced lease ends its run at once"
     lost_race = SinkError("sink: commit of shards 1 to s failed: the swap kept losing")
-    lost_race.__context__ = JavaError("org.apache.iceberg.exceptions.CommitFailedException")
+    lost_race.__context__ = java_error("org.apache.iceberg.exceptions.CommitFailedException")
     assert platform_retry(group, lost_race, 0, 0.0) == 1.0, "a publish that kept losing the swap is tried again"
     config = ConfigError("group x: transform: bad")
-    config.__cause__ = JavaError("java.net.ConnectException")
+    config.__cause__ = java_error("java.net.ConnectException")
     assert platform_retry(group, config, 0, 0.0) is None, "a bad config stays bad whatever it was found through"
 
 
@@ -387,8 +359,8 @@ def converted_by_pyspark() -> IllegalArgumentError:
     """A JVM error as PySpark raises it: converted to a Python class ``from None`` over the py4j error."""
     try:
         try:
-            raise JavaError("java.net.UnknownHostException")
-        except JavaError:
+            raise java_error("java.net.UnknownHostException")
+        except FakePy4JError:
             raise IllegalArgumentError("java.net.UnknownHostException: warehouse-bucket") from None
     except IllegalArgumentError as converted:
         return converted
