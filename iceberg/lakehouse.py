@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
@@ -26,13 +26,16 @@ from iceberg.errors import CatalogUnavailable, ConfigError
 _CATALOGS: dict[str, Catalog] = {}
 _CATALOGS_LOCK = threading.Lock()
 
+S3_SCHEMES = ("s3://", "s3a://")
 ENV_CONFIG = "ICEGROUP_LAKEHOUSE"
 ENV_HOME = "ICEGROUP_HOME"
 ENV_OVERRIDES = {
+    "ICEGROUP_CATALOG_NAME": "catalog_name",
     "ICEGROUP_CATALOG_URI": "catalog_uri",
     "ICEGROUP_WAREHOUSE": "warehouse",
     "ICEGROUP_SPARK_MASTER": "spark_master",
     "ICEGROUP_ICEBERG_PACKAGES": "iceberg_packages",
+    "ICEGROUP_JARS": "jars",
 }
 
 
@@ -50,6 +53,67 @@ class OpenLineageSettings(BaseModel):
     )
 
 
+class SparkSettings(BaseModel):
+    """How big a Borrower's Spark application is; the defaults fit the embedded stack on one machine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shuffle_partitions: int = Field(
+        default=4, ge=1, description="spark.sql.shuffle.partitions: a shard is small, so a few partitions suffice."
+    )
+    executor_memory: str | None = Field(
+        default=None, description="spark.executor.memory per executor on a cluster, e.g. 2g; unset: Spark's 1g."
+    )
+    executor_cores: int | None = Field(
+        default=None, ge=1, description="spark.executor.cores: cores per executor; unset: Spark's default."
+    )
+    cores_max: int | None = Field(
+        default=None,
+        ge=1,
+        description="spark.cores.max: the cores one Borrower may take from a standalone cluster. Unset, the first "
+        "Borrower takes every free core and the next waits; set it so max_borrowers Borrowers fit the cluster.",
+    )
+    driver_memory: str | None = Field(
+        default=None, description="spark.driver.memory of the Borrower's own process, e.g. 2g; unset: Spark's 1g."
+    )
+
+    def conf(self) -> dict[str, str]:
+        """These settings as Spark configuration keys; unset ones are left to Spark."""
+        conf = {"spark.sql.shuffle.partitions": str(self.shuffle_partitions)}
+        optional = {
+            "spark.executor.memory": self.executor_memory,
+            "spark.executor.cores": self.executor_cores,
+            "spark.cores.max": self.cores_max,
+            "spark.driver.memory": self.driver_memory,
+        }
+        conf.update({key: str(value) for key, value in optional.items() if value is not None})
+        return conf
+
+
+class S3Settings(BaseModel):
+    """How both engines reach an ``s3://`` warehouse. Credentials are never here: see ``LakehouseConfig.s3``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str | None = Field(
+        default=None,
+        description="S3 endpoint URL of an S3-compatible store, e.g. http://127.0.0.1:9000; unset: AWS.",
+    )
+    region: str = Field(default="us-east-1", description="The bucket's region.")
+    path_style_access: bool = Field(
+        default=False,
+        description="Address buckets as endpoint/bucket instead of bucket.endpoint; most S3-compatible servers "
+        "(MinIO, moto, Ceph) need true.",
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_a_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not a URL; write it as http://host:port or https://host")
+        return value
+
+
 class LakehouseConfig(BaseModel):
     """Where the catalog and the warehouse are, and how Spark reaches them."""
 
@@ -63,12 +127,28 @@ class LakehouseConfig(BaseModel):
         description="SQLAlchemy URL of the catalog database, e.g. sqlite:////abs/catalog.db or "
         "postgresql+psycopg2://user:pw@host:5432/db.",
     )
-    warehouse: str = Field(description="Warehouse root: an absolute path or a file:// URI.")
-    spark_master: str = Field(default="local[*]", description="Spark master URL for Borrowers.")
+    warehouse: str = Field(
+        description="Warehouse root: an absolute path, a file:// URI, or s3://bucket/prefix (see s3)."
+    )
+    spark_master: str = Field(
+        default="local[*]", description="Spark master URL for Borrowers, e.g. spark://host:7077 for a cluster."
+    )
     iceberg_packages: str | None = Field(
         default=None,
         description="Maven coordinates for spark.jars.packages; when unset, the runtime jar from the "
         "pinned snowpark-connect-deps-iceberg wheel is used (no Maven access needed).",
+    )
+    jars: str | None = Field(
+        default=None,
+        description="One folder or URL prefix (/opt/jars, hdfs://..., https://...) holding every jar Spark needs: "
+        "the Iceberg runtime, the catalog's JDBC driver, icegroup-commit.jar, icegroup-sqlite-jdbc.jar for a "
+        "SQLite catalog and iceberg-aws-bundle for S3. `make jars` fills one. Unset: the jars of this install.",
+    )
+    spark: SparkSettings = Field(default_factory=SparkSettings, description="Sizing of a Borrower's Spark application.")
+    s3: S3Settings | None = Field(
+        default=None,
+        description="Endpoint, region and addressing of an s3:// warehouse. Credentials come only from the "
+        "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or the AWS credential chain, never from this file.",
     )
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, applied last.")
     openlineage: OpenLineageSettings | None = Field(
@@ -91,6 +171,22 @@ class LakehouseConfig(BaseModel):
             raise ValueError("an in-memory SQLite catalog cannot be shared with Spark; name a file")
         return value
 
+    @field_validator("s3")
+    @classmethod
+    def _s3_only_for_an_s3_warehouse(cls, value: S3Settings | None, info: ValidationInfo) -> S3Settings | None:
+        warehouse = str(info.data.get("warehouse", ""))
+        if value is not None and not warehouse.startswith(S3_SCHEMES):
+            raise ValueError(
+                f"set, but the warehouse {warehouse!r} is not in S3; write the warehouse as s3://bucket/prefix, "
+                "or remove s3"
+            )
+        return value
+
+    @property
+    def on_s3(self) -> bool:
+        """Whether the warehouse is in object storage (``s3://`` or ``s3a://``)."""
+        return self.warehouse.startswith(S3_SCHEMES)
+
     @property
     def warehouse_uri(self) -> str:
         """The warehouse as a URI, the form Spark's catalog expects."""
@@ -108,7 +204,18 @@ class LakehouseConfig(BaseModel):
         uri = self.catalog_uri
         if make_url(uri).get_backend_name() == "sqlite" and "timeout=" not in uri:
             uri = f"{uri}{'&' if '?' in uri else '?'}timeout=30"
-        return {"uri": uri, "warehouse": self.warehouse_uri, "pool_pre_ping": "true"}
+        properties = {"uri": uri, "warehouse": self.warehouse_uri, "pool_pre_ping": "true"}
+        if self.on_s3:
+            properties.update(self.pyiceberg_s3_properties())
+        return properties
+
+    def pyiceberg_s3_properties(self) -> dict[str, str]:
+        """The S3 settings of pyiceberg's FileIO; without keys it uses the AWS credential chain (env, profile, role)."""
+        s3 = self.s3 or S3Settings()
+        properties = {"s3.region": s3.region, "s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
+        if s3.endpoint:
+            properties["s3.endpoint"] = s3.endpoint
+        return properties
 
     def jdbc(self) -> tuple[str, dict[str, str]]:
         """The same catalog database as a JDBC URL plus driver properties, for Spark's JdbcCatalog."""

@@ -39,6 +39,7 @@ from iceberg.protocol.shards import Shard, commit_batches, window_label
 from iceberg.protocol.state import Lease
 from iceberg.registry import load_state
 from iceberg.tables import load_source, oldest_snapshot_id, shard_columns
+from spark_jobs.code_shipping import ship_transform
 from spark_jobs.fenced_commit import (
     align_to_sink,
     claim,
@@ -182,6 +183,7 @@ def execute_lease(
     """The work of ``run_lease``: connect, resume after what is committed, commit the rest."""
     started_at = time.perf_counter()
     activate(spark)
+    ship_transform(spark, group.transform)
 
     def said(line: str) -> None:
         progress(f"{group.name} lease {lease.lease_id}#{lease.attempt}: {line}")

@@ -28,6 +28,7 @@ from iceberg.protocol.lineage import replay_properties
 from iceberg.protocol.replay import replay_lease_id
 from iceberg.protocol.state import ReplayTicket
 from iceberg.replays import ReplayPlan, ReplayShard, plan_replay, replay_ticket
+from spark_jobs.code_shipping import ship_transform
 from spark_jobs.fenced_commit import (
     align_to_sink,
     ensure_staged_writes,
@@ -89,6 +90,7 @@ def replay_window(
     catalog = lakehouse.catalog()
     holder = f"replay-{run_id or uuid.uuid4().hex}"
     transform = load_transform(group.transform)
+    ship_transform(spark, group.transform)
     with (
         replay_ticket(catalog, group, window, holder) as ticket,
         heartbeat(catalog, group.name, holder, interval_s=group.session_timeout_s / 3),

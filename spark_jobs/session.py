@@ -16,6 +16,9 @@ from iceberg.errors import ConfigError
 from iceberg.lakehouse import LakehouseConfig
 
 RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
+# S3FileIO and the AWS SDK for Spark's side of an s3:// warehouse; Maven Central only, not on PyPI.
+AWS_BUNDLE_JAR = "iceberg-aws-bundle-1.9.2.jar"
+AWS_BUNDLE_PACKAGE = "org.apache.iceberg:iceberg-aws-bundle:1.9.2"
 DRIVER_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/share/java/postgresql.jar"}
 COMMIT_JAR = Path(__file__).parent / "jvm" / "icegroup-commit.jar"
 # The SQLite shim is plumbing of the embedded stack, so it lives in infra/; a jar, not an import.
@@ -52,6 +55,50 @@ def driver_jars(lakehouse: LakehouseConfig) -> list[Path]:
     return [*jars, COMMIT_JAR]
 
 
+def jar_names(lakehouse: LakehouseConfig) -> list[str]:
+    """The file names of every jar Spark needs for this lakehouse, as a ``jars`` folder holds them."""
+    backend = make_url(lakehouse.catalog_uri).get_backend_name()
+    names = [] if lakehouse.iceberg_packages else [RUNTIME_JAR]
+    names.append(Path(DRIVER_JARS[backend]).name)
+    if backend == "sqlite":
+        names.append(SQLITE_SHIM_JAR.name)
+    names.append(COMMIT_JAR.name)
+    if lakehouse.on_s3 and not _packages_bring_aws(lakehouse):
+        names.append(AWS_BUNDLE_JAR)
+    return names
+
+
+def jar_locations(lakehouse: LakehouseConfig) -> list[str]:
+    """Where the driver and every executor fetch the jars: the ``jars`` folder or prefix, else this install.
+
+    A cluster's executors get each jar from the location given here (the driver serves local files to
+    them), so one configured place is enough; nothing is looked up on the executors' hosts.
+    """
+    if lakehouse.jars is None:
+        if lakehouse.on_s3 and not _packages_bring_aws(lakehouse):
+            raise ConfigError(
+                f"warehouse: Spark needs {AWS_BUNDLE_JAR} for an S3 warehouse, and it is not on PyPI. Download it "
+                f"from Maven Central into a folder with the other jars (`make jars` fills one) and set jars "
+                f"(ICEGROUP_JARS) to it, or add {AWS_BUNDLE_PACKAGE} to iceberg_packages"
+            )
+        jars = [] if lakehouse.iceberg_packages else [runtime_jar()]
+        return [str(jar) for jar in [*jars, *driver_jars(lakehouse)]]
+    prefix = lakehouse.jars.rstrip("/")
+    names = jar_names(lakehouse)
+    if "://" in prefix and not prefix.startswith("file://"):
+        return [f"{prefix}/{name}" for name in names]
+    folder = Path(prefix.removeprefix("file://"))
+    missing = [name for name in names if not (folder / name).is_file()]
+    if missing:
+        fetch = f"; {AWS_BUNDLE_JAR} comes from Maven Central" if AWS_BUNDLE_JAR in missing else ""
+        raise ConfigError(f"jars: {folder} has no {', '.join(missing)}; fill it with `make jars`{fetch}")
+    return [str(folder / name) for name in names]
+
+
+def _packages_bring_aws(lakehouse: LakehouseConfig) -> bool:
+    return "iceberg-aws-bundle" in (lakehouse.iceberg_packages or "")
+
+
 def spark_jdbc_url(lakehouse: LakehouseConfig) -> str:
     """The catalog's JDBC URL as Spark opens it; SQLite goes through the shim driver."""
     url, _ = lakehouse.jdbc()
@@ -68,7 +115,6 @@ def spark_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
         "spark.app.name": "icegroup-borrower",
         "spark.ui.enabled": "false",
         "spark.ui.showConsoleProgress": "false",
-        "spark.sql.shuffle.partitions": "4",
         # Leases run at once in threads of one session, each in its own pool, share the cores fairly.
         "spark.scheduler.mode": "FAIR",
         "spark.sql.session.timeZone": "UTC",
@@ -83,13 +129,26 @@ def spark_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
         "spark.wap.id": "icegroup",
     }
     conf.update({f"{prefix}.jdbc.{key}": value for key, value in jdbc_props.items()})
-    jars = [str(jar) for jar in driver_jars(lakehouse)]
+    conf.update(lakehouse.spark.conf())
+    if lakehouse.on_s3:
+        conf.update(s3_conf(lakehouse))
     if lakehouse.iceberg_packages:
         conf["spark.jars.packages"] = lakehouse.iceberg_packages
-    else:
-        jars.insert(0, str(runtime_jar()))
-    conf["spark.jars"] = ",".join(jars)
+    conf["spark.jars"] = ",".join(jar_locations(lakehouse))
     conf.update(lakehouse.spark_conf)
+    return conf
+
+
+def s3_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
+    """Iceberg's S3FileIO for the catalog; credentials come from the AWS chain on each host, never from here."""
+    prefix = f"spark.sql.catalog.{lakehouse.catalog_name}"
+    s3 = lakehouse.s3
+    conf = {f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO"}
+    if s3 is not None:
+        conf[f"{prefix}.client.region"] = s3.region
+        conf[f"{prefix}.s3.path-style-access"] = str(s3.path_style_access).lower()
+        if s3.endpoint:
+            conf[f"{prefix}.s3.endpoint"] = s3.endpoint
     return conf
 
 

@@ -9,7 +9,17 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from iceberg.errors import ConfigError
 from iceberg.lakehouse import LakehouseConfig, load_lakehouse
-from spark_jobs.session import COMMIT_JAR, DRIVER_JARS, RUNTIME_JAR, SQLITE_SHIM_JAR, spark_conf, spark_jdbc_url
+from spark_jobs.session import (
+    AWS_BUNDLE_JAR,
+    AWS_BUNDLE_PACKAGE,
+    COMMIT_JAR,
+    DRIVER_JARS,
+    RUNTIME_JAR,
+    SQLITE_SHIM_JAR,
+    jar_names,
+    spark_conf,
+    spark_jdbc_url,
+)
 
 PG_URI = "postgresql+psycopg2://user:pw@host:5433/db"
 
@@ -357,3 +367,133 @@ def test_spark_conf_uses_the_configured_master(tmp_path: Path) -> None:
 def test_spark_jdbc_url_rewrites_only_sqlite(tmp_path: Path) -> None:
     assert spark_jdbc_url(sqlite_lakehouse(tmp_path)) == f"jdbc:icegroup-sqlite:{tmp_path / 'catalog.db'}"
     assert spark_jdbc_url(sqlite_lakehouse(tmp_path, catalog_uri=PG_URI)) == "jdbc:postgresql://host:5433/db"
+
+
+# Beyond one machine: catalog name, sizing, one jars folder, S3
+
+
+def test_catalog_name_and_jars_come_from_the_environment(tmp_path: Path) -> None:
+    env = {"ICEGROUP_HOME": str(tmp_path), "ICEGROUP_CATALOG_NAME": "staging", "ICEGROUP_JARS": "/opt/jars"}
+
+    lakehouse = load_lakehouse(env=env)
+
+    assert (lakehouse.catalog_name, lakehouse.jars) == ("staging", "/opt/jars")
+
+
+def test_spark_sizing_defaults_fit_one_machine_and_leave_the_rest_to_spark(tmp_path: Path) -> None:
+    conf = spark_conf(sqlite_lakehouse(tmp_path))
+
+    assert conf["spark.sql.shuffle.partitions"] == "4"
+    assert not {"spark.executor.memory", "spark.executor.cores", "spark.cores.max", "spark.driver.memory"} & set(conf)
+
+
+def test_spark_sizing_from_the_config_file(tmp_path: Path) -> None:
+    path = write(
+        tmp_path / "lakehouse.yaml",
+        "spark: {shuffle_partitions: 16, executor_memory: 2g, executor_cores: 2, cores_max: 4, driver_memory: 3g}\n",
+    )
+
+    conf = spark_conf(load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)}))
+
+    assert conf["spark.sql.shuffle.partitions"] == "16"
+    assert conf["spark.executor.memory"] == "2g"
+    assert conf["spark.executor.cores"] == "2"
+    assert conf["spark.cores.max"] == "4"
+    assert conf["spark.driver.memory"] == "3g"
+
+
+def test_a_bad_spark_size_names_the_field(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "spark: {cores_max: 0}\n")
+
+    with pytest.raises(ConfigError, match=r"spark\.cores_max"):
+        load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)})
+
+
+def jars_folder(tmp_path: Path, names: list[str]) -> Path:
+    folder = tmp_path / "jars"
+    folder.mkdir()
+    for name in names:
+        (folder / name).write_bytes(b"PK")
+    return folder
+
+
+def test_a_jars_folder_is_the_one_place_spark_gets_its_jars(tmp_path: Path) -> None:
+    names = [RUNTIME_JAR, "sqlite-jdbc.jar", SQLITE_SHIM_JAR.name, COMMIT_JAR.name]
+    folder = jars_folder(tmp_path, names)
+
+    jars = spark_conf(sqlite_lakehouse(tmp_path, jars=str(folder)))["spark.jars"].split(",")
+
+    assert jars == [str(folder / name) for name in names]
+
+
+def test_a_jars_url_prefix_is_used_as_it_is(tmp_path: Path) -> None:
+    lakehouse = sqlite_lakehouse(tmp_path, catalog_uri=PG_URI, jars="https://repo.example/icegroup/")
+
+    jars = spark_conf(lakehouse)["spark.jars"].split(",")
+
+    assert jars == [
+        f"https://repo.example/icegroup/{name}" for name in (RUNTIME_JAR, "postgresql.jar", COMMIT_JAR.name)
+    ]
+
+
+def test_a_jars_folder_missing_a_jar_names_it_and_the_fix(tmp_path: Path) -> None:
+    folder = jars_folder(tmp_path, [RUNTIME_JAR, "postgresql.jar"])
+
+    with pytest.raises(ConfigError, match=rf"^jars: {folder} has no {COMMIT_JAR.name}; fill it with `make jars`$"):
+        spark_conf(sqlite_lakehouse(tmp_path, catalog_uri=PG_URI, jars=str(folder)))
+
+
+def s3_lakehouse(tmp_path: Path, **fields: object) -> LakehouseConfig:
+    values: dict[str, object] = {
+        "warehouse": "s3://lake/warehouse",
+        "s3": {"endpoint": "http://127.0.0.1:9000", "region": "eu-west-1", "path_style_access": True},
+    }
+    values.update(fields)
+    return sqlite_lakehouse(tmp_path, **values)
+
+
+def test_s3_settings_reach_pyiceberg_without_credentials(tmp_path: Path) -> None:
+    props = s3_lakehouse(tmp_path).pyiceberg_properties()
+
+    assert props["warehouse"] == "s3://lake/warehouse"
+    assert props["s3.endpoint"] == "http://127.0.0.1:9000"
+    assert props["s3.region"] == "eu-west-1"
+    assert props["s3.force-virtual-addressing"] == "false"
+    assert not any("key" in name or "secret" in name for name in props)
+
+
+def test_s3_settings_reach_spark_with_the_aws_bundle_from_the_jars_folder(tmp_path: Path) -> None:
+    names = [RUNTIME_JAR, "sqlite-jdbc.jar", SQLITE_SHIM_JAR.name, COMMIT_JAR.name, AWS_BUNDLE_JAR]
+    folder = jars_folder(tmp_path, names)
+
+    conf = spark_conf(s3_lakehouse(tmp_path, jars=str(folder)))
+
+    assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://127.0.0.1:9000"
+    assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
+    assert conf["spark.sql.catalog.lake.client.region"] == "eu-west-1"
+    assert conf["spark.jars"].split(",")[-1] == str(folder / AWS_BUNDLE_JAR)
+
+
+def test_an_s3_warehouse_without_the_aws_bundle_says_where_to_get_it(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=rf"^warehouse: Spark needs {AWS_BUNDLE_JAR} .* Maven Central"):
+        spark_conf(s3_lakehouse(tmp_path))
+
+
+def test_aws_bundle_coordinates_in_iceberg_packages_replace_the_jar(tmp_path: Path) -> None:
+    packages = f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2,{AWS_BUNDLE_PACKAGE}"
+
+    assert AWS_BUNDLE_JAR not in jar_names(s3_lakehouse(tmp_path, iceberg_packages=packages))
+    assert spark_conf(s3_lakehouse(tmp_path, iceberg_packages=packages))["spark.jars.packages"] == packages
+
+
+def test_s3_settings_on_a_local_warehouse_are_refused(tmp_path: Path) -> None:
+    path = write(tmp_path / "lakehouse.yaml", "s3: {endpoint: 'http://127.0.0.1:9000'}\n")
+
+    with pytest.raises(ConfigError, match=rf"^{path}: s3: set, but the warehouse .* is not in S3"):
+        load_lakehouse(path, env={"ICEGROUP_HOME": str(tmp_path)})
+
+
+def test_an_s3_endpoint_must_be_a_url(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match=r"write it as http://host:port"):
+        s3_lakehouse(tmp_path, s3={"endpoint": "127.0.0.1:9000"})

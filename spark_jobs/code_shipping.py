@@ -1,0 +1,87 @@
+"""Shipping a group's transform code to a cluster's executors, as ``spark-submit --py-files`` does.
+
+On ``local[*]`` the Python workers start in the driver's folder with the driver's interpreter, so
+they import whatever the driver imports. On a cluster they start in an executor's work folder on
+some host, and import only what is installed in that host's Python: a transform module from the
+user's project would fail with ``ModuleNotFoundError`` in the first task that runs one of its UDFs.
+So before a lease or a replay runs a transform on a cluster, its top-level package is zipped and
+added to the session with ``addPyFile``. An installed package is not shipped: it must be installed
+on the executors' Python like pyspark itself (see infra/README.md).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import io
+import sysconfig
+import tempfile
+import threading
+import zipfile
+from pathlib import Path
+
+from pyspark.sql import SparkSession
+
+_SHIPPED: set[tuple[int, str]] = set()
+_SHIPPED_LOCK = threading.Lock()
+
+
+def ships_code(master: str) -> bool:
+    """Whether executors run apart from the driver's folder and interpreter: every master but ``local``."""
+    return not master.startswith("local")
+
+
+def code_root(module_name: str) -> Path | None:
+    """The package folder (or single module file) to ship for ``module_name``, or None when it is installed.
+
+    The whole top-level package goes, so the transform's own imports of sibling modules work too.
+    """
+    top = module_name.split(".")[0]
+    spec = importlib.util.find_spec(top)
+    if spec is None or spec.origin in (None, "built-in", "frozen"):
+        return None
+    locations = list(spec.submodule_search_locations or [])
+    root = Path(locations[0]) if locations else Path(str(spec.origin))
+    installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")}
+    if any(root.resolve().is_relative_to(place) for place in installed):
+        return None
+    return root
+
+
+def zip_code(root: Path, folder: Path) -> Path:
+    """Zip the ``.py`` files under ``root`` into ``folder``, named by content so an edit ships as a new file.
+
+    Spark refuses a second file of the same name with other content, and a warm Borrower may see
+    the code change between leases: a content hash in the name keeps both cases right.
+    """
+    files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
+        for file in files:
+            if "__pycache__" in file.parts:
+                continue
+            info = zipfile.ZipInfo(str(file.relative_to(root.parent)), date_time=(1980, 1, 1, 0, 0, 0))
+            archive.writestr(info, file.read_bytes(), zipfile.ZIP_DEFLATED)
+    data = buffer.getvalue()
+    target = folder / f"{root.stem}-{hashlib.sha256(data).hexdigest()[:16]}.zip"
+    if not target.is_file():
+        folder.mkdir(parents=True, exist_ok=True)
+        partial = target.with_suffix(".part")
+        partial.write_bytes(data)
+        partial.replace(target)
+    return target
+
+
+def ship_transform(spark: SparkSession, transform: str) -> Path | None:
+    """Add the transform's package to ``spark`` for its executors, once per session and content; returns the zip."""
+    master = spark.sparkContext.master
+    root = code_root(transform.partition(":")[0])
+    if not ships_code(master) or root is None:
+        return None
+    archive = zip_code(root, Path(tempfile.gettempdir()) / "icegroup-py-files")
+    key = (id(spark.sparkContext), archive.name)
+    with _SHIPPED_LOCK:
+        if key not in _SHIPPED:
+            spark.sparkContext.addPyFile(str(archive))
+            _SHIPPED.add(key)
+    return archive
