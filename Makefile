@@ -9,11 +9,11 @@ export ICEGROUP_HOME ?= $(CURDIR)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help system venv jvm instance demo test lint unit chaos bench ui clean
+.PHONY: help system venv jvm jars instance demo test lint unit chaos bench ui clean stack-up stack-down stack-status test-stack
 
 help: ## list the targets (this text)
 	@echo "icegroup: make TARGET"
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z]+):.*## (.*)/  \1\t\2/' | expand -t 12
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 14
 
 system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
 	@bash infra/install_system.sh
@@ -27,6 +27,9 @@ venv: $(STAMP) ## the virtualenv with the pinned dependencies and the dev tools
 jvm: system venv ## the jars: the fenced sink commit (spark_jobs/jvm) and the SQLite JDBC shim (infra/sqlite_jdbc)
 	@bash infra/build_jar.sh spark_jobs/jvm/src spark_jobs/jvm/icegroup-commit.jar $(PY)
 	@bash infra/build_jar.sh infra/sqlite_jdbc/src infra/sqlite_jdbc/icegroup-sqlite-jdbc.jar $(PY)
+
+jars: jvm ## one folder, build/jars, with every jar Spark needs: what a cluster's `jars:` setting points at
+	@$(PY) -m infra.jars build/jars
 
 instance: ## the local Dagster instance the demo, the CLI and the UI share
 	@mkdir -p $(DAGSTER_HOME)
@@ -65,5 +68,20 @@ bench: jvm ## side by side against plain Spark and Structured Streaming (through
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-clean: ## remove the lake, the Dagster instance and the venv
-	rm -rf .lake .dagster $(VENV)
+stack-up: jars ## the scale-out stack: PostgreSQL, a Spark master and 2 workers, dagster-webserver and -daemon, S3 (moto)
+	@$(PY) -m infra.stack up
+
+stack-status: venv ## each stack part: up or down, where it listens, where it logs
+	@$(PY) -m infra.stack status
+
+stack-down: venv ## stop every stack process (data kept in .stack/)
+	@$(PY) -m infra.stack down
+
+test-stack: stack-up ## the integration, Dagster end-to-end and CI-sized chaos tiers on the stack, then stack-down
+	@set -a; source .stack/env; set +a; ICEGROUP_TEST_STACK=$(CURDIR)/.stack \
+	  $(PY) -m pytest -q -m "not postgres" tests/integration tests/e2e/test_daemon.py tests/chaos tests/stack $(PYTEST_ARGS); \
+	  status=$$?; $(PY) -m infra.stack down; exit $$status
+
+clean: ## remove the lake, the Dagster instance, the stack's data, the built jars and the venv
+	-@[ ! -f .stack/stack.json ] || $(PY) -m infra.stack down
+	rm -rf .lake .dagster .stack build $(VENV)

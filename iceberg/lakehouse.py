@@ -76,6 +76,11 @@ class SparkSettings(BaseModel):
     driver_memory: str | None = Field(
         default=None, description="spark.driver.memory of the Borrower's own process, e.g. 2g; unset: Spark's 1g."
     )
+    python: str | None = Field(
+        default=None,
+        description="spark.pyspark.python: the Python that executors run UDFs with, as a path on their hosts. It "
+        "needs the driver's Python version and pyspark; unset: PYSPARK_PYTHON, else python3.",
+    )
 
     def conf(self) -> dict[str, str]:
         """These settings as Spark configuration keys; unset ones are left to Spark."""
@@ -85,6 +90,7 @@ class SparkSettings(BaseModel):
             "spark.executor.cores": self.executor_cores,
             "spark.cores.max": self.cores_max,
             "spark.driver.memory": self.driver_memory,
+            "spark.pyspark.python": self.python,
         }
         conf.update({key: str(value) for key, value in optional.items() if value is not None})
         return conf

@@ -74,7 +74,7 @@ def zip_code(root: Path, folder: Path) -> Path:
 
 def ship_transform(spark: SparkSession, transform: str) -> Path | None:
     """Add the transform's package to ``spark`` for its executors, once per session and content; returns the zip."""
-    master = spark.sparkContext.master
+    master = spark.sparkContext.master or "local"
     root = code_root(transform.partition(":")[0])
     if not ships_code(master) or root is None:
         return None

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
 from importlib.resources import files
 from pathlib import Path
@@ -172,6 +173,9 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         session = _Started.session
         if session is not None and conf == _Started.conf and SparkContext._active_spark_context is session.sparkContext:
             return session
+        if lakehouse.spark.python:
+            # PySpark takes the executors' Python from this variable when it starts the context, not from the conf.
+            os.environ["PYSPARK_PYTHON"] = lakehouse.spark.python
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)

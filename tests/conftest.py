@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import os
 from pathlib import Path
 
 import pytest
@@ -12,8 +13,16 @@ from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig, load_lakehouse
 from tests import factories
 from tests.factories import MakeDeadLetter, MakeLease, MakeShard
+from tests.stack_env import home_env, on_stack, scratch_database, stack_layout
 
 _names = itertools.count()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Under ``make test-stack``, give this run a catalog database of its own in the stack's PostgreSQL."""
+    if on_stack():
+        layout = stack_layout()
+        os.environ["ICEGROUP_CATALOG_URI"] = layout.catalog_uri(scratch_database("lake_test"))
 
 
 @pytest.fixture(scope="session")
@@ -24,8 +33,8 @@ def lake_home(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="session")
 def lakehouse(lake_home: Path) -> LakehouseConfig:
-    """An embedded lakehouse (SQLite catalog, local warehouse) in a temporary folder."""
-    return load_lakehouse(env={"ICEGROUP_HOME": str(lake_home)})
+    """An embedded lakehouse (SQLite catalog, local warehouse) in a temporary folder; under test-stack, the stack's."""
+    return load_lakehouse(env=home_env(lake_home))
 
 
 @pytest.fixture

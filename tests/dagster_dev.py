@@ -7,7 +7,6 @@ and every Borrower run is a process of its own that the daemon launches.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -17,6 +16,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from dagster_graphql import DagsterGraphQLClient
+
+from tests.stack_env import home_env, write_instance_config
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -36,13 +37,12 @@ def reset_signals() -> None:
 
 def dagster_env(home: Path, groups: Path, dagster_home: Path) -> dict[str, str]:
     """The environment of every process of the deployment: its lakehouse, its groups and its instance."""
-    return {**os.environ, "ICEGROUP_HOME": str(home), "ICEGROUP_GROUPS": str(groups), "DAGSTER_HOME": str(dagster_home)}
+    return {**os.environ, **home_env(home), "ICEGROUP_GROUPS": str(groups), "DAGSTER_HOME": str(dagster_home)}
 
 
 def new_instance(dagster_home: Path) -> None:
-    """An empty Dagster instance with the repo's instance config (the run coordinator, the storage)."""
-    dagster_home.mkdir(parents=True, exist_ok=True)
-    shutil.copy(REPO / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")
+    """An empty Dagster instance with the repo's instance config; on the stack, its storage in PostgreSQL."""
+    write_instance_config(dagster_home, REPO / "infra" / "dagster.yaml")
 
 
 def ui_answers(client: DagsterGraphQLClient) -> bool:

@@ -32,6 +32,7 @@ from iceberg.lakehouse import load_lakehouse
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from tests.factories import append_batches, create_source
+from tests.stack_env import home_env
 
 BORROWERS = (0, 2, 8)
 ROUNDS = 3
@@ -82,7 +83,7 @@ def run_arm(catalog: Catalog, group: GroupConfig, borrowers: int) -> dict[str, l
 def main() -> int:
     """Run the arms interleaved, print and record the ratios."""
     home = Path(tempfile.mkdtemp(prefix="icegroup-bench-hb-"))
-    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    catalog = load_lakehouse(env=home_env(home)).catalog()
     group = GroupConfig.model_validate(
         {"name": "hb", "source": "hb.events", "sink": "hb.out", "shard_caps": {"max_files": 1}, "max_borrowers": 3}
     )

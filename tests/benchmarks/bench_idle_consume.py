@@ -32,6 +32,7 @@ from iceberg.lag import Work, pending_work
 from iceberg.lakehouse import load_lakehouse
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups
+from tests.stack_env import home_env
 
 ROUNDS = 5
 REPO = Path(__file__).resolve().parents[2]
@@ -60,11 +61,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-idle-") as tmp:
         folder = Path(tmp)
         home = folder / "lake"
-        lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(home)})
+        lakehouse = load_lakehouse(env=home_env(home))
         group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out")
         append_batches(create_source(lakehouse.catalog(), group.source), 3, 300)
         groups = write_groups(folder / "groups.yaml", group)
-        env = {**os.environ, "ICEGROUP_HOME": str(home), "DAGSTER_HOME": str(folder / "dagster")}
+        env = {**os.environ, **home_env(home), "DAGSTER_HOME": str(folder / "dagster")}
         consume = [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"]
         timed(consume, env)
         if pending_work(lakehouse.catalog(), group) is not Work.NONE:

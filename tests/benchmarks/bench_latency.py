@@ -43,6 +43,7 @@ from tests.benchmarks.plot import plot
 from tests.benchmarks.workloads import append_events
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance
 from tests.factories import create_source
+from tests.stack_env import home_env
 
 APPENDS = 30
 ROWS = 300
@@ -114,7 +115,7 @@ def seen_at(sink: Table, appends: list[tuple[int, int]]) -> list[int]:
 def run_arm(arm: str, folder: Path) -> list[float]:
     """Latency in seconds of each measured append for one arm; its sink is checked."""
     home = folder / "lake"
-    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    catalog = load_lakehouse(env=home_env(home)).catalog()
     source_name, sink_name = f"lat.events_{arm.lower()}", f"lat.out_{arm.lower()}"
     source = create_source(catalog, source_name)
     group = GroupConfig(name=f"lat_{arm.lower()}", source=source_name, sink=sink_name, transform=TRANSFORM)

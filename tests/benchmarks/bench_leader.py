@@ -29,6 +29,7 @@ from iceberg.leader import tick
 from iceberg.planning import plan_increment
 from iceberg.protocol.liveness import RunState
 from tests.factories import append_batches, create_source
+from tests.stack_env import home_env
 
 HISTORIES = (50, 400)
 GAP = 10
@@ -50,7 +51,7 @@ def measure(fn: Callable[[], object]) -> float:
 def main() -> int:
     """Build the tables, run the arms, print and record the ratios."""
     home = Path(tempfile.mkdtemp(prefix="icegroup-bench-"))
-    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    catalog = load_lakehouse(env=home_env(home)).catalog()
     rows: dict[int, dict[str, float]] = {}
     for history in HISTORIES:
         name = f"h{history}"

@@ -48,6 +48,7 @@ from iceberg.registry import registry_identifier
 from iceberg.retention import StateRetention, expire
 from tests.factories import create_source, events
 from tests.sink_commits import commit_lease, sink_of
+from tests.stack_env import home_env
 
 COMMITS = 10_000
 BASELINE = 100
@@ -166,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--commits", type=int, default=COMMITS, help="ticks and sink commits of the long group")
     args = parser.parse_args(argv)
     home = Path(tempfile.mkdtemp(prefix="icegroup-long-history-"))
-    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    catalog = load_lakehouse(env=home_env(home)).catalog()
     short, long = driven(catalog, "short"), driven(catalog, "long")
     for _ in range(BASELINE):
         short.busy()

@@ -30,6 +30,7 @@ from iceberg.lakehouse import load_lakehouse
 from iceberg.verify import verify_group
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups
+from tests.stack_env import home_env
 
 ROUNDS = 2
 SNAPSHOTS = 24
@@ -42,14 +43,14 @@ RESULTS = Path(__file__).parent / "results" / "consumer_processes.json"
 def run_arm(processes: int, folder: Path) -> float:
     """Seconds until ``processes`` consumers started together have all caught up; the sink is verified."""
     home = folder / "lake"
-    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(home)})
+    lakehouse = load_lakehouse(env=home_env(home))
     group = GroupConfig(
         name="bench", source="bench.events", sink="bench.events_out", max_borrowers=2,
         shard_caps={"max_files": 4}, lease_max_shards=2,
     )  # fmt: skip
     append_batches(create_source(lakehouse.catalog(), group.source), SNAPSHOTS, ROWS_PER_SNAPSHOT)
     groups = write_groups(folder / "groups.yaml", group)
-    env = {**os.environ, "ICEGROUP_HOME": str(home), "DAGSTER_HOME": str(folder / "dagster")}
+    env = {**os.environ, **home_env(home), "DAGSTER_HOME": str(folder / "dagster")}
     command = [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up", "--max-wait", "300"]
     started = time.perf_counter()
     procs = [

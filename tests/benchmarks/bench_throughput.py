@@ -57,6 +57,7 @@ from tests.benchmarks.plot import plot
 from tests.benchmarks.workloads import W1, W2, Workload, append_events, fill
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, set_sensor, ui_answers
 from tests.factories import create_source
+from tests.stack_env import home_env
 
 ROUNDS = 3
 ARMS = ("A2", "B1", "consume", "dagster", "dagster_warm")
@@ -94,7 +95,7 @@ def process_arm(arm: str, index: int, folder: Path, env: dict[str, str]) -> tupl
 def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[str, list[float]], int]:
     """Every arm ``rounds`` times on one source; seconds per arm (every sink checked) and the source's bytes."""
     home = folder / "lake"
-    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    catalog = load_lakehouse(env=home_env(home)).catalog()
     print(f"{workload.name}: {workload.snapshots} snapshots of {workload.rows_per_snapshot} rows", flush=True)
     source = create_source(catalog, SOURCE)
     fill(source, workload)

@@ -19,6 +19,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from tests.stack_env import home_env
+
 REPLAY = "replay"
 RESET = "reset"
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
@@ -50,7 +52,7 @@ class Admin:
 
     def __init__(self, home: Path, groups: Path, group: str, folder: Path, rng: random.Random) -> None:
         """Actions on ``group`` of the lakehouse at ``home``; their Dagster runs go to ``folder``/dagster."""
-        self.env = {**os.environ, "ICEGROUP_HOME": str(home), "DAGSTER_HOME": str(folder / "dagster")}
+        self.env = {**os.environ, **home_env(home), "DAGSTER_HOME": str(folder / "dagster")}
         (folder / "dagster").mkdir(parents=True, exist_ok=True)
         self.groups, self.group, self.folder, self.rng = groups, group, folder, rng
         self.log = folder / "admin.log"

@@ -53,6 +53,7 @@ from iceberg.registry import load_state
 from iceberg.sink_history import read_sink_history
 from tests.chaos.admin import REPLAY, RESET, Admin, AdminRun
 from tests.factories import append_batches, create_source
+from tests.stack_env import home_env
 
 REPO = Path(__file__).resolve().parents[2]
 RESULTS = Path(__file__).parent / "results"
@@ -162,7 +163,7 @@ class Workers:
 
         ``mode`` is the worker mode of every worker but the one named ``leader``, which runs the Leader alone.
         """
-        self.env = {**os.environ, "ICEGROUP_HOME": str(home), "ICEGROUP_FAILPOINTS": str(folder / "points")}
+        self.env = {**os.environ, **home_env(home), "ICEGROUP_FAILPOINTS": str(folder / "points")}
         self.groups, self.group, self.folder, self.logs, self.mode = groups, group, folder, logs, mode
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.killed: set[int] = set()
@@ -386,7 +387,7 @@ def check_sink(lakehouse: LakehouseConfig, group: GroupConfig, outcome: Outcome)
 def run_chaos(settings: Settings, home: Path, emit: Callable[[str], None] = print) -> Outcome:
     """One chaos run in ``home`` (a fresh folder); returns what it found."""
     rng = random.Random(settings.seed)
-    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(home)})
+    lakehouse = load_lakehouse(env=home_env(home))
     catalog = lakehouse.catalog()
     group = GroupConfig(
         name="chaos", source="chaos.events", sink="chaos.events_out", max_borrowers=settings.workers,

@@ -21,6 +21,7 @@ from iceberg.registry import load_state
 from iceberg.verify import verify_group
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, ui_answers
 from tests.factories import append_batches, create_source
+from tests.stack_env import home_env
 
 pytestmark = [pytest.mark.demo, pytest.mark.dagster]
 GROUP = {
@@ -37,9 +38,7 @@ def daemon(tmp_path: Path) -> Iterator[Path]:
     """`dagster dev` over workspace.yaml with a one-group file; yields ICEGROUP_HOME (its ``port`` file: the UI's)."""
     new_instance(tmp_path / "dagster")
     (tmp_path / "groups.yaml").write_text(yaml.safe_dump({"groups": [GROUP]}))
-    append_batches(
-        create_source(load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)}).catalog(), GROUP["source"]), 2, 30
-    )
+    append_batches(create_source(load_lakehouse(env=home_env(tmp_path)).catalog(), GROUP["source"]), 2, 30)
     env = dagster_env(tmp_path, tmp_path / "groups.yaml", tmp_path / "dagster")
     with dagster_dev(env, tmp_path / "dev.log") as port:
         (tmp_path / "port").write_text(str(port))
@@ -47,7 +46,7 @@ def daemon(tmp_path: Path) -> Iterator[Path]:
 
 
 def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
-    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(daemon)})
+    lakehouse = load_lakehouse(env=home_env(daemon))
     group = load_groups(daemon / "groups.yaml")["live"]
     catalog = lakehouse.catalog()
     deadline = time.monotonic() + 300
@@ -74,7 +73,7 @@ def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
 
 
 def test_a_backfill_launched_through_the_ui_api_replays_the_window(daemon: Path) -> None:
-    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(daemon)})
+    lakehouse = load_lakehouse(env=home_env(daemon))
     group = load_groups(daemon / "groups.yaml")["live"]
     catalog = lakehouse.catalog()
     wait_until(lambda: caught_up(catalog, group.name), 300, daemon, "caught up")

@@ -13,12 +13,13 @@ from iceberg.groups import load_groups
 from iceberg.lakehouse import load_lakehouse
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
+from tests.stack_env import home_env
 
 pytestmark = pytest.mark.demo
 
 
 def test_demo_consumes_exactly_once_and_says_so(tmp_path: Path) -> None:
-    env = {**os.environ, "ICEGROUP_HOME": str(tmp_path), "DAGSTER_HOME": str(tmp_path / ".dagster")}
+    env = {**os.environ, **home_env(tmp_path), "DAGSTER_HOME": str(tmp_path / ".dagster")}
     env.pop("ICEGROUP_GROUPS", None)
     (tmp_path / ".dagster").mkdir()
 
@@ -28,7 +29,7 @@ def test_demo_consumes_exactly_once_and_says_so(tmp_path: Path) -> None:
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "verify: expected=27000 found=27000 duplicates=0 missing=0 unexpected=0 -> OK" in done.stdout
-    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)})
+    lakehouse = load_lakehouse(env=home_env(tmp_path))
     group = load_groups(repo_root() / "dagster_project" / "groups.yaml")["demo"]
     assert verify_group(lakehouse.catalog(), group, key="event_id").ok
     assert (tmp_path / ".dagster" / "storage").is_dir(), "the demo's runs are in its Dagster instance"

@@ -9,19 +9,23 @@ import pytest
 from pyspark.sql import SparkSession
 
 from iceberg.lakehouse import LakehouseConfig
-from spark_jobs.session import DRIVER_JARS, get_session, spark_conf
+from spark_jobs.session import AWS_BUNDLE_JAR, DRIVER_JARS, get_session, spark_conf
+from tests.stack_env import on_stack, use_home
 
 
 @pytest.fixture(scope="session")
 def spark_lakehouse(lakehouse: LakehouseConfig) -> LakehouseConfig:
-    """The session's lakehouse as the tests' Spark runs it: two cores, and the PostgreSQL driver on the classpath.
+    """The session's lakehouse as the tests' Spark runs it: local[2] or the stack's cluster, plus the PostgreSQL driver.
 
     With the driver there, the PostgreSQL tier can add a second catalog to the same JVM at run time.
     """
     jars = spark_conf(lakehouse)["spark.jars"].split(",")
     if Path(DRIVER_JARS["postgresql"]).is_file():
         jars.append(DRIVER_JARS["postgresql"])
-    return lakehouse.model_copy(update={"spark_master": "local[2]", "spark_conf": {"spark.jars": ",".join(jars)}})
+    if lakehouse.jars and (Path(lakehouse.jars) / AWS_BUNDLE_JAR).is_file():
+        jars.append(str(Path(lakehouse.jars) / AWS_BUNDLE_JAR))
+    master = lakehouse.spark_master if on_stack() else "local[2]"
+    return lakehouse.model_copy(update={"spark_master": master, "spark_conf": {"spark.jars": ",".join(jars)}})
 
 
 @pytest.fixture(scope="session")
@@ -37,6 +41,6 @@ def env(lake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     """ICEGROUP_HOME at the test lakehouse and a fresh DAGSTER_HOME, for the icegroup command; returns the latter."""
     dagster_home = tmp_path / "dagster"
     dagster_home.mkdir()
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    use_home(monkeypatch, lake_home)
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     return dagster_home

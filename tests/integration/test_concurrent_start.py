@@ -17,6 +17,7 @@ from iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups
+from tests.stack_env import home_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -28,11 +29,11 @@ def test_consumers_started_together_on_a_fresh_home_all_catch_up_exactly_once(tm
     home, dagster_home = tmp_path / "home", tmp_path / "dagster"
     home.mkdir()
     dagster_home.mkdir()
-    catalog = load_lakehouse(env={"ICEGROUP_HOME": str(home)}).catalog()
+    catalog = load_lakehouse(env=home_env(home)).catalog()
     group = GroupConfig.model_validate({"name": "fresh", "source": "fresh.events", "sink": "fresh.out"})
     append_batches(create_source(catalog, group.source), 3, 30)
     groups = write_groups(tmp_path / "groups.yaml", group)
-    env = {**os.environ, "ICEGROUP_HOME": str(home), "DAGSTER_HOME": str(dagster_home)}
+    env = {**os.environ, **home_env(home), "DAGSTER_HOME": str(dagster_home)}
     command = [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"]
 
     processes = [

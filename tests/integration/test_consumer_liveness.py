@@ -28,6 +28,7 @@ from iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import wait_for, write_groups
+from tests.stack_env import home_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
 
@@ -52,7 +53,7 @@ def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
     groups = write_groups(tmp_path / "groups.yaml", group)
     points = tmp_path / "points"
     points.mkdir()
-    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
+    env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
     consume = ["--groups", str(groups), "consume", group.name, "--until-caught-up"]
 
     (points / "borrower.after_stage").touch()

@@ -24,6 +24,7 @@ from iceberg.verify import verify_group
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease
+from tests.stack_env import use_home
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -31,7 +32,7 @@ pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 @pytest.fixture
 def instance(lake_home: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[dg.DagsterInstance]:
     """A temporary Dagster instance, with the resource pointed at the test lakehouse."""
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    use_home(monkeypatch, lake_home)
     with dg.instance_for_test() as test_instance:
         yield test_instance
 

@@ -25,6 +25,7 @@ from tests.conftest import repo_root
 from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 from tests.integration.test_zombie import write_groups
+from tests.stack_env import home_env
 
 pytestmark = pytest.mark.spark
 
@@ -34,7 +35,7 @@ def kill_tick_at(point: str, group: GroupConfig, lake_home: Path, tmp_path: Path
     points = tmp_path / "points"
     points.mkdir()
     (points / point).touch()
-    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
+    env = {**os.environ, **home_env(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
     leader = subprocess.Popen(
         [sys.executable, "-m", "tests.chaos.worker", "tick", "--groups", str(write_groups(tmp_path / "g.yaml", group)),
          "--group", group.name, "--observe", observe],

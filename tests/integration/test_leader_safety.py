@@ -18,6 +18,7 @@ from iceberg.borrowing import take_leases
 from iceberg.groups import GroupConfig
 from iceberg.registry import load_state
 from tests.factories import append_batches, create_source
+from tests.stack_env import use_home
 
 pytestmark = pytest.mark.dagster
 
@@ -25,7 +26,7 @@ pytestmark = pytest.mark.dagster
 @pytest.fixture
 def lake_env(lake_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     """The resource reads the test lakehouse."""
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    use_home(monkeypatch, lake_home)
 
 
 def in_lockstep(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:

@@ -31,6 +31,7 @@ from spark_jobs.replay import replay_window
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet, write_groups
+from tests.stack_env import home_env, use_home
 
 pytestmark = pytest.mark.spark
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
@@ -131,7 +132,7 @@ def test_resets_refuse_bad_targets_and_replays_in_flight(
     group = make_group()
     append_batches(create_source(catalog, group.source), 1, 9)
     drive(spark, lakehouse, group)
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    use_home(monkeypatch, lake_home)
     groups = str(write_groups(tmp_path / "g.yaml", group))
 
     assert main(["--groups", groups, "reset", group.name, "--to-snapshot", "42"]) == EXIT_ERROR
@@ -156,7 +157,7 @@ def kill_reset_at(
     points.mkdir()
     (points / point).touch()
     groups = str(write_groups(tmp_path / "g.yaml", group))
-    env = {**os.environ, "ICEGROUP_HOME": str(lake_home)}
+    env = {**os.environ, **home_env(lake_home)}
     command = [ICEGROUP, "--groups", groups, "reset", group.name, *option, "--execute"]
     killed = subprocess.Popen(
         command, cwd=repo_root(), env={**env, "ICEGROUP_FAILPOINTS": str(points)},

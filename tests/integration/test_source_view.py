@@ -8,6 +8,7 @@ from pyspark.sql import SparkSession
 
 from iceberg.errors import SourceError
 from iceberg.groups import GroupConfig
+from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import registry_identifier
@@ -17,12 +18,13 @@ pytestmark = pytest.mark.spark
 
 
 def test_a_view_given_as_the_source_is_named_as_a_view(
-    spark: SparkSession, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, spark_lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
 ) -> None:
     group = make_group()
+    lake = spark_lakehouse.catalog_name
     append_batches(create_source(catalog, group.source), 1, 3)
     view = f"{group.source}_eu"
-    spark.sql(f"CREATE VIEW lake.{view} AS SELECT * FROM lake.{group.source} WHERE region = 'eu'")
+    spark.sql(f"CREATE VIEW {lake}.{view} AS SELECT * FROM {lake}.{group.source} WHERE region = 'eu'")
     on_view = group.model_copy(update={"source": view})
 
     with pytest.raises(SourceError) as info:

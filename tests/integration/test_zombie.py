@@ -24,6 +24,7 @@ from tests.chaos.worker import STALE_EXIT
 from tests.conftest import repo_root
 from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet, wait_for, write_groups
+from tests.stack_env import home_env
 
 pytestmark = pytest.mark.spark
 
@@ -45,7 +46,7 @@ def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
     points = tmp_path / "failpoints"
     points.mkdir()
     (points / "borrower.after_stage").touch()
-    env = {**os.environ, "ICEGROUP_HOME": str(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
+    env = {**os.environ, **home_env(lake_home), "ICEGROUP_FAILPOINTS": str(points)}
     zombie = subprocess.Popen(
         [sys.executable, "-m", "tests.chaos.worker", "lease", "--groups", str(write_groups(tmp_path / "g.yaml", group)),
          "--group", group.name, "--lease", lease.lease_id, "--attempt", "0"],

@@ -1,0 +1,33 @@
+"""Transforms of the stack tier, written as a user's project would: UDFs that call into a sibling module.
+
+cloudpickle sends a UDF's own body by value but a module-level function it calls by reference, so
+these run on a cluster's executors only if ``tests.stack.rules`` is importable there: shipped by the
+Borrower (``spark_jobs.code_shipping``), since the stack's executors do not see the driver's path.
+"""
+
+from __future__ import annotations
+
+from pyspark.sql import DataFrame
+from pyspark.sql import functions as F
+
+from tests.stack.rules import cents
+
+
+@F.udf("long")
+def _in_cents(amount: float) -> int:
+    return cents(amount)
+
+
+@F.udf("long")
+def _in_cents_slowly(amount: float) -> int:
+    return cents(amount, pause_s=0.05)
+
+
+def amount_in_cents(df: DataFrame) -> DataFrame:
+    """The amount in cents, computed by a Python UDF on the executors."""
+    return df.withColumn("amount_cents", _in_cents("amount"))
+
+
+def amount_in_cents_slowly(df: DataFrame) -> DataFrame:
+    """The same, 50 ms per row in one task, so a lease is still running when a test kills its executor."""
+    return df.coalesce(1).withColumn("amount_cents", _in_cents_slowly("amount"))

@@ -1,0 +1,78 @@
+"""The lakehouse a test uses: the embedded default, or under ``make test-stack`` the scale-out stack.
+
+``make test-stack`` sources ``.stack/env`` (``ICEGROUP_LAKEHOUSE``: the PostgreSQL catalog, the Spark
+master, the jars folder) and sets ``ICEGROUP_TEST_STACK`` to the stack's folder. The run then gets a
+catalog database of its own (``pytest_configure``), and every test folder that is an
+``ICEGROUP_HOME`` gets its own catalog name and warehouse in it, as each has its own SQLite file on
+the embedded default. Off the stack, ``home_env`` is just ``ICEGROUP_HOME``, as before.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from infra.postgres import LocalPostgres
+from infra.stack import Layout, dagster_config
+
+ENV_TEST_STACK = "ICEGROUP_TEST_STACK"
+PASSED_ON = ("ICEGROUP_LAKEHOUSE", "ICEGROUP_CATALOG_URI")
+
+
+def on_stack() -> bool:
+    """Whether this run targets the stack (``make test-stack``)."""
+    return bool(os.environ.get(ENV_TEST_STACK))
+
+
+def stack_layout() -> Layout:
+    """The running stack's layout."""
+    return Layout(folder=Path(os.environ[ENV_TEST_STACK]))
+
+
+def stack_postgres() -> LocalPostgres:
+    """The stack's PostgreSQL, to make and drop the run's scratch databases."""
+    from infra.postgres import server_bin_dir
+
+    layout = stack_layout()
+    bin_dir = server_bin_dir()
+    assert bin_dir is not None, "the stack runs a PostgreSQL server, so its binaries are installed"
+    return LocalPostgres(data_dir=layout.folder / "postgres", port=layout.postgres_port, bin_dir=bin_dir)
+
+
+def scratch_database(prefix: str) -> str:
+    """A new, empty database in the stack's PostgreSQL; returns its name."""
+    name = f"{prefix}_{time.strftime('%Y%m%d%H%M%S')}_{os.getpid()}_{time.monotonic_ns() % 10**6}"
+    stack_postgres().create_database(name)
+    return name
+
+
+def home_env(home: Path) -> dict[str, str]:
+    """The ``ICEGROUP_*`` variables that make ``home`` a lakehouse of its own, on either stack."""
+    env = {"ICEGROUP_HOME": str(home)}
+    if on_stack():
+        env.update({key: os.environ[key] for key in PASSED_ON if os.environ.get(key)})
+        env["ICEGROUP_CATALOG_NAME"] = "h" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+        env["ICEGROUP_WAREHOUSE"] = str(home.resolve() / ".lake" / "warehouse")
+    return env
+
+
+def write_instance_config(dagster_home: Path, fallback: Path) -> None:
+    """A Dagster instance: on the stack in a new PostgreSQL database, else the repo's ``fallback`` config."""
+    dagster_home.mkdir(parents=True, exist_ok=True)
+    if not on_stack():
+        (dagster_home / "dagster.yaml").write_text(fallback.read_text())
+        return
+    config = dagster_config(stack_layout())
+    config["storage"]["postgres"]["postgres_db"]["db_name"] = scratch_database("dagster_test")  # type: ignore[index]
+    (dagster_home / "dagster.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def use_home(monkeypatch: pytest.MonkeyPatch, home: Path) -> None:
+    """Point this test's in-process ``icegroup`` commands at the lakehouse of ``home``."""
+    for key, value in home_env(home).items():
+        monkeypatch.setenv(key, value)
