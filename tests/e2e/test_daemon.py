@@ -83,7 +83,12 @@ def test_a_backfill_launched_through_the_ui_api_replays_the_window(daemon: Path)
 
     launched = client._execute(
         LAUNCH_PARTITION_BACKFILL_MUTATION,
-        {"backfillParams": {"assetSelection": [{"path": ["lake", "live", "events_out"]}], "partitionNames": [window]}},
+        {
+            "backfillParams": {
+                "assetSelection": [{"path": [lakehouse.catalog_name, "live", "events_out"]}],
+                "partitionNames": [window],
+            }
+        },
     )["launchPartitionBackfill"]
 
     assert launched["__typename"] == "LaunchBackfillSuccess", launched

@@ -20,8 +20,9 @@ def spark_lakehouse(lakehouse: LakehouseConfig) -> LakehouseConfig:
     With the driver there, the PostgreSQL tier can add a second catalog to the same JVM at run time.
     """
     jars = spark_conf(lakehouse)["spark.jars"].split(",")
-    if Path(DRIVER_JARS["postgresql"]).is_file():
-        jars.append(DRIVER_JARS["postgresql"])
+    driver = Path(DRIVER_JARS["postgresql"])
+    if driver.is_file() and driver.name not in {Path(jar).name for jar in jars}:
+        jars.append(str(driver))
     if lakehouse.jars and (Path(lakehouse.jars) / AWS_BUNDLE_JAR).is_file():
         jars.append(str(Path(lakehouse.jars) / AWS_BUNDLE_JAR))
     master = lakehouse.spark_master if on_stack() else "local[2]"

@@ -52,7 +52,9 @@ def test_consume_until_caught_up_runs_through_the_instance(
     with dg.DagsterInstance.get() as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: group.name}))
         assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS]
-        records = instance.fetch_materializations(dg.AssetKey(["lake", *group.sink.split(".")]), limit=100).records
+        records = instance.fetch_materializations(
+            dg.AssetKey([catalog.name, *group.sink.split(".")]), limit=100
+        ).records
         assert len(records) >= 5
         assert all(r.asset_materialization is not None and r.asset_materialization.partition for r in records)
 

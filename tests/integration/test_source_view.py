@@ -31,7 +31,7 @@ def test_a_view_given_as_the_source_is_named_as_a_view(
         tick(catalog, on_view, lambda _: RunState.MISSING)
 
     assert str(info.value) == (
-        f"source: {view!r} in catalog 'lake' is an Iceberg view, not a table; a group consumes a table's "
+        f"source: {view!r} in catalog {lake!r} is an Iceberg view, not a table; a group consumes a table's "
         "snapshots, so name the table the view reads from"
     )
     assert not catalog.table_exists(registry_identifier(group.name))

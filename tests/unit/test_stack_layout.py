@@ -1,0 +1,55 @@
+"""The scale-out stack's configs and its process bookkeeping, without starting the stack."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from iceberg.lakehouse import LakehouseConfig
+from infra.stack import MEMBER, Layout, lakehouse_config, members, s3_lakehouse_config, stack_env, terminate
+
+
+def test_the_stacks_lakehouse_is_a_valid_config_on_postgresql_and_the_cluster(tmp_path: Path) -> None:
+    layout = Layout(folder=tmp_path)
+
+    lakehouse = LakehouseConfig.model_validate(lakehouse_config(layout))
+
+    assert lakehouse.catalog_uri == "postgresql+psycopg2://postgres@127.0.0.1:55432/lake"
+    assert lakehouse.spark_master == "spark://127.0.0.1:17077"
+    assert lakehouse.jars is not None
+    assert lakehouse.jars.endswith("build/jars")
+    assert lakehouse.spark.conf()["spark.cores.max"] == "1"
+    assert lakehouse.spark.python == sys.executable
+
+
+def test_the_stacks_s3_lakehouse_reaches_its_s3_server_without_keys_in_the_file(tmp_path: Path) -> None:
+    layout = Layout(folder=tmp_path)
+
+    lakehouse = LakehouseConfig.model_validate(s3_lakehouse_config(layout))
+
+    props = lakehouse.pyiceberg_properties()
+    assert props["warehouse"] == "s3://icegroup/warehouse"
+    assert props["s3.endpoint"] == "http://127.0.0.1:19000"
+    assert props["s3.force-virtual-addressing"] == "false"
+    assert "AWS_SECRET_ACCESS_KEY" in stack_env(layout), "the keys are in the environment the stack writes"
+    assert "secret" not in str(s3_lakehouse_config(layout)).lower()
+
+
+def test_down_finds_a_stack_process_by_its_mark_and_leaves_none(tmp_path: Path) -> None:
+    env = {**os.environ, MEMBER: str(tmp_path)}
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"], env=env)
+    other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        assert members(tmp_path) == [child.pid]
+
+        terminate(members(tmp_path), grace_s=5)
+        child.wait(timeout=5)
+
+        assert members(tmp_path) == []
+        assert other.poll() is None, "a process without the mark is left alone"
+    finally:
+        for process in (child, other):
+            process.kill()
+            process.wait()
