@@ -9,11 +9,11 @@ export ICEGROUP_HOME ?= $(CURDIR)
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help system venv jvm jars instance demo test lint unit chaos bench ui clean stack-up stack-down stack-status test-stack
+.PHONY: help system venv jvm jars instance demo test lint unit chaos bench ui clean stack-up stack-down stack-status test-stack bench-stack
 
 help: ## list the targets (this text)
 	@echo "icegroup: make TARGET"
-	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/  \1\t\2/' | expand -t 14
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/\1\t\2/' | awk -F'\t' '{printf "  %-13s %s\n", $$1, $$2}'
 
 system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
 	@bash infra/install_system.sh
@@ -77,11 +77,17 @@ stack-status: venv ## each stack part: up or down, where it listens, where it lo
 stack-down: venv ## stop every stack process (data kept in .stack/)
 	@$(PY) -m infra.stack down
 
-test-stack: stack-up ## the integration, Dagster end-to-end and CI-sized chaos tiers on the stack, then stack-down
-	@set -a; source .stack/env; set +a; ICEGROUP_TEST_STACK=$(CURDIR)/.stack \
-	  $(PY) -m pytest -q -m "not postgres" tests/integration tests/e2e/test_daemon.py tests/chaos tests/stack $(PYTEST_ARGS); \
-	  status=$$?; $(PY) -m infra.stack down; exit $$status
+test-stack: jars ## the integration, Dagster end-to-end, chaos and stack tiers on the stack; stack-down even on failure
+	@status=0; \
+	$(PY) -m infra.stack up && { set -a; source .stack/env; set +a; ICEGROUP_TEST_STACK=$(CURDIR)/.stack \
+	  $(PY) -m pytest -q -m "not postgres" tests/integration tests/e2e/test_daemon.py tests/chaos tests/stack $(PYTEST_ARGS); } \
+	  || status=$$?; \
+	$(PY) -m infra.stack down || status=1; exit $$status
+
+bench-stack: jars ## throughput on the stack beside the embedded stack, 1 and 2 workers; records tests/benchmarks/results/stack_throughput.*
+	@status=0; $(PY) -m infra.stack up && $(PY) -m tests.benchmarks.bench_stack || status=$$?; \
+	$(PY) -m infra.stack down || status=1; exit $$status
 
 clean: ## remove the lake, the Dagster instance, the stack's data, the built jars and the venv
-	-@[ ! -f .stack/stack.json ] || $(PY) -m infra.stack down
+	-@[ ! -d .stack ] || [ ! -x $(PY) ] || $(PY) -m infra.stack down
 	rm -rf .lake .dagster .stack build $(VENV)

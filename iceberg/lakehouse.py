@@ -78,8 +78,9 @@ class SparkSettings(BaseModel):
     )
     python: str | None = Field(
         default=None,
-        description="spark.pyspark.python: the Python that executors run UDFs with, as a path on their hosts. It "
-        "needs the driver's Python version and pyspark; unset: PYSPARK_PYTHON, else python3.",
+        description="The Python that executors run UDFs with, as a path on their hosts, with the driver's Python "
+        "version and pyspark; the Borrower passes it as PYSPARK_PYTHON when it starts Spark. Unset: "
+        "PYSPARK_PYTHON, else python3.",
     )
 
     def conf(self) -> dict[str, str]:
@@ -90,7 +91,6 @@ class SparkSettings(BaseModel):
             "spark.executor.cores": self.executor_cores,
             "spark.cores.max": self.cores_max,
             "spark.driver.memory": self.driver_memory,
-            "spark.pyspark.python": self.python,
         }
         conf.update({key: str(value) for key, value in optional.items() if value is not None})
         return conf
@@ -105,7 +105,10 @@ class S3Settings(BaseModel):
         default=None,
         description="S3 endpoint URL of an S3-compatible store, e.g. http://127.0.0.1:9000; unset: AWS.",
     )
-    region: str = Field(default="us-east-1", description="The bucket's region.")
+    region: str | None = Field(
+        default=None,
+        description="The bucket's region; unset: from the AWS chain (AWS_REGION, the profile), or looked up.",
+    )
     path_style_access: bool = Field(
         default=False,
         description="Address buckets as endpoint/bucket instead of bucket.endpoint; most S3-compatible servers "
@@ -218,7 +221,9 @@ class LakehouseConfig(BaseModel):
     def pyiceberg_s3_properties(self) -> dict[str, str]:
         """The S3 settings of pyiceberg's FileIO; without keys it uses the AWS credential chain (env, profile, role)."""
         s3 = self.s3 or S3Settings()
-        properties = {"s3.region": s3.region, "s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
+        properties = {"s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
+        if s3.region:
+            properties["s3.region"] = s3.region
         if s3.endpoint:
             properties["s3.endpoint"] = s3.endpoint
         return properties

@@ -13,7 +13,7 @@ Its files live in one folder (``.stack/`` by default): the data, every log, ``st
 runs where), ``lakehouse.yaml`` (the product's config for this stack) and ``env`` (the variables
 that select it: ``source .stack/env``). Every process it starts carries ``ICEGROUP_STACK_MEMBER``
 in its environment, and so do their children (executors, code servers, Borrower runs): that is how
-``down`` finds and stops them all, and how ``status`` reports a stray one.
+``down`` finds and stops them all, even those of a stack whose record was lost.
 """
 
 from __future__ import annotations
@@ -38,13 +38,18 @@ from infra.postgres import LocalPostgres, open_local_postgres
 
 MEMBER = "ICEGROUP_STACK_MEMBER"
 BUCKET = "icegroup"
-# Credentials of the local S3 server only; moto accepts any. They are written to .stack/env, never to the repo.
+# Dummy keys for the local S3 server, which accepts any; .stack/env exports them. Real keys never go in a file.
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "icegroup-stack", "AWS_SECRET_ACCESS_KEY": "icegroup-stack", "AWS_REGION": "us-east-1"}
 
 
 @dataclass(frozen=True)
 class Layout:
-    """Where the stack listens and how big its workers are; the defaults fit a 2-core CI machine."""
+    """Where the stack listens and how big its workers are.
+
+    The workers advertise 4 cores and 3g each on a 2-core machine: oversubscribed on purpose, so that
+    the tests' Spark application, several Borrowers and the chaos workers (1 core each) are all
+    scheduled at once. They are Spark's scheduling limits, not a measure of the hardware.
+    """
 
     folder: Path
     postgres_port: int = 55432
@@ -202,12 +207,15 @@ def write_files(layout: Layout) -> None:
 
 
 def member_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, str]:
-    """A started process's environment: this one's, marked as a stack member, without the caller's PYTHONPATH.
+    """A started process's environment: the host's basics, marked as a stack member, plus ``extra``.
 
-    Without PYTHONPATH a cluster's executors import only what is installed or shipped, as on real
-    hosts; a transform that reaches them only through the driver's path would fail here as it would there.
+    The caller's icegroup, Dagster, Spark, AWS and Python-path settings are left out: a part that a
+    test restarts must not inherit the test's scratch catalog or instance. Without PYTHONPATH a
+    cluster's executors import only what is installed or shipped, as on real hosts; a transform that
+    reaches them only through the driver's path fails here as it would there.
     """
-    env = {key: value for key, value in os.environ.items() if key != "PYTHONPATH"}
+    dropped = ("ICEGROUP_", "DAGSTER_", "SPARK_", "PYSPARK_", "AWS_")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(dropped)}
     env.update({MEMBER: str(layout.folder), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(spark_home())})
     env.update(extra or {})
     return env
@@ -227,6 +235,21 @@ def launch(layout: Layout, name: str, command: list[str], extra_env: dict[str, s
             start_new_session=True,
         )
     return process.pid, str(log)
+
+
+def is_member(pid: int | None, folder: Path) -> bool:
+    """Whether ``pid`` is a live process started by the stack in ``folder`` (its environment carries the mark).
+
+    A pid recorded in ``stack.json`` is trusted only so: after a reboot the same number may belong
+    to another program, which ``up`` must not take for a part and ``down`` must not signal.
+    """
+    if not alive(pid):
+        return False
+    try:
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+    except OSError:
+        return False
+    return f"{MEMBER}={folder}".encode() in environ.split(b"\0")
 
 
 def alive(pid: int | None) -> bool:
@@ -287,9 +310,9 @@ def wait_for(what: str, ready: Callable[[], bool], timeout_s: float, log: str | 
     raise SystemExit(f"{what} did not become healthy in {timeout_s:.0f} s" + (f"; see {log}" if log else ""))
 
 
-def claim_port(port: int, part: str, own: Part | None) -> None:
-    """Stop with a clear message when a port the stack needs is taken by something that is not this stack."""
-    if port_open(port) and (own is None or not alive(own.pid)):
+def claim_port(port: int, part: str) -> None:
+    """Stop with a clear message when a port a part is about to take is in use."""
+    if port_open(port):
         raise SystemExit(f"port {port} for {part} is in use by another program; stop it, or run `make stack-down`")
 
 
@@ -297,14 +320,18 @@ def up(layout: Layout) -> Stack:
     """Start what is not running, wait until every part is healthy, and record the stack; twice is harmless."""
     layout.folder.mkdir(parents=True, exist_ok=True)
     write_files(layout)
-    before = {part.name: part for part in (Stack.load(layout.folder) or Stack(str(layout.folder))).parts}
+    recorded = Stack.load(layout.folder)
+    if recorded is None and (strays := members(layout.folder)):
+        print(f"stopping {len(strays)} processes left by an earlier stack that was not recorded")
+        terminate(strays, grace_s=10)
+    before = {part.name: part for part in (recorded.parts if recorded else [])}
     stack = Stack(folder=str(layout.folder))
 
     def keep_or_start(name: str, port: int, command: list[str], extra: dict[str, str] | None = None) -> Part:
         own = before.get(name)
-        if own is not None and alive(own.pid):
+        if own is not None and is_member(own.pid, layout.folder):
             return own
-        claim_port(port, name, own)
+        claim_port(port, name)
         pid, log = launch(layout, name, command, extra)
         return Part(name=name, pid=pid, listens=f"127.0.0.1:{port}", log=log)
 
@@ -354,6 +381,7 @@ def up(layout: Layout) -> Stack:
                 "--webui-port",
                 str(ui_port),
             ],
+            S3_KEYS,  # executors' S3FileIO takes its keys from the AWS chain: here, the environment
         )
         worker.listens = f"{layout.worker_cores} cores, {layout.worker_memory} (status http://127.0.0.1:{ui_port})"
         stack.parts.append(worker)
@@ -375,7 +403,7 @@ def up(layout: Layout) -> Stack:
     webserver.listens = f"http://127.0.0.1:{layout.webserver_port}"
     stack.parts.append(webserver)
     daemon = before.get("dagster-daemon")
-    if daemon is None or not alive(daemon.pid):
+    if daemon is None or not is_member(daemon.pid, layout.folder):
         pid, log = launch(
             layout, "dagster-daemon", [str(venv_bin() / "dagster-daemon"), "run", "-w", workspace], dagster_env
         )
@@ -452,21 +480,20 @@ def _signal(pid: int, sig: signal.Signals) -> None:
 def down(layout: Layout) -> list[int]:
     """Stop every part and every process they started, PostgreSQL last; keeps the data. Returns what was left."""
     stack = Stack.load(layout.folder)
-    order = ["dagster-daemon", "dagster-webserver", "s3", "spark-worker-1", "spark-worker-2", "spark-master"]
-    parts = {part.name: part for part in stack.parts} if stack else {}
-    for name in order:
-        part = parts.get(name)
-        if part is not None and alive(part.pid):
-            terminate([part.pid] if part.pid else [], grace_s=10)
+    # The reverse of the start order: Dagster first (it launches Spark work), the master last.
+    for part in reversed(stack.parts if stack else []):
+        if part.pid is not None and is_member(part.pid, layout.folder):
+            terminate([part.pid], grace_s=10)
     terminate(members(layout.folder), grace_s=5)
     postgres_dir = layout.folder / "postgres"
     if (postgres_dir / "PG_VERSION").is_file():
         cluster = LocalPostgres(data_dir=postgres_dir, port=layout.postgres_port, bin_dir=_pg_bin(postgres_dir))
         if cluster.running():
             cluster.halt()
-    if stack is not None:
+    left = [*members(layout.folder), *([pid] if (pid := _postgres_pid(postgres_dir)) else [])]
+    if not left:
         (layout.folder / "stack.json").unlink(missing_ok=True)
-    return [*members(layout.folder), *([pid] if (pid := _postgres_pid(postgres_dir)) else [])]
+    return left
 
 
 def _pg_bin(data_dir: Path) -> Path:
@@ -491,7 +518,10 @@ def status(layout: Layout) -> tuple[list[tuple[str, str, str, str]], list[int]]:
     stack = Stack.load(layout.folder)
     rows = []
     for part in stack.parts if stack else []:
-        rows.append((part.name, "up" if alive(part.pid) else "DOWN", part.listens, part.log))
+        up_now = (
+            _postgres_pid(layout.folder / "postgres") if part.name == "postgres" else is_member(part.pid, layout.folder)
+        )
+        rows.append((part.name, "up" if up_now else "DOWN", part.listens, part.log))
     if stack is not None and alive_workers(layout) < len(layout.worker_ui_ports):
         rows.append(("spark-master", f"{alive_workers(layout)} workers", "alive at the master", ""))
     strays = [] if stack else members(layout.folder)

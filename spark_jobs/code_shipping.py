@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import io
+import os
 import sysconfig
 import tempfile
 import threading
@@ -22,7 +23,7 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-_SHIPPED: set[tuple[int, str]] = set()
+_SHIPPED: set[tuple[str, str]] = set()
 _SHIPPED_LOCK = threading.Lock()
 
 
@@ -35,12 +36,17 @@ def code_root(module_name: str) -> Path | None:
     """The package folder (or single module file) to ship for ``module_name``, or None when it is installed.
 
     The whole top-level package goes, so the transform's own imports of sibling modules work too.
+    "Installed" means inside the interpreter's library folders (site-packages, the standard
+    library): those must be installed on the executors too. A project's own code, including an
+    editable install, lives outside them and is shipped.
     """
     top = module_name.split(".")[0]
     spec = importlib.util.find_spec(top)
-    if spec is None or spec.origin in (None, "built-in", "frozen"):
+    if spec is None or spec.origin in ("built-in", "frozen"):
         return None
-    locations = list(spec.submodule_search_locations or [])
+    locations = list(spec.submodule_search_locations or [])  # a namespace package has these but no origin
+    if not locations and spec.origin is None:
+        return None
     root = Path(locations[0]) if locations else Path(str(spec.origin))
     installed = {Path(sysconfig.get_paths()[key]).resolve() for key in ("stdlib", "platstdlib", "purelib", "platlib")}
     if any(root.resolve().is_relative_to(place) for place in installed):
@@ -49,10 +55,11 @@ def code_root(module_name: str) -> Path | None:
 
 
 def zip_code(root: Path, folder: Path) -> Path:
-    """Zip the ``.py`` files under ``root`` into ``folder``, named by content so an edit ships as a new file.
+    """Zip the ``.py`` files under ``root`` into ``folder``, named by their content.
 
-    Spark refuses a second file of the same name with other content, and a warm Borrower may see
-    the code change between leases: a content hash in the name keeps both cases right.
+    Spark refuses a second file of the same name with other content, and the code may change while a
+    Borrower is warm: a content hash in the name keeps Spark accepting it. Python workers that
+    already imported the old module keep it until they restart (a new Borrower run).
     """
     files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
     buffer = io.BytesIO()
@@ -66,9 +73,11 @@ def zip_code(root: Path, folder: Path) -> Path:
     target = folder / f"{root.stem}-{hashlib.sha256(data).hexdigest()[:16]}.zip"
     if not target.is_file():
         folder.mkdir(parents=True, exist_ok=True)
-        partial = target.with_suffix(".part")
-        partial.write_bytes(data)
-        partial.replace(target)
+        # Leases of one process (threads) and Borrowers of one host may write the same zip at once.
+        handle, partial = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.")
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+        os.replace(partial, target)
     return target
 
 
@@ -79,7 +88,7 @@ def ship_transform(spark: SparkSession, transform: str) -> Path | None:
     if not ships_code(master) or root is None:
         return None
     archive = zip_code(root, Path(tempfile.gettempdir()) / "icegroup-py-files")
-    key = (id(spark.sparkContext), archive.name)
+    key = (spark.sparkContext.applicationId, archive.name)
     with _SHIPPED_LOCK:
         if key not in _SHIPPED:
             spark.sparkContext.addPyFile(str(archive))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
 from typing import ClassVar
@@ -146,7 +148,8 @@ def s3_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
     s3 = lakehouse.s3
     conf = {f"{prefix}.io-impl": "org.apache.iceberg.aws.s3.S3FileIO"}
     if s3 is not None:
-        conf[f"{prefix}.client.region"] = s3.region
+        if s3.region:
+            conf[f"{prefix}.client.region"] = s3.region
         conf[f"{prefix}.s3.path-style-access"] = str(s3.path_style_access).lower()
         if s3.endpoint:
             conf[f"{prefix}.s3.endpoint"] = s3.endpoint
@@ -161,6 +164,27 @@ class _Started:
     session: ClassVar[SparkSession | None] = None
 
 
+@contextmanager
+def executors_python(python: str | None) -> Iterator[None]:
+    """Set PYSPARK_PYTHON while a SparkContext starts, then put it back.
+
+    PySpark reads the executors' Python from this variable once, when it starts the context, and
+    not from any Spark setting; the rest of the process keeps its own environment.
+    """
+    if python is None:
+        yield
+        return
+    before = os.environ.get("PYSPARK_PYTHON")
+    os.environ["PYSPARK_PYTHON"] = python
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("PYSPARK_PYTHON", None)
+        else:
+            os.environ["PYSPARK_PYTHON"] = before
+
+
 def get_session(lakehouse: LakehouseConfig) -> SparkSession:
     """Create, or reuse within this process, the Borrower's SparkSession.
 
@@ -173,13 +197,11 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         session = _Started.session
         if session is not None and conf == _Started.conf and SparkContext._active_spark_context is session.sparkContext:
             return session
-        if lakehouse.spark.python:
-            # PySpark takes the executors' Python from this variable when it starts the context, not from the conf.
-            os.environ["PYSPARK_PYTHON"] = lakehouse.spark.python
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
-        session = builder.getOrCreate()
+        with executors_python(lakehouse.spark.python):
+            session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
         _Started.conf, _Started.session = conf, session
         return session

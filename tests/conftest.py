@@ -13,7 +13,7 @@ from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig, load_lakehouse
 from tests import factories
 from tests.factories import MakeDeadLetter, MakeLease, MakeShard
-from tests.stack_env import home_env, on_stack, scratch_database, stack_layout
+from tests.stack_env import drop_scratch_databases, home_env, on_stack, scratch_database, stack_layout
 
 _names = itertools.count()
 
@@ -23,6 +23,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if on_stack():
         layout = stack_layout()
         os.environ["ICEGROUP_CATALOG_URI"] = layout.catalog_uri(scratch_database("lake_test"))
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Under ``make test-stack``, drop the run's scratch databases (the catalog and the Dagster instances)."""
+    if on_stack():
+        drop_scratch_databases()
 
 
 @pytest.fixture(scope="session")

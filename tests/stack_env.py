@@ -44,11 +44,22 @@ def stack_postgres() -> LocalPostgres:
     return LocalPostgres(data_dir=layout.folder / "postgres", port=layout.postgres_port, bin_dir=bin_dir)
 
 
+_SCRATCH: list[str] = []
+
+
 def scratch_database(prefix: str) -> str:
-    """A new, empty database in the stack's PostgreSQL; returns its name."""
+    """A new, empty database in the stack's PostgreSQL, dropped by ``drop_scratch_databases``; returns its name."""
     name = f"{prefix}_{time.strftime('%Y%m%d%H%M%S')}_{os.getpid()}_{time.monotonic_ns() % 10**6}"
     stack_postgres().create_database(name)
+    _SCRATCH.append(name)
     return name
+
+
+def drop_scratch_databases() -> None:
+    """Drop the databases this process made, so runs do not pile them up in the stack's kept data."""
+    postgres = stack_postgres()
+    while _SCRATCH:
+        postgres.drop_database(_SCRATCH.pop())
 
 
 def home_env(home: Path) -> dict[str, str]:

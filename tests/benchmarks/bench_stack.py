@@ -40,7 +40,7 @@ from infra.stack import Stack, alive_workers, default_layout, terminate, up
 from tests.benchmarks.measure import ICEGROUP, check_same_rows, run_timed, write_groups
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.factories import create_source
-from tests.stack_env import ENV_TEST_STACK, scratch_database
+from tests.stack_env import ENV_TEST_STACK, drop_scratch_databases, scratch_database
 
 ROUNDS = 3
 ARMS = ("A2", "embedded", "stack_2w", "stack_1w")
@@ -162,7 +162,10 @@ def main() -> None:
     result: dict[str, object] = {"cores": os.cpu_count(), "rounds": args.rounds, "transform": TRANSFORM}
     for workload in [w for w in (W1, W2) if args.workload is None or w.name in args.workload]:
         with tempfile.TemporaryDirectory(prefix=f"icegroup-stack-{workload.name}-", ignore_cleanup_errors=True) as tmp:
-            result[workload.name] = summary(workload, run_workload(workload, args.rounds, Path(tmp)))
+            try:
+                result[workload.name] = summary(workload, run_workload(workload, args.rounds, Path(tmp)))
+            finally:
+                drop_scratch_databases()
         ratios = result[workload.name]["throughput_over_A2"]  # type: ignore[index]
         print(f"{workload.name} throughput / A2: " + "  ".join(f"{a} {r}x" for a, r in ratios.items()), flush=True)
         RESULTS.write_text(json.dumps(result, indent=2) + "\n")

@@ -6,17 +6,14 @@ Each test checks exactly once row by row with pyiceberg (``verify_group``), as e
 from __future__ import annotations
 
 import json
-import os
-import signal
 import threading
-import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from pyspark.sql import SparkSession
+from sqlalchemy.exc import SQLAlchemyError
 
-from iceberg.errors import CatalogUnavailable
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
@@ -24,10 +21,11 @@ from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
 from infra.stack import Stack, alive, alive_workers, up
-from spark_jobs.borrower import LeaseReport, run_lease
 from tests.factories import append_batches, create_source
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import drive
 from tests.stack_env import stack_layout, stack_postgres
+
+OUTAGE_S = 3.0  # PostgreSQL stays down this long once halted in the middle of a tick
 
 
 @pytest.fixture
@@ -71,73 +69,95 @@ def worker_running(spark: SparkSession) -> tuple[str, int]:
     raise AssertionError(f"no stack worker runs an executor of {app}")
 
 
-def test_killing_the_spark_worker_under_a_running_lease_keeps_exactly_once(
+def test_a_spark_worker_killed_under_a_running_lease_keeps_exactly_once(
     spark: SparkSession, spark_lakehouse: LakehouseConfig, make_group: type[GroupConfig], all_workers: None
 ) -> None:
     catalog = spark_lakehouse.catalog()
-    group = make_group(transform="tests.stack.transforms:amount_in_cents_slowly")
+    group = make_group(transform="tests.stack.transforms:amount_in_cents_killing_the_worker")
     append_batches(create_source(catalog, group.source), 2, 100)
-    lease = tick(catalog, group, lambda _: RunState.MISSING).launch[0]
-    state = load_state(catalog, group.name).state
-    assert state is not None
-    shards = [state.shards[sid] for sid in lease.shard_ids]
     name, pid = worker_running(spark)
-    reports: list[LeaseReport] = []
-    runner = threading.Thread(
-        target=lambda: reports.append(run_lease(spark, spark_lakehouse, group, lease, shards, progress=quiet))
-    )
+    folder = stack_layout().folder
+    (folder / "kill-worker-done").unlink(missing_ok=True)
+    (folder / "kill-worker-armed").touch()
 
-    runner.start()
-    deadline = time.monotonic() + 120
-    while not spark.sparkContext.statusTracker().getActiveStageIds():
-        assert time.monotonic() < deadline, "the lease never started a Spark stage"
-        time.sleep(0.2)
-    time.sleep(2)
-    os.kill(pid, signal.SIGKILL)
-    runner.join(timeout=600)
+    _, reports = drive(spark, spark_lakehouse, group)
 
-    assert not alive(pid), f"{name} was killed"
-    assert reports, "the lease finished on the executors Spark started elsewhere"
-    assert reports[0].committed == [shard.shard_id for shard in shards]
-    drive(spark, spark_lakehouse, group)
+    assert (folder / "kill-worker-done").read_text() == str(pid), f"a task killed {name}, its own worker"
+    assert not alive(pid)
+    assert worker_running(spark)[0] != name, "the work went on in an executor Spark started on the other worker"
+    assert sum(len(report.committed) for report in reports) >= 1
     assert verify_group(catalog, group, key="event_id").ok
-    assert len(catalog.load_table(group.sink).scan().to_arrow()) == 200
+    sink = catalog.load_table(group.sink).scan(selected_fields=("amount", "amount_cents")).to_arrow().to_pylist()
+    assert len(sink) == 200
+    assert all(row["amount_cents"] == round(row["amount"] * 100) for row in sink)
 
 
-def test_restarting_postgresql_in_the_middle_of_a_tick_keeps_exactly_once(
+@pytest.fixture
+def interrupted_tick(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[], None]], None]:
+    """Arm ``leader.after_liveness`` (after the tick reads liveness, before it fences and commits) with an action."""
+    from iceberg import leader
+
+    real = leader.failpoint
+
+    def arm(action: Callable[[], None]) -> None:
+        def at(name: str) -> None:
+            if name == "leader.after_liveness":
+                monkeypatch.setattr(leader, "failpoint", real)
+                action()
+            real(name)
+
+        monkeypatch.setattr(leader, "failpoint", at)
+
+    return arm
+
+
+def test_postgresql_restarted_in_the_middle_of_a_tick_costs_the_tick_nothing(
     spark: SparkSession,
     spark_lakehouse: LakehouseConfig,
     make_group: type[GroupConfig],
-    monkeypatch: pytest.MonkeyPatch,
+    interrupted_tick: Callable[[Callable[[], None]], None],
 ) -> None:
-    from iceberg import leader
-
     catalog = spark_lakehouse.catalog()
     group = make_group(shard_caps={"max_files": 2})
     append_batches(create_source(catalog, group.source), 4, 25)
     drive(spark, spark_lakehouse, group)
     append_batches(catalog.load_table(group.source), 4, 25)
     postgres = stack_postgres()
-    restarts: list[float] = []
-    real_failpoint = leader.failpoint
+    restarted: list[bool] = []
+    interrupted_tick(lambda: (postgres.halt(), postgres.restart(), restarted.append(True)))
 
-    def restart_mid_tick(name: str) -> None:
-        if name == "leader.after_liveness" and not restarts:
-            started = time.monotonic()
-            postgres.halt()
-            postgres.restart()
-            restarts.append(time.monotonic() - started)
-        real_failpoint(name)
+    result = tick(catalog, group, lambda _: RunState.MISSING)
 
-    monkeypatch.setattr(leader, "failpoint", restart_mid_tick)
+    assert restarted, "PostgreSQL was restarted inside the tick"
+    assert result.launch, "the tick committed its grants over fresh connections (pool_pre_ping)"
+    drive(spark, spark_lakehouse, group)
+    assert verify_group(catalog, group, key="event_id").ok
+    assert len(catalog.load_table(group.sink).scan().to_arrow()) == 200
+
+
+def test_postgresql_down_while_a_tick_commits_fails_the_tick_whole_and_the_next_one_goes_on(
+    spark: SparkSession,
+    spark_lakehouse: LakehouseConfig,
+    make_group: type[GroupConfig],
+    interrupted_tick: Callable[[Callable[[], None]], None],
+) -> None:
+    catalog = spark_lakehouse.catalog()
+    group = make_group(shard_caps={"max_files": 2})
+    append_batches(create_source(catalog, group.source), 4, 25)
+    drive(spark, spark_lakehouse, group)
+    append_batches(catalog.load_table(group.source), 4, 25)
+    before = load_state(catalog, group.name).state
+    postgres = stack_postgres()
+    back = threading.Timer(OUTAGE_S, postgres.restart)
+    interrupted_tick(lambda: (postgres.halt(), back.start()))
+
     try:
-        tick(catalog, group, lambda _: RunState.MISSING)
-        outcome = "the tick went on over fresh connections"
-    except CatalogUnavailable as exc:
-        outcome = f"the tick failed cleanly: {exc}"
-    monkeypatch.setattr(leader, "failpoint", real_failpoint)
+        with pytest.raises(SQLAlchemyError):
+            tick(catalog, group, lambda _: RunState.MISSING)
+    finally:
+        back.join()
 
-    assert restarts, f"PostgreSQL was restarted inside the tick ({outcome})"
+    assert load_state(catalog, group.name).state == before, "nothing of the failed tick was committed"
     drive(spark, spark_lakehouse, group)
     assert verify_group(catalog, group, key="event_id").ok
     assert len(catalog.load_table(group.sink).scan().to_arrow()) == 200

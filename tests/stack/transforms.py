@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from tests.stack.rules import cents
+from tests.stack.rules import cents, kill_own_worker_once
 
 
 @F.udf("long")
@@ -19,8 +19,9 @@ def _in_cents(amount: float) -> int:
 
 
 @F.udf("long")
-def _in_cents_slowly(amount: float) -> int:
-    return cents(amount, pause_s=0.05)
+def _in_cents_killing_the_worker(amount: float) -> int:
+    kill_own_worker_once()
+    return cents(amount, pause_s=0.02)
 
 
 def amount_in_cents(df: DataFrame) -> DataFrame:
@@ -28,6 +29,6 @@ def amount_in_cents(df: DataFrame) -> DataFrame:
     return df.withColumn("amount_cents", _in_cents("amount"))
 
 
-def amount_in_cents_slowly(df: DataFrame) -> DataFrame:
-    """The same, 50 ms per row in one task, so a lease is still running when a test kills its executor."""
-    return df.coalesce(1).withColumn("amount_cents", _in_cents_slowly("amount"))
+def amount_in_cents_killing_the_worker(df: DataFrame) -> DataFrame:
+    """The same, and a task kills its own Spark worker once when a test armed it (``kill_own_worker_once``)."""
+    return df.withColumn("amount_cents", _in_cents_killing_the_worker("amount"))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import zipfile
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,21 @@ def test_the_same_code_makes_the_same_zip_and_an_edit_a_new_one(tmp_path: Path) 
     assert first == again
     assert edited != first
     assert first.name.startswith("mytransforms-")
+
+
+def test_a_namespace_package_is_shipped_from_its_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    (tmp_path / "nspkg").mkdir()
+    (tmp_path / "nspkg" / "rules.py").write_text("def f(df):\n    return df\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    assert code_root("nspkg.rules") == tmp_path / "nspkg"
+
+
+def test_writers_of_the_same_zip_at_once_all_get_it(tmp_path: Path) -> None:
+    root = package(tmp_path, "def f(df):\n    return df\n")
+    with ThreadPoolExecutor(max_workers=8) as pool:
+        archives = list(pool.map(lambda _: zip_code(root, tmp_path / "out"), range(32)))
+
+    assert len(set(archives)) == 1
+    assert zipfile.ZipFile(archives[0]).testzip() is None
+    assert [p.name for p in (tmp_path / "out").iterdir()] == [archives[0].name], "no partial file is left"
