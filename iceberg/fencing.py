@@ -144,6 +144,20 @@ def prune_fences(table: Table, group: str, live: Collection[str]) -> list[str]:
     return stale
 
 
+def lost_race(exc: Exception) -> bool:
+    """Whether a pyiceberg commit failed only because another writer committed first.
+
+    Besides ``CommitFailedException`` (main moved), a commit that adds a snapshot fails with a
+    ``ValueError`` when another writer added a snapshot that is *not* on main in between: a
+    Borrower's staged (write-audit-publish) snapshot. Main is unchanged, so the requirement check
+    passes, but the new snapshot's sequence number is no longer above the table's last one.
+    Loading the table again and redoing the change is right in both cases.
+    """
+    if isinstance(exc, CommitFailedException):
+        return True
+    return isinstance(exc, ValueError) and str(exc).startswith("Cannot add snapshot with sequence number")
+
+
 def commit_retrying(table: Table, change: Callable[[Table], object], what: str, retries: int = 20) -> None:
     """Make ``change`` on the freshly loaded ``table``, again with backoff while other writers' commits win the race.
 
@@ -156,7 +170,9 @@ def commit_retrying(table: Table, change: Callable[[Table], object], what: str, 
         try:
             change(table)
             return
-        except CommitFailedException as exc:
+        except (CommitFailedException, ValueError) as exc:
+            if not lost_race(exc):
+                raise
             wait = min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.0)
             log.info("%s: the table moved (%s); retry %d/%d in %.2fs", what, exc, attempt + 1, retries, wait)
             time.sleep(wait)

@@ -164,6 +164,36 @@ def test_a_change_that_loses_a_race_is_made_again_on_the_new_head(catalog: Catal
     assert ids == [2, 2], "the rows were deleted, and the rival's commit stands"
 
 
+def test_a_delete_racing_a_staged_snapshot_is_made_again(catalog: Catalog, ns: str) -> None:
+    """A Borrower's staged snapshot (not on main) raises pyiceberg's sequence-number ValueError, not a conflict."""
+    sink = make_sink(catalog, ns)
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())}, schema=sink.schema().as_arrow())
+    sink.append(rows)
+    rival = catalog.load_table(f"{ns}.sink")
+    attempts: list[int] = []
+
+    def delete(table: Table) -> None:
+        attempts.append(1)
+        if len(attempts) == 1:
+            rival.append(rows.slice(1), branch="staged")  # main stays put; the last sequence number moves
+        table.delete("id = 1")
+
+    commit_retrying(sink, delete, "deleting replaced output")
+
+    assert len(attempts) == 2, "the first delete lost to the staged snapshot and was made again"
+    assert catalog.load_table(f"{ns}.sink").scan().to_arrow().column("id").to_pylist() == [2]
+
+
+def test_other_value_errors_are_not_taken_for_a_race(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns)
+
+    def broken(table: Table) -> None:
+        raise ValueError("Attempting to add a snapshot before a schema is added")
+
+    with pytest.raises(ValueError, match="before a schema"):
+        commit_retrying(sink, broken, "a broken change")
+
+
 def test_a_change_that_keeps_losing_names_the_remedy(catalog: Catalog, ns: str) -> None:
     sink = make_sink(catalog, ns)
 
