@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import threading
+import urllib.error
 import urllib.request
 from collections.abc import Callable, Iterator
 
@@ -60,8 +61,11 @@ def worker_running(spark: SparkSession) -> tuple[str, int]:
     assert stack is not None
     app = spark.sparkContext.applicationId
     for number, ui_port in enumerate(layout.worker_ui_ports, start=1):
-        with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as response:
-            executors = json.load(response).get("executors", [])
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{ui_port}/json/", timeout=5) as response:
+                executors = json.load(response).get("executors", [])
+        except urllib.error.URLError:
+            continue  # a killed worker hosts nothing
         if any(executor.get("appid") == app for executor in executors):
             part = next(p for p in stack.parts if p.name == f"spark-worker-{number}")
             assert part.pid is not None
@@ -111,6 +115,16 @@ def interrupted_tick(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[], 
     return arm
 
 
+def half_consumed(spark: SparkSession, lakehouse: LakehouseConfig, make_group: type[GroupConfig]) -> GroupConfig:
+    """A group that consumed 100 rows, with 100 more appended for the next tick to grant."""
+    catalog = lakehouse.catalog()
+    group = make_group(shard_caps={"max_files": 2})
+    append_batches(create_source(catalog, group.source), 4, 25)
+    drive(spark, lakehouse, group)
+    append_batches(catalog.load_table(group.source), 4, 25)
+    return group
+
+
 def test_postgresql_restarted_in_the_middle_of_a_tick_costs_the_tick_nothing(
     spark: SparkSession,
     spark_lakehouse: LakehouseConfig,
@@ -118,10 +132,7 @@ def test_postgresql_restarted_in_the_middle_of_a_tick_costs_the_tick_nothing(
     interrupted_tick: Callable[[Callable[[], None]], None],
 ) -> None:
     catalog = spark_lakehouse.catalog()
-    group = make_group(shard_caps={"max_files": 2})
-    append_batches(create_source(catalog, group.source), 4, 25)
-    drive(spark, spark_lakehouse, group)
-    append_batches(catalog.load_table(group.source), 4, 25)
+    group = half_consumed(spark, spark_lakehouse, make_group)
     postgres = stack_postgres()
     restarted: list[bool] = []
     interrupted_tick(lambda: (postgres.halt(), postgres.restart(), restarted.append(True)))
@@ -142,10 +153,7 @@ def test_postgresql_down_while_a_tick_commits_fails_the_tick_whole_and_the_next_
     interrupted_tick: Callable[[Callable[[], None]], None],
 ) -> None:
     catalog = spark_lakehouse.catalog()
-    group = make_group(shard_caps={"max_files": 2})
-    append_batches(create_source(catalog, group.source), 4, 25)
-    drive(spark, spark_lakehouse, group)
-    append_batches(catalog.load_table(group.source), 4, 25)
+    group = half_consumed(spark, spark_lakehouse, make_group)
     before = load_state(catalog, group.name).state
     postgres = stack_postgres()
     back = threading.Timer(OUTAGE_S, postgres.restart)
