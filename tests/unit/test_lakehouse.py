@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -16,6 +17,7 @@ from spark_jobs.session import (
     DRIVER_JARS,
     RUNTIME_JAR,
     SQLITE_SHIM_JAR,
+    executors_python,
     jar_names,
     spark_conf,
     spark_jdbc_url,
@@ -504,3 +506,13 @@ def test_an_unset_s3_region_is_left_to_the_aws_chain_on_both_engines(tmp_path: P
 
     assert "s3.region" not in lakehouse.pyiceberg_properties()
     assert "spark.sql.catalog.lake.client.region" not in spark_conf(lakehouse)
+
+
+def test_the_executors_python_is_set_only_while_spark_starts(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("PYSPARK_PYTHON", "python3")
+
+    with executors_python("/opt/venv/bin/python"):
+        inside = os.environ["PYSPARK_PYTHON"]
+
+    assert inside == "/opt/venv/bin/python"
+    assert os.environ["PYSPARK_PYTHON"] == "python3"
