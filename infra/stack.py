@@ -19,64 +19,18 @@ in its environment, and so do their children (executors, code servers, Borrower 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import yaml
-
 from infra.postgres import LocalPostgres, open_local_postgres
-
-MEMBER = "ICEGROUP_STACK_MEMBER"
-BUCKET = "icegroup"
-# Dummy keys for the local S3 server, which accepts any; .stack/env exports them. Real keys never go in a file.
-S3_KEYS = {"AWS_ACCESS_KEY_ID": "icegroup-stack", "AWS_SECRET_ACCESS_KEY": "icegroup-stack", "AWS_REGION": "us-east-1"}
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Where the stack listens and how big its workers are.
-
-    The workers advertise 4 cores and 3g each on a 2-core machine: oversubscribed on purpose, so that
-    the tests' Spark application, several Borrowers and the chaos workers (1 core each) are all
-    scheduled at once. They are Spark's scheduling limits, not a measure of the hardware.
-    """
-
-    folder: Path
-    postgres_port: int = 55432
-    master_port: int = 17077
-    master_ui_port: int = 18080
-    worker_ui_ports: tuple[int, ...] = (18081, 18082)
-    worker_cores: int = 4
-    worker_memory: str = "3g"
-    webserver_port: int = 13000
-    s3_port: int = 19000
-    # One Borrower's application: 1 core and a small executor, so a handful of Borrowers share the workers.
-    app_cores: int = 1
-    executor_memory: str = "768m"
-
-    @property
-    def master_url(self) -> str:
-        """The Spark master, as ``spark_master`` takes it."""
-        return f"spark://127.0.0.1:{self.master_port}"
-
-    @property
-    def s3_endpoint(self) -> str:
-        """The S3-compatible server's endpoint."""
-        return f"http://127.0.0.1:{self.s3_port}"
-
-    def catalog_uri(self, database: str = "lake") -> str:
-        """A database of the stack's PostgreSQL as ``catalog_uri``."""
-        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.postgres_port}/{database}"
+from infra.processes import MEMBER, alive, http_ok, is_member, members, port_open, terminate, wait_for
+from infra.stack_layout import BUCKET, S3_KEYS, Layout, default_layout, repo_root, stack_env, write_files
 
 
 @dataclass
@@ -113,11 +67,6 @@ class Stack:
         return Stack(folder=data["folder"], parts=[Part(**part) for part in data["parts"]])
 
 
-def repo_root() -> Path:
-    """The checkout: workspace.yaml, the groups file and the built jars are found from here."""
-    return Path(__file__).resolve().parents[1]
-
-
 def venv_bin() -> Path:
     """The folder of this interpreter's console scripts (dagster-webserver, moto_server, spark-class's python)."""
     return Path(sys.executable).parent
@@ -128,82 +77,6 @@ def spark_home() -> Path:
     import pyspark
 
     return Path(pyspark.__file__).parent
-
-
-def lakehouse_config(layout: Layout) -> dict[str, object]:
-    """The product's lakehouse config for this stack: the only thing that differs from the embedded default."""
-    return {
-        "catalog_uri": layout.catalog_uri(),
-        "warehouse": str(layout.folder / "warehouse"),
-        "spark_master": layout.master_url,
-        "jars": str(repo_root() / "build" / "jars"),
-        "spark": {
-            "cores_max": layout.app_cores,
-            "executor_cores": layout.app_cores,
-            "executor_memory": layout.executor_memory,
-            "python": sys.executable,
-        },
-    }
-
-
-def s3_lakehouse_config(layout: Layout) -> dict[str, object]:
-    """The same catalog with its warehouse in the stack's S3 bucket (pyiceberg's side; see infra/README.md)."""
-    return {
-        **lakehouse_config(layout),
-        "catalog_name": "s3lake",
-        "warehouse": f"s3://{BUCKET}/warehouse",
-        "s3": {"endpoint": layout.s3_endpoint, "region": S3_KEYS["AWS_REGION"], "path_style_access": True},
-    }
-
-
-def dagster_config(layout: Layout) -> dict[str, object]:
-    """Dagster's instance on the stack's PostgreSQL, with the queued run coordinator the daemon drives."""
-    return {
-        "storage": {
-            "postgres": {
-                "postgres_db": {
-                    "hostname": "127.0.0.1",
-                    "port": layout.postgres_port,
-                    "username": "postgres",
-                    "password": "",
-                    "db_name": "dagster",
-                    # SQLAlchemy 2.1 maps plain postgresql:// to psycopg 3; dagster-postgres installs psycopg2.
-                    "scheme": "postgresql+psycopg2",
-                }
-            }
-        },
-        "run_coordinator": {
-            "module": "dagster.core.run_coordinator",
-            "class": "QueuedRunCoordinator",
-            "config": {"max_concurrent_runs": 4},
-        },
-        "run_monitoring": {"enabled": True, "start_timeout_seconds": 180, "poll_interval_seconds": 30},
-        "telemetry": {"enabled": False},
-    }
-
-
-def stack_env(layout: Layout) -> dict[str, str]:
-    """The variables that point icegroup, Dagster and boto3 at this stack."""
-    return {
-        "ICEGROUP_LAKEHOUSE": str(layout.folder / "lakehouse.yaml"),
-        "DAGSTER_HOME": str(layout.folder / "dagster"),
-        **S3_KEYS,
-    }
-
-
-def write_files(layout: Layout) -> None:
-    """The stack's configs and its ``env`` file; rewritten on every ``up``, so they match the layout."""
-    folder = layout.folder
-    (folder / "dagster").mkdir(parents=True, exist_ok=True)
-    (folder / "warehouse").mkdir(exist_ok=True)
-    (folder / "logs").mkdir(exist_ok=True)
-    (folder / "lakehouse.yaml").write_text(yaml.safe_dump(lakehouse_config(layout), sort_keys=False))
-    (folder / "lakehouse-s3.yaml").write_text(yaml.safe_dump(s3_lakehouse_config(layout), sort_keys=False))
-    (folder / "dagster" / "dagster.yaml").write_text(yaml.safe_dump(dagster_config(layout), sort_keys=False))
-    lines = [f"export {key}={value}" for key, value in stack_env(layout).items()]
-    (folder / "env").write_text(
-        "# source this file to use the stack: icegroup, dagster and boto3 pick it up\n" + "\n".join(lines) + "\n"
-    )
 
 
 def member_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, str]:
@@ -237,48 +110,6 @@ def launch(layout: Layout, name: str, command: list[str], extra_env: dict[str, s
     return process.pid, str(log)
 
 
-def is_member(pid: int | None, folder: Path) -> bool:
-    """Whether ``pid`` is a live process started by the stack in ``folder`` (its environment carries the mark).
-
-    A pid recorded in ``stack.json`` is trusted only so: after a reboot the same number may belong
-    to another program, which ``up`` must not take for a part and ``down`` must not signal.
-    """
-    if not alive(pid):
-        return False
-    try:
-        environ = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return False
-    return f"{MEMBER}={folder}".encode() in environ.split(b"\0")
-
-
-def alive(pid: int | None) -> bool:
-    """Whether a process exists and is not a zombie."""
-    if pid is None:
-        return False
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
-def port_open(port: int) -> bool:
-    """Whether something accepts connections on 127.0.0.1:port."""
-    with socket.socket() as sock:
-        sock.settimeout(0.5)
-        return sock.connect_ex(("127.0.0.1", port)) == 0
-
-
-def http_ok(url: str) -> bool:
-    """Whether ``url`` answers 200."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as response:
-            return int(response.status) == 200
-    except OSError:
-        return False
-
-
 def alive_workers(layout: Layout) -> int:
     """How many workers the master counts as ALIVE (its JSON status page)."""
     try:
@@ -298,16 +129,6 @@ def daemon_healthy(layout: Layout) -> bool:
         cwd=repo_root(),
     )
     return check.returncode == 0
-
-
-def wait_for(what: str, ready: Callable[[], bool], timeout_s: float, log: str | None = None) -> None:
-    """Poll until ``ready``; on timeout say what did not come up and where its log is."""
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if ready():
-            return
-        time.sleep(0.5)
-    raise SystemExit(f"{what} did not become healthy in {timeout_s:.0f} s" + (f"; see {log}" if log else ""))
 
 
 def claim_port(port: int, part: str) -> None:
@@ -443,40 +264,6 @@ def _boto_keys() -> dict[str, str]:
     }
 
 
-def members(folder: Path) -> list[int]:
-    """Every process whose environment marks it as started by the stack in ``folder`` (children included)."""
-    marker = f"{MEMBER}={folder}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit() or int(entry.name) == os.getpid():
-            continue
-        try:
-            environ = (entry / "environ").read_bytes()
-        except OSError:
-            continue
-        if marker in environ.split(b"\0") and alive(int(entry.name)):
-            found.append(int(entry.name))
-    return found
-
-
-def terminate(pids: Iterable[int], grace_s: float) -> None:
-    """SIGTERM, then SIGKILL what is still there after ``grace_s``."""
-    pids = list(pids)
-    for pid in pids:
-        _signal(pid, signal.SIGTERM)
-    deadline = time.monotonic() + grace_s
-    while time.monotonic() < deadline and any(alive(pid) for pid in pids):
-        time.sleep(0.2)
-    for pid in pids:
-        if alive(pid):
-            _signal(pid, signal.SIGKILL)
-
-
-def _signal(pid: int, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, sig)
-
-
 def down(layout: Layout) -> list[int]:
     """Stop every part and every process they started, PostgreSQL last; keeps the data. Returns what was left."""
     stack = Stack.load(layout.folder)
@@ -526,11 +313,6 @@ def status(layout: Layout) -> tuple[list[tuple[str, str, str, str]], list[int]]:
         rows.append(("spark-master", f"{alive_workers(layout)} workers", "alive at the master", ""))
     strays = [] if stack else members(layout.folder)
     return rows, strays
-
-
-def default_layout() -> Layout:
-    """The layout in ``ICEGROUP_STACK_DIR``, else ``.stack/`` of the checkout."""
-    return Layout(folder=Path(os.environ.get("ICEGROUP_STACK_DIR") or repo_root() / ".stack").resolve())
 
 
 def print_parts(rows: list[tuple[str, str, str, str]]) -> None:

@@ -18,7 +18,7 @@ import pytest
 import yaml
 
 from infra.postgres import LocalPostgres
-from infra.stack import Layout, dagster_config
+from infra.stack_layout import Layout, dagster_config
 
 ENV_TEST_STACK = "ICEGROUP_TEST_STACK"
 PASSED_ON = ("ICEGROUP_LAKEHOUSE", "ICEGROUP_CATALOG_URI")

@@ -36,7 +36,9 @@ from matplotlib.figure import Figure
 
 from iceberg.groups import GroupConfig
 from iceberg.lakehouse import load_lakehouse
-from infra.stack import Stack, alive_workers, default_layout, terminate, up
+from infra.processes import terminate
+from infra.stack import Stack, alive_workers, up
+from infra.stack_layout import default_layout
 from tests.benchmarks.measure import ICEGROUP, check_same_rows, run_timed, write_groups
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.factories import create_source

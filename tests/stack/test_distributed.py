@@ -21,7 +21,8 @@ from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
-from infra.stack import Stack, alive, alive_workers, up
+from infra.processes import alive
+from infra.stack import Stack, alive_workers, up
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive
 from tests.stack_env import stack_layout, stack_postgres

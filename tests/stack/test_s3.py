@@ -21,7 +21,7 @@ from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from iceberg.registry import load_state
 from iceberg.verify import verify_group
-from infra.stack import BUCKET, S3_KEYS
+from infra.stack_layout import BUCKET, S3_KEYS
 from spark_jobs.session import AWS_BUNDLE_JAR, get_session
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive

@@ -8,7 +8,8 @@ import sys
 from pathlib import Path
 
 from iceberg.lakehouse import LakehouseConfig
-from infra.stack import MEMBER, Layout, lakehouse_config, members, s3_lakehouse_config, stack_env, terminate
+from infra.processes import MEMBER, members, terminate
+from infra.stack_layout import Layout, lakehouse_config, s3_lakehouse_config, stack_env
 
 
 def test_the_stacks_lakehouse_is_a_valid_config_on_postgresql_and_the_cluster(tmp_path: Path) -> None:

@@ -1,0 +1,141 @@
+"""The stack's layout and the files it writes: ports, worker sizes, and the configs that select it.
+
+Pure apart from ``write_files``: the product's lakehouse config, Dagster's instance config and the
+``env`` file for a stack in one folder, so tests can check them without starting anything.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+BUCKET = "icegroup"
+# Dummy keys for the local S3 server, which accepts any; .stack/env exports them. Real keys never go in a file.
+S3_KEYS = {"AWS_ACCESS_KEY_ID": "icegroup-stack", "AWS_SECRET_ACCESS_KEY": "icegroup-stack", "AWS_REGION": "us-east-1"}
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where the stack listens and how big its workers are.
+
+    The workers advertise 4 cores and 3g each on a 2-core machine: oversubscribed on purpose, so that
+    the tests' Spark application, several Borrowers and the chaos workers (1 core each) are all
+    scheduled at once. They are Spark's scheduling limits, not a measure of the hardware.
+    """
+
+    folder: Path
+    postgres_port: int = 55432
+    master_port: int = 17077
+    master_ui_port: int = 18080
+    worker_ui_ports: tuple[int, ...] = (18081, 18082)
+    worker_cores: int = 4
+    worker_memory: str = "3g"
+    webserver_port: int = 13000
+    s3_port: int = 19000
+    # One Borrower's application: 1 core and a small executor, so a handful of Borrowers share the workers.
+    app_cores: int = 1
+    executor_memory: str = "768m"
+
+    @property
+    def master_url(self) -> str:
+        """The Spark master, as ``spark_master`` takes it."""
+        return f"spark://127.0.0.1:{self.master_port}"
+
+    @property
+    def s3_endpoint(self) -> str:
+        """The S3-compatible server's endpoint."""
+        return f"http://127.0.0.1:{self.s3_port}"
+
+    def catalog_uri(self, database: str = "lake") -> str:
+        """A database of the stack's PostgreSQL as ``catalog_uri``."""
+        return f"postgresql+psycopg2://postgres@127.0.0.1:{self.postgres_port}/{database}"
+
+
+def repo_root() -> Path:
+    """The checkout: workspace.yaml, the groups file and the built jars are found from here."""
+    return Path(__file__).resolve().parents[1]
+
+
+def lakehouse_config(layout: Layout) -> dict[str, object]:
+    """The product's lakehouse config for this stack: the only thing that differs from the embedded default."""
+    return {
+        "catalog_uri": layout.catalog_uri(),
+        "warehouse": str(layout.folder / "warehouse"),
+        "spark_master": layout.master_url,
+        "jars": str(repo_root() / "build" / "jars"),
+        "spark": {
+            "cores_max": layout.app_cores,
+            "executor_cores": layout.app_cores,
+            "executor_memory": layout.executor_memory,
+            "python": sys.executable,
+        },
+    }
+
+
+def s3_lakehouse_config(layout: Layout) -> dict[str, object]:
+    """The same catalog with its warehouse in the stack's S3 bucket (pyiceberg's side; see infra/README.md)."""
+    return {
+        **lakehouse_config(layout),
+        "catalog_name": "s3lake",
+        "warehouse": f"s3://{BUCKET}/warehouse",
+        "s3": {"endpoint": layout.s3_endpoint, "region": S3_KEYS["AWS_REGION"], "path_style_access": True},
+    }
+
+
+def dagster_config(layout: Layout) -> dict[str, object]:
+    """Dagster's instance on the stack's PostgreSQL, with the queued run coordinator the daemon drives."""
+    return {
+        "storage": {
+            "postgres": {
+                "postgres_db": {
+                    "hostname": "127.0.0.1",
+                    "port": layout.postgres_port,
+                    "username": "postgres",
+                    "password": "",
+                    "db_name": "dagster",
+                    # SQLAlchemy 2.1 maps plain postgresql:// to psycopg 3; dagster-postgres installs psycopg2.
+                    "scheme": "postgresql+psycopg2",
+                }
+            }
+        },
+        "run_coordinator": {
+            "module": "dagster.core.run_coordinator",
+            "class": "QueuedRunCoordinator",
+            "config": {"max_concurrent_runs": 4},
+        },
+        "run_monitoring": {"enabled": True, "start_timeout_seconds": 180, "poll_interval_seconds": 30},
+        "telemetry": {"enabled": False},
+    }
+
+
+def stack_env(layout: Layout) -> dict[str, str]:
+    """The variables that point icegroup, Dagster and boto3 at this stack."""
+    return {
+        "ICEGROUP_LAKEHOUSE": str(layout.folder / "lakehouse.yaml"),
+        "DAGSTER_HOME": str(layout.folder / "dagster"),
+        **S3_KEYS,
+    }
+
+
+def write_files(layout: Layout) -> None:
+    """The stack's configs and its ``env`` file; rewritten on every ``up``, so they match the layout."""
+    folder = layout.folder
+    (folder / "dagster").mkdir(parents=True, exist_ok=True)
+    (folder / "warehouse").mkdir(exist_ok=True)
+    (folder / "logs").mkdir(exist_ok=True)
+    (folder / "lakehouse.yaml").write_text(yaml.safe_dump(lakehouse_config(layout), sort_keys=False))
+    (folder / "lakehouse-s3.yaml").write_text(yaml.safe_dump(s3_lakehouse_config(layout), sort_keys=False))
+    (folder / "dagster" / "dagster.yaml").write_text(yaml.safe_dump(dagster_config(layout), sort_keys=False))
+    lines = [f"export {key}={value}" for key, value in stack_env(layout).items()]
+    (folder / "env").write_text(
+        "# source this file to use the stack: icegroup, dagster and boto3 pick it up\n" + "\n".join(lines) + "\n"
+    )
+
+
+def default_layout() -> Layout:
+    """The layout in ``ICEGROUP_STACK_DIR``, else ``.stack/`` of the checkout."""
+    return Layout(folder=Path(os.environ.get("ICEGROUP_STACK_DIR") or repo_root() / ".stack").resolve())
