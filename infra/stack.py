@@ -28,7 +28,7 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infra.postgres import LocalPostgres, open_local_postgres
+from infra.postgres import LocalPostgres, open_local_postgres, server_bin_dir
 from infra.processes import MEMBER, alive, http_ok, is_member, members, port_open, terminate, wait_for
 from infra.stack_layout import BUCKET, S3_KEYS, Layout, default_layout, repo_root, stack_env, write_files
 
@@ -274,7 +274,7 @@ def down(layout: Layout) -> list[int]:
     terminate(members(layout.folder), grace_s=5)
     postgres_dir = layout.folder / "postgres"
     if (postgres_dir / "PG_VERSION").is_file():
-        cluster = LocalPostgres(data_dir=postgres_dir, port=layout.postgres_port, bin_dir=_pg_bin(postgres_dir))
+        cluster = stack_postgres(layout)
         if cluster.running():
             cluster.halt()
     left = [*members(layout.folder), *([pid] if (pid := _postgres_pid(postgres_dir)) else [])]
@@ -283,13 +283,14 @@ def down(layout: Layout) -> list[int]:
     return left
 
 
-def _pg_bin(data_dir: Path) -> Path:
-    from infra.postgres import server_bin_dir
-
+def stack_postgres(layout: Layout) -> LocalPostgres:
+    """The stack's PostgreSQL cluster, running or not, for stopping it or making databases in it."""
     found = server_bin_dir()
     if found is None:
-        raise SystemExit(f"{data_dir} holds a PostgreSQL cluster, but no server binaries are installed")
-    return found
+        raise SystemExit(
+            f"{layout.folder / 'postgres'} holds a PostgreSQL cluster, but no server binaries are installed"
+        )
+    return LocalPostgres(data_dir=layout.folder / "postgres", port=layout.postgres_port, bin_dir=found)
 
 
 def _postgres_pid(data_dir: Path) -> int | None:

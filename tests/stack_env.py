@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+import infra.stack
 from infra.postgres import LocalPostgres
 from infra.stack_layout import Layout, dagster_config
 
@@ -36,12 +37,7 @@ def stack_layout() -> Layout:
 
 def stack_postgres() -> LocalPostgres:
     """The stack's PostgreSQL, to make and drop the run's scratch databases."""
-    from infra.postgres import server_bin_dir
-
-    layout = stack_layout()
-    bin_dir = server_bin_dir()
-    assert bin_dir is not None, "the stack runs a PostgreSQL server, so its binaries are installed"
-    return LocalPostgres(data_dir=layout.folder / "postgres", port=layout.postgres_port, bin_dir=bin_dir)
+    return infra.stack.stack_postgres(stack_layout())
 
 
 _SCRATCH: list[str] = []
