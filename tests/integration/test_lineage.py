@@ -148,7 +148,7 @@ def test_lineage_outlives_source_expiry_and_sink_compaction(
     spark.sql(f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{group.sink}', {compact})")
     spark.sql(
         f"CALL {lakehouse.catalog_name}.system.expire_snapshots(table => '{group.sink}', retain_last => 1, "
-        f"older_than => TIMESTAMP '{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S')}')"
+        f"older_than => TIMESTAMP '{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}')"
     )
     sink = catalog.load_table(group.sink)
     assert sink.snapshot_by_id(first_commit) is None, "the commit itself expired"

@@ -223,7 +223,7 @@ def test_replay_reads_live_files_of_expired_snapshots_and_refuses_when_files_are
     spark.sql(f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{group.source}', {compact})")
     spark.sql(
         f"CALL {lakehouse.catalog_name}.system.expire_snapshots(table => '{group.source}', retain_last => 1, "
-        f"older_than => TIMESTAMP '{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S')}')"
+        f"older_than => TIMESTAMP '{datetime.now(UTC).strftime('%Y-%m-%d %H:%M:%S.%f')}')"
     )
     before = sink_rows(catalog, group)
     missing = r"stream 0:region=eu, .* committed 16 rows; the source's files hold 0 of them"
