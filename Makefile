@@ -24,8 +24,8 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## the virtualenv with the pinned dependencies and the dev tools
 
-jvm: system venv ## the jars: the fenced sink commit (spark_jobs/jvm) and the SQLite JDBC shim (infra/sqlite_jdbc)
-	@bash infra/build_jar.sh spark_jobs/jvm/src spark_jobs/jvm/icegroup-commit.jar $(PY)
+jvm: system venv ## the jars: the fenced sink commit (spark_jobs/sink/jvm) and the SQLite JDBC shim (infra/sqlite_jdbc)
+	@bash infra/build_jar.sh spark_jobs/sink/jvm/src spark_jobs/sink/jvm/icegroup-commit.jar $(PY)
 	@bash infra/build_jar.sh infra/sqlite_jdbc/src infra/sqlite_jdbc/icegroup-sqlite-jdbc.jar $(PY)
 
 jars: jvm ## one folder, build/jars, with every jar Spark needs: what a cluster's `jars:` setting points at

@@ -7,11 +7,11 @@ from typing import Any
 import dagster as dg
 
 from dagster_project.resources import IcegroupResource
-from iceberg.groups import GroupConfig
 from iceberg.lag import Lag
-from iceberg.lineage_query import WindowProvenance
+from iceberg.lineage import WindowProvenance
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
-from spark_jobs.borrower import LeaseReport
+from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.replay import ReplayReport, replay_window
 
 

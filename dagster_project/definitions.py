@@ -13,13 +13,13 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.assets import sink_asset, source_spec, table_key
-from dagster_project.group_files import groups_path, load_checked_groups
-from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, consume_schedule, replay_job
-from dagster_project.maintenance import expire_job, expire_schedule
+from dagster_project.cli.group_files import groups_path, load_checked_groups
+from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, expire_job, replay_job
 from dagster_project.resources import IcegroupResource
+from dagster_project.schedules import consume_schedule, expire_schedule
 from dagster_project.sensors import leader_sensor
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.protocol.group import GroupConfig
 
 
 def build_definitions(

@@ -1,4 +1,4 @@
-"""Jobs: the warm Borrower job the Leader starts, and the consume-until-caught-up job for CLI and schedules."""
+"""Jobs: the warm Borrower job the Leader starts, the consume-until-caught-up job, replays, and expiry."""
 
 from typing import Any
 
@@ -10,16 +10,18 @@ from pydantic import Field
 
 from dagster_project.assets import complete_events, lease_metadata, source_observation, table_key
 from dagster_project.resources import IcegroupResource
-from dagster_project.run_observer import observe_runs, terminate_runs
-from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.groups import GroupConfig
+from dagster_project.runs.observer import observe_runs, terminate_runs
+from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.lag import lag_of
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import TickResult
+from iceberg.protocol.durations import parse_duration
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
 from iceberg.protocol.state import Lease
-from spark_jobs.borrow import borrow
-from spark_jobs.borrower import LeaseReport
+from iceberg.retention import StateRetention, expire
+from spark_jobs.borrower.lease import LeaseReport
+from spark_jobs.borrower.warm import borrow
 from spark_jobs.consume import consume
 
 
@@ -166,13 +168,40 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
     return job
 
 
-def consume_schedule(group: GroupConfig, job: dg.JobDefinition, cron: str) -> dg.ScheduleDefinition:
-    """For a scheduled group: consume until caught up at each cron tick, instead of a Leader sensor."""
-    return dg.ScheduleDefinition(
-        name=f"{group.name}_schedule",
-        job=job,
-        cron_schedule=cron,
-        execution_timezone="UTC",
-        default_status=dg.DefaultScheduleStatus.RUNNING,
-        description=f"Consume group {group.name} until caught up on '{cron}' (UTC).",
+class ExpireConfig(dg.Config):
+    """How much of their own history the groups' state tables keep (sources and sinks keep what groups need)."""
+
+    keep_state: int = Field(
+        default=StateRetention.keep_last,
+        ge=1,
+        description="Snapshots each registry, lineage and dead-letter table keeps at least.",
     )
+    keep_state_for: str = Field(default="7d", description="And the ones younger than this: 12h, 7d, P1D.")
+
+
+def expire_job(groups: dict[str, GroupConfig]) -> dg.JobDefinition:
+    """The job ``icegroup expire`` is, for the schedule and for launching from the UI."""
+
+    @dg.op(name="icegroup_expire_op")
+    def expire_op(context: dg.OpExecutionContext, config: ExpireConfig, icegroup: IcegroupResource) -> None:
+        """Expire the snapshots no group needs; log each table's verdict and what holds what it keeps."""
+        keep = StateRetention(config.keep_state, parse_duration(config.keep_state_for))
+        plans = expire(icegroup.catalog(), groups, keep, execute=True)
+        for plan in plans:
+            row = plan.row()
+            context.log.info(
+                f"{row['table']} ({row['roles']}): expired {row['expire']} + {row['staged_expire']} staged, "
+                f"kept {row['keep']}, held by {row['held_by']}: {row['status']}"
+            )
+        failed = [p.table for p in plans if p.error]
+        if failed:
+            raise dg.Failure(f"expiry of {', '.join(failed)} lost a race with another commit; it runs again next time")
+
+    @dg.job(
+        name="icegroup_expire",
+        description="Expire snapshots of the groups' sources, sinks and state tables that no group needs.",
+    )
+    def job() -> Any:
+        expire_op()
+
+    return job

@@ -9,7 +9,7 @@ from pydantic import Field
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from spark_jobs.session import get_session
 
 

@@ -6,12 +6,12 @@ import dagster as dg
 
 from dagster_project.assets import complete_events, source_observation
 from dagster_project.resources import IcegroupResource
-from dagster_project.run_observer import borrower_runs, end_runs, observe_runs, terminate_runs
-from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
+from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.errors import GroupStopped, RegistryConflict
-from iceberg.groups import GroupConfig
 from iceberg.leader import TickResult, tick
-from iceberg.protocol.borrowers import borrowers_to_start, census, waiting
+from iceberg.protocol.borrower import borrowers_to_start, census, waiting
+from iceberg.protocol.group import GroupConfig
 
 
 def borrower_requests(

@@ -3,7 +3,7 @@
 ``plan_follows`` finds the replay commits on a group's source (another group's sink) that the group
 has not followed, and for each the downstream windows that consumed the rows it replaced
 (``iceberg/protocol/cascade.py``). Replaying those windows reads the replaced rows in their new
-version (``iceberg/replays.py``); ``record_follows`` then lists the replays on the group's sink, and
+version (``iceberg/replay.py``); ``record_follows`` then lists the replays on the group's sink, and
 its Leader steps over them. The record lives on the sink, like fences and reset records, so a
 registry rebuilt from the sink keeps it.
 """
@@ -16,14 +16,14 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.errors import UsageError
-from iceberg.fencing import add_to_list_property
-from iceberg.groups import GroupConfig
 from iceberg.protocol.cascade import FollowPlan, plan_follow, replaced_commits
-from iceberg.protocol.lineage import follows_key, parse_resets, resets_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
-from iceberg.registry import load_state
-from iceberg.replays import sink_history
-from iceberg.tables import load_optional, load_source
+from iceberg.protocol.sink_commit import follows_key, parse_resets, resets_key
+from iceberg.store.fences import add_to_list_property
+from iceberg.store.registry import load_state
+from iceberg.store.sink_history import sink_history
+from iceberg.store.tables import load_optional, load_source
 
 
 def downstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> list[GroupConfig]:

@@ -14,11 +14,10 @@ from datetime import UTC, datetime
 from pyiceberg.catalog import Catalog
 
 from iceberg.errors import UsageError
-from iceberg.groups import GroupConfig
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import parse_window_label, snapshot_range, window_label
-from iceberg.replays import sink_history
-from iceberg.sink_history import read_sink_history
-from iceberg.tables import load_optional
+from iceberg.store.sink_history import read_sink_history, sink_history
+from iceberg.store.tables import load_optional
 
 
 @dataclass(frozen=True)

@@ -14,22 +14,22 @@ from typing import Any
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.dead_letters import open_letters
 from iceberg.errors import UsageError
-from iceberg.groups import GroupConfig
-from iceberg.heartbeats import read_beats
-from iceberg.planning import plan_increment
+from iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from iceberg.protocol.durations import format_duration
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import Hold, hold_of
 from iceberg.protocol.phases import reconcile
-from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
 from iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState
 from iceberg.rebuild import sync_with_sink
-from iceberg.registrations import read_registrations
-from iceberg.registry import load_state, state_as_of
-from iceberg.tables import load_source
+from iceberg.shards import plan_increment
+from iceberg.store.dead_letters import open_letters
+from iceberg.store.heartbeats import read_beats
+from iceberg.store.registrations import read_registrations
+from iceberg.store.registry import load_state, state_as_of
+from iceberg.store.tables import load_source
 
 MAX_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
 

@@ -14,10 +14,10 @@ from enum import Enum
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.groups import GroupConfig
 from iceberg.protocol.completion import complete_windows
-from iceberg.registry import load_state
-from iceberg.tables import load_optional, load_source
+from iceberg.protocol.group import GroupConfig
+from iceberg.store.registry import load_state
+from iceberg.store.tables import load_optional, load_source
 
 
 @dataclass(frozen=True)

@@ -28,17 +28,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.cascade import followed_replays
-from iceberg.dead_letters import open_letters
 from iceberg.errors import SourceError
 from iceberg.failpoints import failpoint
-from iceberg.fencing import prune_fences, raise_fences
-from iceberg.groups import GroupConfig, check_filter
-from iceberg.heartbeats import forget, gone_holders, read_beats
-from iceberg.lineage import record_lineage
-from iceberg.lineage_query import WindowProvenance, window_provenance
-from iceberg.planning import plan_increment
+from iceberg.lineage import WindowProvenance, window_provenance
 from iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
-from iceberg.protocol.lineage import replay_fence_key
+from iceberg.protocol.dead_letters import STOPPED, DeadLetter
+from iceberg.protocol.fences import replay_fence_key
+from iceberg.protocol.group import GroupConfig, check_filter
 from iceberg.protocol.liveness import RunState, holder_of
 from iceberg.protocol.phases import (
     Liveness,
@@ -50,14 +46,18 @@ from iceberg.protocol.phases import (
     grant,
     reconcile,
 )
-from iceberg.protocol.poison import STOPPED, DeadLetter
 from iceberg.protocol.replay import expire_replays
 from iceberg.protocol.shards import Shard, snapshot_range
 from iceberg.protocol.state import GroupState, Lease, retire_streams
 from iceberg.rebuild import sync_with_sink
-from iceberg.registrations import register
-from iceberg.registry import Loaded, commit_state, load_state
-from iceberg.tables import load_optional, load_source
+from iceberg.shards import plan_increment
+from iceberg.store.dead_letters import open_letters
+from iceberg.store.fences import prune_fences, raise_fences
+from iceberg.store.heartbeats import forget, gone_holders, read_beats
+from iceberg.store.lineage import record_lineage
+from iceberg.store.registrations import register
+from iceberg.store.registry import Loaded, commit_state, load_state
+from iceberg.store.tables import load_optional, load_source
 
 log = logging.getLogger(__name__)
 

@@ -1,263 +1,360 @@
-"""The lineage table: a group's provenance, one Iceberg table per group, recorded by the Leader.
+"""Lineage questions, both ways, answered from the lineage tables (``iceberg/store/lineage.py``).
 
-``icegroup.lineage_<group>`` holds an entry per (committed shard, source file) (see
-``iceberg/protocol/provenance.py``). It is partitioned by replay window and by a bucket of the
-source file, so a backwards query (a window, a sink row's window) and a forwards one (a source
-file) each read a fraction of it.
+Backwards, from output to input: a sink snapshot, a window, or sink rows matching a filter give the
+shards that made them, with their source snapshot ranges and source files. Forwards, from input to
+output: a source file or a source snapshot gives the sink snapshots, windows and sink rows made
+from it. Through chained groups (a group whose source is another group's sink), ``through`` follows
+each answer upstream to the first source, or downstream to the last sink.
 
-The Leader records it from the sink's commits, like the registry: each tick whose sink moved walks
-the sink's snapshots after the last one recorded, and commits their entries with that snapshot as
-the table's cursor (``icegroup.lineage.through``). The commit is a compare-and-swap
-(``commit.retry.num-retries=0``), so two Leaders cannot record the same commits twice, and it goes
-before the registry's commit, so a registry that has reconciled a commit has its lineage recorded.
-It outlives what it describes: entries keep their files after the source's snapshots expired and
-their sink snapshots after the sink was compacted.
+Sink rows carry their shard id (``_ig_shard``), so rows still resolve after the sink was compacted;
+entries keep their files, so they still resolve after the source's snapshots expired.
 """
 
 from __future__ import annotations
 
-import dataclasses
-import logging
-from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 
-import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
+from pyiceberg.expressions.parser import parse as parse_filter
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.table import Table
-from pyiceberg.table.snapshots import Snapshot
-from pyiceberg.transforms import BucketTransform, IdentityTransform
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+from pyparsing import ParseException
 
-from iceberg.errors import RegistryConflict
-from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import KEY_GROUP, KEY_RESET, parse_commit, parse_replay, parse_resets, resets_key
-from iceberg.protocol.provenance import LineageEntry, consumed, replayed, voided
-from iceberg.protocol.shards import Shard
-from iceberg.registry import NAMESPACE
-from iceberg.tables import ensure_namespace, former_parent, load_optional, walk_back
+from iceberg.errors import UsageError
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.lineage import LineageEntry
+from iceberg.protocol.shards import snapshot_range, window_label, window_start_ms
+from iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, parse_commit, parse_replay
+from iceberg.store.lineage import entries, is_in, load_lineage, quoted, recorded_through, shard_entries
+from iceberg.store.sink_history import walk_commits
+from iceberg.store.tables import load_optional
 
-log = logging.getLogger(__name__)
+# A filter on sink rows that matches more shards than this is answered for these only, and says so.
+MAX_ROW_SHARDS = 1000
 
-KEY_THROUGH = "icegroup.lineage.through"
-KEY_THROUGH_SEQUENCE = "icegroup.lineage.through-sequence"
-FILE_BUCKETS = 8
-_STRING, _LONG, _INT = StringType(), LongType(), IntegerType()
-_TYPES = {
-    "group": (_STRING, True),
-    "window": (_STRING, True),
-    "stream": (_STRING, True),
-    "shard_id": (_STRING, True),
-    "from_snapshot": (_LONG, False),
-    "to_snapshot": (_LONG, True),
-    "to_sequence": (_LONG, False),
-    "source_file": (_STRING, False),
-    "source_snapshot": (_LONG, False),
-    "file_records": (_LONG, False),
-    "file_bytes": (_LONG, False),
-    "shard_rows": (_LONG, False),
-    "sink_snapshot": (_LONG, True),
-    "committed_at_ms": (_LONG, True),
-    "kind": (_STRING, True),
-    "generation": (_INT, True),
-    "lease_id": (_STRING, True),
-    "attempt": (_INT, True),
-    "epoch": (_INT, True),
-    "run_id": (_STRING, False),
-    "config_hash": (_STRING, False),
-}
-SCHEMA = Schema(
-    *(
-        NestedField(i, f.name, _TYPES[f.name][0], required=_TYPES[f.name][1])
-        for i, f in enumerate(dataclasses.fields(LineageEntry), start=1)
+
+@dataclass
+class Answer:
+    """The entries that answer a question about one group, and how current the group's lineage is.
+
+    ``sink_rows`` counts, per shard, the rows the sink holds now (forwards answers); ``unrecorded``
+    is the number of the group's sink commits the Leader has not recorded yet. ``hops`` holds the
+    answers for the groups upstream or downstream, with ``through``.
+    """
+
+    group: str
+    question: str
+    found: list[LineageEntry]
+    recorded_through: int | None
+    unrecorded: int
+    sink_rows: dict[str, int] = field(default_factory=dict)
+    note: str = ""
+    hops: list[Answer] = field(default_factory=list)
+    row_filter: str | None = None
+
+
+def lineage_table(catalog: Catalog, group: GroupConfig) -> Table:
+    """The group's lineage table, or an error saying when it will exist."""
+    table = load_lineage(catalog, group.name)
+    if table is None:
+        raise UsageError(
+            f"group {group.name!r} has no lineage recorded yet: the Leader records it from the sink's commits at "
+            "its next tick after the first one (run `icegroup consume` or let the sensor tick)"
+        )
+    return table
+
+
+def unrecorded_commits(catalog: Catalog, group: GroupConfig, through: int | None) -> int:
+    """How many of the group's sink commits came after the lineage table's cursor."""
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        return 0
+    return sum(written.group == group.name for written in walk_commits(sink, through))
+
+
+def answer(catalog: Catalog, group: GroupConfig, question: str, row_filter: str, note: str = "") -> Answer:
+    """The entries matching ``row_filter``, with the lineage table's freshness."""
+    table = lineage_table(catalog, group)
+    through = recorded_through(table)
+    return Answer(
+        group=group.name,
+        question=question,
+        found=entries(table, row_filter),
+        recorded_through=through,
+        unrecorded=unrecorded_commits(catalog, group, through),
+        note=note,
     )
-)
-SPEC = PartitionSpec(
-    PartitionField(SCHEMA.find_field("window").field_id, 1000, IdentityTransform(), "window"),
-    PartitionField(SCHEMA.find_field("source_file").field_id, 1001, BucketTransform(FILE_BUCKETS), "file_bucket"),
-)
-PROPERTIES = {
-    "commit.retry.num-retries": "0",
-    # Every tick that commits appends a manifest; merging keeps the manifest list short.
-    "commit.manifest-merge.enabled": "true",
-    "write.metadata.delete-after-commit.enabled": "true",
-    "write.metadata.previous-versions-max": "20",
-    # Exact bounds, so queries by sink snapshot or shard skip the files that cannot hold them.
-    "write.metadata.metrics.default": "full",
-}
 
 
-def lineage_identifier(group: str) -> str:
-    """The group's lineage table."""
-    return f"{NAMESPACE}.lineage_{group}"
+def by_window(catalog: Catalog, group: GroupConfig, window: str) -> Answer:
+    """Backwards from a replay window: one partition of the lineage table."""
+    return answer(catalog, group, f"window {window}", f"window = {quoted(window)}")
+
+
+def by_sink_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> Answer:
+    """Backwards from a sink snapshot; its windows prune the read while the snapshot is in the sink's metadata."""
+    sink = load_optional(catalog, group.sink)
+    snapshot = sink.snapshot_by_id(snapshot_id) if sink is not None else None
+    props = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary is not None else {}
+    commit = parse_commit(snapshot_id, 0, props, 0)
+    replay = parse_replay(snapshot_id, 0, props, 0, 0)
+    windows: set[str] = set()
+    if commit is not None:
+        windows = {window_label(s.window_start_ms, group.replay_window) for s in commit.shards if s.window_start_ms}
+    elif replay is not None:
+        windows = {replay.window}
+    where = f"sink_snapshot = {snapshot_id}"
+    if windows:
+        where = f"{is_in('window', windows)} AND {where}"
+    found = answer(catalog, group, f"sink snapshot {snapshot_id}", where)
+    if not found.found and snapshot is not None and commit is None and replay is None:
+        operation = snapshot.summary.operation.value if snapshot.summary is not None else "unknown"
+        found.note = (
+            f"sink snapshot {snapshot_id} is a {operation} snapshot that group {group.name} did not commit "
+            "(compaction or another writer); ask for the rows it holds with --row"
+        )
+    elif not found.found and (commit is not None or replay is not None) and not found.unrecorded:
+        found.note = (
+            f"the output of sink snapshot {snapshot_id} was replaced since (a replay of its window, or a reset); "
+            f"ask by --window {', '.join(sorted(windows))} for what holds it now"
+        )
+    return found
+
+
+def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
+    """Backwards from sink rows: their shard ids, however the sink's files were compacted since."""
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        raise UsageError(f"--row: group {group.name!r} has no sink table {group.sink} yet")
+    try:
+        rows = sink.scan(row_filter=row_filter, selected_fields=(COL_SHARD, COL_WINDOW)).to_arrow()
+    except (ValueError, TypeError, ParseException) as exc:
+        raise UsageError(
+            f'--row: {row_filter!r} is not a filter on {group.sink}\'s columns ({exc}); write it like "id = 42"'
+        ) from None
+    counts: dict[tuple[str, str], int] = {}
+    for shard, window in zip(rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), strict=True):
+        if shard is not None:
+            counts[(shard, window)] = counts.get((shard, window), 0) + 1
+    chosen = sorted(counts)[:MAX_ROW_SHARDS]
+    note = f"{rows.num_rows} sink rows match, from {len(counts)} shards"
+    if len(counts) > MAX_ROW_SHARDS:
+        note += f"; the first {MAX_ROW_SHARDS} are shown, narrow the filter for the rest"
+    table = lineage_table(catalog, group)
+    through = recorded_through(table)
+    found = Answer(
+        group=group.name,
+        question=f"sink rows where {row_filter}",
+        found=shard_entries(table, {shard: window for shard, window in chosen}),
+        recorded_through=through,
+        unrecorded=unrecorded_commits(catalog, group, through),
+        sink_rows={shard: count for (shard, _), count in counts.items()},
+        note=note,
+        row_filter=row_filter,
+    )
+    narrowed(catalog, group, found, row_filter)
+    return found
+
+
+def by_source_file(catalog: Catalog, group: GroupConfig, path: str) -> Answer:
+    """Forwards from a source data file: its bucket of the lineage table, and the sink rows of its shards."""
+    found = answer(catalog, group, f"source file {path}", f"source_file = {quoted(path)}")
+    found.sink_rows = sink_rows_of(catalog, group, found.found)
+    return found
+
+
+def by_source_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> Answer:
+    """Forwards from a source snapshot; its commit time prunes the read to one window while it has not expired."""
+    source = load_optional(catalog, group.source)
+    snapshot = source.snapshot_by_id(snapshot_id) if source is not None else None
+    where = f"source_snapshot = {snapshot_id}"
+    if snapshot is not None:
+        window = window_label(window_start_ms(snapshot.timestamp_ms, group.replay_window), group.replay_window)
+        where = f"window = {quoted(window)} AND {where}"
+    found = answer(catalog, group, f"source snapshot {snapshot_id}", where)
+    found.sink_rows = sink_rows_of(catalog, group, found.found)
+    return found
+
+
+def sink_rows_of(catalog: Catalog, group: GroupConfig, found: list[LineageEntry]) -> dict[str, int]:
+    """Per shard of ``found``, the rows the sink holds now (its files are pruned by the shard id's bounds)."""
+    shards = sorted({e.shard_id for e in found})
+    sink = load_optional(catalog, group.sink)
+    if not shards or sink is None:
+        return {}
+    rows = sink.scan(row_filter=is_in(COL_SHARD, shards), selected_fields=(COL_SHARD,)).to_arrow()
+    counts = {shard: 0 for shard in shards}
+    for shard in rows.column(COL_SHARD).to_pylist():
+        counts[shard] += 1
+    return counts
+
+
+def upstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> GroupConfig | None:
+    """The group whose sink this group consumes, if any."""
+    return next((g for g in groups.values() if g.sink == group.source and g.name != group.name), None)
+
+
+def downstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> list[GroupConfig]:
+    """The groups that consume this group's sink."""
+    return [g for g in groups.values() if g.source == group.sink and g.name != group.name]
+
+
+def trace_back(catalog: Catalog, groups: Mapping[str, GroupConfig], group: GroupConfig, found: Answer) -> None:
+    """Follow ``found`` upstream, group by group, to the first source: each hop is the upstream's answer.
+
+    The files of a chained group's source are the upstream sink's files, and their rows carry the
+    upstream shard ids: reading those two columns names the upstream shards exactly. A file that is
+    gone (expired) falls back to the upstream commit that added it, the entry's source snapshot.
+    """
+    seen = {group.name}
+    current, answer_now = group, found
+    while (upstream := upstream_of(groups, current)) is not None and upstream.name not in seen:
+        seen.add(upstream.name)
+        source = load_optional(catalog, current.source)
+        shards: dict[str, str] = {}
+        snapshots: set[int] = set()
+        for entry in answer_now.found:
+            read = shards_in_file(source, entry.source_file) if source is not None and entry.source_file else None
+            if read is None:
+                if entry.source_snapshot is not None:
+                    snapshots.add(entry.source_snapshot)
+                continue
+            shards.update(read)
+        table = lineage_table(catalog, upstream)
+        hop = shard_entries(table, shards)
+        if snapshots:
+            hop += entries(table, f"sink_snapshot IN ({', '.join(str(s) for s in sorted(snapshots))})")
+        through = recorded_through(table)
+        answer_now = Answer(
+            group=upstream.name,
+            question=f"upstream of {current.name}",
+            found=unique(hop),
+            recorded_through=through,
+            unrecorded=unrecorded_commits(catalog, upstream, through),
+            row_filter=found.row_filter,
+        )
+        if found.row_filter is not None:
+            narrowed(catalog, upstream, answer_now, found.row_filter)
+            answer_now.note = answer_now.note.removeprefix("; ")
+        found.hops.append(answer_now)
+        current = upstream
+
+
+def trace_forward(catalog: Catalog, groups: Mapping[str, GroupConfig], group: GroupConfig, found: Answer) -> None:
+    """Follow ``found`` downstream: the sink snapshots it names are the source snapshots of the next group."""
+    seen = {group.name}
+    frontier = [(group, found)]
+    while frontier:
+        current, answer_now = frontier.pop(0)
+        sinks = sorted({e.sink_snapshot for e in answer_now.found})
+        for downstream in downstream_of(groups, current):
+            if downstream.name in seen or not sinks:
+                continue
+            seen.add(downstream.name)
+            hop = answer(
+                catalog,
+                downstream,
+                f"downstream of {current.name}",
+                f"source_snapshot IN ({', '.join(str(s) for s in sinks)})",
+            )
+            hop.sink_rows = sink_rows_of(catalog, downstream, hop.found)
+            found.hops.append(hop)
+            frontier.append((downstream, hop))
+
+
+def shards_in_file(source: Table, path: str) -> dict[str, str] | None:
+    """The upstream shard ids (with their windows) of the rows in one of the upstream sink's files; None if gone."""
+    try:
+        with source.io.new_input(path).open() as stream:
+            rows = pq.read_table(stream, columns=[COL_SHARD, COL_WINDOW])
+    except (OSError, ValueError):
+        return None
+    pairs = zip(rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), strict=True)
+    return {shard: window for shard, window in pairs if shard is not None and window is not None}
+
+
+def holding(source: Table | None, found: list[LineageEntry], row_filter: str) -> list[LineageEntry] | None:
+    """The entries whose source file holds a row matching ``row_filter``: the exact files, not the shard's.
+
+    None when that cannot be told: the filter names columns the source does not have (the transform
+    made them), or a file is gone. Each file is read with the filter pushed down into the read.
+    """
+    if source is None:
+        return None
+    try:
+        pushed = expression_to_pyarrow(bind(source.schema(), parse_filter(row_filter), case_sensitive=True))
+    except (ValueError, TypeError, ParseException):
+        return None
+    kept = []
+    for entry in found:
+        if entry.source_file is None:
+            return None
+        try:
+            with source.io.new_input(entry.source_file).open() as stream:
+                matches = pq.read_table(stream, filters=pushed).num_rows
+        except (OSError, ValueError):
+            return None
+        if matches:
+            kept.append(entry)
+    return kept
+
+
+def narrowed(catalog: Catalog, group: GroupConfig, found: Answer, row_filter: str) -> None:
+    """Keep only the entries whose files hold the rows, when the source can be asked; say which it was."""
+    exact = holding(load_optional(catalog, group.source), found.found, row_filter)
+    if exact is None:
+        found.note += "; the source files of the whole shard are listed (the filter cannot be asked of the source)"
+    else:
+        found.found = exact
+        found.note += "; only the source files that hold matching rows are listed"
+
+
+def unique(found: list[LineageEntry]) -> list[LineageEntry]:
+    """Entries without repeats, in their first order."""
+    return list(dict.fromkeys(found))
 
 
 @dataclass(frozen=True)
-class Recorded:
-    """What one recording pass did: entries added, windows superseded by replays, shards voided by resets."""
+class WindowProvenance:
+    """What a complete window's output was made from, for its Dagster materialization.
 
-    added: int = 0
-    superseded: tuple[str, ...] = ()
-    voided: int = 0
-    through: int | None = None
-
-
-def load_lineage(catalog: Catalog, group: str) -> Table | None:
-    """The group's lineage table; None before its first sink commit was recorded."""
-    return load_optional(catalog, lineage_identifier(group))
-
-
-def recorded_through(table: Table) -> int | None:
-    """The last sink snapshot whose commits the table holds."""
-    snapshot = table.current_snapshot()
-    if snapshot is None or snapshot.summary is None:
-        return None
-    value = snapshot.summary.additional_properties.get(KEY_THROUGH)
-    return int(value) if value is not None else None
-
-
-def recorded_sequence(table: Table) -> int:
-    """The sink sequence number of the table's cursor (0 when it was not recorded)."""
-    snapshot = table.current_snapshot()
-    if snapshot is None or snapshot.summary is None:
-        return 0
-    return int(snapshot.summary.additional_properties.get(KEY_THROUGH_SEQUENCE, "0"))
-
-
-def walked_to(snapshots: list[Snapshot], cursor: int, sink: Table) -> bool:
-    """Whether a walk back from the sink's head (``snapshots``, oldest first) reached the snapshot after ``cursor``."""
-    if not snapshots:
-        return True
-    oldest = snapshots[0]
-    parent = oldest.parent_snapshot_id
-    return parent == cursor or (parent is None and former_parent(sink, oldest.snapshot_id) == cursor)
-
-
-def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Shard]) -> Recorded:
-    """Record the entries of the sink's commits since the table's cursor; one CAS commit, or none.
-
-    ``shards`` are the registry's shards before this tick reconciles: the ones the new commits
-    committed still name their files. Raises ``RegistryConflict`` if another Leader recorded first.
+    ``source_range`` runs from the exclusive start of its earliest shard to the end of its latest
+    (shards of several streams interleave in it); ``source_snapshot`` is that end, the source
+    version the window was computed from.
     """
-    sink = load_optional(catalog, group.sink)
-    head = sink.current_snapshot() if sink is not None else None
-    if sink is None or head is None:
-        return Recorded()
-    table = load_lineage(catalog, group.name)
-    cursor = recorded_through(table) if table is not None else None
-    if cursor == head.snapshot_id:
-        return Recorded(through=cursor)
-    snapshots = list(walk_back(sink, cursor))
-    snapshots.reverse()
-    if table is not None and cursor is not None and not walked_to(snapshots, cursor, sink):
-        # Sink snapshots back to the cursor were expired by hand: keep to what is newer than it.
-        after = recorded_sequence(table)
-        log.warning(
-            "group %s: sink history back to lineage cursor %d is expired; recording after sequence %d",
-            group.name, cursor, after,
-        )  # fmt: skip
-        snapshots = [s for s in snapshots if (s.sequence_number or 0) > after]
-    pending: list[LineageEntry] = []
-    superseded: set[str] = set()
-    drop_shards: set[str] = set()
-    for snapshot in snapshots:
-        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
-        added = int(props.get("added-records", "0"))
-        commit = parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, props, added)
-        if commit is not None and commit.group == group.name:
-            pending.extend(consumed(commit, shards, group.replay_window))
-            continue
-        replay = parse_replay(snapshot.snapshot_id, snapshot.timestamp_ms, props, added, 0)
-        if replay is not None and replay.group == group.name:
-            stored = [] if replay.window in superseded or table is None else window_entries(table, replay.window)
-            earlier = [e for e in stored if e.shard_id not in drop_shards]
-            mine = [e for e in pending if e.window == replay.window]
-            pending = [e for e in pending if e.window != replay.window] + replayed(replay, earlier + mine)
-            superseded.add(replay.window)
-        elif KEY_RESET in props and props.get(KEY_GROUP) == group.name:
-            resets = parse_resets(sink.properties.get(resets_key(group.name), ""))
-            newest = max((r.epoch for r in resets), default=0)
-            stored = [] if table is None else entries(table, f"epoch < {newest}")
-            drop_shards |= voided(stored, resets)
-            gone = voided(pending, resets)
-            pending = [e for e in pending if e.shard_id not in gone]
-    if not pending and not superseded and not drop_shards:
-        return Recorded(through=cursor)
-    table = table if table is not None else create_lineage(catalog, group.name)
-    commit_entries(table, pending, superseded, drop_shards, head.snapshot_id, head.sequence_number or 0)
-    log.info(
-        "group %s: lineage recorded through sink snapshot %d: %d entries, %d windows superseded, %d shards voided",
-        group.name, head.snapshot_id, len(pending), len(superseded), len(drop_shards),
-    )  # fmt: skip
-    return Recorded(len(pending), tuple(sorted(superseded)), len(drop_shards), head.snapshot_id)
+
+    window: str
+    shards: int
+    source_files: int
+    source_rows: int
+    source_range: str
+    source_snapshot: int
+    sink_snapshots: tuple[int, ...]
 
 
-def commit_entries(
-    table: Table,
-    pending: list[LineageEntry],
-    superseded: set[str],
-    drop_shards: set[str],
-    through: int,
-    through_sequence: int,
-) -> None:
-    """Drop superseded windows and voided shards, add the new entries: one transaction, one CAS."""
-    marker = {KEY_THROUGH: str(through), KEY_THROUGH_SEQUENCE: str(through_sequence)}
-    drops = []
-    if superseded:
-        drops.append(is_in("window", superseded))
-    if drop_shards:
-        drops.append(is_in("shard_id", drop_shards))
-    try:
-        with table.transaction() as tx:
-            if drops:
-                tx.delete(" OR ".join(drops), snapshot_properties={} if pending else marker)
-            if pending:
-                tx.append(to_arrow(pending), snapshot_properties=marker)
-    except CommitFailedException as exc:
-        raise RegistryConflict(f"lineage table {'.'.join(table.name())} moved while recording it: {exc}") from exc
-
-
-def create_lineage(catalog: Catalog, group: str) -> Table:
-    """Create the group's lineage table; losing the race to another Leader is fine."""
-    ensure_namespace(catalog, NAMESPACE)
-    return catalog.create_table_if_not_exists(
-        lineage_identifier(group), SCHEMA, partition_spec=SPEC, properties=PROPERTIES
-    )
-
-
-def to_arrow(found: Iterable[LineageEntry]) -> pa.Table:
-    """Entries as rows of the table's schema."""
-    return pa.Table.from_pylist([dataclasses.asdict(e) for e in found], schema=SCHEMA.as_arrow())
-
-
-def quoted(value: str) -> str:
-    """A string literal of pyiceberg's filter syntax."""
-    return "'" + value.replace("'", "''") + "'"
-
-
-def is_in(column: str, values: Iterable[str]) -> str:
-    """``column IN (...)`` in pyiceberg's filter syntax."""
-    return f"{column} IN ({', '.join(quoted(v) for v in sorted(values))})"
-
-
-def entries(table: Table, row_filter: str) -> list[LineageEntry]:
-    """The entries matching ``row_filter``; partition and column bounds prune the files read."""
-    return [LineageEntry(**row) for row in table.scan(row_filter=row_filter).to_arrow().to_pylist()]
-
-
-def window_entries(table: Table, window: str) -> list[LineageEntry]:
-    """The entries of one replay window: one partition's files."""
-    return entries(table, f"window = {quoted(window)}")
-
-
-def shard_entries(table: Table, windows_by_shard: Mapping[str, str]) -> list[LineageEntry]:
-    """The entries of the given shards, each read from its own window's partition."""
-    if not windows_by_shard:
-        return []
-    clauses = [
-        f"(window = {quoted(window)} AND {is_in('shard_id', (s for s, w in windows_by_shard.items() if w == window))})"
-        for window in sorted(set(windows_by_shard.values()))
-    ]
-    return entries(table, " OR ".join(clauses))
+def window_provenance(catalog: Catalog, group: GroupConfig, starts: list[int]) -> dict[int, WindowProvenance]:
+    """The provenance of each window (by start) that has lineage entries; one read of their partitions."""
+    table = load_lineage(catalog, group.name) if starts else None
+    if table is None:
+        return {}
+    labels = {window_label(start, group.replay_window): start for start in starts}
+    by_window: dict[str, list[LineageEntry]] = {}
+    for entry in entries(table, is_in("window", labels)):
+        by_window.setdefault(entry.window, []).append(entry)
+    found = {}
+    for label, window_entries in by_window.items():
+        ordered = sorted(window_entries, key=lambda e: (e.to_sequence or 0, e.shard_id))
+        shards = {e.shard_id: e.shard_rows or 0 for e in ordered}
+        found[labels[label]] = WindowProvenance(
+            window=label,
+            shards=len(shards),
+            source_files=sum(e.source_file is not None for e in ordered),
+            source_rows=sum(shards.values()),
+            source_range=snapshot_range(ordered[0].from_snapshot, ordered[-1].to_snapshot),
+            source_snapshot=ordered[-1].to_snapshot,
+            sink_snapshots=tuple(sorted({e.sink_snapshot for e in ordered})),
+        )
+    return found

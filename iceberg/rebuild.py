@@ -15,17 +15,18 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.errors import RegistryConflict, SinkError, UsageError
-from iceberg.fencing import raise_fences
-from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import COL_GROUP, COL_SHARD, epoch_key, parse_resets
+from iceberg.protocol.fences import epoch_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.phases import check_drift
 from iceberg.protocol.rebuild import rebuild_state, registry_behind
+from iceberg.protocol.sink_commit import COL_GROUP, COL_SHARD, parse_resets
 from iceberg.protocol.state import GroupState
-from iceberg.registry import Loaded, commit_state, load_state
 from iceberg.reset import check_interrupted
-from iceberg.sink_history import SinkHistory, read_sink_history
 from iceberg.start import initial_state
-from iceberg.tables import load_optional, load_source
+from iceberg.store.fences import raise_fences
+from iceberg.store.registry import Loaded, commit_state, load_state
+from iceberg.store.sink_history import SinkHistory, read_sink_history
+from iceberg.store.tables import load_optional, load_source
 
 log = logging.getLogger(__name__)
 

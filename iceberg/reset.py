@@ -32,30 +32,30 @@ from pyiceberg.table import Table
 from iceberg.cascade import follows_after_reset
 from iceberg.errors import RegistryConflict, ResetInterrupted, UsageError
 from iceberg.failpoints import failpoint
-from iceberg.fencing import commit_retrying, raise_fences
-from iceberg.groups import GroupConfig
-from iceberg.heartbeats import read_beats
-from iceberg.protocol.lineage import (
+from iceberg.protocol.fences import epoch_key
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.phases import check_drift
+from iceberg.protocol.replay import holder_alive
+from iceberg.protocol.reset import Position, ResetTarget, StreamMove, reconsumed, reset_state, round_down
+from iceberg.protocol.shards import window_label
+from iceberg.protocol.sink_commit import (
     COL_SHARD,
     KEY_EPOCH,
     KEY_GROUP,
     KEY_RESET,
     ResetRecord,
     ShardRange,
-    epoch_key,
     parse_resets,
     reset_key,
     resets_key,
 )
-from iceberg.protocol.phases import check_drift
-from iceberg.protocol.replay import holder_alive
-from iceberg.protocol.reset import Position, ResetTarget, StreamMove, reconsumed, reset_state, round_down
-from iceberg.protocol.shards import window_label
 from iceberg.protocol.state import GroupState
-from iceberg.registry import Loaded, commit_state, load_state
-from iceberg.replays import sink_history
 from iceberg.reset_targets import chain, check_reachable, count_skipped, targets
-from iceberg.tables import load_optional, load_source
+from iceberg.store.fences import commit_retrying, raise_fences
+from iceberg.store.heartbeats import read_beats
+from iceberg.store.registry import Loaded, commit_state, load_state
+from iceberg.store.sink_history import sink_history
+from iceberg.store.tables import load_optional, load_source
 
 
 @dataclass

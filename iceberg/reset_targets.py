@@ -12,14 +12,14 @@ from datetime import UTC, datetime, timedelta
 from pyiceberg.table import Table
 
 from iceberg.errors import UsageError
-from iceberg.groups import GroupConfig
-from iceberg.planning import APPEND, added_files, snapshot_info
 from iceberg.protocol.durations import parse_duration as duration
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.reset import Position, ResetTarget, StreamMove
 from iceberg.protocol.shards import SnapshotInfo
 from iceberg.protocol.state import GroupState
-from iceberg.replays import sink_history
-from iceberg.tables import walk_back
+from iceberg.shards import APPEND, added_files, snapshot_info
+from iceberg.store.sink_history import sink_history
+from iceberg.store.tables import walk_back
 
 
 def parse_duration(text: str) -> timedelta:

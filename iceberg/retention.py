@@ -1,7 +1,7 @@
 """``icegroup expire``: expire every table's snapshots that no consumer group needs any more.
 
 - A **source** keeps, for each group reading it (the local groups, and every group registered on
-  it that is still active, ``iceberg/registrations.py``), everything from the group's low watermark
+  it that is still active, ``iceberg/store/registrations.py``), everything from the group's low watermark
   on (its positions and pending shards read from there) and everything inside its replay horizon.
 - A **sink** keeps what reconciliation and the lease checks read: everything after each writing
   group's reconciled cursor, after each lease's grant snapshot, and after the lineage table's
@@ -29,17 +29,17 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
-from iceberg.dead_letters import dead_letter_identifier
-from iceberg.groups import GroupConfig
-from iceberg.lineage import lineage_identifier, load_lineage, recorded_through
-from iceberg.planning import snapshot_info
 from iceberg.protocol.durations import format_duration
-from iceberg.protocol.lineage import KEY_STAGE
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.retention import Judged, Pin, judge, reset_reach
-from iceberg.registrations import group_pin, read_registrations
-from iceberg.registry import load_state, registry_identifier
-from iceberg.replays import sink_history
-from iceberg.tables import load_optional, walk_back
+from iceberg.protocol.sink_commit import KEY_STAGE
+from iceberg.shards import snapshot_info
+from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.store.lineage import lineage_identifier, load_lineage, recorded_through
+from iceberg.store.registrations import group_pin, read_registrations
+from iceberg.store.registry import load_state, registry_identifier
+from iceberg.store.sink_history import sink_history
+from iceberg.store.tables import load_optional, walk_back
 
 log = logging.getLogger(__name__)
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 from pyiceberg.table import Table
 
 from iceberg.errors import SourceError
-from iceberg.groups import GroupConfig, StartAtSnapshot, StartAtTimestamp
+from iceberg.protocol.group import GroupConfig, StartAtSnapshot, StartAtTimestamp
 from iceberg.protocol.state import GroupState
-from iceberg.tables import walk_back
+from iceberg.store.tables import walk_back
 
 
 def resolve_start(table: Table, group: GroupConfig) -> int | None:

@@ -9,9 +9,9 @@ import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
 
-from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import COL_GROUP
-from iceberg.tables import load_optional, load_source
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.sink_commit import COL_GROUP
+from iceberg.store.tables import load_optional, load_source
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,10 @@ import yaml
 from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import main as icegroup
-from dagster_project.group_files import groups_path, load_checked_groups
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
-from iceberg.protocol.lineage import COL_WINDOW
+from dagster_project.cli.group_files import groups_path, load_checked_groups
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.sink_commit import COL_WINDOW
 from iceberg.verify import verify_group
 from infra.demo_data import append_batches, create_source
 

@@ -4,7 +4,7 @@
 set -euo pipefail
 
 need=()
-# A JDK, not just a JRE: javac builds the fenced commit jar (spark_jobs/jvm) and the SQLite shim jar (infra/sqlite_jdbc).
+# A JDK, not just a JRE: javac builds the fenced commit jar (spark_jobs/sink/jvm) and the SQLite shim jar (infra/sqlite_jdbc).
 if ! command -v java >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
   need+=(openjdk-17-jdk-headless)
 fi

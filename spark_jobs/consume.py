@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import GroupStopped, NotCaughtUp, RegistryConflict
-from iceberg.groups import GroupConfig
-from iceberg.heartbeats import heartbeat, read_beats
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import RunObserver, TickResult, tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState, hold_of
 from iceberg.protocol.state import Lease, LeasePhase
-from spark_jobs.borrower import LeaseReport
-from spark_jobs.lease_runner import LeaseCallback, LeaseRunner, LeaseTotals
+from iceberg.store.heartbeats import heartbeat, read_beats
+from spark_jobs.borrower.lease import LeaseReport
+from spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
 from spark_jobs.transforms import load_transform
 
 
@@ -59,7 +59,7 @@ def consume(
     window due is reported complete: one tick reports at most ``MAX_PER_TICK``, so it ticks on.
     With ``follow`` it goes on after catching up, polling the source every ``poll_s``, until it is
     interrupted.
-    The process beats for its leases while it runs (``iceberg/heartbeats.py``), so if it dies its leases
+    The process beats for its leases while it runs (``iceberg/store/heartbeats.py``), so if it dies its leases
     are re-granted at the next tick of a Leader on its machine, else a session timeout later. Leases
     held by other live Borrowers are waited for, up to ``max_wait_s`` without progress; then it raises
     ``NotCaughtUp``, naming each held lease, its holder and until when it is theirs. With

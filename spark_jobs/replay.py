@@ -1,6 +1,6 @@
 """Replaying a window: its committed source data, through today's transform, replacing its output at once.
 
-A replay holds the window's ticket (``iceberg/replays.py``) and beats for it like a Borrower for its
+A replay holds the window's ticket (``iceberg/replay.py``) and beats for it like a Borrower for its
 lease. It plans from the sink's history, reads each covered shard's files, stages the new output,
 and publishes it with ``WindowReplace``: the window's old files out and the new ones in, in one
 ``overwrite`` snapshot. If output of the window was committed meanwhile (a lease granted before the
@@ -19,17 +19,19 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import WindowMoved
-from iceberg.groups import GroupConfig
-from iceberg.heartbeats import heartbeat
-from iceberg.lakehouse import LakehouseConfig
-from iceberg.lineage_events import output_dataset, run_events
-from iceberg.protocol.lineage import replay_properties
+from iceberg.openlineage import output_dataset, run_events
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.replay import replay_lease_id
+from iceberg.protocol.sink_commit import replay_properties
 from iceberg.protocol.state import ReplayTicket
-from iceberg.replays import ReplayPlan, ReplayShard, plan_replay, replay_ticket
+from iceberg.replay import ReplayPlan, ReplayShard, plan_replay, replay_ticket
+from iceberg.store.heartbeats import heartbeat
 from spark_jobs.code_shipping import ship_transform
-from spark_jobs.fenced_commit import (
+from spark_jobs.session import activate
+from spark_jobs.shards import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
+from spark_jobs.sink.fenced_commit import (
     align_to_sink,
     ensure_staged_writes,
     ensure_window_partition,
@@ -37,8 +39,6 @@ from spark_jobs.fenced_commit import (
     stage_shard,
     with_lineage,
 )
-from spark_jobs.session import activate
-from spark_jobs.shard_reader import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
 from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)

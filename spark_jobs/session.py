@@ -15,15 +15,15 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from sqlalchemy.engine import make_url
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import ConfigError
-from iceberg.lakehouse import LakehouseConfig
 
 RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
 # S3FileIO and the AWS SDK for Spark's side of an s3:// warehouse; Maven Central only, not on PyPI.
 AWS_BUNDLE_JAR = "iceberg-aws-bundle-1.9.2.jar"
 AWS_BUNDLE_PACKAGE = "org.apache.iceberg:iceberg-aws-bundle:1.9.2"
 DRIVER_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/share/java/postgresql.jar"}
-COMMIT_JAR = Path(__file__).parent / "jvm" / "icegroup-commit.jar"
+COMMIT_JAR = Path(__file__).parent / "sink" / "jvm" / "icegroup-commit.jar"
 # The SQLite shim is plumbing of the embedded stack, so it lives in infra/; a jar, not an import.
 SQLITE_SHIM_JAR = Path(__file__).resolve().parents[1] / "infra" / "sqlite_jdbc" / "icegroup-sqlite-jdbc.jar"
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, cast
 
 from iceberg.errors import ConfigError
-from iceberg.groups import GroupConfig
+from iceberg.protocol.group import GroupConfig
 
 
 def import_transform(path: str) -> Callable[[Any], Any]:

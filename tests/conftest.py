@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.protocol.group import GroupConfig
 from tests import factories
 from tests.factories import MakeDeadLetter, MakeLease, MakeShard
 from tests.stack_env import drop_scratch_databases, home_env, on_stack, scratch_database, stack_layout

@@ -23,7 +23,7 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
 
 from iceberg.protocol.assignment import make_lease_id
-from iceberg.protocol.poison import DeadLetter
+from iceberg.protocol.dead_letters import DeadLetter
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState, Lease
 

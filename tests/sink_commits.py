@@ -13,8 +13,8 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, commit_properties
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.sink_commit import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, commit_properties
 from iceberg.protocol.state import GroupState, Lease
 
 SINK_SCHEMA = Schema(

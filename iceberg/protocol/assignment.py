@@ -14,7 +14,7 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 
-from iceberg.groups import GroupConfig
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState, Lease, LeasePhase
 

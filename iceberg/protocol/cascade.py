@@ -5,7 +5,7 @@ A group's sink can be another group's source (chained groups). A replay of an up
 their new version, each row still tagged with its upstream shard id (``_ig_shard``). The downstream
 group has consumed the old version. *Following* the replay makes it consistent again: the
 downstream windows whose shards read those upstream commits are replayed, and a downstream replay
-reads the replaced commits' rows in their new version (``iceberg/replays.py``). The followed replay
+reads the replaced commits' rows in their new version (``iceberg/replay.py``). The followed replay
 is recorded on the downstream sink, and the downstream Leader then steps over it; an upstream
 replay nobody followed stops the downstream Leader, naming ``icegroup replay GROUP --follow-upstream``.
 """
@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from iceberg.protocol.lineage import COL_WINDOW, ReplayCommit, ShardRange, SinkCommit
+from iceberg.protocol.sink_commit import COL_WINDOW, ReplayCommit, ShardRange, SinkCommit
 
 
 def replaced_commits(replay: ReplayCommit, upstream: Iterable[SinkCommit]) -> dict[int, tuple[str, ...]]:

@@ -10,7 +10,7 @@ no data complete too, so the sink's partitions read "materialized" for every fin
 
 from __future__ import annotations
 
-from iceberg.groups import GroupConfig
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import DAY_MS, HOUR_MS, window_start_ms
 from iceberg.protocol.state import GroupState
 

@@ -1,311 +1,139 @@
-"""Lineage carried by every sink commit: row columns plus snapshot summary properties.
+"""Lineage entries: which source files each committed shard's output came from, and which sink snapshot holds it.
 
-Progress lives in the sink commit itself (as Flink's ``flink.max-committed-checkpoint-id`` does), so
-data and progress commit together and the registry can always be rebuilt from sink history.
-Property keys are lower case: Spark lower-cases write options. ``KEY_STAGE``, ``KEY_TOKEN``,
-``KEY_GROUP`` and ``KEY_SHARD_IDS`` are read or written by the fenced commit's Java side too
-(``spark_jobs/jvm``); ``tests/unit/test_summary_keys.py`` pins that both sides spell them alike.
+One entry per (shard, source file). They are derived from the sink's commits in the sink's order,
+oldest first, by pure rules:
+
+- a consumption commit adds an entry per file of each shard it committed (the files as the Leader
+  planned them; a shard the registry no longer holds gets one entry without a file);
+- a replay of a window supersedes the window's entries: the same shards and files, now held by the
+  replay's sink snapshot, at its generation, made by its run;
+- a reset voids the entries of the commits whose output it deleted (``ResetRecord.voids``).
+
+So every committed sink row has exactly one current entry per source file of its shard, however
+often its window was replayed or its group reset.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.state import Origin
+from iceberg.protocol.shards import Shard, Window, window_label
+from iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, ShardRange, SinkCommit
 
-COL_GROUP = "_ig_group"
-COL_LEASE = "_ig_lease"
-COL_SHARD = "_ig_shard"
-COL_EPOCH = "_ig_epoch"
-# The replay window (its Dagster partition key); the sink is partitioned by it, so a replay replaces
-# whole partitions, however the sink's files were compacted.
-COL_WINDOW = "_ig_window"
-LINEAGE_COLUMNS = (COL_GROUP, COL_LEASE, COL_SHARD, COL_EPOCH, COL_WINDOW)
-
-KEY_GROUP = "icegroup.group"
-KEY_SOURCE = "icegroup.source"
-KEY_LEASE = "icegroup.lease"
-KEY_EPOCH = "icegroup.epoch"
-KEY_ATTEMPT = "icegroup.attempt"
-KEY_SHARDS = "icegroup.shards"
-KEY_SHARD_IDS = "icegroup.shard-ids"
-KEY_STAGE = "icegroup.stage"
-KEY_TOKEN = "icegroup.token"
-KEY_START = "icegroup.start"
-KEY_CONFIG = "icegroup.config-hash"
-KEY_RUN = "icegroup.run"
-KEY_CONFIG_VERSION = "icegroup.config-version"
-KEY_LOW_WATERMARK = "icegroup.low-watermark"
-# A replay commit names its window (also read by the Java side), its generation and what it covers.
-# It carries no KEY_SHARDS: it consumes nothing new, so progress and the shard check never see it.
-KEY_REPLAY = "icegroup.replay"
-KEY_GENERATION = "icegroup.replay-generation"
-KEY_COVERS = "icegroup.replay-covers"
-# A reset's delete of the output it consumes again names the reset.
-KEY_RESET = "icegroup.reset"
-
-
-def fence_key(group: str, lease_id: str) -> str:
-    """Sink table property holding the lowest attempt of a lease that may still commit."""
-    return f"icegroup.fence.{group}.{lease_id}"
-
-
-def replay_fence_key(group: str, window: str) -> str:
-    """Sink table property holding the lowest replay generation of a window that may still commit."""
-    return f"icegroup.replay.{group}.{window}"
-
-
-def reset_key(group: str) -> str:
-    """Sink table property a reset sets with its epoch fence and clears once the registry holds it."""
-    return f"icegroup.reset.{group}"
-
-
-def resets_key(group: str) -> str:
-    """Sink table property listing every executed reset: its epoch and each stream's new position."""
-    return f"icegroup.resets.{group}"
+CONSUMED = "consume"
+REPLAYED = "replay"
 
 
 @dataclass(frozen=True)
-class ResetRecord:
-    """An executed reset, as the sink keeps it: commits of older epochs above these positions are void.
+class LineageEntry:
+    """One source file of one committed shard, and the sink snapshot whose rows it made."""
 
-    ``positions`` maps streams to the sequence number they were moved to, and ``snapshots`` to the
-    snapshot; ``*`` holds both for streams the registry did not know yet (the planning cursor).
-    """
-
+    group: str
+    window: str
+    stream: str
+    shard_id: str
+    from_snapshot: int | None
+    to_snapshot: int
+    to_sequence: int | None
+    source_file: str | None
+    source_snapshot: int | None
+    file_records: int | None
+    file_bytes: int | None
+    shard_rows: int | None
+    sink_snapshot: int
+    committed_at_ms: int
+    kind: str
+    generation: int
+    lease_id: str
+    attempt: int
     epoch: int
-    positions: dict[str, int]
-    snapshots: dict[str, int | None]
+    run_id: str | None
+    config_hash: str | None
 
-    def voids(self, epoch: int, shard: ShardRange) -> bool:
-        """Whether this reset made a commit of ``shard`` in ``epoch`` void (its output was deleted)."""
-        floor = self.positions.get(shard.stream, self.positions.get("*"))
-        return epoch < self.epoch and floor is not None and (shard.to_sequence or 0) > floor
-
-    def to_json(self) -> dict[str, object]:
-        """The record as the sink property holds it."""
-        return {"epoch": self.epoch, "positions": self.positions, "snapshots": self.snapshots}
-
-
-def parse_resets(text: str) -> list[ResetRecord]:
-    """The reset records of a sink property's JSON; none for an empty one."""
-    return [
-        ResetRecord(
-            int(r["epoch"]),
-            {k: int(v) for k, v in r["positions"].items()},
-            {k: None if v is None else int(v) for k, v in r.get("snapshots", {}).items()},
+    def shard_range(self) -> ShardRange:
+        """The entry's shard as reset records judge it."""
+        return ShardRange(
+            shard_id=self.shard_id,
+            stream=self.stream,
+            from_snapshot=self.from_snapshot,
+            to_snapshot=self.to_snapshot,
+            snapshots=(),
+            to_sequence=self.to_sequence,
         )
-        for r in json.loads(text or "[]")
+
+
+def consumed(commit: SinkCommit, shards: Mapping[str, Shard], window: Window) -> list[LineageEntry]:
+    """The entries of a consumption commit: one per planned file of each shard it committed.
+
+    ``shards`` holds the registry's shards, which still name their files when the commit is first
+    reconciled. A shard it lacks (a registry rebuilt from the sink, or a sink older than lineage)
+    gets one entry without a file: its range and sink snapshot are known, its files are not.
+    """
+    entries = []
+    config_hash = commit.origin.config_hash if commit.origin is not None else None
+    for ranged in commit.shards:
+        planned = shards.get(ranged.shard_id)
+        start = ranged.window_start_ms if ranged.window_start_ms is not None else commit.timestamp_ms
+        base = LineageEntry(
+            group=commit.group,
+            window=window_label(start, window),
+            stream=ranged.stream,
+            shard_id=ranged.shard_id,
+            from_snapshot=ranged.from_snapshot,
+            to_snapshot=ranged.to_snapshot,
+            to_sequence=ranged.to_sequence,
+            source_file=None,
+            source_snapshot=None,
+            file_records=None,
+            file_bytes=None,
+            shard_rows=ranged.rows,
+            sink_snapshot=commit.snapshot_id,
+            committed_at_ms=commit.timestamp_ms,
+            kind=CONSUMED,
+            generation=0,
+            lease_id=commit.lease_id,
+            attempt=commit.attempt,
+            epoch=commit.epoch,
+            run_id=commit.run_id,
+            config_hash=config_hash,
+        )
+        if planned is None or not planned.files:
+            entries.append(base)
+            continue
+        stats: Sequence[tuple[int | None, int | None, int | None]] = planned.file_stats or [(None, None, None)] * len(
+            planned.files
+        )
+        for path, (snapshot, records, size) in zip(planned.files, stats, strict=True):
+            entries.append(
+                replace(base, source_file=path, source_snapshot=snapshot, file_records=records, file_bytes=size)
+            )
+    return entries
+
+
+def replayed(replay: ReplayCommit, window_entries: Iterable[LineageEntry]) -> list[LineageEntry]:
+    """The window's entries once ``replay`` replaced its output: the covered shards, held by the replay now.
+
+    A replay replaces the whole window, so entries of shards it did not cover have no rows left
+    in the sink and are dropped.
+    """
+    covered = {shard.shard_id for shard in replay.covers}
+    return [
+        replace(
+            entry,
+            sink_snapshot=replay.snapshot_id,
+            committed_at_ms=replay.timestamp_ms,
+            kind=REPLAYED,
+            generation=replay.generation,
+            run_id=replay.run_id,
+        )
+        for entry in window_entries
+        if entry.shard_id in covered
     ]
 
 
-def follows_key(group: str) -> str:
-    """Sink table property listing the upstream replay snapshots whose rows the group's output follows."""
-    return f"icegroup.follows.{group}"
-
-
-def epoch_key(group: str) -> str:
-    """Sink table property holding the group epoch that commits must carry."""
-    return f"icegroup.epoch.{group}"
-
-
-@dataclass(frozen=True)
-class ShardRange:
-    """The part of a shard that lineage needs: where it came from in the source."""
-
-    shard_id: str
-    stream: str
-    from_snapshot: int | None
-    to_snapshot: int
-    snapshots: tuple[int, ...]
-    to_sequence: int | None = None
-    rows: int | None = None
-    window_start_ms: int | None = None
-
-
-@dataclass(frozen=True)
-class SinkCommit:
-    """One sink snapshot written by a Borrower, decoded from its summary."""
-
-    snapshot_id: int
-    timestamp_ms: int
-    group: str
-    source: str
-    lease_id: str
-    epoch: int
-    attempt: int
-    shards: tuple[ShardRange, ...]
-    added_records: int
-    origin: Origin | None = None
-    run_id: str | None = None
-
-
-@dataclass(frozen=True)
-class ReplayCommit:
-    """One sink snapshot that replaced a window's output, decoded from its summary."""
-
-    snapshot_id: int
-    timestamp_ms: int
-    group: str
-    window: str
-    generation: int
-    epoch: int
-    covers: tuple[ShardRange, ...]
-    added_records: int
-    deleted_records: int
-    run_id: str | None = None
-
-
-def range_of(shard: Shard) -> ShardRange:
-    """The part of a planned shard that a commit summary records."""
-    return ShardRange(
-        shard_id=shard.shard_id,
-        stream=shard.stream,
-        from_snapshot=shard.from_snapshot,
-        to_snapshot=shard.to_snapshot,
-        snapshots=tuple(shard.snapshots),
-        to_sequence=shard.to_sequence,
-        rows=shard.rows,
-        window_start_ms=shard.window_start_ms,
-    )
-
-
-def shard_range_json(shard: ShardRange | Shard) -> dict[str, object]:
-    """A shard's range as commit summaries record it."""
-    if isinstance(shard, Shard):
-        shard = range_of(shard)
+def voided(entries: Iterable[LineageEntry], resets: Sequence[ResetRecord]) -> set[str]:
+    """Shard ids of the entries whose output a reset deleted (a commit of an older epoch past its position)."""
     return {
-        "id": shard.shard_id,
-        "stream": shard.stream,
-        "from": shard.from_snapshot,
-        "to": shard.to_snapshot,
-        "seq": shard.to_sequence,
-        "rows": shard.rows,
-        "window": shard.window_start_ms,
-        "snapshots": list(shard.snapshots),
+        entry.shard_id for entry in entries if any(record.voids(entry.epoch, entry.shard_range()) for record in resets)
     }
-
-
-def parse_ranges(text: str) -> tuple[ShardRange, ...]:
-    """Shard ranges as ``shard_range_json`` wrote them."""
-    return tuple(
-        ShardRange(
-            shard_id=item["id"],
-            stream=item["stream"],
-            from_snapshot=item["from"],
-            to_snapshot=item["to"],
-            snapshots=tuple(item.get("snapshots", [])),
-            to_sequence=item.get("seq"),
-            rows=item.get("rows"),
-            window_start_ms=item.get("window"),
-        )
-        for item in json.loads(text)
-    )
-
-
-def replay_properties(
-    group: str, source: str, window: str, generation: int, epoch: int, covers: list[ShardRange], run_id: str | None
-) -> dict[str, str]:
-    """Summary properties of a replay commit: the window, its generation, and the shard ranges replayed."""
-    pinned = {KEY_RUN: run_id} if run_id is not None else {}
-    return {
-        **pinned,
-        KEY_GROUP: group,
-        KEY_SOURCE: source,
-        KEY_REPLAY: window,
-        KEY_GENERATION: str(generation),
-        KEY_EPOCH: str(epoch),
-        KEY_COVERS: json.dumps([shard_range_json(s) for s in covers], separators=(",", ":")),
-    }
-
-
-def parse_replay(
-    snapshot_id: int, timestamp_ms: int, properties: Mapping[str, str], added: int, deleted: int
-) -> ReplayCommit | None:
-    """Decode a replay commit's summary; None for any other snapshot."""
-    if KEY_REPLAY not in properties or KEY_GROUP not in properties:
-        return None
-    return ReplayCommit(
-        snapshot_id=snapshot_id,
-        timestamp_ms=timestamp_ms,
-        group=properties[KEY_GROUP],
-        window=properties[KEY_REPLAY],
-        generation=int(properties.get(KEY_GENERATION, "0")),
-        epoch=int(properties.get(KEY_EPOCH, "0")),
-        covers=parse_ranges(properties.get(KEY_COVERS, "[]")),
-        added_records=added,
-        deleted_records=deleted,
-        run_id=properties.get(KEY_RUN),
-    )
-
-
-def commit_properties(
-    group: str,
-    source: str,
-    lease_id: str,
-    epoch: int,
-    attempt: int,
-    shards: Sequence[Shard],
-    origin: Origin | None = None,
-    run_id: str | None = None,
-) -> dict[str, str]:
-    """Summary properties for the commit of one or more shards of a lease (small ones commit together).
-
-    Besides each shard's range they carry its end's sequence number, its source rows and its replay
-    window, the group's start and config hash (everything a lost registry is rebuilt from, see
-    ``protocol/rebuild.py``), and the run that committed it (for ``icegroup checkpoints``).
-    """
-    ranges = [shard_range_json(shard) for shard in shards]
-    pinned = {KEY_RUN: run_id} if run_id is not None else {}
-    if origin is not None:
-        pinned[KEY_START] = json.dumps(origin.start_position)
-        if origin.config_hash is not None:
-            pinned[KEY_CONFIG] = origin.config_hash
-            pinned[KEY_CONFIG_VERSION] = str(origin.config_version)
-        if origin.low_watermark_sequence is not None:
-            pinned[KEY_LOW_WATERMARK] = json.dumps([origin.low_watermark, origin.low_watermark_sequence])
-    return {
-        **pinned,
-        KEY_GROUP: group,
-        KEY_SOURCE: source,
-        KEY_LEASE: lease_id,
-        KEY_EPOCH: str(epoch),
-        KEY_ATTEMPT: str(attempt),
-        KEY_SHARDS: json.dumps(ranges, separators=(",", ":")),
-        KEY_SHARD_IDS: ",".join(shard.shard_id for shard in shards),
-    }
-
-
-def parse_commit(
-    snapshot_id: int, timestamp_ms: int, properties: Mapping[str, str], added_records: int
-) -> SinkCommit | None:
-    """Decode a sink snapshot's summary; None for snapshots icegroup did not write."""
-    if KEY_GROUP not in properties or KEY_SHARDS not in properties:
-        return None
-    shards = parse_ranges(properties[KEY_SHARDS])
-    origin = None
-    if KEY_START in properties:
-        mark = json.loads(properties[KEY_LOW_WATERMARK]) if KEY_LOW_WATERMARK in properties else [None, None]
-        origin = Origin(
-            start_position=json.loads(properties[KEY_START]),
-            config_hash=properties.get(KEY_CONFIG),
-            config_version=int(properties.get(KEY_CONFIG_VERSION, "0")),
-            low_watermark=mark[0],
-            low_watermark_sequence=mark[1],
-        )
-    return SinkCommit(
-        snapshot_id=snapshot_id,
-        timestamp_ms=timestamp_ms,
-        group=properties[KEY_GROUP],
-        source=properties.get(KEY_SOURCE, ""),
-        lease_id=properties.get(KEY_LEASE, ""),
-        epoch=int(properties.get(KEY_EPOCH, "0")),
-        attempt=int(properties.get(KEY_ATTEMPT, "0")),
-        shards=shards,
-        added_records=added_records,
-        origin=origin,
-        run_id=properties.get(KEY_RUN),
-    )

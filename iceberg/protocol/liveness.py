@@ -82,7 +82,7 @@ def lease_action(
     - failed, canceled, or succeeded without committing everything: revoke and re-grant; the next
       attempt resumes after the last committed shard;
     - its holder's process has ended, as the Leader sees on its own machine (``holder_gone``; see
-      ``iceberg/heartbeats.py``): revoke now, terminating the run if it still looks alive;
+      ``iceberg/store/heartbeats.py``): revoke now, terminating the run if it still looks alive;
     - its holder beat once and then went silent for longer than the session timeout (a process
       killed with ``kill -9`` leaves its run looking alive): revoke, terminating the run if it
       still looks alive; a holder that never beat yet (a run still starting) is judged by its run
@@ -91,7 +91,7 @@ def lease_action(
       stops it from committing even if it does not die;
     - no Borrower has taken it yet (``owner_run_id`` is None): it waits for one, however long a
       Borrower run sits in Dagster's queue; its deadline only counts once a Borrower takes it
-      (``protocol/borrowers.py``);
+      (``protocol/borrower.py``);
     - no run yet (the Leader died between the registry commit and the launch): launch it again;
       the run key makes a second launch of the same attempt a no-op.
     """

@@ -14,13 +14,14 @@ from datetime import UTC, datetime
 from datetime import time as dt_time
 
 from iceberg.errors import ConfigError, SourceError
-from iceberg.groups import GroupConfig
 from iceberg.protocol.assignment import assign_leases
-from iceberg.protocol.borrowers import taken
-from iceberg.protocol.lineage import SinkCommit, fence_key
+from iceberg.protocol.borrower import taken
+from iceberg.protocol.dead_letters import park_poisoned_lease
+from iceberg.protocol.fences import fence_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import Decision, LeaseAction, RunState, holder_of, lease_action, regrant
-from iceberg.protocol.poison import park_poisoned_lease
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards, window_label
+from iceberg.protocol.sink_commit import SinkCommit
 from iceberg.protocol.state import ConfigChange, GroupState, Lease, add_shards, apply_commits
 
 

@@ -17,8 +17,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 
 from iceberg.errors import SourceError
-from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import ResetRecord, ShardRange, SinkCommit
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.sink_commit import ResetRecord, ShardRange, SinkCommit
 from iceberg.protocol.state import ConfigChange, GroupState, StreamState
 
 

@@ -4,7 +4,7 @@ A replay re-runs the current transform and filter over exactly the source ranges
 in one window, and replaces the window's output in one sink commit. What it covers comes from the
 sink's commits: the shards committed in the window, and what an earlier replay of it covered. Each
 replay of a window takes the next *generation*, a ticket in the registry and a fence on the sink, so
-a superseded or zombie replay cannot commit (``spark_jobs/jvm/.../WindowReplace.java``).
+a superseded or zombie replay cannot commit (``spark_jobs/sink/jvm/.../WindowReplace.java``).
 """
 
 from __future__ import annotations
@@ -15,9 +15,9 @@ from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 
 from iceberg.errors import ReplayConflict, UsageError
-from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import ReplayCommit, ResetRecord, ShardRange, SinkCommit
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import parse_window_label, window_label, window_start_ms
+from iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, ShardRange, SinkCommit
 from iceberg.protocol.state import GroupState, ReplayTicket
 
 

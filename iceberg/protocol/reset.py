@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Literal
 
-from iceberg.protocol.lineage import ShardRange
+from iceberg.protocol.sink_commit import ShardRange
 from iceberg.protocol.state import GroupState, StreamState
 
 How = Literal["earliest", "latest", "snapshot", "datetime", "duration", "shift", "checkpoint"]

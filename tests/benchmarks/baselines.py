@@ -19,7 +19,7 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
 from spark_jobs.session import get_session
 from spark_jobs.transforms import enrich_events
 

@@ -27,9 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from iceberg.groups import GroupConfig
+from iceberg.config.lakehouse import load_lakehouse
 from iceberg.lag import Work, pending_work
-from iceberg.lakehouse import load_lakehouse
+from iceberg.protocol.group import GroupConfig
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups
 from tests.stack_env import home_env
@@ -41,7 +41,7 @@ RESULTS = Path(__file__).parent / "results" / "idle_consume.json"
 IMPORTS = "import dagster_project.cli"
 DAGSTER = f"{IMPORTS}\nimport dagster"
 SPARK = (
-    f"{IMPORTS}\nfrom iceberg.lakehouse import load_lakehouse\nfrom spark_jobs.session import get_session\n"
+    f"{IMPORTS}\nfrom iceberg.config.lakehouse import load_lakehouse\nfrom spark_jobs.session import get_session\n"
     "get_session(load_lakehouse()).stop()"
 )
 

@@ -36,8 +36,8 @@ import numpy as np
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.protocol.group import GroupConfig
 from tests.benchmarks.measure import ICEGROUP, REPO, check_same_rows, keys, visible_ms, wait_for, write_groups
 from tests.benchmarks.plot import plot
 from tests.benchmarks.workloads import append_events

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
 from iceberg.leader import tick
-from iceberg.planning import plan_increment
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
+from iceberg.shards import plan_increment
 from tests.factories import append_batches, create_source
 from tests.stack_env import home_env
 

@@ -32,14 +32,14 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import Shard
-from spark_jobs.fenced_commit import ensure_sink, stage_shard, with_lineage
 from spark_jobs.session import get_session
-from spark_jobs.shard_reader import read_shard
+from spark_jobs.shards import read_shard
+from spark_jobs.sink.fenced_commit import ensure_sink, stage_shard, with_lineage
 from spark_jobs.transforms import enrich_events
 from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source

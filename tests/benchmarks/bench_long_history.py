@@ -39,13 +39,13 @@ from matplotlib.figure import Figure
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table, TableProperties
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
 from iceberg.leader import tick
-from iceberg.lineage import lineage_identifier
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import registry_identifier
 from iceberg.retention import StateRetention, expire
+from iceberg.store.lineage import lineage_identifier
+from iceberg.store.registry import registry_identifier
 from tests.factories import create_source, events
 from tests.sink_commits import commit_lease, sink_of
 from tests.stack_env import home_env

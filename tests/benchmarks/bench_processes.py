@@ -25,8 +25,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.protocol.group import GroupConfig
 from iceberg.verify import verify_group
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups

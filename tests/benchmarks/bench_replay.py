@@ -26,8 +26,8 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
 from iceberg.reset import execute_reset, plan_reset

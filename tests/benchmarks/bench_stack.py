@@ -34,8 +34,8 @@ from pathlib import Path
 import yaml
 from matplotlib.figure import Figure
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.protocol.group import GroupConfig
 from infra.processes import terminate
 from infra.stack import Stack, alive_workers, up
 from infra.stack_layout import default_layout

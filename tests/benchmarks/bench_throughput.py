@@ -41,9 +41,9 @@ from pathlib import Path
 from dagster_graphql import DagsterGraphQLClient
 from pyiceberg.catalog import Catalog
 
-from iceberg.groups import GroupConfig
-from iceberg.heartbeats import read_beats
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.protocol.group import GroupConfig
+from iceberg.store.heartbeats import read_beats
 from tests.benchmarks.measure import (
     ICEGROUP,
     caught_up,

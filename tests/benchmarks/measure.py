@@ -19,8 +19,8 @@ import yaml
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.groups import GroupConfig
-from iceberg.registry import load_state
+from iceberg.protocol.group import GroupConfig
+from iceberg.store.registry import load_state
 
 REPO = Path(__file__).resolve().parents[2]
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))

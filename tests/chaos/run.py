@@ -46,11 +46,11 @@ from pathlib import Path
 
 import yaml
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.protocol.lineage import LINEAGE_COLUMNS
-from iceberg.registry import load_state
-from iceberg.sink_history import read_sink_history
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.sink_commit import LINEAGE_COLUMNS
+from iceberg.store.registry import load_state
+from iceberg.store.sink_history import read_sink_history
 from tests.chaos.admin import REPLAY, RESET, Admin, AdminRun
 from tests.factories import append_batches, create_source
 from tests.stack_env import home_env

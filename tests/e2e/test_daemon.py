@@ -14,10 +14,10 @@ from dagster_graphql import DagsterGraphQLClient
 from dagster_graphql.client.query import LAUNCH_PARTITION_BACKFILL_MUTATION
 from pyiceberg.catalog import Catalog
 
-from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.groups import load_groups
-from iceberg.lakehouse import load_lakehouse
-from iceberg.registry import load_state
+from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from iceberg.config.groups import load_groups
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, ui_answers
 from tests.factories import append_batches, create_source

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from iceberg.groups import load_groups
-from iceberg.lakehouse import load_lakehouse
+from iceberg.config.groups import load_groups
+from iceberg.config.lakehouse import load_lakehouse
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.stack_env import home_env

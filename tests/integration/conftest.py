@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from iceberg.lakehouse import LakehouseConfig
+from iceberg.config.lakehouse import LakehouseConfig
 from spark_jobs.session import AWS_BUNDLE_JAR, DRIVER_JARS, get_session, spark_conf
 from tests.stack_env import on_stack, use_home
 

@@ -10,12 +10,12 @@ from pathlib import Path
 import yaml
 from pyspark.sql import SparkSession
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.leader import TickResult, tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.state import Lease
-from spark_jobs.borrower import LeaseReport, run_lease
+from spark_jobs.borrower.lease import LeaseReport, run_lease
 
 
 def quiet(_: str) -> None:

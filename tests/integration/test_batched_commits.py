@@ -6,16 +6,16 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
-from iceberg.protocol.lineage import COL_SHARD, KEY_SHARD_IDS, commit_properties, parse_commit
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
-from iceberg.registry import load_state
+from iceberg.protocol.sink_commit import COL_SHARD, KEY_SHARD_IDS, commit_properties, parse_commit
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
-from spark_jobs.borrower import run_lease
-from spark_jobs.fenced_commit import publish_shard, stage_shard, with_lineage
-from spark_jobs.shard_reader import read_shard
+from spark_jobs.borrower.lease import run_lease
+from spark_jobs.shards import read_shard
+from spark_jobs.sink.fenced_commit import publish_shard, stage_shard, with_lineage
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet
 from tests.integration.test_fencing_and_resume import first_lease

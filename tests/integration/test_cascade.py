@@ -19,18 +19,18 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.cli import main
-from iceberg.admin import set_paused
 from iceberg.cascade import plan_follows, record_follows
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import ReplayIncomplete, SourceError
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import COL_WINDOW
+from iceberg.pause import set_paused
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
 from iceberg.protocol.shards import window_label
-from iceberg.registry import load_state
+from iceberg.protocol.sink_commit import COL_WINDOW
 from iceberg.reset import execute_reset
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.replay import replay_window
 from tests.factories import BORROWER_RUN, append_batches, create_source

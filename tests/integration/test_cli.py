@@ -13,8 +13,8 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.cli import main
-from dagster_project.tags import TAG_GROUP
-from iceberg.groups import GroupConfig
+from dagster_project.runs.tags import TAG_GROUP
+from iceberg.protocol.group import GroupConfig
 from iceberg.verify import verify_group
 from tests.factories import append_batches, create_source
 

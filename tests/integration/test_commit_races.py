@@ -10,15 +10,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import commit_properties
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.sink_history import read_sink_history
-from spark_jobs.fenced_commit import Published, ensure_sink, publish_shard, stage_shard, with_lineage
+from iceberg.protocol.sink_commit import commit_properties
+from iceberg.store.sink_history import read_sink_history
 from spark_jobs.session import activate
-from spark_jobs.shard_reader import read_shard
+from spark_jobs.shards import read_shard
+from spark_jobs.sink.fenced_commit import Published, ensure_sink, publish_shard, stage_shard, with_lineage
 from tests.factories import append_batches, create_source
 
 pytestmark = pytest.mark.spark
@@ -61,7 +61,10 @@ def test_sink_commits_racing_at_max_borrowers_are_retried_not_failed(
         barrier.wait()
         return publish_shard(spark, sink_table, token, group.name, lease, [shard.shard_id], props)
 
-    with caplog.at_level(logging.WARNING, logger="spark_jobs.fenced_commit"), ThreadPoolExecutor(len(staged)) as pool:
+    with (
+        caplog.at_level(logging.WARNING, logger="spark_jobs.sink.fenced_commit"),
+        ThreadPoolExecutor(len(staged)) as pool,
+    ):
         published = list(pool.map(publish, staged))
 
     assert sum(p.conflicts for p in published) >= 1, "the commits really raced"

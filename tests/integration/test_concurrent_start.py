@@ -10,9 +10,9 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from dagster_project.cli import EXIT_OK
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import load_lakehouse
+from dagster_project.cli import Exit
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.protocol.group import GroupConfig
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
@@ -42,7 +42,7 @@ def test_consumers_started_together_on_a_fresh_home_all_catch_up_exactly_once(tm
     ]
     outputs = [p.communicate(timeout=300)[0].decode() for p in processes]
 
-    assert [p.returncode for p in processes] == [EXIT_OK] * CONSUMERS, "\n\n".join(o[-3000:] for o in outputs)
+    assert [p.returncode for p in processes] == [Exit.OK] * CONSUMERS, "\n\n".join(o[-3000:] for o in outputs)
     check = verify_group(catalog, group, key="event_id")
     assert check.ok, check
     with dg.DagsterInstance.from_config(str(dagster_home)) as instance:

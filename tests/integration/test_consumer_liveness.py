@@ -21,9 +21,9 @@ import dagster as dg
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import EXIT_NOT_CAUGHT_UP, EXIT_OK
-from dagster_project.tags import TAG_GROUP
-from iceberg.groups import GroupConfig
+from dagster_project.cli import Exit
+from dagster_project.runs.tags import TAG_GROUP
+from iceberg.protocol.group import GroupConfig
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
@@ -69,7 +69,7 @@ def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
             text=True,
             timeout=180,
         )
-        assert waiting.returncode == EXIT_NOT_CAUGHT_UP, waiting.stderr[-2000:]
+        assert waiting.returncode == Exit.INCOMPLETE, waiting.stderr[-2000:]
         with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
             started = instance.get_runs(
                 filters=dg.RunsFilter(tags={TAG_GROUP: group.name}, statuses=[dg.DagsterRunStatus.STARTED])
@@ -90,7 +90,7 @@ def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
     again = subprocess.run([ICEGROUP, *consume], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300)
     took = time.monotonic() - killed_at
 
-    assert again.returncode == EXIT_OK, again.stderr[-3000:]
+    assert again.returncode == Exit.OK, again.stderr[-3000:]
     assert "(its Borrower's process ended); re-granting as attempt 1" in again.stderr
     assert took < WORK_S, f"caught up {took:.0f}s after the kill"
     check = verify_group(catalog, group, key="event_id")

@@ -13,13 +13,13 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.definitions import build_definitions, defs
-from dagster_project.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.admin import set_paused
-from iceberg.borrowing import take_leases
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
+from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from iceberg.borrower import take_leases
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.pause import set_paused
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
-from iceberg.registry import load_state
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive

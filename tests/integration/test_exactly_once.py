@@ -10,15 +10,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import COL_SHARD
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import load_state
+from iceberg.protocol.sink_commit import COL_SHARD
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.consume import consume
-from spark_jobs.shard_reader import read_shard
+from spark_jobs.shards import read_shard
 from tests.factories import REGIONS, append_batches, create_source
 from tests.integration.helpers import drive
 

@@ -6,18 +6,18 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted, StaleLease
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import COL_SHARD, commit_properties
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import Shard, window_label
+from iceberg.protocol.sink_commit import COL_SHARD, commit_properties
 from iceberg.protocol.state import Lease
 from iceberg.verify import verify_group
-from spark_jobs.borrower import fetch_lease, run_lease
-from spark_jobs.fenced_commit import publish_shard, stage_shard, with_lineage
-from spark_jobs.shard_reader import read_shard
+from spark_jobs.borrower.lease import fetch_lease, run_lease
+from spark_jobs.shards import read_shard
+from spark_jobs.sink.fenced_commit import publish_shard, stage_shard, with_lineage
 from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

@@ -13,14 +13,14 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import fence_key
+from iceberg.protocol.fences import fence_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import load_state
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
-from spark_jobs.borrower import fetch_lease, run_lease
+from spark_jobs.borrower.lease import fetch_lease, run_lease
 from tests.conftest import repo_root
 from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet

@@ -14,9 +14,9 @@ from pyiceberg.catalog import Catalog
 
 import iceberg.leader
 from dagster_project.definitions import build_definitions
-from iceberg.borrowing import take_leases
-from iceberg.groups import GroupConfig
-from iceberg.registry import load_state
+from iceberg.borrower import take_leases
+from iceberg.protocol.group import GroupConfig
+from iceberg.store.registry import load_state
 from tests.factories import append_batches, create_source
 from tests.stack_env import use_home
 

@@ -23,12 +23,10 @@ from pyspark.sql import SparkSession
 
 from dagster_project.assets import complete_events, source_observation
 from dagster_project.cli import main
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import RegistryConflict
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.lineage import commit_entries, entries, load_lineage, record_lineage, window_entries
-from iceberg.lineage_query import (
+from iceberg.lineage import (
     by_rows,
     by_sink_snapshot,
     by_source_file,
@@ -38,13 +36,15 @@ from iceberg.lineage_query import (
     trace_forward,
 )
 from iceberg.protocol.completion import CLOSE_GRACE_MS
-from iceberg.protocol.lineage import COL_SHARD
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.lineage import CONSUMED, REPLAYED, LineageEntry
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.provenance import CONSUMED, REPLAYED, LineageEntry
 from iceberg.protocol.reset import ResetTarget
 from iceberg.protocol.shards import DAY_MS, window_label, window_start_ms
-from iceberg.registry import load_state
+from iceberg.protocol.sink_commit import COL_SHARD
 from iceberg.reset import execute_reset
+from iceberg.store.lineage import commit_entries, entries, load_lineage, record_lineage, window_entries
+from iceberg.store.registry import load_state
 from spark_jobs.replay import replay_window
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet, write_groups

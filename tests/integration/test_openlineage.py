@@ -19,17 +19,17 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig, OpenLineageSettings
 from iceberg.errors import StaleLease
-from iceberg.fencing import raise_fences
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig, OpenLineageSettings
 from iceberg.leader import tick
-from iceberg.lineage_events import run_events
-from iceberg.protocol.lineage import fence_key
+from iceberg.openlineage import run_events
+from iceberg.protocol.fences import fence_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import window_label
-from iceberg.registry import load_state
-from spark_jobs.borrower import run_lease
+from iceberg.store.fences import raise_fences
+from iceberg.store.registry import load_state
+from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import replay_window
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet

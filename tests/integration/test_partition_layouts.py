@@ -8,9 +8,9 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyspark.sql import SparkSession
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
-from iceberg.registry import load_state
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.protocol.group import GroupConfig
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from tests.factories import SCHEMA, append_batches
 from tests.integration.helpers import drive

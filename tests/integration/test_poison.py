@@ -6,14 +6,14 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.dead_letters import open_letters, redrive
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import GroupStopped, NotCaughtUp, PoisonShard
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.dead_letters import PARKED, STOPPED
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.poison import PARKED, STOPPED
 from iceberg.protocol.state import LeasePhase
+from iceberg.store.dead_letters import open_letters, redrive
 from iceberg.verify import verify_group
 from spark_jobs.consume import consume
 from tests.factories import append_batches, create_source

@@ -12,19 +12,19 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.dead_letters import open_letters
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import RegistryConflict
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import commit_state, load_state
+from iceberg.store.dead_letters import open_letters
+from iceberg.store.registry import commit_state, load_state
 from iceberg.verify import verify_group
 from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
-from spark_jobs import borrower
-from spark_jobs.borrower import run_lease
-from spark_jobs.fenced_commit import ensure_sink, with_lineage
+from spark_jobs.borrower import lease as borrower
+from spark_jobs.borrower.lease import run_lease
 from spark_jobs.session import DRIVER_JARS, activate, spark_conf
+from spark_jobs.sink.fenced_commit import ensure_sink, with_lineage
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive
 

@@ -7,12 +7,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table.snapshots import Snapshot
 
 from iceberg.errors import RegistryConflict, SourceError
-from iceberg.groups import GroupConfig
 from iceberg.leader import tick
-from iceberg.planning import plan_increment
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import commit_state, load_state
+from iceberg.shards import plan_increment
 from iceberg.start import initial_state
+from iceberg.store.registry import commit_state, load_state
 from tests.factories import SCHEMA, append_batches, create_source
 
 

@@ -10,15 +10,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import StaleLease
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import registry_identifier
-from iceberg.sink_history import read_sink_history
+from iceberg.store.registry import registry_identifier
+from iceberg.store.sink_history import read_sink_history
 from iceberg.verify import verify_group
-from spark_jobs.borrower import run_lease
+from spark_jobs.borrower.lease import run_lease
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

@@ -17,13 +17,15 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import IntegerType, NestedField, StringType
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import ConfigError, Fenced, ReplayConflict, ReplayIncomplete, UsageError, WindowMoved
-from iceberg.fencing import raise_fences
-from iceberg.groups import GroupConfig
-from iceberg.heartbeats import beat
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import (
+from iceberg.protocol.fences import replay_fence_key
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.replay import replay_lease_id
+from iceberg.protocol.shards import window_label
+from iceberg.protocol.sink_commit import (
     COL_EPOCH,
     COL_GROUP,
     COL_LEASE,
@@ -32,17 +34,15 @@ from iceberg.protocol.lineage import (
     KEY_REPLAY,
     LINEAGE_COLUMNS,
     commit_properties,
-    replay_fence_key,
 )
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.replay import replay_lease_id
-from iceberg.protocol.shards import window_label
-from iceberg.registry import load_state
-from iceberg.replays import begin_replay, end_replay, plan_replay
+from iceberg.replay import begin_replay, end_replay, plan_replay
+from iceberg.store.fences import raise_fences
+from iceberg.store.heartbeats import beat
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
-from spark_jobs.borrower import run_lease
-from spark_jobs.migrate import migrate_sink
+from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import ReplayReport, publish, replay_window
+from spark_jobs.sink.migrate import migrate_sink
 from spark_jobs.transforms import load_transform
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet

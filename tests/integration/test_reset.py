@@ -14,19 +14,19 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.cli import EXIT_ERROR, main
+from dagster_project.cli import Exit, main
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import ResetInterrupted, StaleLease, UsageError
-from iceberg.groups import GroupConfig
-from iceberg.heartbeats import beat, ensure_table
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
-from iceberg.registry import load_state
-from iceberg.replays import begin_replay
+from iceberg.replay import begin_replay
 from iceberg.reset import execute_reset, plan_reset, reset_marker
+from iceberg.store.heartbeats import beat, ensure_table
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
-from spark_jobs.borrower import run_lease
+from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import replay_window
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
@@ -135,9 +135,9 @@ def test_resets_refuse_bad_targets_and_replays_in_flight(
     use_home(monkeypatch, lake_home)
     groups = str(write_groups(tmp_path / "g.yaml", group))
 
-    assert main(["--groups", groups, "reset", group.name, "--to-snapshot", "42"]) == EXIT_ERROR
+    assert main(["--groups", groups, "reset", group.name, "--to-snapshot", "42"]) == Exit.ERROR
     assert "--to-snapshot: 42 is not in the history of" in capsys.readouterr().err
-    assert main(["--groups", groups, "reset", group.name, "--by-duration", "soon"]) == EXIT_ERROR
+    assert main(["--groups", groups, "reset", group.name, "--by-duration", "soon"]) == Exit.ERROR
     assert "'soon' is not a duration; write it like PT1H" in capsys.readouterr().err
     begin_replay(catalog, group, time.strftime("%Y-%m-%d", time.gmtime()), holder="replay-x")
     ensure_table(catalog)

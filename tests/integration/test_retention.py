@@ -16,19 +16,19 @@ from pyspark.sql import SparkSession
 
 from dagster_project.cli import main
 from dagster_project.definitions import build_definitions
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
-from iceberg.protocol.lineage import KEY_STAGE
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
-from iceberg.registrations import REFRESH_MS, read_registrations, register
-from iceberg.registry import load_state, registry_identifier
+from iceberg.protocol.sink_commit import KEY_STAGE
 from iceberg.reset import execute_reset
 from iceberg.retention import STAGED_AFTER_MS, StateRetention, expire
-from iceberg.tables import walk_back
+from iceberg.store.registrations import REFRESH_MS, read_registrations, register
+from iceberg.store.registry import load_state, registry_identifier
+from iceberg.store.tables import walk_back
 from iceberg.verify import verify_group
 from spark_jobs.consume import consume
-from spark_jobs.fenced_commit import stage_shard
+from spark_jobs.sink.fenced_commit import stage_shard
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

@@ -11,14 +11,14 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import StringType
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import SinkError, SourceError
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import window_label
-from iceberg.registry import load_state
-from iceberg.sink_history import read_sink_history
+from iceberg.store.registry import load_state
+from iceberg.store.sink_history import read_sink_history
 from iceberg.verify import verify_group
 from spark_jobs.replay import replay_window
 from tests.factories import SCHEMA, append_batches, create_source, events

@@ -6,12 +6,12 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import SourceError
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import registry_identifier
+from iceberg.store.registry import registry_identifier
 from tests.factories import append_batches, create_source
 
 pytestmark = pytest.mark.spark

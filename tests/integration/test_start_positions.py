@@ -10,10 +10,10 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import SourceError
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive

@@ -11,15 +11,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import StaleLease
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import epoch_key, fence_key
+from iceberg.protocol.fences import epoch_key, fence_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.sink_history import read_sink_history
+from iceberg.store.sink_history import read_sink_history
 from iceberg.verify import verify_group
-from spark_jobs.borrower import fetch_lease, run_lease
+from spark_jobs.borrower.lease import fetch_lease, run_lease
 from tests.chaos.worker import STALE_EXIT
 from tests.conftest import repo_root
 from tests.factories import BORROWER_RUN, append_batches, create_source

@@ -15,11 +15,11 @@ import pytest
 from pyspark.sql import SparkSession
 from sqlalchemy.exc import SQLAlchemyError
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import load_state
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from infra.processes import alive
 from infra.stack import Stack, alive_workers, up

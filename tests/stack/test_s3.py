@@ -15,11 +15,11 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import load_state
+from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from infra.stack_layout import BUCKET, S3_KEYS
 from spark_jobs.session import AWS_BUNDLE_JAR, get_session

@@ -10,11 +10,11 @@ import pytest
 from sqlalchemy.exc import OperationalError
 
 from iceberg.errors import ConfigError, Fenced, IcegroupError, PlatformUnavailable, SinkError, StaleLease
-from iceberg.groups import GroupConfig
-from spark_jobs import borrower
-from spark_jobs.borrower import LeaseReport
-from spark_jobs.redelivery import platform_retry, stage_with_redelivery
-from spark_jobs.user_errors import describe_error, failure_classes, is_infrastructure
+from iceberg.protocol.group import GroupConfig
+from spark_jobs.borrower import lease as borrower
+from spark_jobs.borrower.lease import LeaseReport
+from spark_jobs.borrower.redelivery import platform_retry, stage_with_redelivery
+from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
 from tests.factories import shard
 
 SHARD = shard()
@@ -325,7 +325,7 @@ def java_error(name: str) -> FakePy4JError:
 
 
 def fenced_commit() -> StaleLease:
-    """The error a fenced lease ends with: the sink refused the commit (``spark_jobs/fenced_commit.py``)."""
+    """The error a fenced lease ends with: the sink refused the commit (``spark_jobs/sink/fenced_commit.py``)."""
     try:
         try:
             raise java_error("org.apache.iceberg.exceptions.CommitFailedException")

@@ -14,15 +14,16 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import ConfigError, StaleLease
-from iceberg.fencing import raise_fences
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
-from iceberg.protocol.lineage import commit_properties, fence_key
+from iceberg.protocol.fences import fence_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import BorrowerPhase
 from iceberg.protocol.shards import Shard
+from iceberg.protocol.sink_commit import commit_properties
 from iceberg.protocol.state import Lease, Origin
-from spark_jobs.borrower import LeaseReport, LeaseRun, connect, report, resume
+from iceberg.store.fences import raise_fences
+from spark_jobs.borrower.lease import LeaseReport, LeaseRun, connect, report, resume
 from spark_jobs.transforms import identity
 from tests.factories import lease, shard
 

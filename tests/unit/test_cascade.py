@@ -14,13 +14,13 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from iceberg.errors import SourceError, UsageError
-from iceberg.groups import GroupConfig
-from iceberg.planning import plan_increment
 from iceberg.protocol.cascade import plan_follow, replaced_commits, superseding
-from iceberg.protocol.lineage import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.reset import StreamMove
 from iceberg.protocol.shards import SnapshotInfo
+from iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
 from iceberg.reset_targets import check_reachable
+from iceberg.shards import plan_increment
 from tests.factories import append_batches, create_source
 
 DAY_1, DAY_2 = 1_000, 2_000

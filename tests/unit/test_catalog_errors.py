@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project.cli import EXIT_ERROR, main
+from dagster_project.cli import Exit, main
+from iceberg.config.lakehouse import load_lakehouse
 from iceberg.errors import CatalogUnavailable
-from iceberg.lakehouse import load_lakehouse
 
 
 def test_a_file_that_is_not_a_database_names_the_file_and_the_remedy(tmp_path: Path) -> None:
@@ -43,7 +43,7 @@ def test_the_cli_says_so_and_exits_2(
     (tmp_path / ".lake" / "catalog.db").write_bytes(b"\x00garbage" * 100)
     monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
 
-    assert main(["list"]) == EXIT_ERROR == 2
+    assert main(["list"]) == Exit.ERROR == 2
 
     err = capsys.readouterr().err
     assert err.startswith("icegroup: error: catalog_uri: catalog 'lake'")

@@ -11,9 +11,9 @@ import yaml
 from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import main
-from iceberg.dead_letters import latest, open_letters, record
-from iceberg.groups import GroupConfig
-from iceberg.protocol.poison import PARKED, REDRIVEN, STOPPED, DeadLetter
+from iceberg.protocol.dead_letters import PARKED, REDRIVEN, STOPPED, DeadLetter
+from iceberg.protocol.group import GroupConfig
+from iceberg.store.dead_letters import latest, open_letters, record
 from tests.factories import MakeDeadLetter
 
 # What the listing shows of every letter below; spelled out because the assertions spell it out.

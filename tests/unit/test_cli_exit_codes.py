@@ -7,10 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project import cli, jobs
+from dagster_project import jobs
+from dagster_project.cli import commands as cli
 from dagster_project.resources import IcegroupResource
+from iceberg.config.lakehouse import load_lakehouse
 from iceberg.errors import NotCaughtUp
-from iceberg.lakehouse import load_lakehouse
 from spark_jobs import session
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
@@ -46,7 +47,7 @@ def test_an_unforeseen_failure_exits_1_with_the_cause(
 ) -> None:
     consume_fails_with(RuntimeError("disk on fire"))  # type: ignore[operator]
 
-    assert cli.main(["consume", "demo", "--until-caught-up"]) == cli.EXIT_RUN_FAILED == 1
+    assert cli.main(["consume", "demo", "--until-caught-up"]) == cli.Exit.RUN_FAILED == 1
 
     err = capsys.readouterr().err
     assert "icegroup: run failed: RuntimeError: disk on fire" in err
@@ -56,7 +57,7 @@ def test_an_unforeseen_failure_exits_1_with_the_cause(
 def test_not_caught_up_exits_3(consume_fails_with: object, capsys: pytest.CaptureFixture[str]) -> None:
     consume_fails_with(NotCaughtUp("group 'demo' is not caught up: lease x#0 held by run-1"))  # type: ignore[operator]
 
-    assert cli.main(["consume", "demo", "--until-caught-up"]) == cli.EXIT_NOT_CAUGHT_UP == 3
+    assert cli.main(["consume", "demo", "--until-caught-up"]) == cli.Exit.INCOMPLETE == 3
 
     err = capsys.readouterr().err
     assert err.endswith("icegroup: not caught up: group 'demo' is not caught up: lease x#0 held by run-1\n")
@@ -68,7 +69,7 @@ def test_consume_of_a_missing_source_exits_2_naming_the_fix(
     monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
 
-    assert cli.main(["consume", "demo"]) == cli.EXIT_ERROR == 2
+    assert cli.main(["consume", "demo"]) == cli.Exit.ERROR == 2
 
     assert capsys.readouterr().err == (
         "icegroup: error: source: table 'demo.events' does not exist in catalog 'lake'; "

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dagster_project.cli_support import render, table
+from dagster_project.cli.support import render, table
 from iceberg.describe import GroupView, StreamView
 from iceberg.protocol.liveness import Hold
 

@@ -14,14 +14,14 @@ from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import main
 from dagster_project.resources import IcegroupResource
-from iceberg.groups import GroupConfig
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.lag import Work, pending_work
-from iceberg.lakehouse import LakehouseConfig
 from iceberg.leader import tick
 from iceberg.protocol.completion import MAX_PER_TICK
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import DAY_MS
-from iceberg.registry import load_state
+from iceberg.store.registry import load_state
 from spark_jobs import session
 from spark_jobs.consume import consume
 from tests.factories import append_batches, create_source, no_spark

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pyiceberg.catalog import Catalog
 
-from dagster_project.consume_progress import TOTAL, Tally, Tracker
-from iceberg.groups import GroupConfig
+from dagster_project.cli.progress import TOTAL, Tally, Tracker
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from tests.factories import append_batches, create_source
 from tests.sink_commits import commit_lease

@@ -8,10 +8,10 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg import dead_letters
-from iceberg.dead_letters import dead_letter_identifier, latest, open_letters, record, redrive
-from iceberg.protocol.poison import PARKED, REDRIVEN, STOPPED, DeadLetter
-from iceberg.registry import NAMESPACE
+from iceberg.protocol.dead_letters import PARKED, REDRIVEN, STOPPED, DeadLetter
+from iceberg.store import dead_letters
+from iceberg.store.dead_letters import dead_letter_identifier, latest, open_letters, record, redrive
+from iceberg.store.registry import NAMESPACE
 from tests.factories import MakeDeadLetter
 
 

@@ -10,11 +10,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from iceberg.describe import describe_group
-from iceberg.groups import GroupConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import commit_properties
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import load_state
+from iceberg.protocol.sink_commit import commit_properties
+from iceberg.store.registry import load_state
 from tests.factories import append_batches, create_source
 
 SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))

@@ -8,11 +8,11 @@ import inspect
 
 import pytest
 
-from dagster_project import cli
+from dagster_project.cli import commands as cli
 from iceberg import errors
+from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import IcegroupError
-from iceberg.groups import GroupConfig
-from iceberg.lakehouse import LakehouseConfig
+from iceberg.protocol.group import GroupConfig
 from tests.conftest import repo_root
 
 PACKAGES = ("iceberg", "spark_jobs", "dagster_project", "infra")
@@ -72,8 +72,8 @@ def test_the_cli_prints_any_of_them_with_its_remedy_and_exits_non_zero(
     monkeypatch.setattr(cli, "cmd_list", fail)
 
     if error is errors.NotCaughtUp:
-        assert cli.main(["list"]) == cli.EXIT_NOT_CAUGHT_UP == 3
+        assert cli.main(["list"]) == cli.Exit.INCOMPLETE == 3
         assert capsys.readouterr().err == f"icegroup: not caught up: {remedy}\n"
     else:
-        assert cli.main(["list"]) == cli.EXIT_ERROR == 2
+        assert cli.main(["list"]) == cli.Exit.ERROR == 2
         assert capsys.readouterr().err == f"icegroup: error: {remedy}\n"

@@ -9,16 +9,9 @@ from typing import Any
 import pytest
 from pyiceberg.expressions import And, EqualTo, GreaterThan
 
+from iceberg.config.groups import load_groups, parse_groups
 from iceberg.errors import ConfigError
-from iceberg.groups import (
-    START_HELP,
-    GroupConfig,
-    ShardCaps,
-    StartAtSnapshot,
-    StartAtTimestamp,
-    load_groups,
-    parse_groups,
-)
+from iceberg.protocol.group import START_HELP, GroupConfig, ShardCaps, StartAtSnapshot, StartAtTimestamp
 
 SOURCE = "groups.yaml"
 BASE: dict[str, Any] = {"name": "orders", "source": "demo.events", "sink": "demo.events_out"}

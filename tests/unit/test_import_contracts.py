@@ -35,7 +35,8 @@ def test_the_tree_as_it_is_keeps_every_contract(tree: Path) -> None:
     result = lint_imports(tree)
 
     assert result.returncode == 0, result.stdout
-    assert "iceberg/protocol/ is pure: no catalog, no table, no store KEPT" in result.stdout
+    assert "iceberg/protocol/ does no I/O KEPT" in result.stdout
+    assert "iceberg/ rooms point down KEPT" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -43,8 +44,12 @@ def test_the_tree_as_it_is_keeps_every_contract(tree: Path) -> None:
     [
         "from pyiceberg.catalog import Catalog",
         "from pyiceberg.table import Table",
-        "from iceberg.registry import load_state",
-        "from iceberg.lakehouse import LakehouseConfig",
+        "from iceberg.store.registry import load_state",
+        "from iceberg.config.lakehouse import LakehouseConfig",
+        "import yaml",
+        "import sqlalchemy",
+        "import pyarrow",
+        "import openlineage.client",
     ],
 )
 def test_the_protocol_package_may_not_import_catalog_or_store_code(tree: Path, line: str) -> None:
@@ -54,4 +59,34 @@ def test_the_protocol_package_may_not_import_catalog_or_store_code(tree: Path, l
     result = lint_imports(tree)
 
     assert result.returncode != 0
-    assert "iceberg/protocol/ is pure: no catalog, no table, no store BROKEN" in result.stdout
+    assert "iceberg/protocol/ does no I/O BROKEN" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("module", "line"),
+    [
+        (("store", "registry.py"), "from iceberg.leader import tick"),
+        (("config", "lakehouse.py"), "from iceberg.store.tables import load_optional"),
+        (("protocol", "state.py"), "from iceberg.describe import describe_group"),
+        (("errors.py",), "from iceberg.protocol.state import GroupState"),
+    ],
+    ids=["store-reaches-a-concept", "config-reaches-the-store", "protocol-reaches-a-concept", "errors-reach-up"],
+)
+def test_a_room_of_iceberg_may_not_import_one_above_it(tree: Path, module: tuple[str, ...], line: str) -> None:
+    path = tree.joinpath("iceberg", *module)
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+
+    result = lint_imports(tree)
+
+    assert result.returncode != 0
+    assert "iceberg/ rooms point down BROKEN" in result.stdout
+
+
+def test_a_new_module_of_iceberg_must_take_a_layer(tree: Path) -> None:
+    (tree / "iceberg" / "newcomer.py").write_text('"""A module no layer names yet."""\n')
+
+    result = lint_imports(tree)
+
+    assert result.returncode != 0
+    assert "iceberg/ rooms point down BROKEN" in result.stdout
+    assert "newcomer" in result.stdout

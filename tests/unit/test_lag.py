@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.groups import GroupConfig
 from iceberg.lag import Work, lag_of, pending_work
 from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from tests.factories import append_batches, create_source
 from tests.sink_commits import commit_lease

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.errors import ConfigError
-from iceberg.lakehouse import LakehouseConfig, load_lakehouse
 from spark_jobs.session import (
     AWS_BUNDLE_JAR,
     AWS_BUNDLE_PACKAGE,

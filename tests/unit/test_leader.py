@@ -13,17 +13,18 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
-from iceberg.admin import set_paused
-from iceberg.dead_letters import record, redrive
 from iceberg.errors import ConfigError, SinkError
-from iceberg.groups import GroupConfig
 from iceberg.leader import TickResult, tick
-from iceberg.protocol.lineage import commit_properties, fence_key
+from iceberg.pause import set_paused
+from iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
+from iceberg.protocol.fences import fence_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.phases import check_drift
-from iceberg.protocol.poison import PARKED, STOPPED, DeadLetter
+from iceberg.protocol.sink_commit import commit_properties
 from iceberg.protocol.state import GroupState, Lease, LeasePhase
-from iceberg.registry import load_state
+from iceberg.store.dead_letters import record, redrive
+from iceberg.store.registry import load_state
 from tests.factories import BORROWER_RUN, REGIONS, append_batches, create_source, dead_letter
 
 T0 = 1_900_000_000_000

@@ -8,11 +8,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
 from iceberg import leader
-from iceberg.groups import GroupConfig
 from iceberg.leader import fence_and_commit, plan
-from iceberg.protocol.lineage import fence_key
-from iceberg.registry import Loaded, load_state
+from iceberg.protocol.fences import fence_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.start import initial_state
+from iceberg.store.registry import Loaded, load_state
 from tests.factories import append_batches, create_source
 
 

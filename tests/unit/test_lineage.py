@@ -6,7 +6,14 @@ import json
 
 import pytest
 
-from iceberg.protocol.lineage import KEY_SHARD_IDS, KEY_SHARDS, ShardRange, SinkCommit, commit_properties, parse_commit
+from iceberg.protocol.sink_commit import (
+    KEY_SHARD_IDS,
+    KEY_SHARDS,
+    ShardRange,
+    SinkCommit,
+    commit_properties,
+    parse_commit,
+)
 from iceberg.protocol.state import Origin
 from tests.factories import WINDOW_START_MS, MakeShard
 

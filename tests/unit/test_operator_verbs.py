@@ -11,15 +11,15 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import EXIT_ERROR, EXIT_OK, main
-from iceberg.admin import set_paused
+from dagster_project.cli import Exit, main
 from iceberg.describe import describe_group
 from iceberg.errors import NotCaughtUp, UsageError
-from iceberg.groups import GroupConfig
 from iceberg.leader import TickResult, tick
-from iceberg.protocol.lineage import replay_properties
+from iceberg.pause import set_paused
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.registry import load_state
+from iceberg.protocol.sink_commit import replay_properties
+from iceberg.store.registry import load_state
 from spark_jobs.consume import consume
 from tests.factories import BORROWER_RUN, append_batches, create_source, no_spark
 from tests.integration.helpers import write_groups
@@ -102,10 +102,10 @@ def test_pause_and_resume_from_the_cli_say_what_changed(
 ) -> None:
     run(catalog, group)
 
-    assert main([*cli, "pause", group.name]) == EXIT_OK
-    assert main([*cli, "pause", group.name]) == EXIT_OK
-    assert main([*cli, "resume", group.name]) == EXIT_OK
-    assert main([*cli, "resume", group.name]) == EXIT_OK
+    assert main([*cli, "pause", group.name]) == Exit.OK
+    assert main([*cli, "pause", group.name]) == Exit.OK
+    assert main([*cli, "resume", group.name]) == Exit.OK
+    assert main([*cli, "resume", group.name]) == Exit.OK
 
     lines = capsys.readouterr().out.splitlines()
     assert lines == [
@@ -124,7 +124,7 @@ def test_checkpoints_list_every_commit_with_its_run_lease_range_and_window(
     commit_lease(catalog, group, first.state, held, run_id="run-42")
     shard = first.state.shards[held.shard_ids[0]]
 
-    assert main([*cli, "checkpoints", group.name, "--json"]) == EXIT_OK
+    assert main([*cli, "checkpoints", group.name, "--json"]) == Exit.OK
     [point] = json.loads(capsys.readouterr().out)
 
     assert point["run_id"] == "run-42"
@@ -134,14 +134,14 @@ def test_checkpoints_list_every_commit_with_its_run_lease_range_and_window(
     assert point["source_range"] == f"start..{shard.to_snapshot}"
     assert point["rows"] == shard.rows
     window = point["window"]
-    assert main([*cli, "checkpoints", group.name, "--window", window]) == EXIT_OK
+    assert main([*cli, "checkpoints", group.name, "--window", window]) == Exit.OK
     assert "1 checkpoints of group" in capsys.readouterr().out
-    assert main([*cli, "checkpoints", group.name, "--window", "2024-01-01"]) == EXIT_OK
+    assert main([*cli, "checkpoints", group.name, "--window", "2024-01-01"]) == Exit.OK
     assert "0 checkpoints of group" in capsys.readouterr().out
 
     replayed = replay_properties(group.name, group.source, window, 3, 0, [], "run-43")
     catalog.load_table(group.sink).append(pa.Table.from_pylist([], schema=SINK_SCHEMA.as_arrow()), replayed)
-    assert main([*cli, "checkpoints", group.name, "--window", window, "--json"]) == EXIT_OK
+    assert main([*cli, "checkpoints", group.name, "--window", window, "--json"]) == Exit.OK
     points = json.loads(capsys.readouterr().out)
     assert [(p["kind"], p["lease"], p["run_id"]) for p in points] == [
         ("commit", f"{held.lease_id}#0", "run-42"),
@@ -152,7 +152,7 @@ def test_checkpoints_list_every_commit_with_its_run_lease_range_and_window(
 def test_checkpoints_of_a_window_that_is_not_one_name_the_form(
     group: GroupConfig, cli: list[str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert main([*cli, "checkpoints", group.name, "--window", "yesterday"]) == EXIT_ERROR
+    assert main([*cli, "checkpoints", group.name, "--window", "yesterday"]) == Exit.ERROR
 
     assert "--window: 'yesterday' is not a day window; write it like 2026-01-31" in capsys.readouterr().err
 
@@ -168,9 +168,9 @@ def test_describe_as_of_shows_who_held_which_lease_then(
     commit_lease(catalog, group, first.state, held)
     run(catalog, group)
 
-    assert main([*cli, "describe", group.name, "--as-of", then, "--json"]) == EXIT_OK
+    assert main([*cli, "describe", group.name, "--as-of", then, "--json"]) == Exit.OK
     past = json.loads(capsys.readouterr().out)
-    assert main([*cli, "describe", group.name, "--json"]) == EXIT_OK
+    assert main([*cli, "describe", group.name, "--json"]) == Exit.OK
     now = json.loads(capsys.readouterr().out)
 
     assert [(h["lease_id"], h["attempt"]) for h in past["holds"]] == [(held.lease_id, 0)]
@@ -178,7 +178,7 @@ def test_describe_as_of_shows_who_held_which_lease_then(
     assert sum(s["committed_rows"] for s in past["streams"]) == 0
     assert held.lease_id not in {h["lease_id"] for h in now["holds"]}
     assert sum(s["committed_rows"] for s in now["streams"]) == first.state.shards[held.shard_ids[0]].rows
-    assert main([*cli, "describe", group.name, "--as-of", then]) == EXIT_OK
+    assert main([*cli, "describe", group.name, "--as-of", then]) == Exit.OK
     text = capsys.readouterr().out
     assert text.startswith("as of ")
     assert f"lease {held.lease_id}#0" in text
@@ -196,6 +196,6 @@ def test_describe_as_of_a_time_it_cannot_show_says_why(
 ) -> None:
     run(catalog, group)
 
-    assert main([*cli, "describe", group.name, "--as-of", as_of]) == EXIT_ERROR
+    assert main([*cli, "describe", group.name, "--as-of", as_of]) == Exit.ERROR
 
     assert message in capsys.readouterr().err

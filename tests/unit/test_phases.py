@@ -7,11 +7,12 @@ from typing import Any
 import pytest
 
 from iceberg.errors import ConfigError, SourceError
-from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import ShardRange, SinkCommit, fence_key
+from iceberg.protocol.fences import fence_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.phases import check_config, check_drift, check_liveness, cut, grant, reconcile
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo
+from iceberg.protocol.sink_commit import ShardRange, SinkCommit
 from iceberg.protocol.state import Lease, LeasePhase
 from tests.factories import group_state, lease, shard
 

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from iceberg.groups import ShardCaps
-from iceberg.protocol.lineage import ReplayCommit, ResetRecord, SinkCommit, range_of
-from iceberg.protocol.provenance import CONSUMED, REPLAYED, consumed, replayed, voided
+from iceberg.protocol.group import ShardCaps
+from iceberg.protocol.lineage import CONSUMED, REPLAYED, consumed, replayed, voided
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
+from iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, SinkCommit, range_of
 from iceberg.protocol.state import Origin
 from tests.factories import GROUP, STREAM, WINDOW_START_MS, shard
 

@@ -7,10 +7,10 @@ from typing import Any
 import pytest
 
 from iceberg.errors import SourceError
-from iceberg.groups import GroupConfig
-from iceberg.protocol.lineage import ResetRecord, SinkCommit, commit_properties, parse_commit
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.rebuild import rebuild_state, registry_behind
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
+from iceberg.protocol.sink_commit import ResetRecord, SinkCommit, commit_properties, parse_commit
 from iceberg.protocol.state import Origin, StreamState, add_shards
 from tests.factories import WINDOW_START_MS, group_state, shard
 

@@ -14,17 +14,18 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import EXIT_ERROR, main
+from dagster_project.cli import Exit, main
 from iceberg import rebuild
 from iceberg.describe import describe_group
 from iceberg.errors import ConfigError, RegistryConflict, SinkError
-from iceberg.groups import GroupConfig, StartAtSnapshot
 from iceberg.leader import TickResult, tick
-from iceberg.protocol.lineage import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, epoch_key
+from iceberg.protocol.fences import epoch_key
+from iceberg.protocol.group import GroupConfig, StartAtSnapshot
 from iceberg.protocol.liveness import RunState
+from iceberg.protocol.sink_commit import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD
 from iceberg.rebuild import sync_with_sink
-from iceberg.registry import commit_state, load_state, registry_identifier
-from iceberg.sink_history import SinkHistory
+from iceberg.store.registry import commit_state, load_state, registry_identifier
+from iceberg.store.sink_history import SinkHistory
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import write_groups
 from tests.sink_commits import SINK_SCHEMA, commit_lease, sink_of
@@ -198,7 +199,7 @@ def test_icegroup_rebuild_of_a_group_with_nothing_in_the_sink_says_so(
     token = load_state(catalog, group.name).token
     groups = write_groups(tmp_path / "groups.yaml", group)
 
-    assert main(["--groups", str(groups), "rebuild", group.name, "--execute"]) == EXIT_ERROR
+    assert main(["--groups", str(groups), "rebuild", group.name, "--execute"]) == Exit.ERROR
 
     assert "there is nothing to rebuild" in capsys.readouterr().err
     assert load_state(catalog, group.name).token == token

@@ -8,12 +8,12 @@ import pytest
 
 from iceberg.describe import replay_lines
 from iceberg.errors import ReplayConflict, UsageError
-from iceberg.groups import GroupConfig
 from iceberg.protocol.assignment import assign_leases
 from iceberg.protocol.completion import CLOSE_GRACE_MS, complete_windows, first_window_ms
-from iceberg.protocol.lineage import ReplayCommit, ShardRange, SinkCommit
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.replay import check_window, expire_replays, take_ticket, window_coverage, windows_between
 from iceberg.protocol.shards import DAY_MS
+from iceberg.protocol.sink_commit import ReplayCommit, ShardRange, SinkCommit
 from iceberg.protocol.state import ReplayTicket
 from tests.factories import WINDOW_START_MS, MakeShard, group_state
 

@@ -10,13 +10,14 @@ from pyiceberg.catalog import Catalog
 
 from iceberg import reset
 from iceberg.errors import RegistryConflict
-from iceberg.fencing import raise_fences
-from iceberg.groups import GroupConfig
 from iceberg.leader import tick
-from iceberg.protocol.lineage import epoch_key, reset_key
+from iceberg.protocol.fences import epoch_key
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
-from iceberg.registry import load_state
+from iceberg.protocol.sink_commit import reset_key
+from iceberg.store.fences import raise_fences
+from iceberg.store.registry import load_state
 from tests.factories import append_batches, create_source
 from tests.sink_commits import commit_lease
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from iceberg.groups import GroupConfig
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.phases import cut
 from iceberg.protocol.shards import DAY_MS, FileEntry, SnapshotInfo
 from iceberg.protocol.state import GroupState, StreamState, apply_commits, retire_streams

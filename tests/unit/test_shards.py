@@ -8,7 +8,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from iceberg.groups import ShardCaps
+from iceberg.protocol.group import ShardCaps
 from iceberg.protocol.shards import (
     FileEntry,
     Shard,

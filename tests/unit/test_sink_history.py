@@ -17,8 +17,8 @@ from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
 from iceberg.errors import SinkError
-from iceberg.protocol.lineage import commit_properties
-from iceberg.sink_history import group_commits, read_sink_history
+from iceberg.protocol.sink_commit import commit_properties
+from iceberg.store.sink_history import group_commits, read_sink_history
 from tests.factories import shard
 
 SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))

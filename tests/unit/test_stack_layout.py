@@ -7,7 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from iceberg.lakehouse import LakehouseConfig
+from iceberg.config.lakehouse import LakehouseConfig
 from infra.processes import MEMBER, members, terminate
 from infra.stack_layout import Layout, lakehouse_config, s3_lakehouse_config, stack_env
 

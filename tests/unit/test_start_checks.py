@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.dead_letters import dead_letter_identifier
 from iceberg.describe import status_of
 from iceberg.errors import ConfigError, SourceError
-from iceberg.groups import GroupConfig
 from iceberg.leader import tick
+from iceberg.protocol.dead_letters import PARKED, STOPPED
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.poison import PARKED, STOPPED
-from iceberg.registry import load_state, registry_identifier
+from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.store.registry import load_state, registry_identifier
 from tests.factories import append_batches, create_source, dead_letter, group_state, lease, shard
 
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from iceberg.groups import GroupConfig
 from iceberg.protocol.assignment import assign_leases, make_lease_id
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import DAY_MS, Shard
 from iceberg.protocol.state import RATE_SAMPLES, GroupState, Lease, StreamState, add_shards, apply_commits
 from tests import factories

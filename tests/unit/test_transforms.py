@@ -9,8 +9,8 @@ import dagster as dg
 import pytest
 
 from dagster_project.cli import main
+from dagster_project.cli.group_files import ENV_GROUPS, load_checked_groups
 from dagster_project.definitions import defs
-from dagster_project.group_files import ENV_GROUPS, load_checked_groups
 from iceberg.errors import ConfigError
 from spark_jobs.transform_paths import import_transform
 from spark_jobs.transforms import identity, load_transform
@@ -38,7 +38,7 @@ def groups_yaml(tmp_path: Path, transform: str) -> Path:
             id="function-missing",
         ),
         pytest.param(
-            "iceberg.groups:NAME_RE",
+            "iceberg.config.groups:NAME_RE",
             "has no function 'NAME_RE'",
             id="not-a-function",
         ),

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.borrowing import take_leases
-from iceberg.groups import GroupConfig
+from iceberg.borrower import take_leases
 from iceberg.leader import tick
-from iceberg.protocol.borrowers import BorrowerRun, borrowers_to_start, census, take, waiting
+from iceberg.protocol.borrower import BorrowerRun, borrowers_to_start, census, take, waiting
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import LeaseAction, RunState, lease_action
 from iceberg.protocol.state import LeasePhase
 from tests.factories import append_batches, create_source, group_state, lease, shard

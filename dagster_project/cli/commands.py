@@ -1,0 +1,364 @@
+"""The ``icegroup`` command: every subcommand, from ``list`` and ``consume`` to ``lineage`` and ``reset``.
+
+Every command shares one error handler: any ``IcegroupError`` is printed as
+``icegroup: error: <message and remedy>`` and the command exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+from pathlib import Path
+
+from dagster_project.cli.exits import Exit, epilog, exit_for
+from dagster_project.cli.expire import add_expire
+from dagster_project.cli.group_files import ENV_GROUPS, groups_path, load_checked_groups
+from dagster_project.cli.lineage import add_lineage
+from dagster_project.cli.support import dagster_home, parse_time, pick, render, table
+from iceberg.checkpoints import list_checkpoints
+from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
+from iceberg.describe import describe_as_of, describe_group
+from iceberg.errors import IcegroupError, UsageError
+from iceberg.lag import Work, pending_work
+from iceberg.pause import set_paused
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.shards import snapshot_range
+from iceberg.rebuild import rebuild_registry
+from iceberg.store.dead_letters import latest, open_letters, redrive
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``icegroup`` console script."""
+    args = parser().parse_args(argv)
+    args.lakehouse = Path(args.lakehouse).resolve() if args.lakehouse else None
+    args.groups = groups_path(args.groups)
+    try:
+        lakehouse = load_lakehouse(args.lakehouse)
+        groups = load_checked_groups(args.groups)
+        result: int = args.run(args, lakehouse, groups)
+        return result
+    except IcegroupError as exc:
+        label, code = exit_for(exc)
+        print(f"icegroup: {label}: {exc}", file=sys.stderr)
+        return code
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line."""
+    top = argparse.ArgumentParser(
+        prog="icegroup",
+        description="Consumer groups for Apache Iceberg tables.",
+        epilog=epilog(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    top.add_argument("--groups", help=f"group definitions YAML (default: ${ENV_GROUPS} or the packaged one)")
+    top.add_argument("--lakehouse", help=f"lakehouse config YAML (default: ${ENV_CONFIG} or .lake/ in ${ENV_HOME})")
+    sub = top.add_subparsers(required=True, metavar="COMMAND")
+
+    listing = sub.add_parser("list", help="list the groups and their lag")
+    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.set_defaults(run=cmd_list)
+
+    describe = sub.add_parser("describe", help="per stream: position, head, lag, leases in flight")
+    describe.add_argument("group")
+    describe.add_argument("--json", action="store_true", help="print JSON")
+    describe.add_argument("--as-of", help="the group as its registry held it then (ISO-8601; UTC if no zone)")
+    describe.set_defaults(run=cmd_describe)
+
+    consume = sub.add_parser("consume", help="run the Leader and Borrowers headless, as a Dagster run")
+    consume.add_argument("group")
+    consume.add_argument("--until-caught-up", action="store_true", help="repeat until the source head is committed")
+    consume.add_argument("--max-wait", type=float, default=600.0, help="seconds to wait on leases held elsewhere")
+    consume.add_argument(
+        "--follow", action="store_true", help="keep consuming new source commits after catching up, until Ctrl-C"
+    )
+    consume.add_argument("--poll", type=float, default=1.0, help="seconds between source checks while following")
+    consume.add_argument("--json", action="store_true", help="print the run and the group as JSON; no progress bars")
+    consume.set_defaults(run=cmd_consume)
+
+    letters = sub.add_parser("dead-letters", help="poison shards: parked, stopped and re-driven")
+    letters.add_argument("group")
+    letters.add_argument("--json", action="store_true", help="print JSON")
+    letters.set_defaults(run=cmd_dead_letters)
+
+    again = sub.add_parser("redrive", help="release parked or stopped shards so the Leader grants them again")
+    again.add_argument("group")
+    again.add_argument("--shard", action="append", help="only this shard (repeatable); default: all open ones")
+    again.set_defaults(run=cmd_redrive)
+
+    pause = sub.add_parser("pause", help="grant nothing new; leases in flight finish")
+    pause.add_argument("group")
+    pause.set_defaults(run=cmd_pause)
+
+    resume = sub.add_parser("resume", help="continue a paused group from the same positions")
+    resume.add_argument("group")
+    resume.set_defaults(run=cmd_resume)
+
+    points = sub.add_parser("checkpoints", help="the group's sink commits: run, lease, epoch, source range, rows")
+    points.add_argument("group")
+    points.add_argument("--window", help="only this replay window (a partition key such as 2026-01-31)")
+    points.add_argument("--json", action="store_true", help="print JSON")
+    points.set_defaults(run=cmd_checkpoints)
+
+    rebuild = sub.add_parser("rebuild", help="rebuild the registry from the sink's commits (dry run by default)")
+    rebuild.add_argument("group")
+    rebuild.add_argument("--execute", action="store_true", help="commit the rebuilt registry in a new epoch")
+    rebuild.add_argument("--json", action="store_true", help="print JSON")
+    rebuild.set_defaults(run=cmd_rebuild)
+    add_replay(sub)
+    add_reset(sub)
+    add_lineage(sub)
+    add_expire(sub)
+    migrate = sub.add_parser("migrate", help="give sink rows written before the window column their window")
+    migrate.add_argument("group")
+    migrate.set_defaults(run=cmd_migrate)
+    return top
+
+
+def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``replay`` command's arguments."""
+    replay = sub.add_parser(
+        "replay", help="remake windows of the sink from the source with today's transform, replacing their rows"
+    )
+    replay.add_argument("group")
+    replay.add_argument("--window", action="append", help="a window's partition key, such as 2026-01-31 (repeatable)")
+    replay.add_argument("--from", dest="start", help="replay every window from this time (ISO-8601; UTC if no zone)")
+    replay.add_argument("--to", dest="end", help="... up to this time (exclusive)")
+    replay.add_argument("--dry-run", action="store_true", help="show what each window's replay reads and replaces")
+    replay.add_argument(
+        "--cascade",
+        action="store_true",
+        help="then make every chained group downstream follow: replay its windows that consumed the replaced rows",
+    )
+    replay.add_argument(
+        "--follow-upstream",
+        action="store_true",
+        help="replay this group's windows that consumed rows an upstream replay replaced (no windows named)",
+    )
+    replay.add_argument("--json", action="store_true", help="print JSON")
+    replay.set_defaults(run=cmd_replay)
+
+
+def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``reset`` command's arguments."""
+    reset = sub.add_parser("reset", help="move the group's positions (dry run unless --execute)")
+    reset.add_argument("group")
+    where = reset.add_mutually_exclusive_group(required=True)
+    where.add_argument("--to-earliest", action="store_true", help="before the oldest source snapshot still there")
+    where.add_argument("--to-latest", action="store_true", help="the source head: skip everything not consumed yet")
+    where.add_argument("--to-snapshot", metavar="ID", help="through this source snapshot")
+    where.add_argument("--to-datetime", metavar="T", help="before the first snapshot committed at or after T")
+    where.add_argument("--by-duration", metavar="D", help="as --to-datetime now minus D (PT1H, P1D, 15m, 2d)")
+    where.add_argument("--shift-by", metavar="N", type=int, help="N of each stream's own snapshots (negative: back)")
+    where.add_argument("--to-checkpoint", metavar="SINK_SNAPSHOT", help="the positions a sink commit recorded")
+    reset.add_argument("--execute", action="store_true", help="apply it (the default is a dry run)")
+    reset.add_argument("--keep-output", action="store_true", help="moving back, keep the output consumed again")
+    reset.add_argument("--json", action="store_true", help="print JSON")
+    reset.set_defaults(run=cmd_reset)
+
+
+def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup replay``: see ``cli/rewind.py``, imported here because it loads Dagster."""
+    from dagster_project.cli import rewind
+
+    return rewind.cmd_replay(args, lakehouse, groups)
+
+
+def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup reset``: see ``cli/rewind.py``, imported here because it loads Dagster."""
+    from dagster_project.cli import rewind
+
+    return rewind.cmd_reset(args, lakehouse, groups)
+
+
+def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup list``."""
+    catalog = lakehouse.catalog()
+    rows = []
+    for group in groups.values():
+        view = describe_group(catalog, group)
+        rows.append(
+            {
+                "group": group.name,
+                "source": group.source,
+                "sink": group.sink,
+                "leader": f"schedule {group.schedule}" if group.schedule else "sensor",
+                "max_borrowers": group.max_borrowers,
+                "streams": len(view.streams),
+                "lag_rows": view.lag_rows,
+                "leases_in_flight": view.leases_in_flight,
+                "state": view.status,
+            }
+        )
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return Exit.OK
+    print(table(rows, list(rows[0]) if rows else ["group"]))
+    return Exit.OK
+
+
+def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup describe GROUP [--as-of T]``."""
+    group = pick(groups, args.group, args.groups)
+    if args.as_of is None:
+        view = describe_group(lakehouse.catalog(), group)
+    else:
+        view = describe_as_of(lakehouse.catalog(), group, parse_time(args.as_of, "--as-of"))
+    if args.json:
+        print(json.dumps(view.as_dict(), indent=2, default=str))
+    else:
+        print(render(view))
+    return Exit.OK
+
+
+def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance.
+
+    A group with nothing to do (``pending_work``: no shard or lease open, no source commit to plan,
+    no window to report complete) is answered from its registry without a run, a JVM or even
+    Dagster's import, so a scheduled consume that finds nothing new costs under two seconds. A group
+    that only has windows to report gets its run, without a JVM.
+    """
+    group = pick(groups, args.group, args.groups)
+    catalog = lakehouse.catalog()
+    work = pending_work(catalog, group)
+    run_id: str | None = None
+    success = True
+    if work is not Work.NONE or args.follow:
+        if work is Work.DATA:
+            from spark_jobs.session import start_in_background  # Spark loads only when it has work
+
+            start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
+        from dagster_project.cli.consume import run_consume  # Dagster loads only when there is a run to make
+
+        run = run_consume(args, lakehouse, groups, group)
+        if run is None:
+            return Exit.RUN_FAILED
+        run_id, success = run
+    view = describe_group(catalog, group)
+    if args.json:
+        print(json.dumps({"run_id": run_id, "success": success, "group": view.as_dict()}, default=str))
+    else:
+        ran = f"run {run_id}: {'success' if success else 'failure'} (instance {dagster_home()})"
+        print(ran if run_id else f"group {group.name}: nothing to consume; no run started")
+        print(render(view))
+    return Exit.OK if success else Exit.RUN_FAILED
+
+
+def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup dead-letters GROUP``: each poison shard's latest state."""
+    group = pick(groups, args.group, args.groups)
+    rows: list[dict[str, object]] = [
+        {
+            "shard": d.shard_id,
+            "stream": d.stream,
+            "state": d.action,
+            "source_snapshots": snapshot_range(d.from_snapshot, d.to_snapshot),
+            "lease": f"{d.lease_id}#{d.attempt}",
+            "error": d.error,
+        }
+        for d in latest(lakehouse.catalog(), group.name).values()
+    ]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
+    return Exit.OK
+
+
+def cmd_checkpoints(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup checkpoints GROUP [--window W]``: one line per sink commit of the group, oldest first."""
+    group = pick(groups, args.group, args.groups)
+    rows = [asdict(point) for point in list_checkpoints(lakehouse.catalog(), group, args.window)]
+    if args.json:
+        print(json.dumps(rows, indent=2))
+        return Exit.OK
+    columns = [
+        "committed_at", "kind", "sink_snapshot", "run_id", "lease", "epoch", "stream", "source_range", "window", "rows"
+    ]  # fmt: skip
+    print(table(rows, columns))
+    print(f"{len(rows)} checkpoints of group {group.name} in {group.sink}")
+    return Exit.OK
+
+
+def cmd_pause(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup pause GROUP``: the Leader grants nothing new until ``resume``."""
+    group = pick(groups, args.group, args.groups)
+    state, changed = set_paused(lakehouse.catalog(), group, paused=True)
+    flight = f"{len(state.leases)} leases in flight finish" if state.leases else "no leases in flight"
+    print(f"group {group.name}: {'paused' if changed else 'already paused'}; {flight}; nothing new is granted")
+    return Exit.OK
+
+
+def cmd_resume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup resume GROUP``: the Leader grants again, from the same positions."""
+    group = pick(groups, args.group, args.groups)
+    _, changed = set_paused(lakehouse.catalog(), group, paused=False)
+    print(f"group {group.name}: {'resumed' if changed else 'not paused'}; the next Leader tick grants again")
+    return Exit.OK
+
+
+def cmd_rebuild(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup rebuild GROUP [--execute]``: per stream, the registry's position and the sink's."""
+    group = pick(groups, args.group, args.groups)
+    found = rebuild_registry(lakehouse.catalog(), group, execute=args.execute)
+    stored = found.stored.streams if found.stored else {}
+    rebuilt = found.rebuilt.streams
+    rows: list[dict[str, object]] = [
+        {
+            "stream": name,
+            "registry_position": stored[name].position if name in stored else None,
+            "sink_position": rebuilt[name].position if name in rebuilt else None,
+            "committed_shards": rebuilt[name].committed_shards if name in rebuilt else 0,
+            "committed_rows": rebuilt[name].committed_rows if name in rebuilt else 0,
+        }
+        for name in sorted(set(stored) | set(rebuilt))
+    ]
+    if found.stored is None:
+        verdict = "missing"
+    else:
+        verdict = f"epoch {found.stored.epoch}, " + (found.disagreement or "agrees with the sink")
+    if args.json:
+        print(json.dumps({"registry": verdict, "epoch": found.rebuilt.epoch, "committed": found.committed,
+                          "streams": rows}, indent=2))  # fmt: skip
+        return Exit.OK
+    print(f"group {group.name}: registry {verdict}; sink {group.sink}: {found.rebuilt.leases_done} leases committed")
+    print(table(rows, ["stream", "registry_position", "sink_position", "committed_shards", "committed_rows"]))
+    if found.committed:
+        print(f"rebuilt: the registry is at epoch {found.rebuilt.epoch}; leases of older epochs can no longer commit")
+    else:
+        print(
+            f"dry run: nothing changed. `icegroup rebuild {group.name} --execute` commits this registry in epoch "
+            f"{found.rebuilt.epoch}; leases in flight then can no longer commit and are granted again"
+        )
+    return Exit.OK
+
+
+def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup migrate GROUP``: rewrite the sink's rows that have no window yet, in one replace commit."""
+    group = pick(groups, args.group, args.groups)
+    from spark_jobs.session import get_session
+    from spark_jobs.sink.migrate import migrate_sink  # Spark loads only for the commands that use it
+
+    print(f"group {group.name}: {migrate_sink(get_session(lakehouse), lakehouse, group, progress=print).line()}")
+    return Exit.OK
+
+
+def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup redrive GROUP [--shard ID ...]``: the next Leader tick grants these shards again."""
+    group = pick(groups, args.group, args.groups)
+    catalog = lakehouse.catalog()
+    unknown = sorted(set(args.shard or []) - set(open_letters(catalog, group.name)))
+    if unknown:
+        raise UsageError(
+            f"shard(s) {unknown} of group {group.name!r} are not parked or stopped; "
+            f"see `icegroup dead-letters {group.name}`"
+        )
+    released = redrive(catalog, group.name, args.shard)
+    for letter in released:
+        print(f"re-driven: shard {letter.shard_id} (stream {letter.stream})")
+    print(f"{len(released)} shard(s) re-driven; the next Leader tick grants them again")
+    return Exit.OK

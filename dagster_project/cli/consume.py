@@ -1,0 +1,43 @@
+"""The run ``icegroup consume`` makes: the group's consume job, executed here in the Dagster instance."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from contextlib import nullcontext
+
+from dagster_project.cli.progress import ConsumeBars
+from dagster_project.cli.support import dagster_home
+from dagster_project.definitions import build_definitions
+from dagster_project.runs.execute import execute, open_instance
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.protocol.group import GroupConfig
+
+
+def run_consume(
+    args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig], group: GroupConfig
+) -> tuple[str, bool] | None:
+    """Execute ``<group>_consume`` as a run of the instance, with progress bars on a terminal.
+
+    Returns the run's id and whether it succeeded, or None when it failed unexpectedly (``execute``
+    has printed why).
+    """
+    home = dagster_home()
+    job = build_definitions(groups, lakehouse.catalog_name, args.lakehouse).resolve_job_def(f"{group.name}_consume")
+    run_config = {
+        "loggers": {"console": {"config": {"log_level": "INFO"}}},
+        "ops": {
+            f"{group.name}_consume_op": {
+                "config": {
+                    "until_caught_up": args.until_caught_up or args.follow,
+                    "max_wait_s": args.max_wait,
+                    "follow": args.follow,
+                    "poll_s": args.poll,
+                }
+            }
+        },
+    }
+    bars = ConsumeBars(lakehouse.catalog(), group) if sys.stderr.isatty() and not args.json else nullcontext()
+    with open_instance(home) as instance, bars:
+        result = execute(job, instance, home, run_config=run_config)
+    return None if result is None else (result.run_id, result.success)

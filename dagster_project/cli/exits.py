@@ -1,0 +1,56 @@
+"""The ``icegroup`` command's exit codes: one table that every command, ``--help`` and the README share.
+
+Scripts and schedulers branch on these codes, so each value means one thing across all commands:
+a code is taken from this table, never written as a number where a command returns.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from enum import IntEnum
+
+from iceberg.errors import IcegroupError, NotCaughtUp
+
+
+class Exit(IntEnum):
+    """What the ``icegroup`` process tells its caller."""
+
+    OK = 0
+    RUN_FAILED = 1
+    ERROR = 2
+    INCOMPLETE = 3
+
+
+MEANING: dict[Exit, str] = {
+    Exit.OK: "done: `consume` caught up (or did its one round), the preview or the change is complete",
+    Exit.RUN_FAILED: "a run failed for a reason icegroup did not foresee; the traceback and the Dagster run say why",
+    Exit.ERROR: (
+        "an error icegroup names, with its remedy: a bad config or argument, a missing table, a stopped group, "
+        "a refused commit or follow"
+    ),
+    Exit.INCOMPLETE: (
+        "stopped short, run it again later: `consume --until-caught-up` did not catch up (it names each lease held "
+        "elsewhere, its holder and when it is re-granted), `replay --cascade`/`--follow-upstream` left a chained "
+        "group waiting, or `expire` lost a race on a table"
+    ),
+}
+
+# The error-to-code map, most specific first: what ``main`` prints before the message, and the code.
+ERRORS: tuple[tuple[type[IcegroupError], str, Exit], ...] = (
+    (NotCaughtUp, "not caught up", Exit.INCOMPLETE),
+    (IcegroupError, "error", Exit.ERROR),
+)
+
+
+def exit_for(exc: IcegroupError) -> tuple[str, Exit]:
+    """The label ``icegroup`` prints before a named error, and the code it exits with."""
+    return next((label, code) for kind, label, code in ERRORS if isinstance(exc, kind))
+
+
+def epilog() -> str:
+    """The exit-code table as ``icegroup --help`` prints it: one code a paragraph."""
+    rows = (
+        textwrap.fill(text, 96, initial_indent=f"  {code.value}  ", subsequent_indent="     ")
+        for code, text in MEANING.items()
+    )
+    return "exit codes:\n" + "\n".join(rows)

@@ -1,0 +1,173 @@
+"""``icegroup lineage``: where a group's output came from, and what a source file or snapshot fed.
+
+One question per call, as text or ``--json``. Backwards: ``--sink-snapshot``, ``--window`` or
+``--row``. Forwards: ``--source-file`` or ``--source-snapshot``. ``--through`` follows the answer
+across chained groups. The answers come from the lineage tables (``iceberg/lineage.py``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from dagster_project.cli.exits import Exit
+from dagster_project.cli.support import pick, table
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.errors import UsageError
+from iceberg.lineage import (
+    Answer,
+    by_rows,
+    by_sink_snapshot,
+    by_source_file,
+    by_source_snapshot,
+    by_window,
+    trace_back,
+    trace_forward,
+)
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.lineage import LineageEntry
+from iceberg.protocol.shards import parse_window_label, snapshot_range
+from iceberg.protocol.sink_commit import COL_SHARD
+
+QUESTIONS = ("sink_snapshot", "window", "row", "source_file", "source_snapshot")
+
+
+def add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The ``lineage`` command's arguments: exactly one question."""
+    lineage = sub.add_parser(
+        "lineage",
+        help="where output came from (--sink-snapshot, --window, --row) "
+        "or what input fed (--source-file, --source-snapshot)",
+    )
+    lineage.add_argument("group")
+    lineage.add_argument("--sink-snapshot", type=int, help="backwards: the shards and source files of a sink commit")
+    lineage.add_argument("--window", help="backwards: every shard of a replay window (a partition key)")
+    lineage.add_argument("--row", help='backwards: sink rows matching a filter on sink columns, like "id = 42"')
+    lineage.add_argument("--source-file", help="forwards: the sink snapshots, windows and rows a source file fed")
+    lineage.add_argument("--source-snapshot", type=int, help="forwards: what the files of a source snapshot fed")
+    lineage.add_argument(
+        "--through",
+        action="store_true",
+        help="follow the answer across chained groups, to the first source or the last sink",
+    )
+    lineage.add_argument("--json", action="store_true", help="print JSON")
+    lineage.set_defaults(run=cmd_lineage)
+
+
+def cmd_lineage(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup lineage GROUP --<question> VALUE [--through] [--json]``."""
+    group = pick(groups, args.group, args.groups)
+    asked = [q for q in QUESTIONS if getattr(args, q) is not None]
+    if len(asked) != 1:
+        raise UsageError(
+            "lineage: ask one question: --sink-snapshot S, --window W or --row FILTER (backwards), "
+            "--source-file PATH or --source-snapshot S (forwards)"
+        )
+    catalog = lakehouse.catalog()
+    question = asked[0]
+    backwards = question in ("sink_snapshot", "window", "row")
+    if question == "sink_snapshot":
+        found = by_sink_snapshot(catalog, group, args.sink_snapshot)
+    elif question == "window":
+        try:
+            parse_window_label(args.window, group.replay_window)
+        except ValueError as exc:
+            raise UsageError(f"--window: {exc} (group {group.name!r} has {group.replay_window} windows)") from None
+        found = by_window(catalog, group, args.window)
+    elif question == "row":
+        found = by_rows(catalog, group, args.row)
+    elif question == "source_file":
+        found = by_source_file(catalog, group, args.source_file)
+    else:
+        found = by_source_snapshot(catalog, group, args.source_snapshot)
+    if args.through:
+        (trace_back if backwards else trace_forward)(catalog, groups, group, found)
+    print(json.dumps(as_json(found), indent=2) if args.json else as_text(found))
+    return Exit.OK
+
+
+def shards_of(found: list[LineageEntry]) -> list[list[LineageEntry]]:
+    """Entries grouped by shard and sink snapshot, oldest commit first."""
+    grouped: dict[tuple[str, int], list[LineageEntry]] = {}
+    for entry in sorted(found, key=lambda e: (e.committed_at_ms, e.shard_id)):
+        grouped.setdefault((entry.shard_id, entry.sink_snapshot), []).append(entry)
+    return list(grouped.values())
+
+
+def shard_json(files: list[LineageEntry], sink_rows: dict[str, int]) -> dict[str, Any]:
+    """One shard of an answer: where it came from, where it went, and its source files."""
+    first = files[0]
+    return {
+        "shard": first.shard_id,
+        "window": first.window,
+        "stream": first.stream,
+        "source_range": snapshot_range(first.from_snapshot, first.to_snapshot),
+        "source_rows": first.shard_rows,
+        "sink_snapshot": first.sink_snapshot,
+        "kind": first.kind,
+        "generation": first.generation,
+        "lease": f"{first.lease_id}#{first.attempt}",
+        "epoch": first.epoch,
+        "run_id": first.run_id,
+        "config_hash": first.config_hash,
+        "sink_rows_now": sink_rows.get(first.shard_id),
+        "files": [
+            {
+                "path": e.source_file,
+                "source_snapshot": e.source_snapshot,
+                "records": e.file_records,
+                "bytes": e.file_bytes,
+            }
+            for e in files
+            if e.source_file is not None
+        ],
+    }
+
+
+def as_json(found: Answer) -> dict[str, Any]:
+    """An answer, its shards and its hops across chained groups."""
+    shards = shards_of(found.found)
+    return {
+        "group": found.group,
+        "question": found.question,
+        "recorded_through_sink_snapshot": found.recorded_through,
+        "unrecorded_sink_commits": found.unrecorded,
+        "note": found.note,
+        "shards": [shard_json(files, found.sink_rows) for files in shards],
+        "sink_filter": sink_filter(found),
+        "hops": [as_json(hop) for hop in found.hops],
+    }
+
+
+def sink_filter(found: Answer) -> str | None:
+    """The filter that selects, in the group's sink, the rows these shards made."""
+    ids = sorted({e.shard_id for e in found.found})
+    return f"{COL_SHARD} IN ({', '.join(repr(i) for i in ids)})" if ids else None
+
+
+def as_text(found: Answer) -> str:
+    """An answer as a person reads it: a shard table, a source-file table, then each hop."""
+    lines = [f"group {found.group}: {found.question}"]
+    if found.unrecorded:
+        lines.append(
+            f"  lineage is recorded through sink snapshot {found.recorded_through}; {found.unrecorded} later commits "
+            "of the group are not yet recorded (the Leader records them at its next tick)"
+        )
+    if found.note:
+        lines.append(f"  {found.note}")
+    shards = [shard_json(files, found.sink_rows) for files in shards_of(found.found)]
+    if not shards:
+        lines.append("  no lineage entries match")
+    else:
+        columns = ["shard", "window", "stream", "source_range", "sink_snapshot", "kind", "lease", "epoch", "run_id"]
+        if found.sink_rows:
+            columns.append("sink_rows_now")
+        lines += ["", table(shards, columns)]
+        files = [{**f, "shard": s["shard"]} for s in shards for f in s["files"]]
+        file_columns = ["path", "source_snapshot", "records", "bytes", "shard"]
+        lines += ["", f"source files ({len(files)}):", table(files, file_columns)]
+        lines += ["", f"its rows in the sink: {sink_filter(found)}"]
+    for hop in found.hops:
+        lines += ["", as_text(hop)]
+    return "\n".join(lines)

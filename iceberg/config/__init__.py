@@ -1,0 +1,1 @@
+"""Configuration read from files and the environment: the lakehouse, and the groups' YAML."""

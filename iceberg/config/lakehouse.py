@@ -1,0 +1,320 @@
+"""One lakehouse config that both pyiceberg and Spark are built from.
+
+The catalog database is shared: pyiceberg's ``SqlCatalog`` and Spark's ``JdbcCatalog`` run the same
+compare-and-swap on one row, provided both use the same catalog name. Keeping a single
+``LakehouseConfig`` as the source of both sides is what keeps them pointed at the same tables.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.sql import SqlCatalog
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, SQLAlchemyError
+
+from iceberg.config.files import format_validation_error, read_yaml_mapping
+from iceberg.errors import CatalogUnavailable, ConfigError
+
+_CATALOGS: dict[str, Catalog] = {}
+_CATALOGS_LOCK = threading.Lock()
+
+S3_SCHEMES = ("s3://", "s3a://")
+ENV_CONFIG = "ICEGROUP_LAKEHOUSE"
+ENV_HOME = "ICEGROUP_HOME"
+ENV_OVERRIDES = {
+    "ICEGROUP_CATALOG_NAME": "catalog_name",
+    "ICEGROUP_CATALOG_URI": "catalog_uri",
+    "ICEGROUP_WAREHOUSE": "warehouse",
+    "ICEGROUP_SPARK_MASTER": "spark_master",
+    "ICEGROUP_ICEBERG_PACKAGES": "iceberg_packages",
+    "ICEGROUP_JARS": "jars",
+}
+
+
+class OpenLineageSettings(BaseModel):
+    """Where Borrower and replay runs send their OpenLineage events; absent from the config, none are sent."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    namespace: str = Field(default="icegroup", description="OpenLineage job namespace of icegroup's runs.")
+    transport: dict[str, Any] | None = Field(
+        default=None,
+        description="The OpenLineage client's transport, as openlineage.yml writes it: {type: console}, "
+        "{type: file, log_file_path: ..., append: true} or {type: http, url: http://marquez:5000}. "
+        "Unset: the client's own discovery (OPENLINEAGE_CONFIG, OPENLINEAGE_URL, openlineage.yml).",
+    )
+
+
+class SparkSettings(BaseModel):
+    """How big a Borrower's Spark application is; the defaults fit the embedded stack on one machine."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    shuffle_partitions: int = Field(
+        default=4, ge=1, description="spark.sql.shuffle.partitions: a shard is small, so a few partitions suffice."
+    )
+    executor_memory: str | None = Field(
+        default=None, description="spark.executor.memory per executor on a cluster, e.g. 2g; unset: Spark's 1g."
+    )
+    executor_cores: int | None = Field(
+        default=None, ge=1, description="spark.executor.cores: cores per executor; unset: Spark's default."
+    )
+    cores_max: int | None = Field(
+        default=None,
+        ge=1,
+        description="spark.cores.max: the cores one Borrower may take from a standalone cluster. Unset, the first "
+        "Borrower takes every free core and the next waits; set it so max_borrowers Borrowers fit the cluster.",
+    )
+    driver_memory: str | None = Field(
+        default=None, description="spark.driver.memory of the Borrower's own process, e.g. 2g; unset: Spark's 1g."
+    )
+    python: str | None = Field(
+        default=None,
+        description="The Python that executors run UDFs with, as a path on their hosts, with the driver's Python "
+        "version and pyspark; the Borrower passes it as PYSPARK_PYTHON when it starts Spark. Unset: "
+        "PYSPARK_PYTHON, else python3.",
+    )
+
+    def conf(self) -> dict[str, str]:
+        """These settings as Spark configuration keys; unset ones are left to Spark."""
+        conf = {"spark.sql.shuffle.partitions": str(self.shuffle_partitions)}
+        optional = {
+            "spark.executor.memory": self.executor_memory,
+            "spark.executor.cores": self.executor_cores,
+            "spark.cores.max": self.cores_max,
+            "spark.driver.memory": self.driver_memory,
+        }
+        conf.update({key: str(value) for key, value in optional.items() if value is not None})
+        return conf
+
+
+class S3Settings(BaseModel):
+    """How both engines reach an ``s3://`` warehouse. Credentials are never here: see ``LakehouseConfig.s3``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    endpoint: str | None = Field(
+        default=None,
+        description="S3 endpoint URL of an S3-compatible store, e.g. http://127.0.0.1:9000; unset: AWS.",
+    )
+    region: str | None = Field(
+        default=None,
+        description="The bucket's region; unset: from the AWS chain (AWS_REGION, the profile), or looked up.",
+    )
+    path_style_access: bool = Field(
+        default=False,
+        description="Address buckets as endpoint/bucket instead of bucket.endpoint; most S3-compatible servers "
+        "(MinIO, moto, Ceph) need true.",
+    )
+
+    @field_validator("endpoint")
+    @classmethod
+    def _endpoint_is_a_url(cls, value: str | None) -> str | None:
+        if value is not None and not value.startswith(("http://", "https://")):
+            raise ValueError(f"{value!r} is not a URL; write it as http://host:port or https://host")
+        return value
+
+
+class LakehouseConfig(BaseModel):
+    """Where the catalog and the warehouse are, and how Spark reaches them."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    catalog_name: str = Field(
+        default="lake",
+        description="Catalog name; must be the same for pyiceberg and Spark or they see different tables.",
+    )
+    catalog_uri: str = Field(
+        description="SQLAlchemy URL of the catalog database, e.g. sqlite:////abs/catalog.db or "
+        "postgresql+psycopg2://user:pw@host:5432/db.",
+    )
+    warehouse: str = Field(
+        description="Warehouse root: an absolute path, a file:// URI, or s3://bucket/prefix (see s3)."
+    )
+    spark_master: str = Field(
+        default="local[*]", description="Spark master URL for Borrowers, e.g. spark://host:7077 for a cluster."
+    )
+    iceberg_packages: str | None = Field(
+        default=None,
+        description="Maven coordinates for spark.jars.packages; when unset, the runtime jar from the "
+        "pinned snowpark-connect-deps-iceberg wheel is used (no Maven access needed).",
+    )
+    jars: str | None = Field(
+        default=None,
+        description="One folder or URL prefix (/opt/jars, hdfs://..., https://...) holding every jar Spark needs: "
+        "the Iceberg runtime, the catalog's JDBC driver, icegroup-commit.jar, icegroup-sqlite-jdbc.jar for a "
+        "SQLite catalog and iceberg-aws-bundle for S3. `make jars` fills one. Unset: the jars of this install.",
+    )
+    spark: SparkSettings = Field(default_factory=SparkSettings, description="Sizing of a Borrower's Spark application.")
+    s3: S3Settings | None = Field(
+        default=None,
+        description="Endpoint, region and addressing of an s3:// warehouse. Credentials come only from the "
+        "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or the AWS credential chain, never from this file.",
+    )
+    spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, applied last.")
+    openlineage: OpenLineageSettings | None = Field(
+        default=None, description="Emit OpenLineage run events for Borrower and replay runs; off when unset."
+    )
+
+    @field_validator("catalog_uri")
+    @classmethod
+    def _uri_parses(cls, value: str) -> str:
+        try:
+            url = make_url(value)
+        except ArgumentError as exc:
+            raise ValueError(
+                f"{value!r} is not a SQLAlchemy URL; use sqlite:////abs/path.db or "
+                "postgresql+psycopg2://user:pw@host:5432/db"
+            ) from exc
+        if url.get_backend_name() not in ("sqlite", "postgresql"):
+            raise ValueError(f"backend {url.get_backend_name()!r} is not supported; use sqlite or postgresql")
+        if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
+            raise ValueError("an in-memory SQLite catalog cannot be shared with Spark; name a file")
+        return value
+
+    @field_validator("s3")
+    @classmethod
+    def _s3_only_for_an_s3_warehouse(cls, value: S3Settings | None, info: ValidationInfo) -> S3Settings | None:
+        warehouse = str(info.data.get("warehouse", ""))
+        if value is not None and not warehouse.startswith(S3_SCHEMES):
+            raise ValueError(
+                f"set, but the warehouse {warehouse!r} is not in S3; write the warehouse as s3://bucket/prefix, "
+                "or remove s3"
+            )
+        return value
+
+    @property
+    def on_s3(self) -> bool:
+        """Whether the warehouse is in object storage (``s3://`` or ``s3a://``)."""
+        return self.warehouse.startswith(S3_SCHEMES)
+
+    @property
+    def warehouse_uri(self) -> str:
+        """The warehouse as a URI, the form Spark's catalog expects."""
+        if "://" in self.warehouse:
+            return self.warehouse
+        return Path(self.warehouse).resolve().as_uri()
+
+    def pyiceberg_properties(self) -> dict[str, str]:
+        """Properties for ``SqlCatalog``.
+
+        WAL plus a busy timeout keep SQLite usable by two engines. The catalog is opened once per
+        process and its connection pool lives as long as a Dagster daemon does, so a pooled
+        connection is checked before use: one dropped by a database restart is replaced, not failed.
+        """
+        uri = self.catalog_uri
+        if make_url(uri).get_backend_name() == "sqlite" and "timeout=" not in uri:
+            uri = f"{uri}{'&' if '?' in uri else '?'}timeout=30"
+        properties = {"uri": uri, "warehouse": self.warehouse_uri, "pool_pre_ping": "true"}
+        if self.on_s3:
+            properties.update(self.pyiceberg_s3_properties())
+        return properties
+
+    def pyiceberg_s3_properties(self) -> dict[str, str]:
+        """The S3 settings of pyiceberg's FileIO; without keys it uses the AWS credential chain (env, profile, role)."""
+        s3 = self.s3 or S3Settings()
+        properties = {"s3.force-virtual-addressing": str(not s3.path_style_access).lower()}
+        if s3.region:
+            properties["s3.region"] = s3.region
+        if s3.endpoint:
+            properties["s3.endpoint"] = s3.endpoint
+        return properties
+
+    def jdbc(self) -> tuple[str, dict[str, str]]:
+        """The same catalog database as a JDBC URL plus driver properties, for Spark's JdbcCatalog."""
+        url = make_url(self.catalog_uri)
+        if url.get_backend_name() == "sqlite":
+            return f"jdbc:sqlite:{url.database}", {"busy_timeout": "30000", "journal_mode": "WAL"}
+        props = {key: str(value) for key, value in url.query.items()}
+        if url.username:
+            props["user"] = url.username
+        if url.password:
+            props["password"] = str(url.password)
+        return f"jdbc:postgresql://{url.host or 'localhost'}:{url.port or 5432}/{url.database}", props
+
+    def catalog(self) -> Catalog:
+        """The process's pyiceberg catalog for this config: opened once, then shared.
+
+        The config is frozen, so equal configs mean the same catalog. Opening one builds a SQL
+        engine with its own connection pool; doing that per call would cost a pool per tick and
+        per lease. A SQLite file is created in WAL mode: WAL lets Spark's pooled JDBC connections
+        read while pyiceberg writes; in the default rollback journal an idle JDBC read transaction
+        makes every pyiceberg commit fail with "database is locked".
+        """
+        key = self.model_dump_json()
+        with _CATALOGS_LOCK:
+            catalog = _CATALOGS.get(key)
+            if catalog is None:
+                catalog = _CATALOGS[key] = self._open_catalog()
+        return catalog
+
+    def _open_catalog(self) -> Catalog:
+        url = make_url(self.catalog_uri)
+        if "://" not in self.warehouse:
+            Path(self.warehouse).mkdir(parents=True, exist_ok=True)
+        try:
+            if url.get_backend_name() == "sqlite" and url.database:
+                Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+                with sqlite3.connect(url.database, timeout=30) as connection:
+                    connection.execute("PRAGMA journal_mode=WAL")
+            try:
+                return SqlCatalog(self.catalog_name, **self.pyiceberg_properties())
+            except SQLAlchemyError:
+                # Another process created the catalog's tables at the same moment; they exist now.
+                return SqlCatalog(self.catalog_name, **self.pyiceberg_properties())
+        except (SQLAlchemyError, sqlite3.Error) as exc:
+            raise CatalogUnavailable(self._unavailable(exc)) from exc
+
+    def _unavailable(self, exc: Exception) -> str:
+        url = make_url(self.catalog_uri)
+        cause = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        where = url.render_as_string(hide_password=True)
+        if url.get_backend_name() == "sqlite":
+            remedy = (
+                "Check that the file is an icegroup catalog (a SQLite database) and readable; restore it from a "
+                "backup, or point catalog_uri (ICEGROUP_CATALOG_URI) at the right file"
+            )
+        else:
+            remedy = (
+                "Check that the database server is up and reachable, and that the user, password and database in "
+                "catalog_uri (ICEGROUP_CATALOG_URI) are right"
+            )
+        return f"catalog_uri: catalog {self.catalog_name!r} at {where} cannot be opened: {cause}. {remedy}"
+
+
+def embedded_default(home: Path) -> dict[str, str]:
+    """The embedded stack: catalog ``lake`` in ``.lake/catalog.db``, warehouse ``.lake/warehouse``."""
+    lake = home.resolve() / ".lake"
+    return {"catalog_uri": f"sqlite:///{lake / 'catalog.db'}", "warehouse": str(lake / "warehouse")}
+
+
+def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = None) -> LakehouseConfig:
+    """Build the config from the embedded default, then a YAML file, then ``ICEGROUP_*`` variables.
+
+    Later sources win, so a deployment can point both engines at PostgreSQL with one variable.
+    """
+    env = os.environ if env is None else env
+    home = Path(env.get(ENV_HOME, "."))
+    values: dict[str, Any] = embedded_default(home)
+    origins: dict[str, str] = {}
+    path = path or (Path(env[ENV_CONFIG]) if env.get(ENV_CONFIG) else None)
+    if path is not None:
+        from_file = read_yaml_mapping(path, what="lakehouse config", unset=ENV_CONFIG)
+        values.update(from_file)
+        origins.update(dict.fromkeys(from_file, str(path)))
+    for var, field in ENV_OVERRIDES.items():
+        if env.get(var):
+            values[field] = env[var]
+            origins[field] = var
+    try:
+        return LakehouseConfig(**values)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, source="lakehouse defaults", origins=origins)) from exc

@@ -1,0 +1,172 @@
+"""OpenLineage run events for Borrower and replay runs: START, then COMPLETE or FAIL.
+
+Off unless the lakehouse config has an ``openlineage`` section; its transport is the OpenLineage
+client's own (console, file, HTTP to Marquez, ...). Inputs and outputs are the Iceberg tables, named
+by their location as OpenLineage names tables (namespace ``file`` or ``s3://bucket``, name the
+path) with the catalog identifier as a symlink, and versioned by snapshot id: the source at the
+last snapshot the run read, the sink at the snapshot it committed. A lease attempt's run id is
+derived from the group, lease and attempt, and a replay's from its window and generation, so
+every event of one run carries the same id. An event that cannot be sent is logged, never raised:
+lineage must not fail the work it describes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import traceback
+import uuid
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from urllib.parse import urlparse
+
+from openlineage.client import OpenLineageClient
+from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, RunEvent, RunState
+from openlineage.client.facet_v2 import (
+    DatasetFacet,
+    RunFacet,
+    dataset_version_dataset,
+    error_message_run,
+    job_type_job,
+    output_statistics_output_dataset,
+    symlinks_dataset,
+)
+from pyiceberg.catalog import Catalog
+
+from iceberg.config.lakehouse import LakehouseConfig, OpenLineageSettings
+from iceberg.store.tables import load_optional
+
+log = logging.getLogger(__name__)
+
+PRODUCER = "https://github.com/icegroup/icegroup"
+_CLIENTS: dict[str, OpenLineageClient] = {}
+_CLIENTS_LOCK = threading.Lock()
+
+
+def client_for(settings: OpenLineageSettings) -> OpenLineageClient:
+    """The process's client for these settings: built once, since an HTTP transport keeps a session."""
+    key = settings.model_dump_json()
+    with _CLIENTS_LOCK:
+        if key not in _CLIENTS:
+            transport = settings.transport
+            _CLIENTS[key] = OpenLineageClient(config={"transport": transport}) if transport else OpenLineageClient()
+        return _CLIENTS[key]
+
+
+def run_id_for(group: str, key: str) -> str:
+    """A stable OpenLineage run id (a UUID) for one run of ``group``, e.g. a lease attempt."""
+    return str(uuid.uuid5(uuid.NAMESPACE_URL, f"icegroup/{group}/{key}"))
+
+
+def table_name(location: str) -> tuple[str, str]:
+    """OpenLineage's namespace and name of a table at ``location``: ``file`` and its path, or ``s3://b`` and its key."""
+    parsed = urlparse(location)
+    if parsed.scheme in ("", "file"):
+        return "file", parsed.path
+    return f"{parsed.scheme}://{parsed.netloc}", parsed.path.lstrip("/")
+
+
+@dataclass
+class RunEvents:
+    """One run's events; with no client (OpenLineage off) every method does nothing."""
+
+    client: OpenLineageClient | None
+    namespace: str
+    job: str
+    run_id: str
+    inputs: list[InputDataset] = field(default_factory=list)
+
+    def job_type(self) -> job_type_job.JobTypeJobFacet:
+        """A batch job of icegroup's: a lease attempt or a replay, by the job's name."""
+        kind = self.job.rsplit(".", 1)[-1].upper()
+        return job_type_job.JobTypeJobFacet(
+            processingType="BATCH", integration="ICEGROUP", jobType=kind, producer=PRODUCER
+        )
+
+    def start(self) -> None:
+        """The run began: its inputs, at the versions it will read."""
+        self._emit(RunState.START, [])
+
+    def complete(self, outputs: list[OutputDataset]) -> None:
+        """The run ended well: its outputs, at the versions it committed."""
+        self._emit(RunState.COMPLETE, outputs)
+
+    def fail(self, error: BaseException) -> None:
+        """The run failed: the error, with its traceback."""
+        facet = error_message_run.ErrorMessageRunFacet(
+            message=f"{type(error).__name__}: {error}",
+            programmingLanguage="python",
+            stackTrace="".join(traceback.format_exception(error)),
+            producer=PRODUCER,
+        )
+        self._emit(RunState.FAIL, [], {"errorMessage": facet})
+
+    def _emit(self, state: RunState, outputs: list[OutputDataset], facets: dict[str, RunFacet] | None = None) -> None:
+        if self.client is None:
+            return
+        event = RunEvent(
+            eventType=state,
+            eventTime=datetime.now(UTC).isoformat(),
+            run=Run(runId=self.run_id, facets=facets or {}),
+            job=Job(namespace=self.namespace, name=self.job, facets={"jobType": self.job_type()}),
+            inputs=self.inputs,
+            outputs=outputs,
+            producer=PRODUCER,
+        )
+        try:
+            self.client.emit(event)
+        except Exception as exc:  # a lineage backend that is down must not fail the run
+            log.warning("OpenLineage: %s event of %s (run %s) not sent: %s", state.value, self.job, self.run_id, exc)
+
+
+def run_events(
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    group: str,
+    job: str,
+    key: str,
+    source: str,
+    source_version: int | None,
+) -> RunEvents:
+    """The events of one run of ``group``'s ``job`` reading ``source`` at ``source_version``; inert when off."""
+    settings = lakehouse.openlineage
+    if settings is None:
+        return RunEvents(None, "", job, run_id_for(group, key))
+    dataset = table_dataset(catalog, lakehouse, source, source_version)
+    inputs = [] if dataset is None else [InputDataset(dataset[0], dataset[1], facets=dataset[2])]
+    return RunEvents(client_for(settings), settings.namespace, job, run_id_for(group, key), inputs)
+
+
+def output_dataset(
+    lakehouse: LakehouseConfig, catalog: Catalog, sink: str, version: int | None, rows: int, files: int | None = None
+) -> list[OutputDataset]:
+    """The sink as a run's output, at the snapshot it committed, with the rows it wrote; none if off or absent."""
+    if lakehouse.openlineage is None:
+        return []
+    dataset = table_dataset(catalog, lakehouse, sink, version)
+    if dataset is None:
+        return []
+    stats = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
+        rowCount=rows, fileCount=files, producer=PRODUCER
+    )
+    return [OutputDataset(dataset[0], dataset[1], facets=dataset[2], outputFacets={"outputStatistics": stats})]
+
+
+def table_dataset(
+    catalog: Catalog, lakehouse: LakehouseConfig, identifier: str, version: int | None
+) -> tuple[str, str, dict[str, DatasetFacet]] | None:
+    """Namespace, name and facets of an Iceberg table at ``version``; None if the table does not exist."""
+    table = load_optional(catalog, identifier)
+    if table is None:
+        return None
+    namespace, name = table_name(table.location())
+    symlink = symlinks_dataset.Identifier(
+        namespace=lakehouse.warehouse_uri.rstrip("/"), name=f"{lakehouse.catalog_name}.{identifier}", type="TABLE"
+    )
+    links = symlinks_dataset.SymlinksDatasetFacet(identifiers=[symlink], producer=PRODUCER)
+    facets: dict[str, DatasetFacet] = {"symlinks": links}
+    if version is not None:
+        facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
+            datasetVersion=str(version), producer=PRODUCER
+        )
+    return namespace, name, facets

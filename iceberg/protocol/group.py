@@ -1,0 +1,283 @@
+"""A consumer group's definition: the validated ``GroupConfig`` model, with no file or catalog behind it.
+
+Validation happens when a group is built (``iceberg/config/groups.py`` reads them from YAML), so a bad
+group never reaches a Leader tick or a Spark job. Every error names the group, the field and what is allowed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from datetime import UTC, date, datetime, timedelta
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pyiceberg.expressions import BooleanExpression
+from pyiceberg.expressions.parser import parse as parse_filter
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.schema import Schema
+
+from iceberg.errors import ConfigError
+from iceberg.protocol.durations import parse_duration
+
+NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
+TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
+TRANSFORM_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*$")
+CRON_FIELD_RE = re.compile(r"^[0-9*/,\-A-Za-z?]+$")
+START_HELP = "allowed: earliest, latest, {snapshot_id: <id>} or {timestamp: <ISO-8601>}"
+
+
+class StartAtSnapshot(BaseModel):
+    """Start with this source snapshot, inclusive."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    snapshot_id: int = Field(description="First source snapshot to consume (inclusive).")
+
+
+class StartAtTimestamp(BaseModel):
+    """Start with the first source snapshot committed at or after this time."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    timestamp: datetime = Field(description="ISO-8601 time; snapshots committed at or after it are consumed.")
+
+    @field_validator("timestamp")
+    @classmethod
+    def _aware(cls, value: datetime) -> datetime:
+        return value if value.tzinfo else value.replace(tzinfo=UTC)
+
+
+StartPosition = Literal["earliest", "latest"] | StartAtSnapshot | StartAtTimestamp
+
+
+class ShardCaps(BaseModel):
+    """Upper bounds for one shard; a shard is closed before a snapshot would push it past any cap."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+    max_files: int = Field(default=64, ge=1, description="Data files per shard.")
+    max_bytes: int = Field(default=256 * 1024 * 1024, ge=1, description="Data file bytes per shard.")
+    max_rows: int = Field(default=5_000_000, ge=1, description="Source rows per shard.")
+
+
+class GroupConfig(BaseModel):
+    """One consumer group: what it reads, how it transforms, where it writes, and how it shares work."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="Group name: lower case letters, digits and _, starting with a letter.")
+    source: str = Field(description="Source table as namespace.table in the lakehouse catalog.")
+    sink: str = Field(description="Sink table as namespace.table; created by the first Borrower.")
+    transform: str = Field(
+        default="spark_jobs.transforms:identity",
+        description="Import path module:function of a DataFrame -> DataFrame transform; imported where Spark "
+        "runs (spark_jobs/transforms.py), and checked when the definitions load.",
+    )
+    filter: str | None = Field(
+        default=None,
+        description="Optional row filter in Iceberg expression syntax, e.g. \"region = 'eu' and amount > 0\".",
+    )
+    max_borrowers: int = Field(
+        default=2, ge=1, description="Leases in flight at once, and the most Borrower runs the Leader keeps."
+    )
+    leases_per_borrower: int = Field(
+        default=2,
+        ge=1,
+        description="Leases one warm Borrower run executes at once, in threads of one SparkSession; the Leader "
+        "starts another Borrower run only for waiting leases beyond that.",
+    )
+    borrower_idle_s: float = Field(
+        default=60.0,
+        ge=0,
+        le=86400,
+        description="Seconds a warm Borrower run waits for a new lease before it exits; a longer wait keeps "
+        "Spark warm for the next source commit, a shorter one frees the run sooner.",
+    )
+    shard_caps: ShardCaps = Field(default_factory=ShardCaps, description="Size caps of one shard.")
+    lease_max_shards: int = Field(default=16, ge=1, description="Shards granted in one lease at most.")
+    commit_batch_rows: int = Field(
+        default=1_000_000,
+        ge=0,
+        description="Consecutive shards of a lease with this many source rows in all are published in one sink "
+        "commit (each commit costs about a second of fixed work); 0 commits every shard on its own.",
+    )
+    lease_timeout_s: int = Field(
+        default=1800,
+        ge=10,
+        description="Seconds after which a granted lease is re-granted to a new run even though its holder still "
+        "beats: the bound for a Borrower that is alive but stuck. A dead one is noticed by session_timeout_s.",
+    )
+    session_timeout_s: int = Field(
+        default=30,
+        ge=5,
+        le=3600,
+        description="Seconds without a heartbeat after which a Borrower counts as dead and its leases are "
+        "re-granted (at the next Leader tick); Borrowers beat every third of it. Kafka's session timeout.",
+    )
+    sensor_interval_s: int = Field(
+        default=5,
+        ge=1,
+        le=3600,
+        description="Seconds between the Leader sensor's ticks: how soon a new source snapshot is noticed. An "
+        "idle tick reads the registry, the source's and the sink's heads and the heartbeats (about 15 ms); "
+        "Dagster's sensor daemon adds its own loop, so ticks come no faster than it evaluates them.",
+    )
+    start: StartPosition = Field(default="earliest", description=f"Where a new group starts; {START_HELP}.")
+    non_append: Literal["fail", "skip"] = Field(
+        default="fail",
+        description="What to do with overwrite/delete source snapshots: fail (stop with an error) or skip.",
+    )
+    replay_window: Literal["hour", "day"] = Field(
+        default="day", description="Width of the sink's time partitions, by source commit time."
+    )
+    window_start: date = Field(
+        default=date(2025, 1, 1), description="First day of the sink's partitions; no source commit is older."
+    )
+    schedule: str | None = Field(
+        default=None,
+        description="Cron expression; when set, the group consumes until caught up on this schedule "
+        "instead of on every Leader sensor tick.",
+    )
+    max_pending_shards: int = Field(
+        default=1000,
+        ge=1,
+        description="Planning waits while this many shards are cut and not committed, so the registry stays "
+        "bounded however far the group is behind.",
+    )
+    max_snapshots_per_tick: int = Field(
+        default=500, ge=1, description="Source snapshots one Leader tick plans at most, to keep ticks short."
+    )
+    max_deliver: int = Field(
+        default=3,
+        ge=1,
+        description="Times a Borrower tries a shard whose read or transform fails before the shard is poison.",
+    )
+    deliver_backoff_s: float = Field(
+        default=2.0, ge=0, le=600, description="Wait before the second try of a failing shard; doubles per try."
+    )
+    on_poison: Literal["stop", "park"] = Field(
+        default="stop",
+        description="A poison shard either stops the group (stop) or is parked in the dead-letter table while "
+        "the other streams go on (park); both wait for `icegroup redrive`.",
+    )
+
+    on_change: Literal["fail", "continue"] = Field(
+        default="fail",
+        description="What the Leader does when filter or transform changed since the sink's output was made: "
+        "fail (stop, naming the choices: a new group name, or on_change: continue) or continue (record the "
+        "change in the registry and go on; earlier output stays as it was made).",
+    )
+
+    replay_retention: timedelta = Field(
+        default=timedelta(days=7),
+        description="How far back `icegroup expire` keeps the source's snapshots for this group, besides all it "
+        "has not consumed yet: the horizon of resets by time or snapshot. Like 30d, 12h or P1DT12H.",
+    )
+    inactive_after: timedelta = Field(
+        default=timedelta(days=30),
+        description="The group's registration on its source lapses when its Leader has not ticked for this long: "
+        "`icegroup expire` in another code location stops keeping history for it. Like 30d.",
+    )
+
+    retire_streams_after: timedelta = Field(
+        default=timedelta(days=1),
+        description="A stream (source partition) with nothing pending that has committed nothing for this long is "
+        "folded out of the registry, so a table partitioned by day keeps the registry of its live days only. Its "
+        "counts stay in the group's totals; new data in it starts it again from the planning cursor. Like 1d.",
+    )
+
+    @field_validator("replay_retention", "inactive_after", "retire_streams_after", mode="before")
+    @classmethod
+    def _duration(cls, value: Any) -> Any:
+        return parse_duration(value) if isinstance(value, str) else value
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str) -> str:
+        if not NAME_RE.match(value):
+            raise ValueError("use lower case letters, digits and _, starting with a letter (max 63)")
+        return value
+
+    @field_validator("source", "sink")
+    @classmethod
+    def _table(cls, value: str) -> str:
+        if not TABLE_RE.match(value):
+            raise ValueError(f"{value!r} is not namespace.table; write it like demo.events")
+        return value
+
+    @field_validator("transform")
+    @classmethod
+    def _transform(cls, value: str) -> str:
+        if not TRANSFORM_RE.match(value):
+            raise ValueError(f"{value!r} is not an import path; write it as package.module:function")
+        return value
+
+    @field_validator("filter")
+    @classmethod
+    def _filter(cls, value: str | None) -> str | None:
+        if value is not None:
+            parse_row_filter(value)
+        return value
+
+    @field_validator("start", mode="before")
+    @classmethod
+    def _start(cls, value: Any) -> Any:
+        if isinstance(value, str) and value not in ("earliest", "latest"):
+            raise ValueError(f"{value!r} is not a start position; {START_HELP}")
+        if isinstance(value, dict) and set(value) not in ({"snapshot_id"}, {"timestamp"}):
+            raise ValueError(f"{value!r} is not a start position; {START_HELP}")
+        return value
+
+    @field_validator("schedule")
+    @classmethod
+    def _schedule(cls, value: str | None) -> str | None:
+        if value is not None:
+            fields = value.split()
+            if len(fields) != 5 or not all(CRON_FIELD_RE.match(f) for f in fields):
+                raise ValueError(f"{value!r} is not a 5-field cron expression such as '0 2 * * *'")
+        return value
+
+    @model_validator(mode="after")
+    def _sink_is_not_source(self) -> GroupConfig:
+        if self.sink.lower() == self.source.lower():
+            raise ValueError("sink: must differ from source, or the group would consume its own output")
+        return self
+
+    @property
+    def config_hash(self) -> str:
+        """16 hex characters over the settings that decide what the output is: filter and transform.
+
+        The transform counts by its import path; a changed body under the same path is not seen.
+        """
+        pinned = json.dumps({"filter": self.filter, "transform": self.transform}, sort_keys=True)
+        return hashlib.sha256(pinned.encode()).hexdigest()[:16]
+
+    @property
+    def row_filter(self) -> BooleanExpression | None:
+        """The filter as a pyiceberg expression."""
+        return parse_row_filter(self.filter) if self.filter else None
+
+
+def check_filter(group: GroupConfig, schema: Schema) -> None:
+    """The filter may name only columns the source has now; checked at every tick, so also after a schema change."""
+    if group.row_filter is None:
+        return
+    try:
+        bind(schema, group.row_filter, case_sensitive=True)
+    except ValueError as exc:
+        columns = ", ".join(field.name for field in schema.fields)
+        raise ConfigError(
+            f"group {group.name!r}: filter: {group.filter!r} does not fit source {group.source!r} "
+            f"({str(exc).splitlines()[0]}); its columns are {columns}. Fix the filter"
+        ) from exc
+
+
+def parse_row_filter(text: str) -> BooleanExpression:
+    """Parse a row filter, turning the parser's error into one that says what syntax is expected."""
+    try:
+        return parse_filter(text)
+    except Exception as exc:
+        reason = str(exc).splitlines()[0][:160]
+        raise ValueError(
+            f"{text!r} does not parse ({reason}); use Iceberg expression syntax such as "
+            "\"region = 'eu' and amount > 10\""
+        ) from exc

@@ -1,0 +1,196 @@
+"""Incremental shard planning: read only what the snapshots after the group's position added.
+
+Cost is one manifest list per new snapshot plus the manifests those snapshots wrote, independent of
+the table's size (the same algorithm as Iceberg's ``BaseIncrementalAppendScan``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection
+from dataclasses import dataclass
+
+from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
+from pyiceberg.partitioning import PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.transforms import IdentityTransform
+from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
+
+from iceberg.errors import SourceError
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
+from iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
+from iceberg.store.tables import walk_back
+
+APPEND = "append"
+REPLACE = "replace"
+PRUNABLE_TYPES = (StringType, IntegerType, LongType, BooleanType)
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What one tick found after the planning cursor."""
+
+    appends: list[SnapshotInfo]
+    files: list[FileEntry]
+    through: SnapshotInfo | None
+    skipped: list[SnapshotInfo]
+    remaining: int
+    blocked: SourceError | None = None
+
+
+def snapshot_info(snapshot: Snapshot) -> SnapshotInfo:
+    """The metadata-only view of a snapshot that planning and shard cutting use."""
+    return SnapshotInfo(
+        snapshot_id=snapshot.snapshot_id,
+        parent_id=snapshot.parent_snapshot_id,
+        sequence_number=snapshot.sequence_number or 0,
+        timestamp_ms=snapshot.timestamp_ms,
+        schema_id=snapshot.schema_id,
+        operation=snapshot.summary.operation.value if snapshot.summary else APPEND,
+    )
+
+
+def new_snapshots(table: Table, after: int | None, group: GroupConfig) -> list[SnapshotInfo]:
+    """Snapshots on main after ``after``, oldest first; an unreachable position is an error.
+
+    Reaching a parent that is no longer in the metadata before reaching ``after`` means history the
+    group still needs was expired, so stopping is the only way to not skip data silently.
+    """
+    chain = list(walk_back(table, after))
+    if chain:
+        oldest = chain[-1]
+        if oldest.parent_snapshot_id != after:
+            raise SourceError(
+                f"group {group.name!r}: position {after} of source {group.source!r} is no longer in its "
+                f"history (expired or rolled back); the oldest reachable snapshot is {oldest.snapshot_id}. "
+                "Reset the group to the earliest available snapshot (start: earliest with a new group "
+                "name) and accept the gap, or restore the source's history."
+            )
+    return [snapshot_info(s) for s in reversed(chain)]
+
+
+def plan_increment(
+    table: Table, after: int | None, group: GroupConfig, followed: Callable[[], Collection[int]] = frozenset
+) -> Plan:
+    """Plan at most ``max_snapshots_per_tick`` snapshots after ``after``: their added data files by stream.
+
+    Planning stops *at* a non-append snapshot it cannot step over: the appends before it are planned,
+    and ``blocked`` holds the error naming it (the tick raises it once nothing is left to run), so a
+    chained group can consume everything before an upstream replay and then follow it. ``followed``
+    (read once, only when needed) lists the upstream replays this group followed (``icegroup replay
+    --follow-upstream``); those are stepped over.
+    """
+    pending = new_snapshots(table, after, group)
+    batch = pending[: group.max_snapshots_per_tick]
+    appends: list[SnapshotInfo] = []
+    skipped: list[SnapshotInfo] = []
+    blocked: SourceError | None = None
+    stepped_over: Collection[int] | None = None
+    for index, info in enumerate(batch):
+        if info.operation == APPEND:
+            appends.append(info)
+            continue
+        if info.operation != REPLACE and group.non_append != "skip" and stepped_over is None:
+            stepped_over = followed()
+        if info.operation == REPLACE or group.non_append == "skip" or info.snapshot_id in (stepped_over or ()):
+            skipped.append(info)
+            continue
+        blocked = non_append_error(table, info, group)
+        batch = batch[:index]
+        break
+    files = added_files(table, appends)
+    return Plan(
+        appends=appends,
+        files=files,
+        through=batch[-1] if batch else None,
+        skipped=skipped,
+        remaining=len(pending) - len(batch),
+        blocked=blocked,
+    )
+
+
+def non_append_error(table: Table, info: SnapshotInfo, group: GroupConfig) -> SourceError:
+    """The error for a source snapshot that deleted rows: what it was, and this group's choices."""
+    snapshot = table.snapshot_by_id(info.snapshot_id)
+    props = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
+    by = props.get(KEY_GROUP, "?")
+    where = f"group {group.name!r}: source snapshot {info.snapshot_id} of {group.source!r}"
+    if KEY_REPLAY in props:
+        return SourceError(
+            f"{where} is a replay of window {props[KEY_REPLAY]} by group {by!r}: it replaced rows this group "
+            f"consumed with their new version. Run `icegroup replay {group.name} --follow-upstream` to replay this "
+            "group's windows that consumed them (the group then goes on past it), or set non_append: skip to keep "
+            f"this group's output of the old version. Next time, `icegroup replay {by} --window "
+            f"{props[KEY_REPLAY]} --cascade` does both replays at once"
+        )
+    if KEY_RESET in props:
+        return SourceError(
+            f"{where} is a reset ({props[KEY_RESET]}) of group {by!r}: it deleted rows this group consumed, which "
+            "the upstream group consumes again. A downstream group cannot follow it without repeating or losing "
+            "rows. Set non_append: skip to keep this group's output of the old version (the rows consumed again "
+            "upstream are consumed again here too), or consume the upstream sink with a new group"
+        )
+    return SourceError(
+        f"{where} is an {info.operation!r} snapshot, which an append-only consumer cannot follow without losing "
+        "or repeating rows. Set non_append: skip to ignore such snapshots, or consume the table "
+        "with a new group starting after it."
+    )
+
+
+def stream_key(spec_id: int, path: str) -> str:
+    """A stream is one partition of one spec: ``<spec id>:<partition path>``."""
+    return f"{spec_id}:{path or 'unpartitioned'}"
+
+
+def identity_values(spec: PartitionSpec, schema: Schema, data_file: DataFile) -> tuple[tuple[str, PartitionValue], ...]:
+    """Source column = value for each identity partition field of a plain type.
+
+    Every file of a stream shares these values, so they are an exact filter for the stream that
+    Iceberg can prune files with. Fields with other transforms or types are left out; the Borrower's
+    filter on ``_file`` keeps the read exact without them.
+    """
+    values = []
+    for position, field in enumerate(spec.fields):
+        column = schema.find_field(field.source_id)
+        if isinstance(field.transform, IdentityTransform) and isinstance(column.field_type, PRUNABLE_TYPES):
+            values.append((schema.find_column_name(field.source_id) or column.name, data_file.partition[position]))
+    return tuple(values)
+
+
+def added_files(table: Table, appends: list[SnapshotInfo]) -> list[FileEntry]:
+    """Data files added by the given append snapshots, opening only manifests written by them."""
+    ids = {s.snapshot_id for s in appends}
+    specs = table.specs()
+    schema = table.schema()
+    seen: set[str] = set()
+    out: list[FileEntry] = []
+    for info in appends:
+        snapshot = table.snapshot_by_id(info.snapshot_id)
+        if snapshot is None:
+            continue
+        for manifest in snapshot.manifests(table.io):
+            if (
+                manifest.content != ManifestContent.DATA
+                or manifest.added_snapshot_id not in ids
+                or manifest.manifest_path in seen
+            ):
+                continue
+            seen.add(manifest.manifest_path)
+            spec = specs[manifest.partition_spec_id]
+            for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
+                if entry.status != ManifestEntryStatus.ADDED or entry.snapshot_id not in ids:
+                    continue
+                data_file = entry.data_file
+                out.append(
+                    FileEntry(
+                        stream=stream_key(spec.spec_id, spec.partition_to_path(data_file.partition, schema)),
+                        snapshot_id=entry.snapshot_id,
+                        path=data_file.file_path,
+                        record_count=data_file.record_count,
+                        size_bytes=data_file.file_size_in_bytes,
+                        identity=identity_values(spec, schema, data_file),
+                    )
+                )
+    return out

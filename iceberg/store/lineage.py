@@ -1,0 +1,262 @@
+"""The lineage table: a group's provenance, one Iceberg table per group, recorded by the Leader.
+
+``icegroup.lineage_<group>`` holds an entry per (committed shard, source file) (see
+``iceberg/protocol/lineage.py``). It is partitioned by replay window and by a bucket of the
+source file, so a backwards query (a window, a sink row's window) and a forwards one (a source
+file) each read a fraction of it.
+
+The Leader records it from the sink's commits, like the registry: each tick whose sink moved walks
+the sink's snapshots after the last one recorded, and commits their entries with that snapshot as
+the table's cursor (``icegroup.lineage.through``). The commit is a compare-and-swap
+(``commit.retry.num-retries=0``), so two Leaders cannot record the same commits twice, and it goes
+before the registry's commit, so a registry that has reconciled a commit has its lineage recorded.
+It outlives what it describes: entries keep their files after the source's snapshots expired and
+their sink snapshots after the sink was compacted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+
+import pyarrow as pa
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.partitioning import PartitionField, PartitionSpec
+from pyiceberg.schema import Schema
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.transforms import BucketTransform, IdentityTransform
+from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+
+from iceberg.errors import RegistryConflict
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.lineage import LineageEntry, consumed, replayed, voided
+from iceberg.protocol.shards import Shard
+from iceberg.protocol.sink_commit import KEY_GROUP, KEY_RESET, parse_resets, resets_key
+from iceberg.store.registry import NAMESPACE
+from iceberg.store.sink_history import walk_commits
+from iceberg.store.tables import ensure_namespace, former_parent, load_optional
+
+log = logging.getLogger(__name__)
+
+KEY_THROUGH = "icegroup.lineage.through"
+KEY_THROUGH_SEQUENCE = "icegroup.lineage.through-sequence"
+FILE_BUCKETS = 8
+_STRING, _LONG, _INT = StringType(), LongType(), IntegerType()
+_TYPES = {
+    "group": (_STRING, True),
+    "window": (_STRING, True),
+    "stream": (_STRING, True),
+    "shard_id": (_STRING, True),
+    "from_snapshot": (_LONG, False),
+    "to_snapshot": (_LONG, True),
+    "to_sequence": (_LONG, False),
+    "source_file": (_STRING, False),
+    "source_snapshot": (_LONG, False),
+    "file_records": (_LONG, False),
+    "file_bytes": (_LONG, False),
+    "shard_rows": (_LONG, False),
+    "sink_snapshot": (_LONG, True),
+    "committed_at_ms": (_LONG, True),
+    "kind": (_STRING, True),
+    "generation": (_INT, True),
+    "lease_id": (_STRING, True),
+    "attempt": (_INT, True),
+    "epoch": (_INT, True),
+    "run_id": (_STRING, False),
+    "config_hash": (_STRING, False),
+}
+SCHEMA = Schema(
+    *(
+        NestedField(i, f.name, _TYPES[f.name][0], required=_TYPES[f.name][1])
+        for i, f in enumerate(dataclasses.fields(LineageEntry), start=1)
+    )
+)
+SPEC = PartitionSpec(
+    PartitionField(SCHEMA.find_field("window").field_id, 1000, IdentityTransform(), "window"),
+    PartitionField(SCHEMA.find_field("source_file").field_id, 1001, BucketTransform(FILE_BUCKETS), "file_bucket"),
+)
+PROPERTIES = {
+    "commit.retry.num-retries": "0",
+    # Every tick that commits appends a manifest; merging keeps the manifest list short.
+    "commit.manifest-merge.enabled": "true",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "20",
+    # Exact bounds, so queries by sink snapshot or shard skip the files that cannot hold them.
+    "write.metadata.metrics.default": "full",
+}
+
+
+def lineage_identifier(group: str) -> str:
+    """The group's lineage table."""
+    return f"{NAMESPACE}.lineage_{group}"
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What one recording pass did: entries added, windows superseded by replays, shards voided by resets."""
+
+    added: int = 0
+    superseded: tuple[str, ...] = ()
+    voided: int = 0
+    through: int | None = None
+
+
+def load_lineage(catalog: Catalog, group: str) -> Table | None:
+    """The group's lineage table; None before its first sink commit was recorded."""
+    return load_optional(catalog, lineage_identifier(group))
+
+
+def recorded_through(table: Table) -> int | None:
+    """The last sink snapshot whose commits the table holds."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return None
+    value = snapshot.summary.additional_properties.get(KEY_THROUGH)
+    return int(value) if value is not None else None
+
+
+def recorded_sequence(table: Table) -> int:
+    """The sink sequence number of the table's cursor (0 when it was not recorded)."""
+    snapshot = table.current_snapshot()
+    if snapshot is None or snapshot.summary is None:
+        return 0
+    return int(snapshot.summary.additional_properties.get(KEY_THROUGH_SEQUENCE, "0"))
+
+
+def walked_to(snapshots: list[Snapshot], cursor: int, sink: Table) -> bool:
+    """Whether a walk back from the sink's head (``snapshots``, oldest first) reached the snapshot after ``cursor``."""
+    if not snapshots:
+        return True
+    oldest = snapshots[0]
+    parent = oldest.parent_snapshot_id
+    return parent == cursor or (parent is None and former_parent(sink, oldest.snapshot_id) == cursor)
+
+
+def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Shard]) -> Recorded:
+    """Record the entries of the sink's commits since the table's cursor; one CAS commit, or none.
+
+    ``shards`` are the registry's shards before this tick reconciles: the ones the new commits
+    committed still name their files. Raises ``RegistryConflict`` if another Leader recorded first.
+    """
+    sink = load_optional(catalog, group.sink)
+    head = sink.current_snapshot() if sink is not None else None
+    if sink is None or head is None:
+        return Recorded()
+    table = load_lineage(catalog, group.name)
+    cursor = recorded_through(table) if table is not None else None
+    if cursor == head.snapshot_id:
+        return Recorded(through=cursor)
+    walked = list(walk_commits(sink, cursor))
+    walked.reverse()
+    if table is not None and cursor is not None and not walked_to([w.snapshot for w in walked], cursor, sink):
+        # Sink snapshots back to the cursor were expired by hand: keep to what is newer than it.
+        after = recorded_sequence(table)
+        log.warning(
+            "group %s: sink history back to lineage cursor %d is expired; recording after sequence %d",
+            group.name, cursor, after,
+        )  # fmt: skip
+        walked = [w for w in walked if (w.snapshot.sequence_number or 0) > after]
+    pending: list[LineageEntry] = []
+    superseded: set[str] = set()
+    drop_shards: set[str] = set()
+    for written in walked:
+        props = written.snapshot.summary.additional_properties if written.snapshot.summary is not None else {}
+        commit, replay = written.commit, written.replay
+        if commit is not None and commit.group == group.name:
+            pending.extend(consumed(commit, shards, group.replay_window))
+            continue
+        if replay is not None and replay.group == group.name:
+            stored = [] if replay.window in superseded or table is None else window_entries(table, replay.window)
+            earlier = [e for e in stored if e.shard_id not in drop_shards]
+            mine = [e for e in pending if e.window == replay.window]
+            pending = [e for e in pending if e.window != replay.window] + replayed(replay, earlier + mine)
+            superseded.add(replay.window)
+        elif KEY_RESET in props and props.get(KEY_GROUP) == group.name:
+            resets = parse_resets(sink.properties.get(resets_key(group.name), ""))
+            newest = max((r.epoch for r in resets), default=0)
+            stored = [] if table is None else entries(table, f"epoch < {newest}")
+            drop_shards |= voided(stored, resets)
+            gone = voided(pending, resets)
+            pending = [e for e in pending if e.shard_id not in gone]
+    if not pending and not superseded and not drop_shards:
+        return Recorded(through=cursor)
+    table = table if table is not None else create_lineage(catalog, group.name)
+    commit_entries(table, pending, superseded, drop_shards, head.snapshot_id, head.sequence_number or 0)
+    log.info(
+        "group %s: lineage recorded through sink snapshot %d: %d entries, %d windows superseded, %d shards voided",
+        group.name, head.snapshot_id, len(pending), len(superseded), len(drop_shards),
+    )  # fmt: skip
+    return Recorded(len(pending), tuple(sorted(superseded)), len(drop_shards), head.snapshot_id)
+
+
+def commit_entries(
+    table: Table,
+    pending: list[LineageEntry],
+    superseded: set[str],
+    drop_shards: set[str],
+    through: int,
+    through_sequence: int,
+) -> None:
+    """Drop superseded windows and voided shards, add the new entries: one transaction, one CAS."""
+    marker = {KEY_THROUGH: str(through), KEY_THROUGH_SEQUENCE: str(through_sequence)}
+    drops = []
+    if superseded:
+        drops.append(is_in("window", superseded))
+    if drop_shards:
+        drops.append(is_in("shard_id", drop_shards))
+    try:
+        with table.transaction() as tx:
+            if drops:
+                tx.delete(" OR ".join(drops), snapshot_properties={} if pending else marker)
+            if pending:
+                tx.append(to_arrow(pending), snapshot_properties=marker)
+    except CommitFailedException as exc:
+        raise RegistryConflict(f"lineage table {'.'.join(table.name())} moved while recording it: {exc}") from exc
+
+
+def create_lineage(catalog: Catalog, group: str) -> Table:
+    """Create the group's lineage table; losing the race to another Leader is fine."""
+    ensure_namespace(catalog, NAMESPACE)
+    return catalog.create_table_if_not_exists(
+        lineage_identifier(group), SCHEMA, partition_spec=SPEC, properties=PROPERTIES
+    )
+
+
+def to_arrow(found: Iterable[LineageEntry]) -> pa.Table:
+    """Entries as rows of the table's schema."""
+    return pa.Table.from_pylist([dataclasses.asdict(e) for e in found], schema=SCHEMA.as_arrow())
+
+
+def quoted(value: str) -> str:
+    """A string literal of pyiceberg's filter syntax."""
+    return "'" + value.replace("'", "''") + "'"
+
+
+def is_in(column: str, values: Iterable[str]) -> str:
+    """``column IN (...)`` in pyiceberg's filter syntax."""
+    return f"{column} IN ({', '.join(quoted(v) for v in sorted(values))})"
+
+
+def entries(table: Table, row_filter: str) -> list[LineageEntry]:
+    """The entries matching ``row_filter``; partition and column bounds prune the files read."""
+    return [LineageEntry(**row) for row in table.scan(row_filter=row_filter).to_arrow().to_pylist()]
+
+
+def window_entries(table: Table, window: str) -> list[LineageEntry]:
+    """The entries of one replay window: one partition's files."""
+    return entries(table, f"window = {quoted(window)}")
+
+
+def shard_entries(table: Table, windows_by_shard: Mapping[str, str]) -> list[LineageEntry]:
+    """The entries of the given shards, each read from its own window's partition."""
+    if not windows_by_shard:
+        return []
+    clauses = [
+        f"(window = {quoted(window)} AND {is_in('shard_id', (s for s, w in windows_by_shard.items() if w == window))})"
+        for window in sorted(set(windows_by_shard.values()))
+    ]
+    return entries(table, " OR ".join(clauses))

@@ -1,0 +1,122 @@
+"""Reading progress back from the sink: the commits Borrowers made, newest first.
+
+Walking parent pointers from the sink head back to the last reconciled snapshot costs one metadata
+lookup per new sink snapshot, so reconciliation stays cheap however long the sink's history grows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
+
+from iceberg.errors import SinkError
+from iceberg.protocol.fences import epoch_key
+from iceberg.protocol.sink_commit import ReplayCommit, SinkCommit, parse_commit, parse_replay, reset_key, resets_key
+from iceberg.store.tables import former_parent, load_optional, walk_back
+
+
+@dataclass(frozen=True)
+class Written:
+    """One snapshot of a sink, as icegroup reads it: the consumption or the replay commit it is, if either."""
+
+    snapshot: Snapshot
+    commit: SinkCommit | None
+    replay: ReplayCommit | None
+
+    @property
+    def group(self) -> str | None:
+        """The group that wrote the snapshot; None for snapshots icegroup did not write."""
+        made = self.commit or self.replay
+        return made.group if made is not None else None
+
+
+def walk_commits(sink: Table, since: int | None) -> Iterator[Written]:
+    """The sink's snapshots on main after ``since`` (None: all), newest first, each decoded once.
+
+    Every reader of the sink's history walks it here, so the summary keys are parsed in one place.
+    """
+    for snapshot in walk_back(sink, since):
+        props = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        added, deleted = int(props.get("added-records", "0")), int(props.get("deleted-records", "0"))
+        yield Written(
+            snapshot,
+            parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, props, added),
+            parse_replay(snapshot.snapshot_id, snapshot.timestamp_ms, props, added, deleted),
+        )
+
+
+@dataclass(frozen=True)
+class SinkHistory:
+    """Commits of one group found in the sink after a cursor, oldest first, the group's epoch fence and reset marker."""
+
+    head: int | None
+    commits: list[SinkCommit]
+    epoch: int = 0
+    reset_marker: str = ""
+    resets: str = ""
+
+    def shard_ids(self) -> set[str]:
+        """Every shard committed in these commits."""
+        return {shard.shard_id for commit in self.commits for shard in commit.shards}
+
+
+def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommit]:
+    """The group's commits after ``since`` on the sink's main branch, oldest first.
+
+    If the walk cannot get back to ``since`` (sink snapshots after it were expired), commits may
+    be missing from what it found, and treating their shards as pending would commit them twice:
+    that is an error, not a shorter history. A walk that ends at a snapshot whose parent pyiceberg's
+    expiry cleared asks the table's older metadata whether that parent was ``since``.
+    """
+    commits = []
+    last = None
+    for written in walk_commits(table, since):
+        last = written.snapshot
+        if written.commit is not None and written.commit.group == group:
+            commits.append(written.commit)
+    head = table.current_snapshot()
+    reached = since is None or (
+        last.parent_snapshot_id == since if last is not None else head is None or head.snapshot_id == since
+    )
+    if not reached and last is not None and last.parent_snapshot_id is None and (last.sequence_number or 0) > 1:
+        reached = former_parent(table, last.snapshot_id) == since
+    if not reached:
+        raise SinkError(
+            f"sink: snapshots of {'.'.join(table.name())} between {since} (the last one group {group!r} "
+            "reconciled) and "
+            "its head were expired, so commits since then cannot be read back; restore them, and expire sink "
+            "snapshots only once the group has reconciled them (icegroup describe shows its sink cursor)"
+        )
+    commits.reverse()
+    return commits
+
+
+def read_sink_history(catalog: Catalog, sink: str, group: str, since: int | None) -> SinkHistory:
+    """Commits of ``group`` in ``sink`` after snapshot ``since``; empty while the sink does not exist."""
+    table = load_optional(catalog, sink)
+    if table is None:
+        return SinkHistory(head=None, commits=[])
+    head = table.current_snapshot()
+    return SinkHistory(
+        head=head.snapshot_id if head else None,
+        commits=group_commits(table, group, since),
+        epoch=int(table.properties.get(epoch_key(group), "0")),
+        reset_marker=table.properties.get(reset_key(group), ""),
+        resets=table.properties.get(resets_key(group), ""),
+    )
+
+
+def sink_history(sink: Table, group: str | None) -> tuple[list[SinkCommit], list[ReplayCommit]]:
+    """Every consumption and replay commit of ``group`` (None: any group's) in the sink's history, newest first."""
+    commits: list[SinkCommit] = []
+    replays: list[ReplayCommit] = []
+    for written in walk_commits(sink, None):
+        if written.commit is not None and group in (None, written.commit.group):
+            commits.append(written.commit)
+        if written.replay is not None and group in (None, written.replay.group):
+            replays.append(written.replay)
+    return commits, replays

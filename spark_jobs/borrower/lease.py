@@ -1,0 +1,400 @@
+"""The Borrower: execute one lease, shard by shard; small shards share one fenced sink commit.
+
+``run_lease`` is five phases, after EMQX's connecting -> connected -> unsubscribing:
+
+- **connect**: the lease's fence on the sink is raised to this attempt, so any older attempt of
+  the lease can no longer commit (a Dagster Borrower run first checks, in ``fetch_lease``, that the
+  registry still grants it; ``consume`` runs the leases its own tick has just granted);
+- **resume**: the sink's history since the grant says which shards an earlier attempt already
+  committed; the run goes on after them (each shard's commit is the run's checkpoint);
+- **deliver**: per shard, read, transform and stage the output. A read or transform that fails is
+  delivered again with backoff, up to ``max_deliver`` times; then the shard is poison and goes to
+  the dead-letter table (``on_poison``);
+- **publish**: the fenced commit appends the staged output and the shard's progress to main.
+  Consecutive small shards (``commit_batch_rows``) are staged in one Spark job and published in one
+  commit, which lists every shard's id and source range;
+- **report**: what this attempt committed, for the run's metadata.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from functools import reduce
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyspark.sql import DataFrame, SparkSession
+
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
+from iceberg.failpoints import failpoint
+from iceberg.openlineage import output_dataset, run_events
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.liveness import BorrowerPhase
+from iceberg.protocol.shards import Shard, commit_batches, window_label
+from iceberg.protocol.sink_commit import SinkCommit, commit_properties
+from iceberg.protocol.state import Lease
+from iceberg.store.registry import load_state
+from iceberg.store.tables import load_source, oldest_snapshot_id, shard_columns
+from spark_jobs.borrower.redelivery import catalog_reachable, platform_retry, record_poison_shard, stage_with_redelivery
+from spark_jobs.borrower.user_errors import describe_error
+from spark_jobs.code_shipping import ship_transform
+from spark_jobs.session import activate
+from spark_jobs.shards import read_shard
+from spark_jobs.sink.fenced_commit import (
+    align_to_sink,
+    claim,
+    ensure_sink,
+    lease_history,
+    publish_shard,
+    stage_shard,
+    with_lineage,
+)
+from spark_jobs.transforms import Transform, load_transform
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LeaseReport:
+    """What one Borrower run did, for run metadata and the CLI's progress lines."""
+
+    lease_id: str
+    attempt: int
+    epoch: int
+    window_start_ms: int
+    shards_total: int
+    committed: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    fenced: list[str] = field(default_factory=list)
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    files_in: int = 0
+    duration_s: float = 0.0
+    source_from: int | None = None
+    source_to: int | None = None
+    sink_snapshots: list[int] = field(default_factory=list)
+    commit_conflicts: int = 0
+    redeliveries: int = 0
+    phase: BorrowerPhase = BorrowerPhase.CONNECTING
+
+
+@dataclass
+class LeaseRun:
+    """One attempt of a lease in flight: what every phase of ``run_lease`` shares."""
+
+    spark: SparkSession
+    lakehouse: LakehouseConfig
+    catalog: Catalog
+    group: GroupConfig
+    lease: Lease
+    transform: Transform
+    report: LeaseReport
+    progress: Progress
+    run_id: str | None = None
+    claimed: bool = False
+    sink_ready: bool = False
+
+    @property
+    def sink_table(self) -> str:
+        """The sink as Spark names it."""
+        return f"{self.lakehouse.catalog_name}.{self.group.sink}"
+
+    @property
+    def source_table(self) -> str:
+        """The source as Spark names it."""
+        return f"{self.lakehouse.catalog_name}.{self.group.source}"
+
+
+def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tuple[Lease, list[Shard]]:
+    """The lease and its uncommitted shards as the registry has them; refuse a stale attempt."""
+    state = load_state(catalog, group).state
+    lease = state.leases.get(lease_id) if state else None
+    if state is None or lease is None:
+        raise StaleLease(f"lease {lease_id} of group {group!r} is not in flight (finished or never granted)")
+    if lease.attempt != attempt:
+        raise StaleLease(
+            f"lease {lease_id} of group {group!r} is at attempt {lease.attempt}; this run holds attempt {attempt}"
+        )
+    return lease, [state.shards[sid] for sid in lease.shard_ids if sid in state.shards]
+
+
+def run_lease(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    lease: Lease,
+    shards: list[Shard],
+    progress: Progress = log.info,
+    run_id: str | None = None,
+) -> LeaseReport:
+    """Commit every shard of the lease that is not in the sink yet, in order; each commit names ``run_id``.
+
+    Every progress line names the group and the lease attempt, and each shard's line says where its
+    time went: reading, transforming and staging it (one Spark job), and the fenced publish. The
+    attempt is an OpenLineage run when the lakehouse config turns that on (``iceberg/openlineage.py``).
+    """
+    catalog = lakehouse.catalog()
+    key = f"lease/{lease.lease_id}/{lease.attempt}"
+    read_to = shards[-1].to_snapshot if shards else None
+    events = run_events(lakehouse, catalog, group.name, f"{group.name}.lease", key, group.source, read_to)
+    events.start()
+    waited = 0.0
+    tries = 0
+    while True:
+        try:
+            done = execute_lease(spark, lakehouse, group, lease, shards, progress, run_id)
+            break
+        except Exception as exc:
+            wait = platform_retry(group, exc, tries, waited)
+            if wait is None:
+                events.fail(exc)
+                raise
+            progress(
+                f"{group.name} lease {lease.lease_id}#{lease.attempt}: the platform failed, not the shards "
+                f"({describe_error(exc)}); the lease goes on in {wait:.1f}s, resuming after what it committed"
+            )
+            time.sleep(wait)
+            waited += wait
+            tries += 1
+        except BaseException as exc:
+            events.fail(exc)
+            raise
+    last = done.sink_snapshots[-1] if done.sink_snapshots else None
+    events.complete(output_dataset(lakehouse, catalog, group.sink, last, done.rows_out))
+    return done
+
+
+def execute_lease(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    lease: Lease,
+    shards: list[Shard],
+    progress: Progress,
+    run_id: str | None,
+) -> LeaseReport:
+    """The work of ``run_lease``: connect, resume after what is committed, commit the rest."""
+    started_at = time.perf_counter()
+    activate(spark)
+    ship_transform(spark, group.transform)
+
+    def said(line: str) -> None:
+        progress(f"{group.name} lease {lease.lease_id}#{lease.attempt}: {line}")
+
+    run = LeaseRun(
+        spark=spark,
+        lakehouse=lakehouse,
+        catalog=lakehouse.catalog(),
+        group=group,
+        lease=lease,
+        transform=load_transform(group.transform),
+        report=LeaseReport(
+            lease_id=lease.lease_id,
+            attempt=lease.attempt,
+            epoch=lease.epoch,
+            window_start_ms=lease.window_start_ms,
+            shards_total=len(shards),
+        ),
+        progress=said,
+        run_id=run_id,
+    )
+    connect(run, len(shards))
+    todo = resume(run, shards)
+    source = load_source(run.catalog, group.source)
+    root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in todo) else None
+    for batch in commit_batches(todo, group.commit_batch_rows):
+        for shard in commit_together(run, batch, root, source) if len(batch) > 1 else batch:
+            commit_alone(run, shard, root, source)
+    run.report.duration_s = time.perf_counter() - started_at
+    return report(run)
+
+
+def connect(run: LeaseRun, shards: int) -> None:
+    """Claim the lease on the sink (if there is one yet): older attempts can no longer commit.
+
+    A Borrower whose filter or transform differs from the config the lease was granted under would
+    mix two versions of output in one group; it refuses before it claims anything.
+    """
+    origin = run.lease.origin
+    if origin is not None and origin.config_hash is not None and origin.config_hash != run.group.config_hash:
+        raise ConfigError(
+            f"group {run.group.name!r}: this Borrower's filter/transform (config hash {run.group.config_hash}) "
+            f"differ from the config lease {run.lease.lease_id} was granted under ({origin.config_hash}); "
+            "run every Borrower and the Leader with the same group config"
+        )
+    run.claimed = claim(run.catalog, run.group, run.lease)
+    run.report.phase = BorrowerPhase.CONNECTED
+    run.progress(f"connected, {shards} shards")
+
+
+def resume(run: LeaseRun, shards: list[Shard]) -> list[Shard]:
+    """The shards still to commit: those already in the sink are skipped, in order.
+
+    Commits this very attempt made before (a retried run of the same attempt) count in its report.
+    """
+    history = lease_history(run.catalog, run.group, run.lease)
+    count_own_commits(run, history.commits)
+    done = history.shard_ids()
+    todo = []
+    for shard in shards:
+        run.report.source_from = shard.from_snapshot if run.report.source_from is None else run.report.source_from
+        run.report.source_to = shard.to_snapshot
+        if shard.shard_id in done:
+            run.report.resumed.append(shard.shard_id)
+            run.progress(f"shard {shard.shard_id} ({shard.stream}) already committed; resuming after it")
+        else:
+            todo.append(shard)
+    return todo
+
+
+def count_own_commits(run: LeaseRun, commits: Iterable[SinkCommit]) -> None:
+    """Add the sink commits made by this lease attempt to its report: rows out and sink snapshots."""
+    for commit in commits:
+        own = commit.lease_id == run.lease.lease_id and commit.attempt == run.lease.attempt
+        if own and commit.snapshot_id not in run.report.sink_snapshots:
+            run.report.rows_out += commit.added_records
+            run.report.sink_snapshots.append(commit.snapshot_id)
+
+
+def deliver(run: LeaseRun, out: DataFrame) -> str:
+    """Stage one shard's output on the sink; the first delivery creates the sink and claims the lease."""
+    if not run.sink_ready:
+        ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
+        if not run.claimed:
+            run.claimed = claim(run.catalog, run.group, run.lease)
+        run.sink_ready = True
+    aligned, evolve = align_to_sink(run.spark, run.sink_table, out)
+    return stage_shard(aligned, run.sink_table, evolve=evolve)
+
+
+def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -> None:
+    """Stage one shard, delivering it again when that fails and recording it as poison at the last, then publish it."""
+    failpoint("borrower.before_read")
+    started = time.perf_counter()
+    build = _output(run, [shard], root, source)
+    staged = stage_with_redelivery(
+        run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress,
+        lambda: catalog_reachable(run.catalog, run.group.source),
+    )  # fmt: skip
+    if isinstance(staged, Exception):
+        claim(run.catalog, run.group, run.lease)  # only the lease's holder may declare its shard poison
+        raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged)
+    failpoint("borrower.after_stage")
+    # A lone shard refused as a duplicate is in a commit (or SinkError is raised): none is left over.
+    publish(run, [shard], staged, time.perf_counter() - started)
+
+
+def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source: Table) -> list[Shard]:
+    """Stage small shards in one Spark job and publish them in one commit; returns those left to commit alone.
+
+    A batch is delivered once. If that fails, each of its shards is delivered on its own, so that
+    redelivery and the poison verdict stay per shard.
+    """
+    failpoint("borrower.before_read")
+    started = time.perf_counter()
+    try:
+        staged = deliver(run, _output(run, batch, root, source)())
+    except IcegroupError:
+        raise
+    except Exception as exc:
+        run.progress(f"{len(batch)} shards staged together failed ({describe_error(exc)}); delivering each alone")
+        return batch
+    failpoint("borrower.after_stage")
+    return publish(run, batch, staged, time.perf_counter() - started)
+
+
+def publish(run: LeaseRun, shards: list[Shard], token: str, staged_s: float) -> list[Shard]:
+    """Publish staged shards in one fenced commit; returns the shards still to commit on their own.
+
+    A commit refused because a shard is in the sink already is sorted out in ``refused_as_duplicate``.
+    ``staged_s`` is how long reading, transforming and staging took, for the log line.
+    """
+    group, lease = run.group, run.lease
+    started = time.perf_counter()
+    props = commit_properties(
+        group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shards, lease.origin, run.run_id
+    )
+    ids = [shard.shard_id for shard in shards]
+    try:
+        published = publish_shard(run.spark, run.sink_table, token, group.name, lease, ids, props)
+    except Fenced as exc:
+        raise StaleLease(str(exc)) from exc
+    except AlreadyCommitted as exc:
+        return refused_as_duplicate(run, shards, exc)
+    failpoint("borrower.after_commit")
+    run.report.commit_conflicts += published.conflicts
+    for shard in shards:
+        count_shard(run, shard)
+    run.report.rows_out += published.added_records
+    run.report.sink_snapshots.append(published.snapshot_id)
+    rows = sum(shard.rows for shard in shards)
+    streams = ", ".join(sorted({shard.stream for shard in shards}))
+    what = f"shard {ids[0]}" if len(ids) == 1 else f"{len(ids)} shards {ids[0]}..{ids[-1]}"
+    run.progress(
+        f"{what} ({streams}, {rows} rows) committed: read, transformed and staged in {staged_s:.2f}s, "
+        f"published in {time.perf_counter() - started:.2f}s"
+    )
+    return []
+
+
+def refused_as_duplicate(run: LeaseRun, shards: list[Shard], exc: AlreadyCommitted) -> list[Shard]:
+    """After a commit refused as a duplicate: which shards are in the sink, and by whom; returns the rest.
+
+    A shard this very attempt committed (a swap Iceberg retried had landed after all) counts in its
+    report; one another attempt committed is skipped. The rest of a batch commit on their own.
+    """
+    group, lease = run.group, run.lease
+    history = lease_history(run.catalog, group, lease)
+    carriers = {shard.shard_id: commit for commit in history.commits for shard in commit.shards}
+    if not any(shard.shard_id in carriers for shard in shards):
+        raise SinkError(
+            f"sink: the commit of shards {', '.join(s.shard_id for s in shards)} was refused as a duplicate, yet "
+            f"no commit of them is in {group.sink}'s history; refusing to skip them ({exc})"
+        ) from exc
+    left = []
+    for shard in shards:
+        commit = carriers.get(shard.shard_id)
+        if commit is None:
+            left.append(shard)
+        elif commit.lease_id == lease.lease_id and commit.attempt == lease.attempt:
+            count_own_commits(run, [commit])
+            count_shard(run, shard)
+        else:
+            run.report.fenced.append(shard.shard_id)
+            run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
+    return left
+
+
+def count_shard(run: LeaseRun, shard: Shard) -> None:
+    """Add a shard this attempt committed to its report."""
+    run.report.committed.append(shard.shard_id)
+    run.report.rows_in += shard.rows
+    run.report.bytes_in += shard.bytes
+    run.report.files_in += len(shard.files)
+
+
+def report(run: LeaseRun) -> LeaseReport:
+    """Close the attempt: its report holds every commit it made."""
+    run.report.phase = BorrowerPhase.UNSUBSCRIBING
+    run.progress(f"unsubscribing, {len(run.report.committed)} committed")
+    return run.report
+
+
+def _output(run: LeaseRun, shards: list[Shard], root: int | None, source: Table) -> Callable[[], DataFrame]:
+    """The shards' output as a fresh DataFrame per delivery, each row with its own shard's lineage columns."""
+    group, lease = run.group, run.lease
+    columns = shard_columns(source, shards[0].schema_id)
+
+    def one(shard: Shard) -> DataFrame:
+        read = read_shard(run.spark, run.source_table, shard, root, group.filter, columns)
+        window = window_label(shard.window_start_ms, group.replay_window)
+        return with_lineage(run.transform(read), group.name, lease.lease_id, shard.shard_id, lease.epoch, window)
+
+    return lambda: reduce(DataFrame.unionByName, [one(shard) for shard in shards])

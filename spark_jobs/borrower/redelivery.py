@@ -1,0 +1,142 @@
+"""Delivering a shard again when its read or transform fails, and the poison verdict at the last try.
+
+A failure of the transform or the data may be passing too, so a shard is delivered again with
+backoff, up to the group's ``max_deliver``. A shard that fails every time is poison: it goes to the
+dead-letter table, and the group stops or parks it (``on_poison``). A failure of the platform (the
+catalog, storage, the network) is not the shard's: it never counts here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from typing import Protocol
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+from pyspark.sql import DataFrame
+from sqlalchemy.exc import SQLAlchemyError
+
+from iceberg.errors import (
+    AlreadyCommitted,
+    ConfigError,
+    Fenced,
+    IcegroupError,
+    PlatformUnavailable,
+    PoisonShard,
+    StaleLease,
+)
+from iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.shards import Shard, snapshot_range
+from iceberg.protocol.state import Lease
+from iceberg.store.dead_letters import record
+from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+
+# The longest wait between tries of a lease whose catalog, storage or network failed.
+PLATFORM_MAX_WAIT_S = 30.0
+# Verdicts on the lease itself: never tried again as a platform failure.
+FINAL = (StaleLease, Fenced, AlreadyCommitted, PoisonShard, ConfigError)
+
+
+class Redeliveries(Protocol):
+    """Where deliveries after the first are counted: a lease's report."""
+
+    redeliveries: int
+
+
+def stage_with_redelivery(
+    group: GroupConfig,
+    shard: Shard,
+    output: Callable[[], DataFrame],
+    stage: Callable[[DataFrame], str],
+    report: Redeliveries,
+    progress: Callable[[str], None],
+    platform_up: Callable[[], bool],
+) -> str | Exception:
+    """Read, transform and stage a shard, delivering it again with backoff when that fails.
+
+    Returns the stage token, or the last error once ``max_deliver`` deliveries failed. icegroup's own
+    errors propagate at once: another delivery cannot fix a bad config or a sink that cannot take
+    the output, and a lease fenced meanwhile says nothing about the shard. So do failures of the
+    catalog, storage or network: they say nothing about the shard either, and the lease retries
+    them (``spark_jobs/borrower/lease.py``) without counting a delivery. A failure is the platform's when
+    its cause chain says so, or when ``platform_up`` finds the catalog unreachable right after it:
+    drivers wrap a lost connection in errors of their own (Iceberg's JDBC pool once reported one as
+    a ``ClassCastException``).
+    """
+    for delivery in range(1, group.max_deliver + 1):
+        try:
+            return stage(output())
+        except IcegroupError:
+            raise
+        except Exception as exc:
+            if is_infrastructure(failure_classes(exc)) or not platform_up():
+                raise PlatformUnavailable(f"shard {shard.shard_id}: {describe_error(exc)}") from exc
+            if delivery == group.max_deliver:
+                return exc
+            wait = group.deliver_backoff_s * 2 ** (delivery - 1)
+            report.redeliveries += 1
+            progress(
+                f"shard {shard.shard_id}: delivery {delivery}/{group.max_deliver} failed "
+                f"({describe_error(exc)}); again in {wait:.1f}s"
+            )
+            time.sleep(wait)
+    raise AssertionError("unreachable: max_deliver >= 1")
+
+
+def record_poison_shard(
+    catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error: Exception
+) -> PoisonShard:
+    """Record a poison shard in the dead-letter table; returns the error that ends the run."""
+    action = PARKED if group.on_poison == "park" else STOPPED
+    record(
+        catalog,
+        group.name,
+        [
+            DeadLetter(
+                shard_id=shard.shard_id,
+                stream=shard.stream,
+                lease_id=lease.lease_id,
+                attempt=lease.attempt,
+                action=action,
+                error=describe_error(error),
+                from_snapshot=shard.from_snapshot,
+                to_snapshot=shard.to_snapshot,
+                at_ms=int(time.time() * 1000),
+            )
+        ],
+    )
+    what = "parked; the other streams go on" if action == PARKED else "stopped the group"
+    return PoisonShard(
+        f"shard {shard.shard_id} (stream {shard.stream}, source snapshots "
+        f"{snapshot_range(shard.from_snapshot, shard.to_snapshot)}) failed {group.max_deliver} deliveries "
+        f"and {what}: {describe_error(error)}. "
+        f"Fix the transform or the data, then run `icegroup redrive {group.name}`"
+    )
+
+
+def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float) -> float | None:
+    """How long to wait before the lease tries again after ``exc``; None to fail the run now.
+
+    Only a failure of the catalog, storage or network is tried again (a transform's or the data's
+    failure was delivered again and judged already), with backoff from ``deliver_backoff_s`` up to
+    ``PLATFORM_MAX_WAIT_S``, for half the lease timeout: past that the Leader re-grants the lease.
+    icegroup's verdicts on the lease itself (fenced, stale, already committed, a poison shard, a bad
+    config) are final, whatever Iceberg failure they were found through (a fenced commit is refused
+    by Iceberg's commit validation): another try would only hold the Borrower for nothing.
+    """
+    if isinstance(exc, FINAL) or not is_infrastructure(failure_classes(exc)) or waited >= group.lease_timeout_s / 2:
+        return None
+    return float(min(max(group.deliver_backoff_s, 0.1) * 2**tries, PLATFORM_MAX_WAIT_S))
+
+
+def catalog_reachable(catalog: Catalog, table: str) -> bool:
+    """Whether the catalog answers: loading ``table`` works, or says the table does not exist."""
+    try:
+        catalog.load_table(table)
+    except NoSuchTableError:
+        return True
+    except (SQLAlchemyError, OSError, IcegroupError):
+        return False
+    return True

@@ -1,0 +1,62 @@
+"""A warm Borrower: one run, one SparkSession, and every lease the Leader grants until it is idle.
+
+A Borrower run per lease paid a JVM start per lease and two such JVMs shared the cores. A warm
+Borrower starts Spark at its first lease and keeps it: it takes waiting leases from the registry
+(``iceberg/borrower.py``) into its free slots, runs them at once (``LeaseRunner``), and asks
+again every ``poll_s``. With nothing to take for ``idle_timeout_s`` it exits cleanly, and the
+Leader starts another when work comes (``iceberg/protocol/borrower.py``). It beats for its
+leases all along, so if it is killed they are re-granted: at the Leader's next tick when the
+Leader shares its machine and sees its process gone, else a session timeout later; fencing keeps
+it from committing them.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+from pyspark.sql import SparkSession
+
+from iceberg.borrower import take_leases
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.protocol.group import GroupConfig
+from iceberg.store.heartbeats import heartbeat
+from spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
+from spark_jobs.transforms import load_transform
+
+
+def borrow(
+    spark: Callable[[], SparkSession],
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    run_id: str,
+    on_lease: LeaseCallback | None = None,
+    progress: Callable[[str], None] = print,
+    idle_timeout_s: float = 60.0,
+    poll_s: float = 1.0,
+) -> LeaseTotals:
+    """Take and run waiting leases, up to ``leases_per_borrower`` at once, until idle for ``idle_timeout_s``.
+
+    A lease error other than a fence or a parked shard ends the run once its other leases have
+    ended; the Leader sees the run failed and re-grants what it held.
+    """
+    load_transform(group.transform)  # a transform that does not import fails before any lease is taken
+    catalog = lakehouse.catalog()
+    summary = LeaseTotals()
+    runner = LeaseRunner(spark, lakehouse, group, run_id, group.leases_per_borrower, progress)
+    with heartbeat(catalog, group.name, run_id, interval_s=group.session_timeout_s / 3), runner:
+        idle_since = time.monotonic()
+        while True:
+            for lease, shards in take_leases(catalog, group, run_id, runner.free) if runner.free else []:
+                progress(
+                    f"{group.name} lease {lease.lease_id}#{lease.attempt}: taken by {run_id}, {len(shards)} shards"
+                )
+                runner.start(lease, shards)
+            if runner.busy:
+                summary.add(runner.finished(None if runner.free == 0 else poll_s), on_lease)
+                idle_since = time.monotonic()
+            elif time.monotonic() - idle_since >= idle_timeout_s:
+                progress(f"{group.name}: Borrower {run_id} took no lease for {idle_timeout_s:.0f}s; exiting")
+                return summary
+            else:
+                time.sleep(poll_s)

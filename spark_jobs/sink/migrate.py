@@ -1,0 +1,100 @@
+"""Migrating a sink written before the window column: its rows get their window, in one ``replace``.
+
+Sinks created now are partitioned by ``_ig_window`` from the start. A sink written by an older
+icegroup gains the column and the partition field by evolution when a Borrower or a replay first
+touches it, but its old rows have no window, so a replay could not replace them. This rewrites the
+files that hold such rows: each row's window is its shard's, as the sink's commits recorded it; the
+new files are partitioned by window. The commit is a ``replace`` (the same rows), which a
+downstream group ignores as it ignores compaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
+
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.errors import SinkError
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.shards import window_label
+from iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, KEY_GROUP
+from iceberg.store.sink_history import sink_history
+from iceberg.store.tables import load_optional
+from spark_jobs.session import activate
+from spark_jobs.shards import FILE_COLUMN
+from spark_jobs.sink.fenced_commit import ensure_staged_writes, ensure_window_partition, stage_shard
+
+log = logging.getLogger(__name__)
+KEY_MIGRATE = "icegroup.migrate"
+
+
+@dataclass(frozen=True)
+class Migrated:
+    """What a migration rewrote."""
+
+    files: int
+    rows: int
+    sink_snapshot: int | None
+
+    def line(self) -> str:
+        """One line for a person."""
+        if not self.files:
+            return "every sink row has its window; nothing to migrate"
+        return f"rewrote {self.files} files ({self.rows} rows) with their windows in sink snapshot {self.sink_snapshot}"
+
+
+def migrate_sink(
+    spark: SparkSession, lakehouse: LakehouseConfig, group: GroupConfig, progress: Callable[[str], None] = log.info
+) -> Migrated:
+    """Give every sink row written before the window column its window; an error names rows that cannot."""
+    activate(spark)
+    table = f"{lakehouse.catalog_name}.{group.sink}"
+    sink = load_optional(lakehouse.catalog(), group.sink)
+    if sink is None:
+        return Migrated(0, 0, None)
+    ensure_staged_writes(spark, table)
+    ensure_window_partition(spark, table)
+    commits, _ = sink_history(sink, group.name)
+    windows = {
+        s.shard_id: window_label(s.window_start_ms, group.replay_window)
+        for c in commits
+        for s in c.shards
+        if s.window_start_ms is not None
+    }
+    rows = spark.read.format("iceberg").load(table).select("*", FILE_COLUMN)
+    files = [r[0] for r in rows.where(F.col(COL_WINDOW).isNull()).select(FILE_COLUMN).distinct().collect()]
+    if not files:
+        return Migrated(0, 0, None)
+    old = rows.where(F.col(FILE_COLUMN).isin(files))
+    shards = {r[0] for r in old.select(COL_SHARD).distinct().collect()}
+    unknown = sorted(str(s) for s in shards if s not in windows)
+    if unknown:
+        raise SinkError(
+            f"sink: rows of shards {', '.join(unknown[:5])} in {group.sink} have no commit left in its history, so "
+            "their window cannot be known; nothing was rewritten. Restore the sink's expired snapshots, or "
+            "leave these rows as they are (a replay of their windows is then refused)"
+        )
+    progress(f"migrating {len(files)} files of {group.sink}: rows get their window")
+    mapping = spark.createDataFrame(list(windows.items()), ["_ig_shard_of", "_ig_window_of"])
+    filled = (
+        old.join(F.broadcast(mapping), old[COL_SHARD] == mapping["_ig_shard_of"], "left")
+        .withColumn(COL_WINDOW, F.col("_ig_window_of"))
+        .select(*[F.col(f"`{c}`") for c in spark.table(table).columns])
+    )
+    count = old.count()
+    token = stage_shard(filled, table)
+    jvm: Any = spark._jvm
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    props = jvm.java.util.HashMap()
+    props.put(KEY_GROUP, group.name)
+    props.put(KEY_MIGRATE, COL_WINDOW)
+    paths = jvm.java.util.ArrayList()
+    for path in files:
+        paths.add(path)
+    snapshot_id, replaced = jvm.icegroup.commit.WindowReplace.rewrite(iceberg_table, token, paths, props)
+    return Migrated(int(replaced), count, int(snapshot_id))
