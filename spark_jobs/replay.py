@@ -31,14 +31,8 @@ from iceberg.store.heartbeats import heartbeat
 from spark_jobs.code_shipping import ship_transform
 from spark_jobs.session import activate
 from spark_jobs.shards import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
-from spark_jobs.sink.fenced_commit import (
-    align_to_sink,
-    ensure_staged_writes,
-    ensure_window_partition,
-    publish_replay,
-    stage_shard,
-    with_lineage,
-)
+from spark_jobs.sink.fenced_commit import publish_replay, stage_shard
+from spark_jobs.sink.shape import align_to_sink, ensure_staged_writes, ensure_window_partition, with_lineage
 from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)

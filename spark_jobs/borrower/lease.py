@@ -44,15 +44,8 @@ from spark_jobs.borrower.user_errors import describe_error
 from spark_jobs.code_shipping import ship_transform
 from spark_jobs.session import activate
 from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import (
-    align_to_sink,
-    claim,
-    ensure_sink,
-    lease_history,
-    publish_shard,
-    stage_shard,
-    with_lineage,
-)
+from spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard, stage_shard
+from spark_jobs.sink.shape import align_to_sink, ensure_sink, with_lineage
 from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)

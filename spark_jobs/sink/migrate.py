@@ -27,7 +27,8 @@ from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import load_optional
 from spark_jobs.session import activate
 from spark_jobs.shards import FILE_COLUMN
-from spark_jobs.sink.fenced_commit import ensure_staged_writes, ensure_window_partition, stage_shard
+from spark_jobs.sink.fenced_commit import stage_shard
+from spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition
 
 log = logging.getLogger(__name__)
 KEY_MIGRATE = "icegroup.migrate"

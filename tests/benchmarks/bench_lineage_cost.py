@@ -39,7 +39,8 @@ from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import Shard
 from spark_jobs.session import get_session
 from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import ensure_sink, stage_shard, with_lineage
+from spark_jobs.sink.fenced_commit import stage_shard
+from spark_jobs.sink.shape import ensure_sink, with_lineage
 from spark_jobs.transforms import enrich_events
 from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source

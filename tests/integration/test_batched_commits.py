@@ -15,7 +15,8 @@ from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import run_lease
 from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import publish_shard, stage_shard, with_lineage
+from spark_jobs.sink.fenced_commit import publish_shard, stage_shard
+from spark_jobs.sink.shape import with_lineage
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive, quiet
 from tests.integration.test_fencing_and_resume import first_lease

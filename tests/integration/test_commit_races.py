@@ -18,7 +18,8 @@ from iceberg.protocol.sink_commit import commit_properties
 from iceberg.store.sink_history import read_sink_history
 from spark_jobs.session import activate
 from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import Published, ensure_sink, publish_shard, stage_shard, with_lineage
+from spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
+from spark_jobs.sink.shape import ensure_sink, with_lineage
 from tests.factories import append_batches, create_source
 
 pytestmark = pytest.mark.spark

@@ -17,7 +17,8 @@ from iceberg.protocol.state import Lease
 from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import fetch_lease, run_lease
 from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import publish_shard, stage_shard, with_lineage
+from spark_jobs.sink.fenced_commit import publish_shard, stage_shard
+from spark_jobs.sink.shape import with_lineage
 from tests.factories import BORROWER_RUN, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

@@ -24,7 +24,7 @@ from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
 from spark_jobs.borrower import lease as borrower
 from spark_jobs.borrower.lease import run_lease
 from spark_jobs.session import DRIVER_JARS, activate, spark_conf
-from spark_jobs.sink.fenced_commit import ensure_sink, with_lineage
+from spark_jobs.sink.shape import ensure_sink, with_lineage
 from tests.factories import append_batches, create_source
 from tests.integration.helpers import drive
 

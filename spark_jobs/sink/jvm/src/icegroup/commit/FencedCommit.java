@@ -60,7 +60,16 @@ public final class FencedCommit {
   interface Check {
     void check(TableMetadata base);
 
-    TableMetadata withoutStaged(TableMetadata metadata);
+    /** The staged snapshot this commit publishes (null for none). */
+    Snapshot staged();
+  }
+
+  /** The metadata without the staged snapshot, so that the commit publishing it also drops it. */
+  static TableMetadata withoutStaged(TableMetadata metadata, Snapshot staged) {
+    if (staged == null || metadata.snapshot(staged.snapshotId()) == null) {
+      return metadata;
+    }
+    return TableMetadata.buildFrom(metadata).removeSnapshots(Collections.singletonList(staged.snapshotId())).build();
   }
 
   /** A later attempt of the lease, or a new group epoch, was granted: this attempt may not commit. */
@@ -284,13 +293,8 @@ public final class FencedCommit {
     }
 
     @Override
-    public TableMetadata withoutStaged(TableMetadata metadata) {
-      if (staged == null || metadata.snapshot(staged.snapshotId()) == null) {
-        return metadata;
-      }
-      return TableMetadata.buildFrom(metadata)
-          .removeSnapshots(Collections.singletonList(staged.snapshotId()))
-          .build();
+    public Snapshot staged() {
+      return staged;
     }
   }
 
@@ -323,7 +327,7 @@ public final class FencedCommit {
     public void commit(TableMetadata base, TableMetadata metadata) {
       guard.check(base);
       try {
-        delegate.commit(base, guard.withoutStaged(metadata));
+        delegate.commit(base, withoutStaged(metadata, guard.staged()));
       } catch (CommitFailedException e) {
         conflicts += 1;
         throw e;

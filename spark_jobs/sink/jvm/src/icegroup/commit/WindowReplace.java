@@ -3,7 +3,6 @@ package icegroup.commit;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
-import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import org.apache.iceberg.BaseTable;
@@ -152,13 +151,8 @@ public final class WindowReplace {
     public void check(TableMetadata base) {}
 
     @Override
-    public TableMetadata withoutStaged(TableMetadata metadata) {
-      if (metadata.snapshot(staged.snapshotId()) == null) {
-        return metadata;
-      }
-      return TableMetadata.buildFrom(metadata)
-          .removeSnapshots(Collections.singletonList(staged.snapshotId()))
-          .build();
+    public Snapshot staged() {
+      return staged;
     }
   }
 
@@ -254,13 +248,8 @@ public final class WindowReplace {
     }
 
     @Override
-    public TableMetadata withoutStaged(TableMetadata metadata) {
-      if (metadata.snapshot(staged.snapshotId()) == null) {
-        return metadata;
-      }
-      return TableMetadata.buildFrom(metadata)
-          .removeSnapshots(Collections.singletonList(staged.snapshotId()))
-          .build();
+    public Snapshot staged() {
+      return staged;
     }
   }
 }

@@ -1,0 +1,39 @@
+"""The fenced commit's refusals: each Java exception it raises, mapped to one of icegroup's errors, in one place.
+
+The Java side (``spark_jobs/sink/jvm``) refuses a commit with its own exception classes; Python sees
+them through py4j by class name. A fence verdict (``Fenced``, ``AlreadyCommitted``, ``WindowMoved``)
+is final for the attempt; the commit's other refusals (its own checks: staged output or sink history
+expired, a sink without write-audit-publish; a swap that kept losing) are a ``SinkError`` that names
+what is wrong, and are never the shard's fault.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from py4j.protocol import Py4JJavaError
+
+from iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, WindowMoved
+
+REFUSALS: dict[str, type[IcegroupError]] = {
+    "icegroup.commit.FencedCommit$Fenced": Fenced,
+    "icegroup.commit.FencedCommit$AlreadyCommitted": AlreadyCommitted,
+    "icegroup.commit.WindowReplace$WindowMoved": WindowMoved,
+    "org.apache.iceberg.exceptions.ValidationException": SinkError,
+    "org.apache.iceberg.exceptions.CommitFailedException": SinkError,
+    "java.lang.IllegalStateException": SinkError,
+}
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """A commit the Java side refused: the error class icegroup raises for it, and the Java message."""
+
+    error: type[IcegroupError]
+    message: str
+
+
+def refusal(exc: Py4JJavaError) -> Refusal | None:
+    """The refusal ``exc`` is; None for any other Java failure (it is raised as it came)."""
+    error = REFUSALS.get(str(exc.java_exception.getClass().getName()))
+    return None if error is None else Refusal(error, str(exc.java_exception.getMessage()))

@@ -1,0 +1,137 @@
+"""The sink's shape: its lineage columns, its table properties, its window partition, and output aligned to it.
+
+A sink is created by the first output written to it (``ensure_sink``), staged writes on, partitioned
+by the replay window; later outputs are checked and ordered against it (``align_to_sink``) before
+the fenced commit (``spark_jobs/sink/fenced_commit.py``) publishes them.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from iceberg.errors import SinkError
+from iceberg.protocol.sink_commit import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, COL_WINDOW, LINEAGE_COLUMNS
+
+log = logging.getLogger(__name__)
+
+SINK_PROPERTIES = {
+    "format-version": "2",
+    # Exact bounds on the lineage columns keep lineage queries and replays by shard exact.
+    "write.metadata.metrics.column._ig_shard": "full",
+    "write.metadata.metrics.column._ig_lease": "full",
+    # Shard output is staged, then published by the fenced commit.
+    "write.wap.enabled": "true",
+    # Outputs may lack columns (older shards) or add them (the source gained one); see stage_shard.
+    "write.spark.accept-any-schema": "true",
+    # Borrowers at max_borrowers commit at once; a lost swap is retried with backoff, not failed.
+    "commit.retry.num-retries": "20",
+    "commit.retry.min-wait-ms": "50",
+    "commit.retry.max-wait-ms": "5000",
+    "write.metadata.delete-after-commit.enabled": "true",
+    "write.metadata.previous-versions-max": "100",
+}
+
+
+def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch: int, window: str) -> DataFrame:
+    """Add the lineage columns and the replay window; a transform must not produce columns with these names."""
+    clash = [c for c in df.columns if c in LINEAGE_COLUMNS]
+    if clash:
+        raise SinkError(f"transform: output has reserved lineage column(s) {clash}; rename them")
+    return (
+        df.withColumn(COL_GROUP, F.lit(group))
+        .withColumn(COL_LEASE, F.lit(lease_id))
+        .withColumn(COL_SHARD, F.lit(shard_id))
+        .withColumn(COL_EPOCH, F.lit(epoch).cast("int"))
+        .withColumn(COL_WINDOW, F.lit(window))
+    )
+
+
+def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
+    """Create the sink from the first output's schema if it does not exist yet, with staged writes on.
+
+    The first Borrowers of a group race to create it. ``IF NOT EXISTS`` does not settle that race:
+    both see no table (or namespace), and the loser's catalog insert fails (on PostgreSQL as an
+    "Unknown failure" from a duplicate key). Whoever created it, existing afterwards is success.
+    """
+    namespace = sink.rsplit(".", 1)[0]
+    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields)
+    properties = ", ".join(f"'{k}'='{v}'" for k, v in SINK_PROPERTIES.items())
+    try:
+        spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{namespace}")
+    except Exception:
+        if not spark.catalog.databaseExists(f"{catalog}.{namespace}"):
+            raise
+    try:
+        spark.sql(
+            f"CREATE TABLE IF NOT EXISTS {catalog}.{sink} ({columns}) USING iceberg "
+            f"PARTITIONED BY ({COL_WINDOW}) TBLPROPERTIES ({properties})"
+        )
+    except Exception:
+        if not spark.catalog.tableExists(f"{catalog}.{sink}"):
+            raise
+    ensure_staged_writes(spark, f"{catalog}.{sink}")
+    ensure_window_partition(spark, f"{catalog}.{sink}")
+
+
+def ensure_staged_writes(spark: SparkSession, table: str) -> None:
+    """The session stages writes to the sink, and the sink takes them staged (and any output schema)."""
+    if spark.conf.get("spark.wap.id", None) != "icegroup":
+        raise SinkError("spark.wap.id: must be 'icegroup' so that shard output is staged; use spark_jobs.session")
+    needed = ("write.wap.enabled", "write.spark.accept-any-schema")
+    have = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
+    missing = ", ".join(f"'{key}'='true'" for key in needed if have.get(key) != "true")
+    if missing:
+        spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({missing})")
+
+
+def window_partitioned(spark: SparkSession, table: str) -> bool:
+    """Whether the sink's current partition spec has the replay window as a field."""
+    jvm: Any = spark._jvm
+    spec = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table).spec()
+    return any(str(field.name()) == COL_WINDOW for field in spec.fields())
+
+
+def ensure_window_partition(spark: SparkSession, table: str) -> None:
+    """Partition the sink by the replay window, in addition to any partitioning it already has.
+
+    A sink created before the window column (or by the user, with partitioning of its own) gains
+    the column and the partition field by schema and partition-spec evolution; its existing files
+    keep their spec, and new output is written per window. Borrowers may do this at once: whoever
+    loses the race finds the field there.
+    """
+    if window_partitioned(spark, table):
+        return
+    columns = {f.name for f in spark.table(table).schema.fields}
+    try:
+        if COL_WINDOW not in columns:
+            spark.sql(f"ALTER TABLE {table} ADD COLUMN {COL_WINDOW} string")
+        spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD {COL_WINDOW}")
+    except Exception:
+        if not window_partitioned(spark, table):
+            raise
+    log.info("sink %s: now partitioned by %s as well", table, COL_WINDOW)
+
+
+def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataFrame, bool]:
+    """Order the output's columns as the sink has them; fail if a column has another type than the sink's.
+
+    Returns the aligned output and whether it has columns the sink lacks: the write then adds them
+    (the source gained a column, say). Columns the output lacks are written as null.
+    """
+    sink_fields = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}
+    problems = [
+        f"{f.name} ({f.dataType.simpleString()}): sink has {sink_fields[f.name]}"
+        for f in df.schema.fields
+        if f.name in sink_fields and sink_fields[f.name] != f.dataType.simpleString()
+    ]
+    if problems:
+        raise SinkError(
+            f"sink: {table} cannot take the transform's output: {'; '.join(problems)}. "
+            "Change the transform, or evolve the sink's column types to match"
+        )
+    ordered = [c for c in sink_fields if c in df.columns] + [c for c in df.columns if c not in sink_fields]
+    return df.select(*[F.col(f"`{c}`") for c in ordered]), any(c not in sink_fields for c in df.columns)
