@@ -37,11 +37,6 @@ def followed(sink: Table | None, group: str) -> frozenset[int]:
     return frozenset(int(v) for v in text.split(",") if v)
 
 
-def followed_replays(catalog: Catalog, group: GroupConfig) -> frozenset[int]:
-    """``followed`` for the group's sink, loaded from the catalog (what the Leader steps over)."""
-    return followed(load_optional(catalog, group.sink), group.name)
-
-
 def plan_follows(catalog: Catalog, group: GroupConfig) -> list[FollowPlan]:
     """Every replay of the group's source it has not followed, oldest first, with what following it takes.
 

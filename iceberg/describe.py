@@ -23,9 +23,10 @@ from iceberg.protocol.phases import reconcile
 from iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState
-from iceberg.rebuild import sync_with_sink
+from iceberg.rebuild import sync_tables
 from iceberg.shards import plan_increment
-from iceberg.store.dead_letters import open_letters
+from iceberg.store.dead_letters import open_in
+from iceberg.store.group_tables import load_group_tables
 from iceberg.store.heartbeats import read_beats
 from iceberg.store.registrations import read_registrations
 from iceberg.store.registry import load_state, state_as_of
@@ -130,12 +131,13 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     are already in the sink shows them, and a dry-run plan adds what arrived since then. A registry
     that is missing or behind the sink shows as the next tick would rebuild it.
     """
-    source = load_source(catalog, group.source)
+    tables = load_group_tables(catalog, group, load_state(catalog, group.name))
+    source = tables.source
     now_ms = int(time.time() * 1000)
-    synced = sync_with_sink(catalog, group, source, load_state(catalog, group.name), fence=False)
+    synced = sync_tables(tables, fence=False)
     history = synced.history
     state = reconcile(synced.state, history.commits, history.head, now_ms, group.lease_timeout_s).state
-    letters = open_letters(catalog, group.name)
+    letters = open_in(tables.dead_letters, catalog.name)
     lag_snaps: dict[str, set[int]] = defaultdict(set)
     lag_rows: dict[str, int] = defaultdict(int)
     heads: dict[str, tuple[int, int]] = {}

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.cascade import followed_replays
+from iceberg.cascade import followed
 from iceberg.errors import SourceError
 from iceberg.failpoints import failpoint
 from iceberg.lineage import WindowProvenance, window_provenance
@@ -49,15 +49,15 @@ from iceberg.protocol.phases import (
 from iceberg.protocol.replay import expire_replays
 from iceberg.protocol.shards import Shard, snapshot_range
 from iceberg.protocol.state import GroupState, Lease, retire_streams
-from iceberg.rebuild import sync_with_sink
+from iceberg.rebuild import sync_tables
 from iceberg.shards import plan_increment
-from iceberg.store.dead_letters import open_letters
+from iceberg.store.dead_letters import open_in
 from iceberg.store.fences import prune_fences, raise_fences
+from iceberg.store.group_tables import GroupTables, load_group_tables
 from iceberg.store.heartbeats import forget, gone_holders, read_beats
-from iceberg.store.lineage import record_lineage
+from iceberg.store.lineage import record_into
 from iceberg.store.registrations import register
-from iceberg.store.registry import Loaded, commit_state, load_state
-from iceberg.store.tables import load_optional, load_source
+from iceberg.store.registry import commit_state, load_state
 
 log = logging.getLogger(__name__)
 
@@ -141,21 +141,26 @@ def tick(
     loaded = load_state(catalog, group.name)
     if loaded.state is not None:
         check_drift(loaded.state, group)
-    source = load_source(catalog, group.source)
+    tables = load_group_tables(catalog, group, loaded)
+    source = tables.source
     check_filter(group, source.schema())
-    synced = sync_with_sink(catalog, group, source, loaded)
+    synced = sync_tables(tables)
     if synced.rebuilt is not None:
         log.warning(
             "group %s: rebuilding the registry from the sink (%s); epoch %d", group.name, synced.rebuilt,
             synced.state.epoch,
         )  # fmt: skip
+        if tables.sink is not None:
+            tables.sink.refresh()  # the rebuild raised the epoch fence through a table of its own
     history = synced.history
     before = check_config(synced.state, group, now_ms, history.head)
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
 
     reconciled = reconcile(before, history.commits, history.head, now_ms, group.lease_timeout_s)
     sink_head = history.head
-    letters = {sid: d for sid, d in open_letters(catalog, group.name).items() if sid in reconciled.state.shards}
+    letters = {
+        sid: d for sid, d in open_in(tables.dead_letters, catalog.name).items() if sid in reconciled.state.shards
+    }
     beats, gone = read_heartbeats(catalog, group, reconciled.state, now_ms)
     live = liveness(group, reconciled.state, observed, letters, beats, gone, now_ms, sink_head, owner_run_id)
     replaying, replay_fences = expire_dead_replays(group, live.state, beats, gone, now_ms)
@@ -164,7 +169,7 @@ def tick(
     planned, blocked = (
         (Planned(replaying, []), None)
         if held or len(replaying.shards) >= group.max_pending_shards
-        else plan(catalog, source, group, replaying)
+        else plan(tables, replaying)
     )
     granted = grant(planned.state, group, now_ms, sink_head, stopped=held, owner_run_id=owner_run_id)
     head = source.current_snapshot()
@@ -175,10 +180,10 @@ def tick(
     )
     state = retire_streams(state, now_ms, int(group.retire_streams_after.total_seconds() * 1000))
     if history.head is not None and history.head != before.sink_cursor:
-        record_lineage(catalog, group, before.shards)
-    provenance = window_provenance(catalog, group, done)
+        tables.lineage = record_into(catalog, group, before.shards, tables.sink, tables.lineage).table
+    provenance = window_provenance(tables.lineage, group, done)
     register(source, group, state, now_ms)
-    fence_and_commit(catalog, group, loaded, state, {**live.fences, **replay_fences})
+    fence_and_commit(tables, state, {**live.fences, **replay_fences})
     if blocked is not None and not live.launch and not granted.grants and not stopped and not held:
         # Stopped at a snapshot it cannot step over, with nothing to run before it: say so. The state is
         # committed first, so leases in flight are still reconciled and re-granted while it is stopped.
@@ -270,12 +275,13 @@ def complete(
     return state.model_copy(update={"windows_complete_through_ms": done[-1] + window_width_ms(group)}), done
 
 
-def plan(catalog: Catalog, source: Table, group: GroupConfig, state: GroupState) -> tuple[Planned, SourceError | None]:
+def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceError | None]:
     """Read what the source's snapshots after the planning cursor added, and cut it into shards.
 
     Also returns the error of a non-append snapshot planning stopped at (``plan_increment``).
     """
-    found = plan_increment(source, state.planned_through, group, lambda: followed_replays(catalog, group))
+    group = tables.group
+    found = plan_increment(tables.source, state.planned_through, group, lambda: followed(tables.sink, group.name))
     if found.skipped:
         log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
     if found.through is None:
@@ -284,9 +290,7 @@ def plan(catalog: Catalog, source: Table, group: GroupConfig, state: GroupState)
     return cut(state, group, found.appends, found.files, through.snapshot_id, through.sequence_number), found.blocked
 
 
-def fence_and_commit(
-    catalog: Catalog, group: GroupConfig, loaded: Loaded, state: GroupState, fences: dict[str, int]
-) -> None:
+def fence_and_commit(tables: GroupTables, state: GroupState, fences: dict[str, int]) -> None:
     """Raise the fences of revoked and parked leases on the sink, then commit the state by CAS.
 
     Fences go first: once the registry names a lease's next attempt, the attempt it replaces must
@@ -294,8 +298,8 @@ def fence_and_commit(
     registry no longer holds a lease, its fence is pruned from the sink (``prune_fences``): only
     after this tick's commit won, so a stale Leader never prunes.
     """
+    group, loaded, sink = tables.group, tables.registry, tables.sink
     retired = loaded.state is not None and bool(set(loaded.state.leases) - set(state.leases))
-    sink = load_optional(catalog, group.sink) if fences or retired else None
     if fences:
         if sink is not None:
             raise_fences(sink, fences)

@@ -335,10 +335,9 @@ class WindowProvenance:
     sink_snapshots: tuple[int, ...]
 
 
-def window_provenance(catalog: Catalog, group: GroupConfig, starts: list[int]) -> dict[int, WindowProvenance]:
-    """The provenance of each window (by start) that has lineage entries; one read of their partitions."""
-    table = load_lineage(catalog, group.name) if starts else None
-    if table is None:
+def window_provenance(table: Table | None, group: GroupConfig, starts: list[int]) -> dict[int, WindowProvenance]:
+    """The provenance of each window (by start) in the lineage ``table``; one read of their partitions."""
+    if table is None or not starts:
         return {}
     labels = {window_label(start, group.replay_window): start for start in starts}
     by_window: dict[str, list[LineageEntry]] = {}

@@ -2,7 +2,7 @@
 
 The pure half (what is behind, what the commits say the state is) is ``protocol/rebuild.py``; this
 module does the reads and the one write that must come first, the sink's epoch fence. A tick calls
-``sync_with_sink`` before it reconciles; ``describe`` calls it without the fence, to show what a
+``sync_tables`` before it reconciles; ``describe`` calls it without the fence, to show what a
 tick would see; ``icegroup rebuild`` calls ``rebuild_registry``.
 """
 
@@ -24,8 +24,9 @@ from iceberg.protocol.state import GroupState
 from iceberg.reset import check_interrupted
 from iceberg.start import initial_state
 from iceberg.store.fences import raise_fences
+from iceberg.store.group_tables import GroupTables, load_group_tables
 from iceberg.store.registry import Loaded, commit_state, load_state
-from iceberg.store.sink_history import SinkHistory, read_sink_history
+from iceberg.store.sink_history import SinkHistory, history_of, read_sink_history
 from iceberg.store.tables import load_optional, load_source
 
 log = logging.getLogger(__name__)
@@ -45,6 +46,11 @@ class Synced:
 
 
 def sync_with_sink(catalog: Catalog, group: GroupConfig, source: Table, loaded: Loaded, fence: bool = True) -> Synced:
+    """``sync_tables`` for a registry loaded by the caller; the group's other tables are opened here."""
+    return sync_tables(load_group_tables(catalog, group, loaded, source), fence)
+
+
+def sync_tables(tables: GroupTables, fence: bool = True) -> Synced:
     """Check the registry against the sink's commits since its cursor; rebuild it if it is missing or behind.
 
     A tick rebuilds with ``fence``: the sink's epoch fence goes up first (see ``rebuild``). Without
@@ -52,8 +58,9 @@ def sync_with_sink(catalog: Catalog, group: GroupConfig, source: Table, loaded: 
     reset raised without committing the registry is not rebuilt from: ``ResetInterrupted`` names the
     command that completes the reset.
     """
+    catalog, group, source, loaded = tables.catalog, tables.group, tables.source, tables.registry
     stored = loaded.state
-    history = read_sink_history(catalog, group.sink, group.name, stored.sink_cursor if stored else None)
+    history = history_of(tables.sink, group.name, stored.sink_cursor if stored else None)
     check_interrupted(history.reset_marker, group, stored.epoch if stored else 0)
     reason = disagreement(stored, history)
     if reason is None:

@@ -24,8 +24,11 @@ from pyiceberg.types import DoubleType, LongType, NestedField, StringType, Times
 
 from iceberg.protocol.assignment import make_lease_id
 from iceberg.protocol.dead_letters import DeadLetter
+from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState, Lease
+from iceberg.store.group_tables import GroupTables, load_group_tables
+from iceberg.store.registry import Loaded, load_state
 
 GROUP = "orders"
 STREAM = "0/region=eu"
@@ -179,6 +182,11 @@ def next_event_id(table: Table) -> int:
         return 1
     ids = table.scan(selected_fields=("event_id",)).to_arrow().column("event_id")
     return int(pc.max(ids).as_py() or 0) + 1
+
+
+def tables_of(catalog: Catalog, group: GroupConfig, loaded: Loaded | None = None) -> GroupTables:
+    """The group's tables as a Leader tick opens them, with the registry as ``loaded`` (default: as it is now)."""
+    return load_group_tables(catalog, group, loaded if loaded is not None else load_state(catalog, group.name))
 
 
 def no_spark() -> Any:

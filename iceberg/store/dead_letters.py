@@ -61,12 +61,15 @@ def latest(catalog: Catalog, group: str) -> dict[str, DeadLetter]:
     The Leader asks every tick, and the table changes only when a shard turns poison or is re-driven:
     the answer is kept per table snapshot, so a tick reads the table's metadata, not its rows.
     """
-    identifier = dead_letter_identifier(group)
-    table = load_optional(catalog, identifier)
+    return latest_in(load_optional(catalog, dead_letter_identifier(group)), catalog.name)
+
+
+def latest_in(table: Table | None, catalog_name: str) -> dict[str, DeadLetter]:
+    """``latest`` of a dead-letter table already loaded (None: no shard was ever poison)."""
     snapshot = table.current_snapshot() if table is not None else None
     if table is None or snapshot is None:
         return {}
-    key = (catalog.name, identifier)
+    key = (catalog_name, ".".join(table.name()))
     cached = _LATEST.get(key)
     if cached is None or cached[0] != snapshot.snapshot_id:
         cached = _LATEST[key] = (snapshot.snapshot_id, scan_letters(table))
@@ -81,6 +84,11 @@ def scan_letters(table: Table) -> dict[str, DeadLetter]:
 def open_letters(catalog: Catalog, group: str) -> dict[str, DeadLetter]:
     """Shards that are parked or stopped and not re-driven since."""
     return {sid: d for sid, d in latest(catalog, group).items() if is_open(d)}
+
+
+def open_in(table: Table | None, catalog_name: str) -> dict[str, DeadLetter]:
+    """``open_letters`` of a dead-letter table already loaded."""
+    return {sid: d for sid, d in latest_in(table, catalog_name).items() if is_open(d)}
 
 
 def redrive(catalog: Catalog, group: str, shard_ids: list[str] | None = None) -> list[DeadLetter]:

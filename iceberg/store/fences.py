@@ -61,7 +61,8 @@ def raise_fences(
     its epoch that way, so two resets can never both believe they own it.
     """
     for attempt in range(retries + 1):
-        table.refresh()
+        if attempt:
+            table.refresh()  # the first try trusts the caller's table: a stale one fails the requirement
         current = table.metadata.properties
         wanted = {key: value for key, value in fences.items() if int(current.get(key, "0")) < value}
         if strict and len(wanted) < len(fences):

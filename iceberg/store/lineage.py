@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -103,6 +103,7 @@ class Recorded:
     superseded: tuple[str, ...] = ()
     voided: int = 0
     through: int | None = None
+    table: Table | None = field(default=None, compare=False, repr=False)
 
 
 def load_lineage(catalog: Catalog, group: str) -> Table | None:
@@ -142,14 +143,23 @@ def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Sh
     ``shards`` are the registry's shards before this tick reconciles: the ones the new commits
     committed still name their files. Raises ``RegistryConflict`` if another Leader recorded first.
     """
-    sink = load_optional(catalog, group.sink)
+    return record_into(catalog, group, shards, load_optional(catalog, group.sink), load_lineage(catalog, group.name))
+
+
+def record_into(
+    catalog: Catalog, group: GroupConfig, shards: Mapping[str, Shard], sink: Table | None, table: Table | None
+) -> Recorded:
+    """``record_lineage`` with the sink and the lineage table already loaded (None: they do not exist yet).
+
+    The catalog creates the lineage table at the first commit to record; ``Recorded.table`` is the
+    table as it stands after this pass.
+    """
     head = sink.current_snapshot() if sink is not None else None
     if sink is None or head is None:
-        return Recorded()
-    table = load_lineage(catalog, group.name)
+        return Recorded(table=table)
     cursor = recorded_through(table) if table is not None else None
     if cursor == head.snapshot_id:
-        return Recorded(through=cursor)
+        return Recorded(through=cursor, table=table)
     walked = list(walk_commits(sink, cursor))
     walked.reverse()
     if table is not None and cursor is not None and not walked_to([w.snapshot for w in walked], cursor, sink):
@@ -183,14 +193,14 @@ def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Sh
             gone = voided(pending, resets)
             pending = [e for e in pending if e.shard_id not in gone]
     if not pending and not superseded and not drop_shards:
-        return Recorded(through=cursor)
+        return Recorded(through=cursor, table=table)
     table = table if table is not None else create_lineage(catalog, group.name)
     commit_entries(table, pending, superseded, drop_shards, head.snapshot_id, head.sequence_number or 0)
     log.info(
         "group %s: lineage recorded through sink snapshot %d: %d entries, %d windows superseded, %d shards voided",
         group.name, head.snapshot_id, len(pending), len(superseded), len(drop_shards),
     )  # fmt: skip
-    return Recorded(len(pending), tuple(sorted(superseded)), len(drop_shards), head.snapshot_id)
+    return Recorded(len(pending), tuple(sorted(superseded)), len(drop_shards), head.snapshot_id, table)
 
 
 def commit_entries(

@@ -97,7 +97,11 @@ def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommi
 
 def read_sink_history(catalog: Catalog, sink: str, group: str, since: int | None) -> SinkHistory:
     """Commits of ``group`` in ``sink`` after snapshot ``since``; empty while the sink does not exist."""
-    table = load_optional(catalog, sink)
+    return history_of(load_optional(catalog, sink), group, since)
+
+
+def history_of(table: Table | None, group: str, since: int | None) -> SinkHistory:
+    """``read_sink_history`` of a sink already loaded (None: it does not exist yet)."""
     if table is None:
         return SinkHistory(head=None, commits=[])
     head = table.current_snapshot()

@@ -13,7 +13,7 @@ from iceberg.protocol.fences import fence_key
 from iceberg.protocol.group import GroupConfig
 from iceberg.start import initial_state
 from iceberg.store.registry import Loaded, load_state
-from tests.factories import append_batches, create_source
+from tests.factories import append_batches, create_source, tables_of
 
 
 def test_plan_cuts_what_the_source_added_after_the_cursor(catalog: Catalog, make_group: type[GroupConfig]) -> None:
@@ -23,7 +23,7 @@ def test_plan_cuts_what_the_source_added_after_the_cursor(catalog: Catalog, make
     source.refresh()
     state = initial_state(source, group)
 
-    planned, blocked = plan(catalog, source, group, state)
+    planned, blocked = plan(tables_of(catalog, group), state)
 
     head = source.current_snapshot()
     assert head is not None
@@ -31,7 +31,7 @@ def test_plan_cuts_what_the_source_added_after_the_cursor(catalog: Catalog, make
     assert len(planned.new_shards) == 6, "2 snapshots x 3 region streams, one file per shard"
     assert sum(s.rows for s in planned.new_shards) == 12
     assert blocked is None
-    assert plan(catalog, source, group, planned.state)[0].new_shards == [], "nothing new after the cursor"
+    assert plan(tables_of(catalog, group), planned.state)[0].new_shards == [], "nothing new after the cursor"
 
 
 def test_fence_and_commit_raises_fences_before_the_registry_names_the_next_attempt(
@@ -54,7 +54,7 @@ def test_fence_and_commit_raises_fences_before_the_registry_names_the_next_attem
 
     monkeypatch.setattr(leader, "commit_state", commit_state)
 
-    fence_and_commit(catalog, group, loaded, state, {key: 3})
+    fence_and_commit(tables_of(catalog, group, loaded), state, {key: 3})
 
     assert seen_at_commit == ["3"], "the fence was up when the registry committed"
     assert load_state(catalog, group.name).state == state
@@ -66,10 +66,10 @@ def test_fence_and_commit_does_not_commit_a_state_that_did_not_change(
     group = make_group()
     source = create_source(catalog, group.source)
     state = initial_state(source, group)
-    fence_and_commit(catalog, group, load_state(catalog, group.name), state, {})
+    fence_and_commit(tables_of(catalog, group), state, {})
     loaded = load_state(catalog, group.name)
     token = loaded.token
 
-    fence_and_commit(catalog, group, loaded, state, {})
+    fence_and_commit(tables_of(catalog, group, loaded), state, {})
 
     assert load_state(catalog, group.name).token == token

@@ -1,0 +1,54 @@
+"""A group's tables as one Leader tick (or one ``describe``) loads them: each opened once, then passed down.
+
+A tick reads the registry, the source, the sink, the lineage table and the dead-letter table, and
+several of its phases need the same one. Opening each once and handing this value down, instead of
+a catalog and a name, costs one metadata read per table and lets every phase see the same snapshot
+of it. What a tick writes goes through the table objects held here, which pyiceberg refreshes on
+commit; the catalog stays at hand for the tables a tick creates (the lineage table) and for reads
+that must be fresh on purpose (a rebuild's second look at the registry).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from iceberg.protocol.group import GroupConfig
+from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.store.lineage import lineage_identifier
+from iceberg.store.registry import Loaded
+from iceberg.store.tables import load_optional, load_source
+
+
+@dataclass
+class GroupTables:
+    """The registry as loaded, and the source, sink, lineage and dead-letter tables of one group.
+
+    ``sink``, ``lineage`` and ``dead_letters`` are None while they do not exist: the first Borrower
+    creates the sink, the Leader the lineage table, and the first poison shard the dead-letter table.
+    """
+
+    catalog: Catalog
+    group: GroupConfig
+    registry: Loaded
+    source: Table
+    sink: Table | None
+    lineage: Table | None
+    dead_letters: Table | None
+
+
+def load_group_tables(
+    catalog: Catalog, group: GroupConfig, registry: Loaded, source: Table | None = None
+) -> GroupTables:
+    """Open each of the group's tables once; ``source`` when the caller holds it already."""
+    return GroupTables(
+        catalog=catalog,
+        group=group,
+        registry=registry,
+        source=source if source is not None else load_source(catalog, group.source),
+        sink=load_optional(catalog, group.sink),
+        lineage=load_optional(catalog, lineage_identifier(group.name)),
+        dead_letters=load_optional(catalog, dead_letter_identifier(group.name)),
+    )

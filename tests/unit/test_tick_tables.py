@@ -1,0 +1,71 @@
+"""A Leader tick opens each of its group's tables once, however many of its phases read them."""
+
+from __future__ import annotations
+
+import inspect
+from collections import Counter
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+
+from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.state import Lease
+from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.store.lineage import lineage_identifier
+from iceberg.store.registry import registry_identifier
+from tests.factories import BORROWER_RUN, append_batches, create_source
+from tests.sink_commits import commit_lease
+
+T0 = 1_900_000_000_000
+
+
+def count_loads(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> Counter[str]:
+    """Every table icegroup opens from now on (``load_table`` or a refresh), by identifier.
+
+    The SQL catalog's own read of the current metadata inside a commit's compare-and-swap is the
+    catalog's business, not an open: it is not counted.
+    """
+    loads: Counter[str] = Counter()
+    real = catalog.load_table
+
+    def load_table(identifier: str | tuple[str, ...]) -> Table:
+        if not any(frame.function == "commit_table" for frame in inspect.stack(context=0)):
+            loads[identifier if isinstance(identifier, str) else ".".join(identifier)] += 1
+        return real(identifier)
+
+    monkeypatch.setattr(catalog, "load_table", load_table)
+    return loads
+
+
+def test_a_busy_tick_opens_the_sink_and_every_other_table_once(
+    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = make_group(max_borrowers=2, shard_caps={"max_files": 1}, lease_max_shards=1)
+    append_batches(create_source(catalog, group.source), 3, 4)
+    first = tick(catalog, group, lambda _: RunState.RUNNING, owner_run_id=BORROWER_RUN, now_ms=T0)
+    earlier, revoked = first.launch
+    commit_lease(catalog, group, first.state, earlier)
+    second = tick(catalog, group, lambda _: RunState.RUNNING, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
+    assert catalog.table_exists(lineage_identifier(group.name)), "the lineage table exists before the tick"
+    (committed,) = second.launch
+    commit_lease(catalog, group, second.state, committed)
+    loads = count_loads(catalog, monkeypatch)
+
+    # The tick reconciles a commit, records its lineage, revokes a failed lease (a fence on the sink)
+    # and retires the committed one (its fence is pruned): every phase that touches the sink runs.
+    def observe(lease: Lease) -> RunState:
+        return RunState.FAILED if lease.lease_id == revoked.lease_id else RunState.RUNNING
+
+    busy = tick(catalog, group, observe, owner_run_id=BORROWER_RUN, now_ms=T0 + 2000)
+
+    assert [s.shard_id for s in busy.committed] == committed.shard_ids
+    assert busy.regranted == 1
+    assert busy.state.leases[revoked.lease_id].attempt == revoked.attempt + 1
+    assert loads[group.sink] == 1
+    assert loads[group.source] == 1
+    assert loads[registry_identifier(group.name)] == 1
+    assert loads[lineage_identifier(group.name)] == 1
+    assert loads[dead_letter_identifier(group.name)] == 1
