@@ -15,6 +15,7 @@ from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.lag import lag_of
 from iceberg.leader import TickResult
+from iceberg.protocol.consume import DEFAULTS
 from iceberg.protocol.durations import parse_duration
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
@@ -32,14 +33,18 @@ class ConsumeConfig(dg.Config):
         default=True, description="Keep ticking until every source snapshot is committed; else one round."
     )
     max_wait_s: float = Field(
-        default=600.0, description="Give up after this long without progress while other runs hold leases."
+        default=DEFAULTS.max_wait_s,
+        description="Give up after this long without progress while other runs hold leases.",
     )
     follow: bool = Field(
-        default=False,
+        default=DEFAULTS.follow,
         description="Keep consuming after catching up, checking the source every poll_s, until the run is stopped.",
     )
     poll_s: float = Field(
-        default=1.0, gt=0, le=3600, description="Seconds between ticks while idle or following: the trigger interval."
+        default=DEFAULTS.poll_s,
+        gt=0,
+        le=3600,
+        description="Seconds between ticks while idle or following: the trigger interval.",
     )
 
 

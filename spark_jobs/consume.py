@@ -18,6 +18,7 @@ from pyspark.sql import SparkSession
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import GroupStopped, NotCaughtUp, RegistryConflict
 from iceberg.leader import RunObserver, TickResult, tick
+from iceberg.protocol.consume import DEFAULTS
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState, hold_of
 from iceberg.protocol.state import Lease, LeasePhase
@@ -45,11 +46,11 @@ def consume(
     on_lease: LeaseCallback | None = None,
     on_tick: Callable[[TickResult], None] | None = None,
     progress: Callable[[str], None] = print,
-    max_wait_s: float = 600.0,
-    poll_s: float = 1.0,
+    max_wait_s: float = DEFAULTS.max_wait_s,
+    poll_s: float = DEFAULTS.poll_s,
     until_caught_up: bool = True,
     terminate: Callable[[list[Lease]], object] | None = None,
-    follow: bool = False,
+    follow: bool = DEFAULTS.follow,
 ) -> ConsumeSummary:
     """Tick and execute this process's leases until the group is caught up with the source head.
 

@@ -24,6 +24,7 @@ from iceberg.describe import describe_as_of, describe_group
 from iceberg.errors import IcegroupError, UsageError
 from iceberg.lag import Work, pending_work
 from iceberg.pause import set_paused
+from iceberg.protocol.consume import DEFAULTS
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import snapshot_range
 from iceberg.rebuild import rebuild_registry
@@ -71,11 +72,15 @@ def parser() -> argparse.ArgumentParser:
     consume = sub.add_parser("consume", help="run the Leader and Borrowers headless, as a Dagster run")
     consume.add_argument("group")
     consume.add_argument("--until-caught-up", action="store_true", help="repeat until the source head is committed")
-    consume.add_argument("--max-wait", type=float, default=600.0, help="seconds to wait on leases held elsewhere")
+    consume.add_argument(
+        "--max-wait", type=float, default=DEFAULTS.max_wait_s, help="seconds to wait on leases held elsewhere"
+    )
     consume.add_argument(
         "--follow", action="store_true", help="keep consuming new source commits after catching up, until Ctrl-C"
     )
-    consume.add_argument("--poll", type=float, default=1.0, help="seconds between source checks while following")
+    consume.add_argument(
+        "--poll", type=float, default=DEFAULTS.poll_s, help="seconds between source checks while following"
+    )
     consume.add_argument("--json", action="store_true", help="print the run and the group as JSON; no progress bars")
     consume.set_defaults(run=cmd_consume)
 

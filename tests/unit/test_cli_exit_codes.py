@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 
 from dagster_project import jobs
 from dagster_project.cli import commands as cli
+from dagster_project.cli.exits import MEANING
 from dagster_project.resources import IcegroupResource
 from iceberg.config.lakehouse import load_lakehouse
 from iceberg.errors import NotCaughtUp
@@ -75,3 +77,21 @@ def test_consume_of_a_missing_source_exits_2_naming_the_fix(
         "icegroup: error: source: table 'demo.events' does not exist in catalog 'lake'; "
         "create it or correct the group's source\n"
     )
+
+
+def readme_exit_codes() -> dict[int, str]:
+    """The rows of the README's exit-code table."""
+    text = (repo_root() / "README.md").read_text()
+    table = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
+    return {int(code): meaning for code, meaning in re.findall(r"^\| (\d) \| (.+) \|$", table, flags=re.M)}
+
+
+def test_the_readme_shows_the_one_exit_code_table() -> None:
+    assert readme_exit_codes() == {code.value: text for code, text in MEANING.items()}
+
+
+def test_help_shows_the_one_exit_code_table() -> None:
+    shown = " ".join(cli.parser().format_help().split())
+
+    for code, text in MEANING.items():
+        assert f"{code.value} {' '.join(text.split())}" in shown
