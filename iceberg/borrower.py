@@ -6,12 +6,13 @@ import time
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import RegistryConflict
+from iceberg.errors import LostRace
 from iceberg.protocol.borrower import take, waiting
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import Lease
-from iceberg.store.registry import commit_state, load_state
+from iceberg.retry import again_while_losing
+from iceberg.store.registry import commit_or_lose, load_state
 
 # A Leader tick or another Borrower may win the swap; each try reads the registry again.
 TAKE_TRIES = 5
@@ -27,16 +28,17 @@ def take_leases(
     poll. A lease is the Borrower's once the swap succeeds, never before, so two Borrowers never
     run the same attempt.
     """
-    for attempt in range(TAKE_TRIES):
+
+    def attempt() -> list[tuple[Lease, list[Shard]]]:
         loaded = load_state(catalog, group.name)
         if loaded.state is None or slots <= 0 or not waiting(loaded.state):
             return []
         at_ms = int(time.time() * 1000) if now_ms is None else now_ms
         state, leases = take(loaded.state, run_id, at_ms, group.lease_timeout_s, slots)
-        try:
-            commit_state(loaded, state)
-        except RegistryConflict:
-            time.sleep(0.05 * (attempt + 1))
-            continue
+        commit_or_lose(loaded, state)
         return [(lease, [state.shards[s] for s in lease.shard_ids if s in state.shards]) for lease in leases]
-    return []
+
+    try:
+        return again_while_losing(f"group {group.name}: taking leases", attempt, TAKE_TRIES)
+    except LostRace:
+        return []

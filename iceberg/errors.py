@@ -75,3 +75,7 @@ class ReplayIncomplete(SourceError):
 
 class ResetInterrupted(IcegroupError):
     """A reset raised the sink's epoch but did not commit the registry; running it again completes it."""
+
+
+class LostRace(IcegroupError):
+    """A try lost its compare-and-swap to another writer: ``iceberg/retry.py`` makes it again, then names the remedy."""

@@ -10,11 +10,12 @@ import time
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import RegistryConflict, UsageError
+from iceberg.errors import LostRace, RegistryConflict, UsageError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.phases import check_drift
 from iceberg.protocol.state import GroupState
-from iceberg.store.registry import commit_state, load_state
+from iceberg.retry import again_while_losing
+from iceberg.store.registry import commit_or_lose, load_state
 
 
 def set_paused(catalog: Catalog, group: GroupConfig, paused: bool, retries: int = 10) -> tuple[GroupState, bool]:
@@ -23,7 +24,8 @@ def set_paused(catalog: Catalog, group: GroupConfig, paused: bool, retries: int 
     Pausing keeps every position and every lease in flight: those leases finish (and are re-granted
     if their Borrower dies), but nothing new is granted until the group is resumed.
     """
-    for attempt in range(retries):
+
+    def attempt() -> tuple[GroupState, bool]:
         loaded = load_state(catalog, group.name)
         if loaded.state is None:
             raise UsageError(
@@ -35,13 +37,13 @@ def set_paused(catalog: Catalog, group: GroupConfig, paused: bool, retries: int 
         if (loaded.state.paused_at_ms is not None) == paused:
             return loaded.state, False
         changed = loaded.state.model_copy(update={"paused_at_ms": int(time.time() * 1000) if paused else None})
-        try:
-            commit_state(loaded, changed)
-        except RegistryConflict:
-            time.sleep(0.1 * (attempt + 1))
-            continue
+        commit_or_lose(loaded, changed)
         return changed, True
-    raise RegistryConflict(
-        f"group {group.name!r}: the registry kept moving under {retries} tries to "
-        f"{'pause' if paused else 'resume'} it; try again"
-    )
+
+    verb = "pause" if paused else "resume"
+    try:
+        return again_while_losing(f"group {group.name}: {verb}", attempt, retries, first_wait_s=0.1)
+    except LostRace:
+        raise RegistryConflict(
+            f"group {group.name!r}: the registry kept moving under {retries} tries to {verb} it; try again"
+        ) from None

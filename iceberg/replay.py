@@ -21,7 +21,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
-from iceberg.errors import RegistryConflict, ReplayIncomplete, UsageError
+from iceberg.errors import LostRace, RegistryConflict, ReplayIncomplete, UsageError
 from iceberg.protocol.cascade import superseding
 from iceberg.protocol.fences import replay_fence_key
 from iceberg.protocol.group import GroupConfig
@@ -36,10 +36,11 @@ from iceberg.protocol.sink_commit import (
     resets_key,
 )
 from iceberg.protocol.state import ReplayTicket
+from iceberg.retry import again_while_losing
 from iceberg.shards import stream_key
 from iceberg.store.fences import raise_fences
 from iceberg.store.heartbeats import read_beats
-from iceberg.store.registry import commit_state, load_state
+from iceberg.store.registry import commit_or_lose, load_state
 from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import load_optional, load_source
 
@@ -324,7 +325,8 @@ def begin_replay(catalog: Catalog, group: GroupConfig, window: str, holder: str)
     that is refused under ``on_change: fail`` and recorded under ``continue``, as a Leader tick does.
     """
     start = check_window(group, window)
-    for attempt in range(RETRIES):
+
+    def attempt() -> ReplayTicket:
         loaded = load_state(catalog, group.name)
         if loaded.state is None:
             raise UsageError(
@@ -343,31 +345,35 @@ def begin_replay(catalog: Catalog, group: GroupConfig, window: str, holder: str)
             raise_fences(sink, {key: ticket.generation})
         state = state.model_copy(deep=True)
         state.replays[window] = ticket
-        try:
-            commit_state(loaded, state)
-        except RegistryConflict:
-            time.sleep(0.1 * (attempt + 1))
-            continue
+        commit_or_lose(loaded, state)
         return ticket
-    raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {RETRIES} tries to start a replay")
+
+    try:
+        return again_while_losing(f"group {group.name}: starting a replay of {window}", attempt, RETRIES, 0.1)
+    except LostRace:
+        raise RegistryConflict(
+            f"group {group.name!r}: the registry kept moving under {RETRIES} tries to start a replay"
+        ) from None
 
 
 def end_replay(catalog: Catalog, group: GroupConfig, ticket: ReplayTicket) -> None:
     """Drop the ticket, so the Leader grants the window's shards again; a superseded ticket is left alone."""
-    for attempt in range(RETRIES):
+
+    def attempt() -> None:
         loaded = load_state(catalog, group.name)
         held = loaded.state.replays.get(ticket.window) if loaded.state else None
         if loaded.state is None or held is None or held.generation != ticket.generation:
             return
         state = loaded.state.model_copy(deep=True)
         del state.replays[ticket.window]
-        try:
-            commit_state(loaded, state)
-        except RegistryConflict:
-            time.sleep(0.1 * (attempt + 1))
-            continue
-        return
-    raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {RETRIES} tries to end a replay")
+        commit_or_lose(loaded, state)
+
+    try:
+        again_while_losing(f"group {group.name}: ending a replay of {ticket.window}", attempt, RETRIES, 0.1)
+    except LostRace:
+        raise RegistryConflict(
+            f"group {group.name!r}: the registry kept moving under {RETRIES} tries to end a replay"
+        ) from None
 
 
 @contextmanager

@@ -30,7 +30,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.cascade import follows_after_reset
-from iceberg.errors import RegistryConflict, ResetInterrupted, UsageError
+from iceberg.errors import LostRace, RegistryConflict, ResetInterrupted, UsageError
 from iceberg.failpoints import failpoint
 from iceberg.protocol.fences import epoch_key
 from iceberg.protocol.group import GroupConfig
@@ -51,9 +51,10 @@ from iceberg.protocol.sink_commit import (
 )
 from iceberg.protocol.state import GroupState
 from iceberg.reset_targets import chain, check_reachable, count_skipped, targets
+from iceberg.retry import again_while_losing
 from iceberg.store.fences import commit_retrying, raise_fences
 from iceberg.store.heartbeats import read_beats
-from iceberg.store.registry import Loaded, commit_state, load_state
+from iceberg.store.registry import Loaded, commit_or_lose, load_state
 from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import load_optional, load_source
 
@@ -209,7 +210,8 @@ def execute_reset(
     catalog: Catalog, group: GroupConfig, target: ResetTarget, keep_output: bool = False, retries: int = 5
 ) -> ResetPlan:
     """Execute a reset in the order the module docstring gives; returns the plan it carried out."""
-    for attempt in range(retries):
+
+    def attempt() -> ResetPlan:
         loaded = load_state(catalog, group.name)
         if loaded.state is None:
             raise UsageError(f"group {group.name!r} has no registry yet: it has consumed nothing to reset")
@@ -253,16 +255,18 @@ def execute_reset(
             sink.refresh()
             head = sink.current_snapshot()
             plan.state.sink_cursor = head.snapshot_id if head is not None else plan.state.sink_cursor
-        try:
-            commit_state(plan.loaded or loaded, plan.state)
-        except RegistryConflict:
-            time.sleep(0.2 * (attempt + 1))
-            continue
+        commit_or_lose(plan.loaded or loaded, plan.state)
         failpoint("reset.after_registry")
         if sink is not None:
             clear_marker(sink, group)
         return plan
-    raise RegistryConflict(f"group {group.name!r}: the registry kept moving under {retries} tries to reset it")
+
+    try:
+        return again_while_losing(f"group {group.name}: reset", attempt, retries, first_wait_s=0.2)
+    except LostRace:
+        raise RegistryConflict(
+            f"group {group.name!r}: the registry kept moving under {retries} tries to reset it"
+        ) from None
 
 
 def finish_committed(

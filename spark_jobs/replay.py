@@ -20,13 +20,14 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import WindowMoved
+from iceberg.errors import LostRace, WindowMoved
 from iceberg.openlineage import output_dataset, run_events
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.replay import replay_lease_id
 from iceberg.protocol.sink_commit import replay_properties
 from iceberg.protocol.state import ReplayTicket
 from iceberg.replay import ReplayPlan, ReplayShard, plan_replay, replay_ticket
+from iceberg.retry import again_while_losing
 from iceberg.store.heartbeats import heartbeat
 from spark_jobs.code_shipping import ship_transform
 from spark_jobs.session import activate
@@ -119,20 +120,24 @@ def replay_generation(
     window = ticket.window
     report = ReplayReport(window=window, generation=ticket.generation)
     progress(f"window {window}: replay generation {ticket.generation} began")
-    for attempt in range(1, MAX_PLANS + 1):
+
+    def attempt() -> None:
         plan = plan_replay(catalog, group, window)
         plan.check_complete()
-        report.plans = attempt
+        report.plans += 1
         if not plan.shards:
-            break
+            return
         progress(f"window {window}: {len(plan.shards)} shards, {plan.rows} source rows to replay")
         try:
             publish(spark, lakehouse, group, ticket, plan, transform, report, run_id)
-            break
         except WindowMoved as exc:
-            progress(f"window {window}: {exc}; planning again ({attempt}/{MAX_PLANS})")
-    else:
-        raise WindowMoved(f"window {window} kept moving under {MAX_PLANS} plans; replay it again")
+            progress(f"window {window}: {exc}; planning again ({report.plans}/{MAX_PLANS})")
+            raise LostRace(str(exc)) from exc
+
+    try:
+        again_while_losing(f"window {window}: replay", attempt, MAX_PLANS)
+    except LostRace:
+        raise WindowMoved(f"window {window} kept moving under {MAX_PLANS} plans; replay it again") from None
     return report
 
 

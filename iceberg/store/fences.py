@@ -17,19 +17,18 @@ catalogs only.
 from __future__ import annotations
 
 import logging
-import random
-import time
 from collections.abc import Callable, Collection
 from typing import Literal
 
 from pydantic import Field
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table
+from pyiceberg.table import Table, Transaction
 from pyiceberg.table.metadata import TableMetadata
 from pyiceberg.table.update import SetPropertiesUpdate, ValidatableTableRequirement
 
-from iceberg.errors import SinkError
+from iceberg.errors import LostRace, SinkError
 from iceberg.protocol.fences import fence_key
+from iceberg.retry import again_while_losing
 
 log = logging.getLogger(__name__)
 
@@ -60,9 +59,8 @@ def raise_fences(
     already, nothing at all is written (not ``also`` either) and ``{}`` is returned. A reset takes
     its epoch that way, so two resets can never both believe they own it.
     """
-    for attempt in range(retries + 1):
-        if attempt:
-            table.refresh()  # the first try trusts the caller's table: a stale one fails the requirement
+
+    def attempt() -> dict[str, int]:
         current = table.metadata.properties
         wanted = {key: value for key, value in fences.items() if int(current.get(key, "0")) < value}
         if strict and len(wanted) < len(fences):
@@ -75,18 +73,16 @@ def raise_fences(
             (SetPropertiesUpdate(updates={**{key: str(value) for key, value in wanted.items()}, **extra}),),
             (AssertFencesBelow(fences=wanted),),  # type: ignore[arg-type]  # checked by the catalog's CAS
         )
-        try:
-            tx.commit_transaction()
-            return wanted
-        except CommitFailedException as exc:
-            wait = min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.0)
-            log.warning(
-                "raising fences %s: sink moved (%s); retry %d/%d in %.2fs", wanted, exc, attempt + 1, retries, wait
-            )
-            time.sleep(wait)
-    raise SinkError(
-        f"sink: could not raise fences {fences} on {'.'.join(table.name())} in {retries} retries; try again"
-    )
+        commit_or_lose(tx, table)
+        return wanted
+
+    try:
+        # The first try trusts the caller's table: a stale one fails the requirement, and is refreshed.
+        return again_while_losing(f"raising fences {sorted(fences)}", attempt, retries + 1)
+    except LostRace:
+        raise SinkError(
+            f"sink: could not raise fences {fences} on {'.'.join(table.name())} in {retries} retries; try again"
+        ) from None
 
 
 class AssertPropertyIs(ValidatableTableRequirement):
@@ -106,8 +102,8 @@ class AssertPropertyIs(ValidatableTableRequirement):
 
 def add_to_list_property(table: Table, key: str, values: set[int], retries: int = 20) -> None:
     """Add ``values`` to a comma-separated property by compare-and-swap, so concurrent additions all land."""
-    for attempt in range(retries + 1):
-        table.refresh()
+
+    def attempt() -> None:
         read = table.metadata.properties.get(key)
         held = {int(v) for v in (read or "").split(",") if v}
         if values <= held:
@@ -117,12 +113,24 @@ def add_to_list_property(table: Table, key: str, values: set[int], retries: int 
             (SetPropertiesUpdate(updates={key: ",".join(str(v) for v in sorted(held | values))}),),
             (AssertPropertyIs(key=key, value=read),),  # type: ignore[arg-type]  # checked by the catalog's CAS
         )
-        try:
-            tx.commit_transaction()
-            return
-        except CommitFailedException:
-            time.sleep(min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.0))
-    raise SinkError(f"sink: could not update {key} on {'.'.join(table.name())} in {retries} retries; try again")
+        commit_or_lose(tx, table)
+
+    table.refresh()
+    try:
+        again_while_losing(f"adding to {key}", attempt, retries + 1)
+    except LostRace:
+        raise SinkError(
+            f"sink: could not update {key} on {'.'.join(table.name())} in {retries} retries; try again"
+        ) from None
+
+
+def commit_or_lose(tx: Transaction, table: Table) -> None:
+    """Commit ``tx``; ``LostRace`` (the table refreshed for the next try) if another writer committed first."""
+    try:
+        tx.commit_transaction()
+    except CommitFailedException as exc:
+        table.refresh()
+        raise LostRace(str(exc)) from exc
 
 
 def prune_fences(table: Table, group: str, live: Collection[str]) -> list[str]:
@@ -166,15 +174,19 @@ def commit_retrying(table: Table, change: Callable[[Table], object], what: str, 
     output it replaces, clearing its marker): Borrowers and Leaders commit to the sink all the time,
     so one lost race must not leave an operator's action half done.
     """
-    for attempt in range(retries + 1):
+
+    def attempt() -> None:
         table.refresh()
         try:
             change(table)
-            return
         except (CommitFailedException, ValueError) as exc:
             if not lost_race(exc):
                 raise
-            wait = min(0.05 * 2**attempt, 2.0) * random.uniform(0.5, 1.0)
-            log.info("%s: the table moved (%s); retry %d/%d in %.2fs", what, exc, attempt + 1, retries, wait)
-            time.sleep(wait)
-    raise SinkError(f"sink: {what} on {'.'.join(table.name())} lost {retries} races with other commits; try again")
+            raise LostRace(str(exc)) from exc
+
+    try:
+        again_while_losing(what, attempt, retries + 1)
+    except LostRace:
+        raise SinkError(
+            f"sink: {what} on {'.'.join(table.name())} lost {retries} races with other commits; try again"
+        ) from None

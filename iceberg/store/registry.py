@@ -20,7 +20,7 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from iceberg.errors import RegistryConflict
+from iceberg.errors import LostRace, RegistryConflict
 from iceberg.protocol.state import GroupState
 from iceberg.store.tables import ensure_namespace, load_optional
 
@@ -128,3 +128,11 @@ def commit_state(loaded: Loaded, state: GroupState) -> None:
             f"registry of group {state.group!r} moved past snapshot {loaded.token} while this Leader "
             f"worked ({exc}); another Leader committed first"
         ) from exc
+
+
+def commit_or_lose(loaded: Loaded, state: GroupState) -> None:
+    """``commit_state``, with a lost swap raised as ``LostRace`` so that ``again_while_losing`` tries again."""
+    try:
+        commit_state(loaded, state)
+    except RegistryConflict as exc:
+        raise LostRace(str(exc)) from exc

@@ -107,7 +107,7 @@ def test_raise_fences_gives_up_with_a_sink_error(catalog: Catalog, ns: str, monk
     fresh, stale = catalog.load_table(f"{ns}.sink"), catalog.load_table(f"{ns}.sink")
     raise_fences(fresh, {KEY: 2})
     monkeypatch.setattr(Table, "refresh", lambda self: self)  # never sees the newer fence
-    monkeypatch.setattr("iceberg.store.fences.time.sleep", lambda _: None)
+    monkeypatch.setattr("tenacity.nap.time.sleep", lambda _: None)
 
     with pytest.raises(SinkError, match=r"^sink: could not raise fences .* in 2 retries; try again"):
         raise_fences(stale, {KEY: 1}, retries=2)

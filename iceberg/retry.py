@@ -1,0 +1,43 @@
+"""The one retry policy for a compare-and-swap that lost a race to another writer.
+
+Every write icegroup makes to a registry or a sink is a compare-and-swap, and Leaders, Borrowers
+and operators write at once: a swap that lost is made again on what is there now. How often, and
+how long to back off between tries (exponential, with full jitter so that the losers do not collide
+again), is decided here once, on tenacity, for every such write. A try says it lost by raising
+``LostRace``; any other exception ends the retries at once and is raised as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
+
+from iceberg.errors import LostRace
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+def again_while_losing(what: str, attempt: Callable[[], T], tries: int, first_wait_s: float = 0.05) -> T:
+    """``attempt()`` until it does not raise ``LostRace``, at most ``tries`` times; its result.
+
+    Raises ``LostRace`` when every try lost: the caller turns that into the error that names its
+    remedy. Waits grow from ``first_wait_s`` and are capped at 2 s.
+    """
+
+    def report(state: RetryCallState) -> None:
+        lost = state.outcome.exception() if state.outcome is not None else None
+        log.info("%s: lost a race (%s); try %d of %d", what, lost, state.attempt_number + 1, tries)
+
+    policy = Retrying(
+        retry=retry_if_exception_type(LostRace),
+        stop=stop_after_attempt(tries),
+        wait=wait_random_exponential(multiplier=first_wait_s, max=2.0),
+        before_sleep=report,
+        reraise=True,
+    )
+    return policy(attempt)
