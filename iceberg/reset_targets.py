@@ -7,12 +7,10 @@ history a backward move needs is still there, and counts what a forward move ski
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
-
 from pyiceberg.table import Table
 
 from iceberg.errors import UsageError
-from iceberg.protocol.durations import parse_duration as duration
+from iceberg.protocol.durations import option_value, parse_duration, parse_time
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.reset import Position, ResetTarget, StreamMove
 from iceberg.protocol.shards import SnapshotInfo
@@ -20,25 +18,6 @@ from iceberg.protocol.state import GroupState
 from iceberg.shards import APPEND, added_files, snapshot_info
 from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import walk_back
-
-
-def parse_duration(text: str) -> timedelta:
-    """A ``--by-duration`` value (``PT1H``, ``P2DT3H``, ``15m``, ``3d``); an error names the forms."""
-    try:
-        return duration(text)
-    except ValueError:
-        raise UsageError(f"--by-duration: {text!r} is not a duration; write it like PT1H, P1DT12H, 15m or 2d") from None
-
-
-def parse_datetime(text: str) -> int:
-    """An ISO-8601 time (UTC if it names no zone) in epoch milliseconds; an error names the option."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(
-            f"--to-datetime: {text!r} is not an ISO-8601 time; write it like 2026-11-23T14:05:00Z"
-        ) from None
-    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
 def chain(source: Table) -> list[SnapshotInfo]:
@@ -71,9 +50,9 @@ def global_target(target: ResetTarget, group: GroupConfig, history: list[Snapsho
             "name one of them, or use --to-earliest"
         )
     if target.how == "datetime":
-        cutoff = parse_datetime(target.value or "")
+        cutoff = option_value("--to-datetime", parse_time, target.value or "")
     else:
-        cutoff = now_ms - int(parse_duration(target.value or "").total_seconds() * 1000)
+        cutoff = now_ms - int(option_value("--by-duration", parse_duration, target.value or "").total_seconds() * 1000)
     before = [info for info in history if info.timestamp_ms < cutoff]
     return (before[-1].snapshot_id, before[-1].sequence_number) if before else earliest(history)
 

@@ -1,7 +1,7 @@
 """Transforms: loading a group's ``module:function`` for a Borrower, and the ones icegroup ships.
 
 A transform is user Spark code, so it is loaded here, where Spark lives, and never by the durable
-layer: ``iceberg/config/groups.py`` checks only that the path is written as ``module:function``, and
+layer: ``iceberg/protocol/group.py`` checks only that the path is written as ``module:function``, and
 ``transform_paths.check_transforms`` checks that it exists when the groups load.
 """
 

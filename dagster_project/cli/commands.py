@@ -17,7 +17,7 @@ from dagster_project.cli.exits import Exit, epilog, exit_for
 from dagster_project.cli.expire import add_expire
 from dagster_project.cli.group_files import ENV_GROUPS, groups_path, load_checked_groups
 from dagster_project.cli.lineage import add_lineage
-from dagster_project.cli.support import dagster_home, parse_time, pick, render, table
+from dagster_project.cli.support import dagster_home, pick, render, table
 from iceberg.checkpoints import list_checkpoints
 from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 from iceberg.describe import describe_as_of, describe_group
@@ -25,6 +25,7 @@ from iceberg.errors import IcegroupError, UsageError
 from iceberg.lag import Work, pending_work
 from iceberg.pause import set_paused
 from iceberg.protocol.consume import DEFAULTS
+from iceberg.protocol.durations import option_value, parse_time
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import snapshot_range
 from iceberg.rebuild import rebuild_registry
@@ -211,7 +212,7 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     if args.as_of is None:
         view = describe_group(lakehouse.catalog(), group)
     else:
-        view = describe_as_of(lakehouse.catalog(), group, parse_time(args.as_of, "--as-of"))
+        view = describe_as_of(lakehouse.catalog(), group, option_value("--as-of", parse_time, args.as_of))
     if args.json:
         print(json.dumps(view.as_dict(), indent=2, default=str))
     else:

@@ -9,7 +9,7 @@ from dagster_project.cli.exits import Exit
 from dagster_project.cli.support import pick, table
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
-from iceberg.protocol.durations import parse_duration
+from iceberg.protocol.durations import option_value, parse_duration
 from iceberg.protocol.group import GroupConfig
 from iceberg.retention import StateRetention, TableExpiry, expire
 
@@ -38,10 +38,7 @@ def cmd_expire(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     chosen = {name: pick(groups, name, args.groups) for name in args.group} if args.group else groups
     if args.keep_state < 1:
         raise UsageError(f"--keep-state: {args.keep_state} keeps no snapshot; give 1 or more")
-    try:
-        keep_for = parse_duration(args.keep_state_for)
-    except ValueError as exc:
-        raise UsageError(f"--keep-state-for: {exc}") from None
+    keep_for = option_value("--keep-state-for", parse_duration, args.keep_state_for)
     plans = expire(lakehouse.catalog(), chosen, StateRetention(args.keep_state, keep_for), execute=not args.dry_run)
     if args.json:
         print(json.dumps([plan_json(p) for p in plans], indent=2))

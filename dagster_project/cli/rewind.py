@@ -3,7 +3,7 @@
 A replay from the command line is the same Dagster run a backfill launched from the UI is: the
 sink asset's partition, run in the instance without a lease tag, so the UI shows it with the rest.
 A reset moves the group's positions, after ``kafka-consumer-groups --reset-offsets``: a dry run by
-default, ``--execute`` to apply it. Their arguments are in ``cli.py``, which imports this module (and
+default, ``--execute`` to apply it. Their arguments are in ``cli/commands.py``, which imports this module (and
 so Dagster) only when one of them runs.
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.cli.exits import Exit
-from dagster_project.cli.support import dagster_home, parse_time, pick, table
+from dagster_project.cli.support import dagster_home, pick, table
 from dagster_project.definitions import build_definitions
 from dagster_project.runs.execute import execute, open_instance
 from dagster_project.runs.observer import terminate_runs
@@ -24,6 +24,7 @@ from iceberg.cascade import downstream_of, plan_follows, record_follows
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
 from iceberg.protocol.cascade import FollowPlan
+from iceberg.protocol.durations import option_value, parse_time
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.replay import check_window, windows_between
 from iceberg.protocol.reset import ResetTarget
@@ -45,7 +46,9 @@ def windows_of(args: argparse.Namespace, group: GroupConfig) -> list[str]:
     if args.window:
         windows = list(dict.fromkeys(args.window))
     elif args.start and args.end:
-        windows = windows_between(group, parse_time(args.start, "--from"), parse_time(args.end, "--to"))
+        windows = windows_between(
+            group, option_value("--from", parse_time, args.start), option_value("--to", parse_time, args.end)
+        )
     else:
         raise UsageError("replay: name the windows: --window 2026-01-31 (repeatable), or --from T --to T")
     for window in windows:

@@ -1,13 +1,17 @@
 """What the ``icegroup`` commands share: naming a group, times, tables, a group as text, the Dagster home.
 
-Nothing here imports Dagster; running a job in the instance is ``cli_runs.py``.
+Nothing here imports Dagster; running a job in the instance is ``dagster_project/runs/execute.py``.
 """
 
 from __future__ import annotations
 
+import io
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
 
 from iceberg.config.lakehouse import ENV_HOME
 from iceberg.describe import GroupView
@@ -22,22 +26,20 @@ def pick(groups: dict[str, GroupConfig], name: str, source: Path) -> GroupConfig
     return groups[name]
 
 
-def parse_time(text: str, option: str) -> int:
-    """An ISO-8601 time (UTC if it names no zone) as epoch milliseconds, or an error naming the option."""
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise UsageError(f"{option}: {text!r} is not an ISO-8601 time; write it like 2026-11-23T14:05:00Z") from None
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return int(moment.timestamp() * 1000)
-
-
 def table(rows: list[dict[str, object]], columns: list[str]) -> str:
-    """Left-aligned columns, upper-case headers."""
-    cells = [[c.upper() for c in columns]] + [[str(row.get(c, "")) for c in columns] for row in rows]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(columns))]
-    return "\n".join("  ".join(v.ljust(w) for v, w in zip(line, widths, strict=True)).rstrip() for line in cells)
+    """Left-aligned columns under upper-case headers, as plain text (rich lays them out; no colour, no wrapping).
+
+    Cells are printed as they are: no markup or emoji codes are read in them, and a long cell is
+    never folded, so the output greps and pipes like any Unix tool's.
+    """
+    grid = Table(box=None, pad_edge=False, show_edge=False, header_style="", padding=(0, 1))
+    for column in columns:
+        grid.add_column(column.upper(), no_wrap=True, overflow="ignore")
+    for row in rows:
+        grid.add_row(*(str(row.get(column, "")) for column in columns))
+    out = io.StringIO()
+    Console(file=out, width=1_000_000, color_system=None, highlight=False, markup=False, emoji=False).print(grid)
+    return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
 def dagster_home() -> Path:

@@ -1,12 +1,22 @@
-"""Durations as people write them in configs and on the command line: ``30d``, ``12h``, ``PT1H``, ``P1DT12H``."""
+"""Durations and times as people write them in configs and on the command line, read in one place.
+
+Durations: ``30d``, ``12h``, ``PT1H``, ``P1DT12H``. Times: ISO-8601, UTC when they name no zone.
+Each parser raises ``ValueError`` naming the forms it takes; ``option_value`` turns that into the
+``UsageError`` that names the command-line option too.
+"""
 
 from __future__ import annotations
 
 import re
-from datetime import timedelta
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from typing import TypeVar
+
+from iceberg.errors import UsageError
 
 DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$|^(\d+)([smhd])$")
 FORMS = "PT1H, P1DT12H, 90s, 15m, 12h or 30d"
+T = TypeVar("T")
 
 
 def parse_duration(text: str) -> timedelta:
@@ -28,3 +38,20 @@ def format_duration(value: timedelta) -> str:
         if seconds and seconds % width == 0:
             return f"{seconds // width}{unit}"
     return f"{seconds}s"
+
+
+def parse_time(text: str) -> int:
+    """An ISO-8601 time in epoch milliseconds, UTC when it names no zone; ``ValueError`` naming the form otherwise."""
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO-8601 time; write it like 2026-11-23T14:05:00Z") from None
+    return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
+
+
+def option_value(option: str, parse: Callable[[str], T], text: str) -> T:
+    """``parse(text)`` for a command-line option; its ``ValueError`` as a ``UsageError`` that names the option."""
+    try:
+        return parse(text)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
