@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import time
-import warnings
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
@@ -39,7 +38,6 @@ from iceberg.protocol.replay import holder_alive
 from iceberg.protocol.reset import Position, ResetTarget, StreamMove, reconsumed, reset_state, round_down
 from iceberg.protocol.shards import window_label
 from iceberg.protocol.sink_commit import (
-    COL_SHARD,
     KEY_EPOCH,
     KEY_GROUP,
     KEY_RESET,
@@ -52,7 +50,7 @@ from iceberg.protocol.sink_commit import (
 from iceberg.protocol.state import GroupState
 from iceberg.reset_targets import chain, check_reachable, count_skipped, targets
 from iceberg.retry import again_while_losing
-from iceberg.store.fences import commit_retrying, raise_fences
+from iceberg.store.fences import delete_shards, raise_fences, remove_property
 from iceberg.store.heartbeats import read_beats
 from iceberg.store.registry import Loaded, commit_or_lose, load_state
 from iceberg.store.sink_history import sink_history
@@ -258,7 +256,7 @@ def execute_reset(
         commit_or_lose(plan.loaded or loaded, plan.state)
         failpoint("reset.after_registry")
         if sink is not None:
-            clear_marker(sink, group)
+            remove_property(sink, reset_key(group.name), f"clearing the marker of the reset of group {group.name!r}")
         return plan
 
     try:
@@ -281,22 +279,13 @@ def finish_committed(
     marker = reset_marker(sink, group)
     if sink is None or loaded.state is None or marker is None or marker[0] != loaded.state.epoch:
         return None
-    clear_marker(sink, group)
+    remove_property(sink, reset_key(group.name), f"clearing the marker of the reset of group {group.name!r}")
     if marker[1] != target.describe():
         return None
     return ResetPlan(
         group=group.name, target=target, epoch=marker[0], moves=[], windows=[], keep_output=keep_output,
         state=loaded.state, completes_interrupted=True, loaded=loaded, already_committed=True,
     )  # fmt: skip
-
-
-def clear_marker(sink: Table, group: GroupConfig) -> None:
-    """Remove the reset's marker from the sink: the reset is complete."""
-    commit_retrying(
-        sink,
-        lambda table: table.transaction().remove_properties(reset_key(group.name)).commit_transaction(),
-        f"clearing the marker of the reset of group {group.name!r}",
-    )
 
 
 def recorded_resets(sink: Table, group: GroupConfig, plan: ResetPlan) -> str:
@@ -310,16 +299,10 @@ def recorded_resets(sink: Table, group: GroupConfig, plan: ResetPlan) -> str:
 
 def delete_output(sink: Table, group: GroupConfig, plan: ResetPlan) -> None:
     """Delete the rows of the re-consumed shards, in one commit that names the reset."""
-    ids = ", ".join(f"'{shard_id}'" for shard_id in plan.replaced_shards)
     properties = {KEY_GROUP: group.name, KEY_RESET: plan.target.describe(), KEY_EPOCH: str(plan.epoch)}
-
-    def delete(table: Table) -> None:
-        with warnings.catch_warnings():
-            # A reset run again after a crash finds the rows already deleted: that is the expected no-op.
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            table.delete(delete_filter=f"{COL_SHARD} IN ({ids})", snapshot_properties=properties)
-
-    commit_retrying(sink, delete, f"deleting the output the reset of group {group.name!r} replaces")
+    delete_shards(
+        sink, plan.replaced_shards, properties, f"deleting the output the reset of group {group.name!r} replaces"
+    )
 
 
 def refuse_while_replaying(catalog: Catalog, group: GroupConfig, state: GroupState) -> None:

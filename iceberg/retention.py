@@ -39,7 +39,7 @@ from iceberg.store.lineage import lineage_identifier, load_lineage, recorded_thr
 from iceberg.store.registrations import group_pin, read_registrations
 from iceberg.store.registry import load_state, registry_identifier
 from iceberg.store.sink_history import sink_history
-from iceberg.store.tables import load_optional, walk_back
+from iceberg.store.tables import expire_snapshots, load_optional, walk_back
 
 log = logging.getLogger(__name__)
 
@@ -245,7 +245,7 @@ def expire_judged(catalog: Catalog, plan: TableExpiry) -> None:
     if not ids:
         return
     try:
-        catalog.load_table(plan.table).maintenance.expire_snapshots().by_ids(ids).commit()
+        expire_snapshots(catalog, plan.table, ids)
     except CommitFailedException as exc:
         plan.error = f"skipped: the table moved while expiring ({exc}); run expire again"
         return

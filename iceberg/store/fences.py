@@ -17,6 +17,7 @@ catalogs only.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Collection
 from typing import Literal
 
@@ -28,6 +29,7 @@ from pyiceberg.table.update import SetPropertiesUpdate, ValidatableTableRequirem
 
 from iceberg.errors import LostRace, SinkError
 from iceberg.protocol.fences import fence_key
+from iceberg.protocol.sink_commit import COL_SHARD
 from iceberg.retry import again_while_losing
 
 log = logging.getLogger(__name__)
@@ -190,3 +192,21 @@ def commit_retrying(table: Table, change: Callable[[Table], object], what: str, 
         raise SinkError(
             f"sink: {what} on {'.'.join(table.name())} lost {retries} races with other commits; try again"
         ) from None
+
+
+def remove_property(table: Table, key: str, what: str) -> None:
+    """Remove ``key`` from the table's properties, again while other writers' commits win the race."""
+    commit_retrying(table, lambda fresh: fresh.transaction().remove_properties(key).commit_transaction(), what)
+
+
+def delete_shards(table: Table, shard_ids: Collection[str], properties: dict[str, str], what: str) -> None:
+    """Delete the rows of ``shard_ids`` in one commit carrying ``properties``; a repeat finds nothing and is a no-op."""
+    ids = ", ".join(f"'{shard_id}'" for shard_id in sorted(shard_ids))
+
+    def delete(fresh: Table) -> None:
+        with warnings.catch_warnings():
+            # A delete made again after a crash finds the rows already deleted: that is the expected no-op.
+            warnings.filterwarnings("ignore", "Delete operation did not match any records")
+            fresh.delete(delete_filter=f"{COL_SHARD} IN ({ids})", snapshot_properties=properties)
+
+    commit_retrying(table, delete, what)

@@ -129,3 +129,8 @@ def shard_columns(table: Table, schema_id: int | None) -> list[tuple[str, str]] 
         except ValueError:
             continue
     return columns
+
+
+def expire_snapshots(catalog: Catalog, identifier: str, snapshot_ids: list[int]) -> None:
+    """Expire these snapshots of the table in one commit; ``CommitFailedException`` if the table moved meanwhile."""
+    catalog.load_table(identifier).maintenance.expire_snapshots().by_ids(snapshot_ids).commit()
