@@ -181,17 +181,8 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         )
     head = source.current_snapshot()
     return GroupView(
-        group=group.name,
-        source=group.source,
-        sink=group.sink,
-        epoch=state.epoch,
+        **counts_of(group, state),
         source_head=head.snapshot_id if head else None,
-        planned_through=state.planned_through,
-        pending_shards=len(state.shards),
-        leases_in_flight=len(state.leases),
-        leases_done=state.leases_done,
-        retired_streams=state.retired.streams,
-        retired_rows=state.retired.rows,
         unplanned_snapshots=len(plan.appends) + plan.remaining,
         streams=streams,
         holds=[hold_of(lease, beats, group.session_timeout_s) for lease in state.leases.values()],
@@ -286,17 +277,8 @@ def describe_as_of(catalog: Catalog, group: GroupConfig, at_ms: int) -> GroupVie
         )
     lag = sum(s.lag_snapshots for s in streams)
     return GroupView(
-        group=group.name,
-        source=group.source,
-        sink=group.sink,
-        epoch=state.epoch,
+        **counts_of(group, state),
         source_head=max(then, key=lambda s: s.timestamp_ms).snapshot_id if then else None,
-        planned_through=state.planned_through,
-        pending_shards=len(state.shards),
-        leases_in_flight=len(state.leases),
-        leases_done=state.leases_done,
-        retired_streams=state.retired.streams,
-        retired_rows=state.retired.rows,
         unplanned_snapshots=0,
         streams=streams,
         holds=[hold_of(lease, {}, group.session_timeout_s) for lease in state.leases.values()],
@@ -304,6 +286,22 @@ def describe_as_of(catalog: Catalog, group: GroupConfig, at_ms: int) -> GroupVie
         status=status_of(state, {}, lag),
         historical=True,
     )
+
+
+def counts_of(group: GroupConfig, state: GroupState) -> dict[str, Any]:
+    """What a view shows of the registry itself, now or as it was: names, epoch, cursor and counts."""
+    return {
+        "group": group.name,
+        "source": group.source,
+        "sink": group.sink,
+        "epoch": state.epoch,
+        "planned_through": state.planned_through,
+        "pending_shards": len(state.shards),
+        "leases_in_flight": len(state.leases),
+        "leases_done": state.leases_done,
+        "retired_streams": state.retired.streams,
+        "retired_rows": state.retired.rows,
+    }
 
 
 def status_of(state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: int) -> str:

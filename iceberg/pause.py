@@ -7,15 +7,16 @@ either sees the change or loses its commit and ticks again; nothing a tick decid
 from __future__ import annotations
 
 import time
+from functools import partial
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import LostRace, RegistryConflict, UsageError
+from iceberg.errors import UsageError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.phases import check_drift
 from iceberg.protocol.state import GroupState
 from iceberg.retry import again_while_losing
-from iceberg.store.registry import commit_or_lose, load_state
+from iceberg.store.registry import commit_or_lose, kept_moving, load_state
 
 
 def set_paused(catalog: Catalog, group: GroupConfig, paused: bool, retries: int = 10) -> tuple[GroupState, bool]:
@@ -41,9 +42,5 @@ def set_paused(catalog: Catalog, group: GroupConfig, paused: bool, retries: int 
         return changed, True
 
     verb = "pause" if paused else "resume"
-    try:
-        return again_while_losing(f"group {group.name}: {verb}", attempt, retries, first_wait_s=0.1)
-    except LostRace:
-        raise RegistryConflict(
-            f"group {group.name!r}: the registry kept moving under {retries} tries to {verb} it; try again"
-        ) from None
+    gave_up = partial(kept_moving, group.name, retries, f"{verb} it; try again")
+    return again_while_losing(f"group {group.name}: {verb}", attempt, retries, 0.1, gave_up)

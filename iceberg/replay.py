@@ -15,13 +15,14 @@ from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 
 import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
-from iceberg.errors import LostRace, RegistryConflict, ReplayIncomplete, UsageError
+from iceberg.errors import ReplayIncomplete, UsageError
 from iceberg.protocol.cascade import superseding
 from iceberg.protocol.fences import replay_fence_key
 from iceberg.protocol.group import GroupConfig
@@ -40,7 +41,7 @@ from iceberg.retry import again_while_losing
 from iceberg.shards import stream_key
 from iceberg.store.fences import raise_fences
 from iceberg.store.heartbeats import read_beats
-from iceberg.store.registry import commit_or_lose, load_state
+from iceberg.store.registry import commit_or_lose, kept_moving, load_state
 from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import load_optional, load_source
 
@@ -348,12 +349,8 @@ def begin_replay(catalog: Catalog, group: GroupConfig, window: str, holder: str)
         commit_or_lose(loaded, state)
         return ticket
 
-    try:
-        return again_while_losing(f"group {group.name}: starting a replay of {window}", attempt, RETRIES, 0.1)
-    except LostRace:
-        raise RegistryConflict(
-            f"group {group.name!r}: the registry kept moving under {RETRIES} tries to start a replay"
-        ) from None
+    gave_up = partial(kept_moving, group.name, RETRIES, "start a replay")
+    return again_while_losing(f"group {group.name}: starting a replay of {window}", attempt, RETRIES, 0.1, gave_up)
 
 
 def end_replay(catalog: Catalog, group: GroupConfig, ticket: ReplayTicket) -> None:
@@ -368,12 +365,8 @@ def end_replay(catalog: Catalog, group: GroupConfig, ticket: ReplayTicket) -> No
         del state.replays[ticket.window]
         commit_or_lose(loaded, state)
 
-    try:
-        again_while_losing(f"group {group.name}: ending a replay of {ticket.window}", attempt, RETRIES, 0.1)
-    except LostRace:
-        raise RegistryConflict(
-            f"group {group.name!r}: the registry kept moving under {RETRIES} tries to end a replay"
-        ) from None
+    gave_up = partial(kept_moving, group.name, RETRIES, "end a replay")
+    again_while_losing(f"group {group.name}: ending a replay of {ticket.window}", attempt, RETRIES, 0.1, gave_up)
 
 
 @contextmanager

@@ -24,12 +24,13 @@ from __future__ import annotations
 import json
 import time
 from dataclasses import dataclass
+from functools import partial
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.cascade import follows_after_reset
-from iceberg.errors import LostRace, RegistryConflict, ResetInterrupted, UsageError
+from iceberg.errors import RegistryConflict, ResetInterrupted, UsageError
 from iceberg.failpoints import failpoint
 from iceberg.protocol.fences import epoch_key
 from iceberg.protocol.group import GroupConfig
@@ -52,7 +53,7 @@ from iceberg.reset_targets import chain, check_reachable, count_skipped, targets
 from iceberg.retry import again_while_losing
 from iceberg.store.fences import delete_shards, raise_fences, remove_property
 from iceberg.store.heartbeats import read_beats
-from iceberg.store.registry import Loaded, commit_or_lose, load_state
+from iceberg.store.registry import Loaded, commit_or_lose, kept_moving, load_state
 from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import load_optional, load_source
 
@@ -259,12 +260,8 @@ def execute_reset(
             remove_property(sink, reset_key(group.name), f"clearing the marker of the reset of group {group.name!r}")
         return plan
 
-    try:
-        return again_while_losing(f"group {group.name}: reset", attempt, retries, first_wait_s=0.2)
-    except LostRace:
-        raise RegistryConflict(
-            f"group {group.name!r}: the registry kept moving under {retries} tries to reset it"
-        ) from None
+    gave_up = partial(kept_moving, group.name, retries, "reset it")
+    return again_while_losing(f"group {group.name}: reset", attempt, retries, 0.2, gave_up)
 
 
 def finish_committed(

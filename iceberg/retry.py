@@ -22,11 +22,17 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
-def again_while_losing(what: str, attempt: Callable[[], T], tries: int, first_wait_s: float = 0.05) -> T:
+def again_while_losing(
+    what: str,
+    attempt: Callable[[], T],
+    tries: int,
+    first_wait_s: float = 0.05,
+    gave_up: Callable[[], Exception] | None = None,
+) -> T:
     """``attempt()`` until it does not raise ``LostRace``, at most ``tries`` times; its result.
 
-    Raises ``LostRace`` when every try lost: the caller turns that into the error that names its
-    remedy. Waits grow from ``first_wait_s`` and are capped at 2 s.
+    When every try lost, raises ``gave_up()``, the error that names the remedy (``LostRace`` itself
+    without one). Waits grow from ``first_wait_s`` and are capped at 2 s.
     """
 
     def report(state: RetryCallState) -> None:
@@ -40,4 +46,9 @@ def again_while_losing(what: str, attempt: Callable[[], T], tries: int, first_wa
         before_sleep=report,
         reraise=True,
     )
-    return policy(attempt)
+    try:
+        return policy(attempt)
+    except LostRace:
+        if gave_up is None:
+            raise
+        raise gave_up() from None

@@ -1,4 +1,8 @@
-"""Synthetic events for the demo: a source partitioned by region, one stream per region."""
+"""Synthetic events, for the demo and the tests alike: a source partitioned by region, one stream per region.
+
+The same seed gives the same rows, so a test (``tests/factories.py`` serves these) and the demo see
+data of one shape.
+"""
 
 from __future__ import annotations
 
@@ -21,6 +25,7 @@ SCHEMA = Schema(
     NestedField(4, "amount", DoubleType(), required=True),
     NestedField(5, "user_id", LongType(), required=True),
 )
+EVENTS_START = datetime(2026, 1, 1, tzinfo=UTC)
 SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="region"))
 
 
@@ -33,12 +38,11 @@ def create_source(catalog: Catalog, identifier: str) -> Table:
 def events(first_id: int, count: int, seed: int, regions: tuple[str, ...] = REGIONS) -> pa.Table:
     """``count`` events with ids from ``first_id``, spread over ``regions``; deterministic per seed."""
     rng = random.Random(seed)
-    start = datetime(2026, 1, 1, tzinfo=UTC)
     rows = [
         {
             "event_id": first_id + i,
             "region": regions[i % len(regions)],
-            "event_ts": start + timedelta(seconds=first_id + i),
+            "event_ts": EVENTS_START + timedelta(seconds=first_id + i),
             "amount": round(rng.uniform(1, 100), 2),
             "user_id": rng.randrange(1, 500),
         }
@@ -49,13 +53,14 @@ def events(first_id: int, count: int, seed: int, regions: tuple[str, ...] = REGI
 
 def append_batches(table: Table, batches: int, rows_per_batch: int, seed: int = 7) -> int:
     """Append ``batches`` snapshots of events after the table's highest id; returns rows added."""
-    first = _next_id(table)
+    first = next_event_id(table)
     for batch in range(batches):
         table.append(events(first + batch * rows_per_batch, rows_per_batch, seed + first + batch))
     return batches * rows_per_batch
 
 
-def _next_id(table: Table) -> int:
+def next_event_id(table: Table) -> int:
+    """One past the highest event id in the table (1 for an empty one), so appended ids never repeat."""
     table.refresh()
     if table.current_snapshot() is None:
         return 1

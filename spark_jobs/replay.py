@@ -134,10 +134,10 @@ def replay_generation(
             progress(f"window {window}: {exc}; planning again ({report.plans}/{MAX_PLANS})")
             raise LostRace(str(exc)) from exc
 
-    try:
-        again_while_losing(f"window {window}: replay", attempt, MAX_PLANS)
-    except LostRace:
-        raise WindowMoved(f"window {window} kept moving under {MAX_PLANS} plans; replay it again") from None
+    def gave_up() -> WindowMoved:
+        return WindowMoved(f"window {window} kept moving under {MAX_PLANS} plans; replay it again")
+
+    again_while_losing(f"window {window}: replay", attempt, MAX_PLANS, gave_up=gave_up)
     return report
 
 

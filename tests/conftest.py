@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -12,7 +13,7 @@ from pyiceberg.catalog import Catalog
 from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.protocol.group import GroupConfig
 from tests import factories
-from tests.factories import MakeDeadLetter, MakeLease, MakeShard
+from tests.factories import MakeDeadLetter, MakeGroup, MakeLease, MakeShard
 from tests.stack_env import drop_scratch_databases, home_env, on_stack, scratch_database, stack_layout
 
 _names = itertools.count()
@@ -56,10 +57,10 @@ def ns() -> str:
 
 
 @pytest.fixture
-def make_group(ns: str) -> type[GroupConfig]:
+def make_group(ns: str) -> MakeGroup:
     """Build a GroupConfig for this test's namespace with overrides."""
 
-    def build(**overrides: object) -> GroupConfig:
+    def build(**overrides: Any) -> GroupConfig:
         fields: dict[str, object] = {
             "name": f"g_{ns}",
             "source": f"{ns}.events",
@@ -69,7 +70,7 @@ def make_group(ns: str) -> type[GroupConfig]:
         fields.update(overrides)
         return GroupConfig.model_validate(fields)
 
-    return build  # type: ignore[return-value]
+    return build
 
 
 @pytest.fixture

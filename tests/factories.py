@@ -1,26 +1,18 @@
 """Test data: factories for shards, leases and dead letters, and a synthetic events source.
 
 The factories fill every field with the values the tests used to spell out by hand, so a test
-names only what it is about; ``tests/conftest.py`` serves them as the ``make_shard``,
-``make_lease`` and ``make_dead_letter`` fixtures. The events source is the tests' own (the demo
-has its own in ``infra/demo_data.py``): a table partitioned by ``identity(region)``, so each
-region is one stream.
+names only what it is about; ``tests/conftest.py`` serves them as the ``make_group``,
+``make_shard``, ``make_lease`` and ``make_dead_letter`` fixtures. The events source is the demo's
+(``infra/demo_data.py``): a table partitioned by ``identity(region)``, so each region is one stream.
 """
 
 from __future__ import annotations
 
-import random
-from datetime import UTC, datetime, timedelta
+from pathlib import Path
 from typing import Any, Protocol
 
-import pyarrow as pa
-import pyarrow.compute as pc
+import yaml
 from pyiceberg.catalog import Catalog
-from pyiceberg.partitioning import PartitionField, PartitionSpec
-from pyiceberg.schema import Schema
-from pyiceberg.table import Table
-from pyiceberg.transforms import IdentityTransform
-from pyiceberg.types import DoubleType, LongType, NestedField, StringType, TimestamptzType
 
 from iceberg.protocol.assignment import make_lease_id
 from iceberg.protocol.dead_letters import DeadLetter
@@ -29,6 +21,14 @@ from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState, Lease
 from iceberg.store.group_tables import GroupTables, load_group_tables
 from iceberg.store.registry import Loaded, load_state
+from infra.demo_data import EVENTS_START as EVENTS_START
+from infra.demo_data import REGIONS as REGIONS
+from infra.demo_data import SCHEMA as SCHEMA
+from infra.demo_data import SPEC as SPEC
+from infra.demo_data import append_batches as append_batches
+from infra.demo_data import create_source as create_source
+from infra.demo_data import events as events
+from infra.demo_data import next_event_id as next_event_id
 
 GROUP = "orders"
 STREAM = "0/region=eu"
@@ -107,6 +107,14 @@ def group_state(shards: list[Shard], leases: list[Lease] | None = None, **overri
     return GroupState(**{**fields, **overrides})
 
 
+class MakeGroup(Protocol):
+    """The ``make_group`` fixture's type: a ``GroupConfig`` in the test's namespace, with overrides."""
+
+    def __call__(self, **overrides: Any) -> GroupConfig:
+        """Build a group."""
+        ...
+
+
 class MakeShard(Protocol):
     """The ``make_shard`` fixture's type: ``tests.factories.shard``."""
 
@@ -131,62 +139,18 @@ class MakeDeadLetter(Protocol):
         ...
 
 
-# The events source
-
-REGIONS = ("eu", "us", "apac")
-SCHEMA = Schema(
-    NestedField(1, "event_id", LongType(), required=True),
-    NestedField(2, "region", StringType(), required=True),
-    NestedField(3, "event_ts", TimestamptzType(), required=True),
-    NestedField(4, "amount", DoubleType(), required=True),
-    NestedField(5, "user_id", LongType(), required=True),
-)
-SPEC = PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(), name="region"))
-EVENTS_START = datetime(2026, 1, 1, tzinfo=UTC)
-
-
-def create_source(catalog: Catalog, identifier: str) -> Table:
-    """The events table partitioned by identity(region), one stream per region; an existing one as it is."""
-    catalog.create_namespace_if_not_exists(identifier.rsplit(".", 1)[0])
-    return catalog.create_table_if_not_exists(identifier, schema=SCHEMA, partition_spec=SPEC)
-
-
-def events(first_id: int, count: int, seed: int, regions: tuple[str, ...] = REGIONS) -> pa.Table:
-    """``count`` events with ids from ``first_id``, round-robin over ``regions``; the same for the same seed."""
-    rng = random.Random(seed)
-    rows = [
-        {
-            "event_id": first_id + i,
-            "region": regions[i % len(regions)],
-            "event_ts": EVENTS_START + timedelta(seconds=first_id + i),
-            "amount": round(rng.uniform(1, 100), 2),
-            "user_id": rng.randrange(1, 500),
-        }
-        for i in range(count)
-    ]
-    return pa.Table.from_pylist(rows, schema=SCHEMA.as_arrow())
-
-
-def append_batches(table: Table, batches: int, rows_per_batch: int, seed: int = 7) -> int:
-    """Append ``batches`` snapshots of events with ids after the table's highest; returns the rows added."""
-    first = next_event_id(table)
-    for batch in range(batches):
-        table.append(events(first + batch * rows_per_batch, rows_per_batch, seed + first + batch))
-    return batches * rows_per_batch
-
-
-def next_event_id(table: Table) -> int:
-    """One past the highest event id in the table (1 for an empty one), so appended ids never repeat."""
-    table.refresh()
-    if table.current_snapshot() is None:
-        return 1
-    ids = table.scan(selected_fields=("event_id",)).to_arrow().column("event_id")
-    return int(pc.max(ids).as_py() or 0) + 1
+# The events source: the demo's own generator (``infra/demo_data.py``), so tests and demo share one shape.
 
 
 def tables_of(catalog: Catalog, group: GroupConfig, loaded: Loaded | None = None) -> GroupTables:
     """The group's tables as a Leader tick opens them, with the registry as ``loaded`` (default: as it is now)."""
     return load_group_tables(catalog, group, loaded if loaded is not None else load_state(catalog, group.name))
+
+
+def write_groups(path: Path, *groups: GroupConfig) -> Path:
+    """The groups as a YAML file that a worker or an ``icegroup`` process loads."""
+    path.write_text(yaml.safe_dump({"groups": [g.model_dump(mode="json", exclude_defaults=True) for g in groups]}))
+    return path
 
 
 def no_spark() -> Any:

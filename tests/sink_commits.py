@@ -13,7 +13,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
+from iceberg.leader import tick
 from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.liveness import RunState
 from iceberg.protocol.sink_commit import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, commit_properties
 from iceberg.protocol.state import GroupState, Lease
 
@@ -24,6 +26,9 @@ SINK_SCHEMA = Schema(
     NestedField(4, COL_SHARD, StringType(), required=False),
     NestedField(5, COL_EPOCH, IntegerType(), required=False),
 )
+
+# A sink with nothing but an id column, for tests whose rows carry no lineage.
+ID_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 
 
 def sink_of(catalog: Catalog, group: GroupConfig) -> Table:
@@ -47,3 +52,20 @@ def commit_lease(
             group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard], lease.origin, run_id
         )
         sink.append(pa.Table.from_pylist(rows, schema=SINK_SCHEMA.as_arrow()), snapshot_properties=props)
+
+
+def consume_all(catalog: Catalog, group: GroupConfig) -> None:
+    """Tick and commit every granted lease, as Borrowers would, until the group is caught up."""
+    for _ in range(50):
+        result = tick(catalog, group, lambda _: RunState.MISSING)
+        if result.caught_up:
+            return
+        for lease in result.launch:
+            commit_lease(catalog, group, result.state, lease)
+    raise AssertionError("the group did not catch up in 50 ticks")
+
+
+def create_sink(catalog: Catalog, group: GroupConfig) -> Table:
+    """A sink of one ``id`` column (``ID_SCHEMA``), as the first Borrower would have created it."""
+    catalog.create_namespace_if_not_exists(group.sink.split(".")[0])
+    return catalog.create_table(group.sink, schema=ID_SCHEMA)

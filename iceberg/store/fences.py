@@ -78,13 +78,13 @@ def raise_fences(
         commit_or_lose(tx, table)
         return wanted
 
-    try:
-        # The first try trusts the caller's table: a stale one fails the requirement, and is refreshed.
-        return again_while_losing(f"raising fences {sorted(fences)}", attempt, retries + 1)
-    except LostRace:
-        raise SinkError(
+    def gave_up() -> SinkError:
+        return SinkError(
             f"sink: could not raise fences {fences} on {'.'.join(table.name())} in {retries} retries; try again"
-        ) from None
+        )
+
+    # The first try trusts the caller's table: a stale one fails the requirement, and is refreshed.
+    return again_while_losing(f"raising fences {sorted(fences)}", attempt, retries + 1, gave_up=gave_up)
 
 
 class AssertPropertyIs(ValidatableTableRequirement):
@@ -117,13 +117,11 @@ def add_to_list_property(table: Table, key: str, values: set[int], retries: int 
         )
         commit_or_lose(tx, table)
 
+    def gave_up() -> SinkError:
+        return SinkError(f"sink: could not update {key} on {'.'.join(table.name())} in {retries} retries; try again")
+
     table.refresh()
-    try:
-        again_while_losing(f"adding to {key}", attempt, retries + 1)
-    except LostRace:
-        raise SinkError(
-            f"sink: could not update {key} on {'.'.join(table.name())} in {retries} retries; try again"
-        ) from None
+    again_while_losing(f"adding to {key}", attempt, retries + 1, gave_up=gave_up)
 
 
 def commit_or_lose(tx: Transaction, table: Table) -> None:
@@ -186,12 +184,10 @@ def commit_retrying(table: Table, change: Callable[[Table], object], what: str, 
                 raise
             raise LostRace(str(exc)) from exc
 
-    try:
-        again_while_losing(what, attempt, retries + 1)
-    except LostRace:
-        raise SinkError(
-            f"sink: {what} on {'.'.join(table.name())} lost {retries} races with other commits; try again"
-        ) from None
+    def gave_up() -> SinkError:
+        return SinkError(f"sink: {what} on {'.'.join(table.name())} lost {retries} races with other commits; try again")
+
+    again_while_losing(what, attempt, retries + 1, gave_up=gave_up)
 
 
 def remove_property(table: Table, key: str, what: str) -> None:

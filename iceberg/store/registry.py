@@ -136,3 +136,8 @@ def commit_or_lose(loaded: Loaded, state: GroupState) -> None:
         commit_state(loaded, state)
     except RegistryConflict as exc:
         raise LostRace(str(exc)) from exc
+
+
+def kept_moving(group: str, tries: int, doing: str) -> RegistryConflict:
+    """The error of a registry change that lost every one of its ``tries`` to other writers."""
+    return RegistryConflict(f"group {group!r}: the registry kept moving under {tries} tries to {doing}")

@@ -30,8 +30,7 @@ from pathlib import Path
 from iceberg.config.lakehouse import load_lakehouse
 from iceberg.lag import Work, pending_work
 from iceberg.protocol.group import GroupConfig
-from tests.factories import append_batches, create_source
-from tests.integration.helpers import write_groups
+from tests.factories import append_batches, create_source, write_groups
 from tests.stack_env import home_env
 
 ROUNDS = 5

@@ -28,8 +28,7 @@ from pathlib import Path
 from iceberg.config.lakehouse import load_lakehouse
 from iceberg.protocol.group import GroupConfig
 from iceberg.verify import verify_group
-from tests.factories import append_batches, create_source
-from tests.integration.helpers import write_groups
+from tests.factories import append_batches, create_source, write_groups
 from tests.stack_env import home_env
 
 ROUNDS = 2

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import time
+from collections import Counter
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
-import yaml
+from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
@@ -60,12 +60,6 @@ def drive(
     raise AssertionError(f"group {group.name} not caught up after {max_ticks} ticks")
 
 
-def write_groups(path: Path, group: GroupConfig) -> Path:
-    """The group as a YAML file a worker or ``icegroup`` process can load."""
-    path.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
-    return path
-
-
 def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> None:
     """Poll until ``predicate()`` is true."""
     deadline = time.monotonic() + timeout_s
@@ -74,3 +68,9 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> No
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+def sink_ids(catalog: Catalog, group: GroupConfig) -> Counter[int]:
+    """Multiset of event ids in the sink."""
+    rows = catalog.load_table(group.sink).scan(selected_fields=("event_id",)).to_arrow()
+    return Counter(rows.column("event_id").to_pylist())

@@ -17,7 +17,7 @@ from spark_jobs.borrower.lease import run_lease
 from spark_jobs.shards import read_shard
 from spark_jobs.sink.fenced_commit import publish_shard, stage_shard
 from spark_jobs.sink.shape import with_lineage
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 from tests.integration.test_fencing_and_resume import first_lease
 
@@ -36,7 +36,7 @@ def icegroup_commits(catalog: Catalog, group: GroupConfig) -> list[list[str]]:
 
 
 def test_a_lease_of_small_shards_publishes_them_in_one_commit_that_names_each(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=8)
     append_batches(create_source(catalog, group.source), 5, 9)
@@ -59,7 +59,7 @@ def test_a_lease_of_small_shards_publishes_them_in_one_commit_that_names_each(
 
 
 def test_the_row_bound_splits_a_lease_into_several_commits_and_zero_commits_each_shard_alone(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=16, commit_batch_rows=0)
     append_batches(create_source(catalog, group.source), 3, 9)
@@ -83,7 +83,7 @@ def test_the_row_bound_splits_a_lease_into_several_commits_and_zero_commits_each
 
 
 def test_a_batch_holding_one_committed_shard_is_refused_whole(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=8)
     append_batches(create_source(catalog, group.source), 2, 9)

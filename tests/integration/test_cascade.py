@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
-import yaml
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
@@ -33,7 +32,7 @@ from iceberg.reset import execute_reset
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.replay import replay_window
-from tests.factories import BORROWER_RUN, append_batches, create_source
+from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import drive, quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
@@ -58,18 +57,12 @@ class Chain:
 
 
 @pytest.fixture
-def chain(make_group: type[GroupConfig], ns: str) -> Chain:
+def chain(make_group: MakeGroup, ns: str) -> Chain:
     """The chain of this test's namespace; ``cents`` is the upstream group with its changed transform."""
     first = make_group(max_borrowers=2)
     second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next", max_borrowers=2)
     cents = first.model_copy(update={"transform": CENTS, "on_change": "continue"})
     return Chain(first, second, cents, window_label(int(time.time() * 1000), first.replay_window))
-
-
-def groups_yaml(path: Path, *groups: GroupConfig) -> Path:
-    """The groups as one YAML file for the icegroup command."""
-    path.write_text(yaml.safe_dump({"groups": [g.model_dump(mode="json", exclude_defaults=True) for g in groups]}))
-    return path
 
 
 def amounts(catalog: Catalog, table: str) -> dict[int, float]:
@@ -92,7 +85,7 @@ def test_replay_cascade_remakes_the_downstream_windows_from_the_new_rows(
     first, second, window = chain.first, chain.second, chain.window
     chain.consume(spark, lakehouse, catalog, 3)
     before = amounts(catalog, second.sink)
-    fixed = groups_yaml(tmp_path / "fixed.yaml", chain.cents, second)
+    fixed = write_groups(tmp_path / "fixed.yaml", chain.cents, second)
 
     assert main(["--groups", str(fixed), "replay", first.name, "--window", window, "--cascade", "--json"]) == 0
 
@@ -134,7 +127,7 @@ def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follo
     assert len(old) == 24, "everything before the replay was consumed, in its old version"
     assert old != amounts(catalog, first.sink)
 
-    path = groups_yaml(tmp_path / "groups.yaml", chain.cents, second)
+    path = write_groups(tmp_path / "groups.yaml", chain.cents, second)
     assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--dry-run", "--json"]) == 0
     (planned,) = json.loads(capsys.readouterr().out)["follows"]
     assert (planned["windows"], planned["status"]) == ([window], "ready: replays 1 window")
@@ -163,7 +156,7 @@ def test_follow_upstream_waits_for_a_group_that_has_not_consumed_up_to_the_repla
     append_batches(catalog.load_table(first.source), 1, 12)
     drive(spark, lakehouse, first)
     replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
-    path = groups_yaml(tmp_path / "groups.yaml", chain.cents, second)
+    path = write_groups(tmp_path / "groups.yaml", chain.cents, second)
 
     assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 3, "waiting is not done"
 
@@ -179,7 +172,7 @@ def test_follow_upstream_waits_for_a_group_that_has_not_consumed_up_to_the_repla
 def test_follow_upstream_names_no_windows(
     env: Path, tmp_path: Path, chain: Chain, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path = groups_yaml(tmp_path / "groups.yaml", chain.first, chain.second)
+    path = write_groups(tmp_path / "groups.yaml", chain.first, chain.second)
 
     assert (
         main(["--groups", str(path), "replay", chain.second.name, "--follow-upstream", "--window", "2026-01-31"]) == 2

@@ -14,15 +14,14 @@ from pyspark.sql import SparkSession
 
 from dagster_project.cli import main
 from dagster_project.runs.tags import TAG_GROUP
-from iceberg.protocol.group import GroupConfig
 from iceberg.verify import verify_group
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
 
 @pytest.fixture
-def groups_file(tmp_path: Path, make_group: type[GroupConfig]) -> Path:
+def groups_file(tmp_path: Path, make_group: MakeGroup) -> Path:
     """A groups YAML with this test's group."""
     group = make_group(shard_caps={"max_files": 2}, lease_max_shards=1)
     path = tmp_path / "groups.yaml"
@@ -37,7 +36,7 @@ def test_consume_until_caught_up_runs_through_the_instance(
     env: Path,
     groups_file: Path,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     group = make_group()
@@ -60,7 +59,7 @@ def test_consume_until_caught_up_runs_through_the_instance(
 
 
 def test_consume_without_until_caught_up_does_one_round(
-    spark: SparkSession, env: Path, groups_file: Path, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, env: Path, groups_file: Path, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 5, 12)
@@ -76,7 +75,7 @@ def test_describe_and_list_report_lag_as_json(
     env: Path,
     groups_file: Path,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     group = make_group()
@@ -98,7 +97,7 @@ def test_describe_and_list_report_lag_as_json(
 
 
 def test_unknown_group_and_missing_source_are_clear_errors(
-    env: Path, groups_file: Path, make_group: type[GroupConfig], capsys: pytest.CaptureFixture[str]
+    env: Path, groups_file: Path, make_group: MakeGroup, capsys: pytest.CaptureFixture[str]
 ) -> None:
     assert main(["--groups", str(groups_file), "describe", "nope"]) == 2
     assert "group 'nope' is not defined" in capsys.readouterr().err
@@ -118,7 +117,7 @@ def test_replay_dry_run_shows_the_plan_and_replay_replaces_the_window_through_th
     env: Path,
     groups_file: Path,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     group = make_group()
@@ -143,7 +142,7 @@ def test_replay_dry_run_shows_the_plan_and_replay_replaces_the_window_through_th
 
 
 def test_replay_names_the_windows_it_needs(
-    env: Path, groups_file: Path, make_group: type[GroupConfig], capsys: pytest.CaptureFixture[str]
+    env: Path, groups_file: Path, make_group: MakeGroup, capsys: pytest.CaptureFixture[str]
 ) -> None:
     group = make_group()
 

@@ -12,7 +12,6 @@ from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.sink_commit import commit_properties
 from iceberg.store.sink_history import read_sink_history
@@ -20,7 +19,7 @@ from spark_jobs.session import activate
 from spark_jobs.shards import read_shard
 from spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
 from spark_jobs.sink.shape import ensure_sink, with_lineage
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 
 pytestmark = pytest.mark.spark
 
@@ -29,7 +28,7 @@ def test_sink_commits_racing_at_max_borrowers_are_retried_not_failed(
     spark: SparkSession,
     lakehouse: LakehouseConfig,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     group = make_group(max_borrowers=3)

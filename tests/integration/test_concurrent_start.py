@@ -15,8 +15,7 @@ from iceberg.config.lakehouse import load_lakehouse
 from iceberg.protocol.group import GroupConfig
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
-from tests.factories import append_batches, create_source
-from tests.integration.helpers import write_groups
+from tests.factories import append_batches, create_source, write_groups
 from tests.stack_env import home_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]

@@ -23,11 +23,10 @@ from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import Exit
 from dagster_project.runs.tags import TAG_GROUP
-from iceberg.protocol.group import GroupConfig
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
-from tests.factories import append_batches, create_source
-from tests.integration.helpers import wait_for, write_groups
+from tests.factories import MakeGroup, append_batches, create_source, write_groups
+from tests.integration.helpers import wait_for
 from tests.stack_env import home_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
@@ -44,7 +43,7 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
 
 
 def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
-    tmp_path: Path, lake_home: Path, catalog: Catalog, make_group: type[GroupConfig]
+    tmp_path: Path, lake_home: Path, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()  # the default settings: session_timeout_s 30, lease_timeout_s 1800
     assert group.session_timeout_s == 30

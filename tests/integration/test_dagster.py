@@ -17,11 +17,10 @@ from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.borrower import take_leases
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.pause import set_paused
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease
 from tests.stack_env import use_home
@@ -48,7 +47,7 @@ def test_packaged_definitions_load() -> None:
     assert sink.descriptions_by_key[sink.key]
 
 
-def test_the_leader_sensor_ticks_at_the_groups_interval(make_group: type[GroupConfig]) -> None:
+def test_the_leader_sensor_ticks_at_the_groups_interval(make_group: MakeGroup) -> None:
     group = make_group(sensor_interval_s=2)
     built = build_definitions({group.name: group}, "lake")
 
@@ -56,7 +55,7 @@ def test_the_leader_sensor_ticks_at_the_groups_interval(make_group: type[GroupCo
     assert make_group().sensor_interval_s == 5, "the default notices a new snapshot within seconds"
 
 
-def test_a_location_with_chained_groups_loads_as_one_graph(make_group: type[GroupConfig]) -> None:
+def test_a_location_with_chained_groups_loads_as_one_graph(make_group: MakeGroup) -> None:
     upstream = make_group(name="first")
     downstream = make_group(name="second", source=upstream.sink, sink=f"{upstream.sink}_2", replay_window="hour")
     built = build_definitions({g.name: g for g in (upstream, downstream)}, "lake")
@@ -84,7 +83,7 @@ def skip_message(result: dg.SensorResult | dg.SkipReason | None) -> str:
 
 
 def test_the_leader_of_a_paused_group_skips_saying_so(
-    instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
+    instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=1)
     append_batches(create_source(catalog, group.source), 2, 30)
@@ -101,7 +100,7 @@ def test_the_leader_of_a_paused_group_skips_saying_so(
     assert f"group '{group.name}' is paused; `icegroup resume {group.name}` continues it" in skip_message(paused)
 
 
-def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[GroupConfig]) -> None:
+def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: MakeGroup) -> None:
     group = make_group(schedule="0 2 * * *", replay_window="hour")
     built = build_definitions({group.name: group}, "lake")
     schedule = built.resolve_schedule_def(f"{group.name}_schedule")
@@ -116,7 +115,7 @@ def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: type[Gr
 
 
 def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_when_idle(
-    spark: SparkSession, instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=2, leases_per_borrower=2)
     append_batches(create_source(catalog, group.source), 4, 30)
@@ -152,7 +151,7 @@ def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_wh
 
 
 def test_a_queued_borrower_counts_as_live_and_a_failed_ones_leases_wait_for_the_next(
-    instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
+    instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
     append_batches(create_source(catalog, group.source), 1, 6)
@@ -179,7 +178,7 @@ def test_a_queued_borrower_counts_as_live_and_a_failed_ones_leases_wait_for_the_
 
 
 def test_a_backfill_run_of_a_group_that_consumed_nothing_fails_saying_so(
-    instance: dg.DagsterInstance, make_group: type[GroupConfig]
+    instance: dg.DagsterInstance, make_group: MakeGroup
 ) -> None:
     group = make_group()
     built = build_definitions({group.name: group}, "lake")
@@ -197,7 +196,7 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
     lakehouse: LakehouseConfig,
     instance: dg.DagsterInstance,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 3, 20)
@@ -217,7 +216,7 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
 
 
 def test_the_leader_materializes_each_complete_window_once_and_never_the_open_one(
-    instance: dg.DagsterInstance, catalog: Catalog, make_group: type[GroupConfig]
+    instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     today = datetime.now(UTC).date()
     group = make_group(window_start=(today - timedelta(days=3)).isoformat())

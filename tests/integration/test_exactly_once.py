@@ -12,27 +12,20 @@ from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.sink_commit import COL_SHARD
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.consume import consume
 from spark_jobs.shards import read_shard
-from tests.factories import REGIONS, append_batches, create_source
-from tests.integration.helpers import drive
+from tests.factories import REGIONS, MakeGroup, append_batches, create_source
+from tests.integration.helpers import drive, sink_ids
 
 pytestmark = pytest.mark.spark
 
 
-def sink_ids(catalog: Catalog, group: GroupConfig) -> Counter[int]:
-    """Multiset of event ids in the sink."""
-    rows = catalog.load_table(group.sink).scan(selected_fields=("event_id",)).to_arrow()
-    return Counter(rows.column("event_id").to_pylist())
-
-
 def test_two_borrowers_consume_many_snapshots_across_streams_exactly_once(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=2, shard_caps={"max_files": 3}, lease_max_shards=2)
     source = create_source(catalog, group.source)
@@ -57,7 +50,7 @@ def test_two_borrowers_consume_many_snapshots_across_streams_exactly_once(
 
 
 def test_sink_rows_carry_lineage_and_commits_carry_progress(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(transform="spark_jobs.transforms:enrich_events")
     append_batches(create_source(catalog, group.source), 2, 30)
@@ -76,7 +69,7 @@ def test_sink_rows_carry_lineage_and_commits_carry_progress(
 
 
 def test_row_filter_limits_what_the_group_consumes(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(filter="region = 'eu' and amount >= 50")
     append_batches(create_source(catalog, group.source), 3, 60)
@@ -89,7 +82,7 @@ def test_row_filter_limits_what_the_group_consumes(
 
 
 def test_a_shard_read_pushes_its_stream_partition_down_to_iceberg(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 9)
@@ -106,7 +99,7 @@ def test_a_shard_read_pushes_its_stream_partition_down_to_iceberg(
 
 
 def test_consume_logs_say_where_time_goes_and_name_the_group_and_lease(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(commit_batch_rows=0)  # a line per shard
     append_batches(create_source(catalog, group.source), 1, 9)

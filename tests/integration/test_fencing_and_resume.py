@@ -19,13 +19,13 @@ from spark_jobs.borrower.lease import fetch_lease, run_lease
 from spark_jobs.shards import read_shard
 from spark_jobs.sink.fenced_commit import publish_shard, stage_shard
 from spark_jobs.sink.shape import with_lineage
-from tests.factories import BORROWER_RUN, append_batches, create_source
+from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
 
 
-def single_stream_group(make_group: type[GroupConfig]) -> GroupConfig:
+def single_stream_group(make_group: MakeGroup) -> GroupConfig:
     """One borrower and one file per shard, so a lease holds several shards of a stream in order."""
     return make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4)
 
@@ -43,7 +43,7 @@ def first_lease(catalog: Catalog, group: GroupConfig) -> tuple[Lease, list[Shard
 
 
 def test_rerunning_a_committed_lease_adds_nothing(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = single_stream_group(make_group)
     append_batches(create_source(catalog, group.source), 3, 9)
@@ -63,7 +63,7 @@ def test_rerunning_a_committed_lease_adds_nothing(
 
 
 def test_second_commit_of_a_shard_is_refused_at_commit_time(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     """The check that matters is the commit's own validation, not the Borrower's look at history."""
     group = single_stream_group(make_group)
@@ -98,7 +98,7 @@ def test_second_commit_of_a_shard_is_refused_at_commit_time(
 
 
 def test_a_new_attempt_resumes_after_the_last_committed_shard(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = single_stream_group(make_group)
     append_batches(create_source(catalog, group.source), 3, 9)
@@ -121,7 +121,7 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
     assert verify_group(catalog, group, key="event_id").ok
 
 
-def test_a_stale_attempt_is_refused_before_it_reads(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_stale_attempt_is_refused_before_it_reads(catalog: Catalog, make_group: MakeGroup) -> None:
     group = single_stream_group(make_group)
     append_batches(create_source(catalog, group.source), 1, 9)
     lease = tick(catalog, group, lambda lease: RunState.MISSING, owner_run_id=BORROWER_RUN).launch[0]
@@ -132,7 +132,7 @@ def test_a_stale_attempt_is_refused_before_it_reads(catalog: Catalog, make_group
 
 
 def test_a_compacted_sink_keeps_consuming(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     """Shard commits are appends that delete nothing, so files mixing shards do not get in the way."""
     group = make_group(max_borrowers=3)

@@ -22,9 +22,8 @@ from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import fetch_lease, run_lease
 from tests.conftest import repo_root
-from tests.factories import BORROWER_RUN, append_batches, create_source
+from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import drive, quiet
-from tests.integration.test_zombie import write_groups
 from tests.stack_env import home_env
 
 pytestmark = pytest.mark.spark
@@ -52,7 +51,7 @@ def kill_tick_at(point: str, group: GroupConfig, lake_home: Path, tmp_path: Path
 
 def test_killed_after_liveness_before_any_commit(
     spark: SparkSession, lakehouse: LakehouseConfig, lake_home: Path, catalog: Catalog,
-    make_group: type[GroupConfig], tmp_path: Path,
+    make_group: MakeGroup, tmp_path: Path,
 ) -> None:  # fmt: skip
     group = make_group(max_borrowers=2)
     append_batches(create_source(catalog, group.source), 2, 9)
@@ -66,7 +65,7 @@ def test_killed_after_liveness_before_any_commit(
 
 def test_killed_after_raising_a_fence_before_the_registry_commit(
     spark: SparkSession, lakehouse: LakehouseConfig, lake_home: Path, catalog: Catalog,
-    make_group: type[GroupConfig], tmp_path: Path,
+    make_group: MakeGroup, tmp_path: Path,
 ) -> None:  # fmt: skip
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=3)
     append_batches(create_source(catalog, group.source), 2, 9)
@@ -91,7 +90,7 @@ def test_killed_after_raising_a_fence_before_the_registry_commit(
 
 def test_killed_after_the_registry_commit_before_the_launch(
     spark: SparkSession, lakehouse: LakehouseConfig, lake_home: Path, catalog: Catalog,
-    make_group: type[GroupConfig], tmp_path: Path,
+    make_group: MakeGroup, tmp_path: Path,
 ) -> None:  # fmt: skip
     group = make_group(max_borrowers=2)
     append_batches(create_source(catalog, group.source), 2, 9)

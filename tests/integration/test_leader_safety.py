@@ -17,7 +17,7 @@ from dagster_project.definitions import build_definitions
 from iceberg.borrower import take_leases
 from iceberg.protocol.group import GroupConfig
 from iceberg.store.registry import load_state
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.stack_env import use_home
 
 pytestmark = pytest.mark.dagster
@@ -54,7 +54,7 @@ def granted_shards(catalog: Catalog, group: GroupConfig) -> list[str]:
 
 @pytest.mark.usefixtures("lake_env")
 def test_two_sensor_evaluations_at_once_grant_each_shard_once(
-    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group = make_group(max_borrowers=3)
     append_batches(create_source(catalog, group.source), 2, 30)
@@ -82,7 +82,7 @@ def test_two_sensor_evaluations_at_once_grant_each_shard_once(
 
 @pytest.mark.usefixtures("lake_env")
 def test_two_dagster_instances_on_one_lake_never_grant_a_shard_twice(
-    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group = make_group(max_borrowers=2)
     source = create_source(catalog, group.source)
@@ -108,7 +108,7 @@ def test_two_dagster_instances_on_one_lake_never_grant_a_shard_twice(
 
 @pytest.mark.usefixtures("lake_env")
 def test_a_run_still_started_past_its_deadline_is_terminated_and_its_lease_regranted(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1, lease_timeout_s=10)
     append_batches(create_source(catalog, group.source), 1, 6)

@@ -46,8 +46,8 @@ from iceberg.reset import execute_reset
 from iceberg.store.lineage import commit_entries, entries, load_lineage, record_lineage, window_entries
 from iceberg.store.registry import load_state
 from spark_jobs.replay import replay_window
-from tests.factories import append_batches, create_source
-from tests.integration.helpers import drive, quiet, write_groups
+from tests.factories import MakeGroup, append_batches, create_source, write_groups
+from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
 
@@ -75,7 +75,7 @@ def all_entries(catalog: Catalog, group: GroupConfig) -> list[LineageEntry]:
 
 
 def test_lineage_of_random_sink_rows_names_the_source_files_that_hold_them(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 2})
     append_batches(create_source(catalog, group.source), 5, 24)
@@ -114,7 +114,7 @@ def test_lineage_of_random_sink_rows_names_the_source_files_that_hold_them(
 
 
 def test_recording_is_idempotent_and_a_stale_recorder_loses_the_swap(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 12)
@@ -135,7 +135,7 @@ def test_recording_is_idempotent_and_a_stale_recorder_loses_the_swap(
 
 
 def test_lineage_outlives_source_expiry_and_sink_compaction(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 4, 12)
@@ -161,7 +161,7 @@ def test_lineage_outlives_source_expiry_and_sink_compaction(
 
 
 def test_a_replay_supersedes_its_windows_entries_and_a_reset_voids_what_it_deleted(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 2})
     append_batches(create_source(catalog, group.source), 3, 12)
@@ -196,7 +196,7 @@ def test_a_replay_supersedes_its_windows_entries_and_a_reset_voids_what_it_delet
 
 
 def test_through_follows_a_row_to_the_first_source_and_a_file_to_the_last_sink(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], ns: str
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, ns: str
 ) -> None:
     first = make_group(shard_caps={"max_files": 2})
     second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next")
@@ -227,7 +227,7 @@ def test_icegroup_lineage_answers_as_json_and_names_the_fix_for_a_bad_question(
     spark: SparkSession,
     lakehouse: LakehouseConfig,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     env: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -264,7 +264,7 @@ def test_icegroup_lineage_answers_as_json_and_names_the_fix_for_a_bad_question(
 
 @pytest.mark.dagster
 def test_a_complete_windows_materialization_carries_its_provenance_and_source_version(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 2}, window_start=datetime.now(UTC).date().isoformat())
     append_batches(create_source(catalog, group.source), 3, 12)

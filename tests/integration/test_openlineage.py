@@ -24,14 +24,13 @@ from iceberg.errors import StaleLease
 from iceberg.leader import tick
 from iceberg.openlineage import run_events
 from iceberg.protocol.fences import fence_key
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import window_label
 from iceberg.store.fences import raise_fences
 from iceberg.store.registry import load_state
 from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import replay_window
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -88,7 +87,7 @@ def version(dataset: dict[str, Any]) -> int:
 
 
 def test_lease_and_replay_runs_emit_start_and_complete_with_the_snapshots_they_read_and_wrote(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], tmp_path: Path
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, tmp_path: Path
 ) -> None:
     emitted = tmp_path / "openlineage.jsonl"
     settings = OpenLineageSettings(transport={"type": "file", "log_file_path": str(emitted), "append": True})
@@ -141,7 +140,7 @@ def test_lease_and_replay_runs_emit_start_and_complete_with_the_snapshots_they_r
 
 
 def test_a_failed_lease_attempt_emits_fail_with_its_error_and_openlineage_is_off_by_default(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], tmp_path: Path
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, tmp_path: Path
 ) -> None:
     assert lakehouse.openlineage is None
     assert run_events(lakehouse, catalog, "g", "g.lease", "k", "ns.t", None).client is None, "off unless configured"

@@ -9,10 +9,9 @@ from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransfor
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.group import GroupConfig
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
-from tests.factories import SCHEMA, append_batches
+from tests.factories import SCHEMA, MakeGroup, append_batches
 from tests.integration.helpers import drive
 
 pytestmark = pytest.mark.spark
@@ -36,7 +35,7 @@ def test_group_consumes_exactly_once_whatever_the_partitioning(
     spark: SparkSession,
     lakehouse: LakehouseConfig,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
 ) -> None:
     spec, streams = LAYOUTS[layout]
     group = make_group(max_borrowers=2, shard_caps={"max_files": 3})

@@ -10,13 +10,12 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import GroupStopped, NotCaughtUp, PoisonShard
 from iceberg.leader import tick
 from iceberg.protocol.dead_letters import PARKED, STOPPED
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.state import LeasePhase
 from iceberg.store.dead_letters import open_letters, redrive
 from iceberg.verify import verify_group
 from spark_jobs.consume import consume
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -25,7 +24,7 @@ POISON = "tests.integration.transforms:fail_on_apac"
 
 
 def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(transform=POISON, max_deliver=2, deliver_backoff_s=0.1, max_borrowers=3)
     append_batches(create_source(catalog, group.source), 1, 9)
@@ -59,7 +58,7 @@ def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
 
 
 def test_a_parked_shard_holds_its_stream_while_the_others_go_on(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(transform=POISON, max_deliver=1, on_poison="park", max_borrowers=1, lease_max_shards=8)
     source = create_source(catalog, group.source)
@@ -87,7 +86,7 @@ def test_a_parked_shard_holds_its_stream_while_the_others_go_on(
 
 
 def test_a_transform_that_raises_in_a_spark_task_is_reported_as_its_own_error(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(transform="tests.integration.transforms:reject_large_amounts", max_deliver=1, max_borrowers=1)
     append_batches(create_source(catalog, group.source), 1, 30)

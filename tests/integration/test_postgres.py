@@ -15,7 +15,6 @@ from pyspark.sql import SparkSession
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import RegistryConflict
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.store.dead_letters import open_letters
 from iceberg.store.registry import commit_state, load_state
@@ -25,7 +24,7 @@ from spark_jobs.borrower import lease as borrower
 from spark_jobs.borrower.lease import run_lease
 from spark_jobs.session import DRIVER_JARS, activate, spark_conf
 from spark_jobs.sink.shape import ensure_sink, with_lineage
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 
 # Longer than every delivery the group allows (0.2 s, then 0.4 s): before, the shard was poison by then.
@@ -65,7 +64,7 @@ def pg_spark(spark: SparkSession, pg_lakehouse: LakehouseConfig) -> SparkSession
 
 
 def test_group_consumes_exactly_once_on_a_postgres_catalog(
-    pg_spark: SparkSession, pg_lakehouse: LakehouseConfig, make_group: type[GroupConfig], tmp_path: Path
+    pg_spark: SparkSession, pg_lakehouse: LakehouseConfig, make_group: MakeGroup, tmp_path: Path
 ) -> None:
     catalog: Catalog = pg_lakehouse.catalog()
     group = make_group(max_borrowers=2, shard_caps={"max_files": 2})
@@ -79,7 +78,7 @@ def test_group_consumes_exactly_once_on_a_postgres_catalog(
     assert pg_spark.table(f"pglake.{group.sink}").count() == 8 * 30
 
 
-def test_registry_cas_holds_on_postgres(pg_lakehouse: LakehouseConfig, make_group: type[GroupConfig]) -> None:
+def test_registry_cas_holds_on_postgres(pg_lakehouse: LakehouseConfig, make_group: MakeGroup) -> None:
     catalog = pg_lakehouse.catalog()
     group = make_group()
     append_batches(create_source(catalog, group.source), 1, 6)
@@ -94,7 +93,7 @@ def test_registry_cas_holds_on_postgres(pg_lakehouse: LakehouseConfig, make_grou
 
 
 def test_borrowers_creating_the_sink_at_once_all_go_on(
-    pg_spark: SparkSession, pg_lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+    pg_spark: SparkSession, pg_lakehouse: LakehouseConfig, make_group: MakeGroup
 ) -> None:
     """The first Borrowers of a group race to create the sink; the losers must not fail."""
     group = make_group()
@@ -118,7 +117,7 @@ def test_a_catalog_outage_longer_than_the_redelivery_backoff_poisons_nothing(
     pg_spark: SparkSession,
     pg_lakehouse: LakehouseConfig,
     postgres: LocalPostgres,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     monkeypatch: pytest.MonkeyPatch,
     when: str,
 ) -> None:

@@ -8,12 +8,11 @@ from pyiceberg.table.snapshots import Snapshot
 
 from iceberg.errors import RegistryConflict, SourceError
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.shards import plan_increment
 from iceberg.start import initial_state
 from iceberg.store.registry import commit_state, load_state
-from tests.factories import SCHEMA, append_batches, create_source
+from tests.factories import SCHEMA, MakeGroup, append_batches, create_source
 
 
 def missing(_: object) -> RunState:
@@ -21,14 +20,14 @@ def missing(_: object) -> RunState:
     return RunState.MISSING
 
 
-def test_registry_state_round_trips(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_registry_state_round_trips(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 6)
     result = tick(catalog, group, missing)
     assert load_state(catalog, group.name).state == result.state
 
 
-def test_a_stale_registry_write_loses_the_cas(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_stale_registry_write_loses_the_cas(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
     append_batches(source, 1, 6)
@@ -46,7 +45,7 @@ def test_a_stale_registry_write_loses_the_cas(catalog: Catalog, make_group: type
     assert final.leases_done == 1
 
 
-def test_two_leaders_on_the_same_state_cannot_both_grant(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_two_leaders_on_the_same_state_cannot_both_grant(catalog: Catalog, make_group: MakeGroup) -> None:
     """Interleave two ticks at the registry: the slower one's CAS fails and nothing of it is kept."""
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 6)
@@ -62,7 +61,7 @@ def test_two_leaders_on_the_same_state_cannot_both_grant(catalog: Catalog, make_
 
 
 def test_planning_opens_only_the_new_snapshots(
-    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
@@ -86,7 +85,7 @@ def test_planning_opens_only_the_new_snapshots(
     assert sum(f.record_count for f in plan.files) == 9
 
 
-def test_planning_is_capped_per_tick(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_planning_is_capped_per_tick(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(max_snapshots_per_tick=4)
     append_batches(create_source(catalog, group.source), 10, 3)
     plan = plan_increment(catalog.load_table(group.source), None, group)
@@ -94,9 +93,7 @@ def test_planning_is_capped_per_tick(catalog: Catalog, make_group: type[GroupCon
     assert plan.remaining == 6
 
 
-def test_overwrite_snapshot_fails_by_default_and_is_skipped_on_request(
-    catalog: Catalog, make_group: type[GroupConfig]
-) -> None:
+def test_overwrite_snapshot_fails_by_default_and_is_skipped_on_request(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
     append_batches(source, 2, 6)
@@ -112,7 +109,7 @@ def test_overwrite_snapshot_fails_by_default_and_is_skipped_on_request(
     assert len(plan.skipped) == 1
 
 
-def test_an_expired_position_stops_the_group_with_the_remedy(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_an_expired_position_stops_the_group_with_the_remedy(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 6)
     position = tick(catalog, group, missing).state.planned_through
@@ -125,13 +122,13 @@ def test_an_expired_position_stops_the_group_with_the_remedy(catalog: Catalog, m
         tick(catalog, group, missing)
 
 
-def test_an_unknown_source_table_names_the_field(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_an_unknown_source_table_names_the_field(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(source="nowhere.events")
     with pytest.raises(SourceError, match=r"source: table 'nowhere\.events' does not exist"):
         tick(catalog, group, missing)
 
 
-def test_a_format_v1_source_is_refused_with_the_upgrade(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_format_v1_source_is_refused_with_the_upgrade(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
     catalog.create_namespace_if_not_exists(group.source.split(".")[0])
     catalog.create_table(group.source, schema=SCHEMA, properties={"format-version": "1"})
@@ -140,7 +137,7 @@ def test_a_format_v1_source_is_refused_with_the_upgrade(catalog: Catalog, make_g
 
 
 def test_data_before_window_start_is_refused_before_anything_is_committed(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(window_start="2099-01-01")
     append_batches(create_source(catalog, group.source), 1, 6)
@@ -149,9 +146,7 @@ def test_data_before_window_start_is_refused_before_anything_is_committed(
     assert load_state(catalog, group.name).state is None
 
 
-def test_planned_files_carry_their_streams_identity_partition_values(
-    catalog: Catalog, make_group: type[GroupConfig]
-) -> None:
+def test_planned_files_carry_their_streams_identity_partition_values(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 1, 6)
     plan = plan_increment(catalog.load_table(group.source), None, group)

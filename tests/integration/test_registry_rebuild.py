@@ -13,20 +13,19 @@ from pyspark.sql import SparkSession
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import StaleLease
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.store.registry import registry_identifier
 from iceberg.store.sink_history import read_sink_history
 from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import run_lease
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
 
 
 def test_dropping_the_registry_mid_consumption_loses_and_duplicates_nothing(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1}, lease_max_shards=2, max_borrowers=2)
     append_batches(create_source(catalog, group.source), 4, 40)

@@ -44,7 +44,7 @@ from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import ReplayReport, publish, replay_window
 from spark_jobs.sink.migrate import migrate_sink
 from spark_jobs.transforms import load_transform
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -66,7 +66,7 @@ def amounts(rows: pa.Table) -> dict[int, float]:
 
 
 def test_a_replay_with_a_changed_transform_replaces_the_window_in_one_commit(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 2})
     append_batches(create_source(catalog, group.source), 6, 30)
@@ -102,7 +102,7 @@ def test_a_replay_with_a_changed_transform_replaces_the_window_in_one_commit(
 
 
 def test_replay_works_after_the_sink_was_compacted_and_consumption_goes_on(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 5, 12)
@@ -123,7 +123,7 @@ def test_replay_works_after_the_sink_was_compacted_and_consumption_goes_on(
 
 
 def test_a_second_replay_of_a_window_in_flight_fails_and_names_the_first(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 10)
@@ -140,7 +140,7 @@ def test_a_second_replay_of_a_window_in_flight_fails_and_names_the_first(
 
 
 def test_a_superseded_replay_cannot_commit(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 10)
@@ -158,7 +158,7 @@ def test_a_superseded_replay_cannot_commit(
 
 
 def test_a_dead_replay_is_expired_by_the_leader_and_its_window_is_granted_again(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(session_timeout_s=5)
     append_batches(create_source(catalog, group.source), 2, 10)
@@ -178,7 +178,7 @@ def test_a_dead_replay_is_expired_by_the_leader_and_its_window_is_granted_again(
 
 
 def test_a_lease_that_commits_into_the_window_after_the_plan_makes_the_replay_plan_again(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
     append_batches(create_source(catalog, group.source), 2, 10)
@@ -204,7 +204,7 @@ def test_a_lease_that_commits_into_the_window_after_the_plan_makes_the_replay_pl
 
 
 def test_replay_reads_live_files_of_expired_snapshots_and_refuses_when_files_are_gone(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
@@ -236,7 +236,7 @@ def test_replay_reads_live_files_of_expired_snapshots_and_refuses_when_files_are
 
 
 def test_windows_no_replay_can_serve_are_refused_by_name(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(window_start="2026-01-01")
     append_batches(create_source(catalog, group.source), 1, 10)
@@ -251,7 +251,7 @@ def test_windows_no_replay_can_serve_are_refused_by_name(
 
 
 def test_a_reader_scanning_during_replays_sees_the_old_or_the_new_window_never_both_or_neither(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 4, 15)
@@ -304,7 +304,7 @@ def write_legacy_sink(catalog: Catalog, group: GroupConfig) -> int:
 
 
 def test_a_sink_written_before_the_window_column_is_migrated_then_replayed(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
     append_batches(create_source(catalog, group.source), 2, 12)

@@ -29,22 +29,16 @@ from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import replay_window
 from tests.conftest import repo_root
-from tests.factories import append_batches, create_source
-from tests.integration.helpers import drive, quiet, write_groups
+from tests.factories import MakeGroup, append_batches, create_source, write_groups
+from tests.integration.helpers import drive, quiet, sink_ids
 from tests.stack_env import home_env, use_home
 
 pytestmark = pytest.mark.spark
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
 
 
-def sink_ids(catalog: Catalog, group: GroupConfig) -> Counter[int]:
-    """Multiset of event ids in the sink."""
-    rows = catalog.load_table(group.sink).scan(selected_fields=("event_id",)).to_arrow()
-    return Counter(rows.column("event_id").to_pylist())
-
-
 def test_a_backward_reset_replaces_what_it_consumes_again(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 4, 12)
@@ -64,7 +58,7 @@ def test_a_backward_reset_replaces_what_it_consumes_again(
 
 
 def test_a_forward_reset_skips_and_says_how_many_rows(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 12)
@@ -82,7 +76,7 @@ def test_a_forward_reset_skips_and_says_how_many_rows(
 
 
 def test_shift_by_and_to_checkpoint_move_each_stream_and_the_sink_stays_exact(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 3, 9)
@@ -108,7 +102,7 @@ def test_shift_by_and_to_checkpoint_move_each_stream_and_the_sink_stays_exact(
 
 
 def test_a_lease_of_the_old_epoch_cannot_commit_after_a_reset(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
     append_batches(create_source(catalog, group.source), 1, 9)
@@ -126,7 +120,7 @@ def test_a_lease_of_the_old_epoch_cannot_commit_after_a_reset(
 
 
 def test_resets_refuse_bad_targets_and_replays_in_flight(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig],
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup,
     tmp_path: Path, lake_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     group = make_group()
@@ -178,7 +172,7 @@ def kill_reset_at(
     [(["--to-earliest"], ResetTarget("earliest")), (["--shift-by", "-1"], ResetTarget("shift", "-1"))],
 )
 def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_by_running_it_again(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig],
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup,
     tmp_path: Path, lake_home: Path, option: list[str], target: ResetTarget,
 ) -> None:  # fmt: skip
     group = make_group(shard_caps={"max_files": 2})
@@ -201,7 +195,7 @@ def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_b
 
 
 def test_a_reset_killed_after_its_registry_commit_is_completed_without_moving_the_group_again(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig],
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup,
     tmp_path: Path, lake_home: Path,
 ) -> None:  # fmt: skip
     group = make_group(shard_caps={"max_files": 2})
@@ -224,7 +218,7 @@ def test_a_reset_killed_after_its_registry_commit_is_completed_without_moving_th
 
 
 def test_a_reset_moves_back_from_what_the_sink_holds_when_the_registry_lags_it(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
     append_batches(create_source(catalog, group.source), 2, 9)
@@ -244,7 +238,7 @@ def test_a_reset_moves_back_from_what_the_sink_holds_when_the_registry_lags_it(
 
 
 def test_a_replay_after_a_backward_reset_covers_each_range_once(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 3, 12)

@@ -17,7 +17,6 @@ from pyspark.sql import SparkSession
 from dagster_project.cli import main
 from dagster_project.definitions import build_definitions
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
 from iceberg.protocol.sink_commit import KEY_STAGE
@@ -29,7 +28,7 @@ from iceberg.store.tables import walk_back
 from iceberg.verify import verify_group
 from spark_jobs.consume import consume
 from spark_jobs.sink.fenced_commit import stage_shard
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -54,7 +53,7 @@ def leftovers(catalog: Catalog, sink: str) -> set[int]:
 
 
 def test_expiry_keeps_each_groups_unconsumed_history_and_both_groups_finish_exactly(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], ns: str
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, ns: str
 ) -> None:
     ahead = make_group(**NO_HORIZON)
     behind = make_group(name=f"g_{ns}_behind", sink=f"{ns}.behind_out", **NO_HORIZON)
@@ -81,7 +80,7 @@ def test_expiry_keeps_each_groups_unconsumed_history_and_both_groups_finish_exac
 
 
 def test_a_registration_on_the_source_pins_it_for_a_group_defined_elsewhere_until_it_lapses(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], ns: str
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, ns: str
 ) -> None:
     here = make_group(**NO_HORIZON)
     elsewhere = make_group(name=f"g_{ns}_far", sink=f"{ns}.far_out", inactive_after="1h", **NO_HORIZON)
@@ -115,7 +114,7 @@ def test_a_registration_on_the_source_pins_it_for_a_group_defined_elsewhere_unti
 
 
 def test_the_sink_keeps_what_reconciliation_reads_and_loses_staged_leftovers(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(**NO_HORIZON)
     append_batches(create_source(catalog, group.source), 3, 12)
@@ -148,7 +147,7 @@ def test_state_tables_keep_their_last_snapshots_and_the_group_goes_on(
     spark: SparkSession,
     lakehouse: LakehouseConfig,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     env: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
@@ -177,7 +176,7 @@ def test_state_tables_keep_their_last_snapshots_and_the_group_goes_on(
 
 
 def test_expiry_running_all_the_while_a_group_consumes_stops_nothing_and_loses_nothing(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1}, **NO_HORIZON)
     append_batches(create_source(catalog, group.source), 3, 12)
@@ -206,7 +205,7 @@ def test_expiry_running_all_the_while_a_group_consumes_stops_nothing_and_loses_n
 
 @pytest.mark.dagster
 def test_the_expire_job_runs_in_dagster_and_its_schedule_starts_stopped(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], env: Path
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, env: Path
 ) -> None:
     group = make_group(**NO_HORIZON)
     append_batches(create_source(catalog, group.source), 3, 12)
@@ -224,7 +223,7 @@ def test_the_expire_job_runs_in_dagster_and_its_schedule_starts_stopped(
 
 
 def test_a_reset_after_expiry_still_replaces_the_output_it_consumes_again(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 4, 12)

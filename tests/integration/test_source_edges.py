@@ -14,21 +14,20 @@ from pyspark.sql import SparkSession
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import SinkError, SourceError
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import window_label
 from iceberg.store.registry import load_state
 from iceberg.store.sink_history import read_sink_history
 from iceberg.verify import verify_group
 from spark_jobs.replay import replay_window
-from tests.factories import SCHEMA, append_batches, create_source, events
+from tests.factories import SCHEMA, MakeGroup, append_batches, create_source, events
 from tests.integration.helpers import drive
 
 pytestmark = pytest.mark.spark
 
 
 def test_a_delete_snapshot_fails_the_group_by_default_and_is_skipped_on_request(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
@@ -50,7 +49,7 @@ def test_a_delete_snapshot_fails_the_group_by_default_and_is_skipped_on_request(
 
 
 def test_compaction_of_the_source_is_ignored(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=3)
     source = create_source(catalog, group.source)
@@ -71,7 +70,7 @@ def test_compaction_of_the_source_is_ignored(
 
 
 def test_partition_spec_evolution_merges_and_splits_streams(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=3)
     source = create_source(catalog, group.source)
@@ -97,7 +96,7 @@ def test_partition_spec_evolution_merges_and_splits_streams(
 
 
 def test_schema_evolution_cuts_shards_and_each_transform_sees_its_shards_schema(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(transform="tests.integration.transforms:columns_seen", max_borrowers=1)
     source = create_source(catalog, group.source)
@@ -127,7 +126,7 @@ def test_schema_evolution_cuts_shards_and_each_transform_sees_its_shards_schema(
 
 
 def test_empty_snapshots_are_consumed_as_nothing(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
@@ -146,7 +145,7 @@ def test_empty_snapshots_are_consumed_as_nothing(
 
 
 def test_a_groups_sink_is_consumed_by_a_chained_group(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], ns: str
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, ns: str
 ) -> None:
     first = make_group(max_borrowers=2)
     second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next", max_borrowers=2)
@@ -166,7 +165,7 @@ def test_a_groups_sink_is_consumed_by_a_chained_group(
 
 
 def test_a_sink_that_cannot_take_the_output_is_a_clear_error_and_nothing_is_committed(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(transform="tests.integration.transforms:event_id_as_string")
     append_batches(create_source(catalog, group.source), 1, 6)
@@ -179,7 +178,7 @@ def test_a_sink_that_cannot_take_the_output_is_a_clear_error_and_nothing_is_comm
 
 
 def test_a_replay_of_an_upstream_sink_stops_a_chained_group_naming_it_or_is_skipped_on_request(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig], ns: str
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, ns: str
 ) -> None:
     first = make_group()
     second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next")

@@ -9,16 +9,15 @@ from pyspark.sql import SparkSession
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import SourceError
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.store.registry import registry_identifier
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 
 pytestmark = pytest.mark.spark
 
 
 def test_a_view_given_as_the_source_is_named_as_a_view(
-    spark: SparkSession, spark_lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, spark_lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     lake = spark_lakehouse.catalog_name

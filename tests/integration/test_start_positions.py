@@ -15,7 +15,7 @@ from iceberg.errors import SourceError
 from iceberg.leader import tick
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 
 pytestmark = pytest.mark.spark
@@ -38,7 +38,7 @@ def three_snapshots(catalog: Catalog, group: GroupConfig) -> list[int]:
 
 
 def test_earliest_consumes_everything(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(start="earliest")
     three_snapshots(catalog, group)
@@ -47,7 +47,7 @@ def test_earliest_consumes_everything(
 
 
 def test_latest_consumes_only_what_is_appended_after_the_group_starts(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(start="latest")
     three_snapshots(catalog, group)
@@ -60,7 +60,7 @@ def test_latest_consumes_only_what_is_appended_after_the_group_starts(
 
 
 def test_snapshot_id_start_is_inclusive(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     snapshots = three_snapshots(catalog, group)
@@ -70,7 +70,7 @@ def test_snapshot_id_start_is_inclusive(
 
 
 def test_timestamp_start_takes_snapshots_committed_at_or_after_it(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     three_snapshots(catalog, group)
@@ -80,7 +80,7 @@ def test_timestamp_start_takes_snapshots_committed_at_or_after_it(
     assert consumed(catalog, group) == list(range(13, 19))
 
 
-def test_unknown_start_snapshot_is_a_clear_error(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_unknown_start_snapshot_is_a_clear_error(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
     three_snapshots(catalog, group)
     group = make_group(start={"snapshot_id": 42})

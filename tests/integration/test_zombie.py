@@ -15,15 +15,14 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import StaleLease
 from iceberg.leader import tick
 from iceberg.protocol.fences import epoch_key, fence_key
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.store.sink_history import read_sink_history
 from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import fetch_lease, run_lease
 from tests.chaos.worker import STALE_EXIT
 from tests.conftest import repo_root
-from tests.factories import BORROWER_RUN, append_batches, create_source
-from tests.integration.helpers import drive, quiet, wait_for, write_groups
+from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
+from tests.integration.helpers import drive, quiet, wait_for
 from tests.stack_env import home_env
 
 pytestmark = pytest.mark.spark
@@ -34,7 +33,7 @@ def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
     lakehouse: LakehouseConfig,
     lake_home: Path,
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     tmp_path: Path,
 ) -> None:
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=3)
@@ -92,7 +91,7 @@ def test_a_zombie_borrower_cannot_commit_after_its_lease_was_regranted(
 
 
 def test_a_lease_of_a_stale_epoch_cannot_commit(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     """An epoch raised on the sink (a rebuild, a reset) refuses leases granted before it, at commit time."""
     group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=1)

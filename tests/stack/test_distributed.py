@@ -23,7 +23,7 @@ from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from infra.processes import alive
 from infra.stack import Stack, alive_workers, up
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 from tests.stack_env import stack_layout, stack_postgres
 
@@ -40,7 +40,7 @@ def all_workers() -> Iterator[None]:
 
 
 def test_a_udf_calling_the_users_own_module_runs_on_the_executors(
-    spark: SparkSession, spark_lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+    spark: SparkSession, spark_lakehouse: LakehouseConfig, make_group: MakeGroup
 ) -> None:
     catalog = spark_lakehouse.catalog()
     group = make_group(transform="tests.stack.transforms:amount_in_cents")
@@ -75,7 +75,7 @@ def worker_running(spark: SparkSession) -> tuple[str, int]:
 
 
 def test_a_spark_worker_killed_under_a_running_lease_keeps_exactly_once(
-    spark: SparkSession, spark_lakehouse: LakehouseConfig, make_group: type[GroupConfig], all_workers: None
+    spark: SparkSession, spark_lakehouse: LakehouseConfig, make_group: MakeGroup, all_workers: None
 ) -> None:
     catalog = spark_lakehouse.catalog()
     group = make_group(transform="tests.stack.transforms:amount_in_cents_killing_the_worker")
@@ -116,7 +116,7 @@ def interrupted_tick(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[], 
     return arm
 
 
-def half_consumed(spark: SparkSession, lakehouse: LakehouseConfig, make_group: type[GroupConfig]) -> GroupConfig:
+def half_consumed(spark: SparkSession, lakehouse: LakehouseConfig, make_group: MakeGroup) -> GroupConfig:
     """A group that consumed 100 rows, with 100 more appended for the next tick to grant."""
     catalog = lakehouse.catalog()
     group = make_group(shard_caps={"max_files": 2})
@@ -129,7 +129,7 @@ def half_consumed(spark: SparkSession, lakehouse: LakehouseConfig, make_group: t
 def test_postgresql_restarted_in_the_middle_of_a_tick_costs_the_tick_nothing(
     spark: SparkSession,
     spark_lakehouse: LakehouseConfig,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     interrupted_tick: Callable[[Callable[[], None]], None],
 ) -> None:
     catalog = spark_lakehouse.catalog()
@@ -150,7 +150,7 @@ def test_postgresql_restarted_in_the_middle_of_a_tick_costs_the_tick_nothing(
 def test_postgresql_down_while_a_tick_commits_fails_the_tick_whole_and_the_next_one_goes_on(
     spark: SparkSession,
     spark_lakehouse: LakehouseConfig,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     interrupted_tick: Callable[[Callable[[], None]], None],
 ) -> None:
     catalog = spark_lakehouse.catalog()

@@ -17,13 +17,12 @@ from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from infra.stack_layout import BUCKET, S3_KEYS
 from spark_jobs.session import AWS_BUNDLE_JAR, get_session
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease
 from tests.stack_env import stack_layout
@@ -53,7 +52,7 @@ def bucket_keys(prefix: str) -> list[str]:
 
 
 def test_the_leader_plans_and_the_registry_commits_in_an_s3_warehouse(
-    s3_lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+    s3_lakehouse: LakehouseConfig, make_group: MakeGroup
 ) -> None:
     catalog = s3_lakehouse.catalog()
     group = make_group()
@@ -93,7 +92,7 @@ def test_the_leader_plans_and_the_registry_commits_in_an_s3_warehouse(
     reason=f"{AWS_BUNDLE_JAR} is on Maven Central only, which this machine cannot reach; put it in build/jars",
 )
 def test_spark_borrowers_consume_exactly_once_in_an_s3_warehouse(
-    s3_lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+    s3_lakehouse: LakehouseConfig, make_group: MakeGroup
 ) -> None:
     spark: SparkSession = get_session(s3_lakehouse)
     catalog = s3_lakehouse.catalog()

@@ -15,7 +15,7 @@ from spark_jobs.borrower import lease as borrower
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.borrower.redelivery import platform_retry, stage_with_redelivery
 from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
-from tests.factories import shard
+from tests.factories import MakeGroup, shard
 
 SHARD = shard()
 
@@ -77,7 +77,7 @@ def deliver(
 
 
 def test_a_failing_shard_is_delivered_max_deliver_times_and_the_last_error_returned(
-    make_group: type[GroupConfig], waits: list[float]
+    make_group: MakeGroup, waits: list[float]
 ) -> None:
     group = make_group(max_deliver=4, deliver_backoff_s=0.5)
     errors = [ValueError(f"bad row {n}\nat line {n}") for n in range(1, 5)]
@@ -95,7 +95,7 @@ def test_a_failing_shard_is_delivered_max_deliver_times_and_the_last_error_retur
     ]
 
 
-def test_a_failing_read_or_transform_is_delivered_again_too(make_group: type[GroupConfig], waits: list[float]) -> None:
+def test_a_failing_read_or_transform_is_delivered_again_too(make_group: MakeGroup, waits: list[float]) -> None:
     group = make_group(max_deliver=2, deliver_backoff_s=0)
     calls: list[int] = []
 
@@ -116,9 +116,7 @@ def test_a_failing_read_or_transform_is_delivered_again_too(make_group: type[Gro
     assert " in output)" in lines[0], "the line names the frame the error was raised in"
 
 
-def test_one_delivery_allowed_returns_the_error_without_waiting(
-    make_group: type[GroupConfig], waits: list[float]
-) -> None:
+def test_one_delivery_allowed_returns_the_error_without_waiting(make_group: MakeGroup, waits: list[float]) -> None:
     error = RuntimeError("boom")
     deliveries, lease, lines = Deliveries(error), report(), list[str]()
 
@@ -129,7 +127,7 @@ def test_one_delivery_allowed_returns_the_error_without_waiting(
     assert lease.redeliveries == 0
 
 
-def test_success_on_the_second_delivery_returns_its_token(make_group: type[GroupConfig], waits: list[float]) -> None:
+def test_success_on_the_second_delivery_returns_its_token(make_group: MakeGroup, waits: list[float]) -> None:
     group = make_group(max_deliver=3, deliver_backoff_s=1.5)
     deliveries, lease, lines = Deliveries(OSError("executor lost"), None), report(), list[str]()
 
@@ -149,7 +147,7 @@ def test_success_on_the_second_delivery_returns_its_token(make_group: type[Group
     ids=["stale-lease", "sink-error", "config-error"],
 )
 def test_icegroup_errors_propagate_at_once_without_redelivery(
-    make_group: type[GroupConfig], waits: list[float], error: IcegroupError
+    make_group: MakeGroup, waits: list[float], error: IcegroupError
 ) -> None:
     deliveries, lease, lines = Deliveries(error, None), report(), list[str]()
 
@@ -263,9 +261,7 @@ def test_a_transform_that_raised_in_a_spark_task_shows_its_own_error_and_frame()
     )
 
 
-def test_a_platform_failure_is_no_delivery_and_blames_no_shard(
-    make_group: type[GroupConfig], waits: list[float]
-) -> None:
+def test_a_platform_failure_is_no_delivery_and_blames_no_shard(make_group: MakeGroup, waits: list[float]) -> None:
     group = make_group(max_deliver=2, deliver_backoff_s=0.5)
     try:
         raise RuntimeError("commit failed") from OperationalError("SELECT 1", {}, ConnectionRefusedError())
@@ -281,7 +277,7 @@ def test_a_platform_failure_is_no_delivery_and_blames_no_shard(
 
 
 def test_a_failure_while_the_catalog_is_unreachable_is_the_platforms_whatever_its_class(
-    make_group: type[GroupConfig], waits: list[float]
+    make_group: MakeGroup, waits: list[float]
 ) -> None:
     group = make_group(max_deliver=2)
     wrapped = TypeError("Cannot cast org.postgresql.util.PSQLException to java.sql.SQLTransientException")
@@ -309,7 +305,7 @@ def test_the_cause_chain_names_whose_failure_it_is(names: list[str], platform: b
     assert is_infrastructure(names) is platform
 
 
-def test_a_lease_waits_out_a_platform_failure_with_backoff_for_half_its_timeout(make_group: type[GroupConfig]) -> None:
+def test_a_lease_waits_out_a_platform_failure_with_backoff_for_half_its_timeout(make_group: MakeGroup) -> None:
     group = make_group(deliver_backoff_s=1.0, lease_timeout_s=60)
     outage = PlatformUnavailable("catalog down")
 
@@ -339,7 +335,7 @@ def fenced_commit() -> StaleLease:
     raise AssertionError("unreachable")
 
 
-def test_a_fenced_lease_is_final_not_a_platform_failure(make_group: type[GroupConfig]) -> None:
+def test_a_fenced_lease_is_final_not_a_platform_failure(make_group: MakeGroup) -> None:
     group = make_group(deliver_backoff_s=1.0, lease_timeout_s=60)
     stale = fenced_commit()
 

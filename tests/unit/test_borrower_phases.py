@@ -10,9 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import LongType, NestedField
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import ConfigError, StaleLease
@@ -25,9 +23,8 @@ from iceberg.protocol.state import Lease, Origin
 from iceberg.store.fences import raise_fences
 from spark_jobs.borrower.lease import LeaseReport, LeaseRun, connect, report, resume
 from spark_jobs.transforms import identity
-from tests.factories import lease, shard
-
-SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
+from tests.factories import MakeGroup, lease, shard
+from tests.sink_commits import ID_SCHEMA, create_sink
 
 
 def lease_run(lakehouse: LakehouseConfig, catalog: Catalog, group: GroupConfig, held: Lease) -> LeaseRun:
@@ -44,16 +41,10 @@ def lease_run(lakehouse: LakehouseConfig, catalog: Catalog, group: GroupConfig, 
     )
 
 
-def create_sink(catalog: Catalog, group: GroupConfig) -> Table:
-    """The group's sink, as the first Borrower would have created it."""
-    catalog.create_namespace_if_not_exists(group.sink.split(".")[0])
-    return catalog.create_table(group.sink, schema=SINK_SCHEMA)
-
-
 def commit(sink: Table, group: GroupConfig, by: Lease, done: Shard, rows: int) -> int:
     """Append ``rows`` rows as ``by``'s commit of ``done``; returns the sink snapshot."""
     props = commit_properties(group.name, group.source, by.lease_id, by.epoch, by.attempt, [done])
-    data = pa.Table.from_pylist([{"id": i} for i in range(rows)], schema=SINK_SCHEMA.as_arrow())
+    data = pa.Table.from_pylist([{"id": i} for i in range(rows)], schema=ID_SCHEMA.as_arrow())
     sink.append(data, snapshot_properties=props)
     head = sink.current_snapshot()
     assert head is not None
@@ -61,7 +52,7 @@ def commit(sink: Table, group: GroupConfig, by: Lease, done: Shard, rows: int) -
 
 
 def test_connect_without_a_sink_claims_nothing_yet(
-    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     run = lease_run(lakehouse, catalog, make_group(), lease([shard(1).shard_id], attempt=1))
 
@@ -72,7 +63,7 @@ def test_connect_without_a_sink_claims_nothing_yet(
 
 
 def test_connect_raises_the_fence_to_its_own_attempt(
-    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     sink = create_sink(catalog, group)
@@ -85,7 +76,7 @@ def test_connect_raises_the_fence_to_its_own_attempt(
 
 
 def test_connect_refuses_a_lease_granted_under_another_filter_or_transform_and_claims_nothing(
-    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     sink = create_sink(catalog, group)
@@ -99,7 +90,7 @@ def test_connect_refuses_a_lease_granted_under_another_filter_or_transform_and_c
 
 
 def test_connect_of_an_attempt_already_fenced_off_is_stale(
-    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     held = lease([shard(1).shard_id], attempt=1)
@@ -110,7 +101,7 @@ def test_connect_of_an_attempt_already_fenced_off_is_stale(
 
 
 def test_resume_skips_the_shards_in_the_sink_and_counts_this_attempts_own_commits(
-    lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     sink = create_sink(catalog, group)
@@ -129,7 +120,7 @@ def test_resume_skips_the_shards_in_the_sink_and_counts_this_attempts_own_commit
     assert (run.report.source_from, run.report.source_to) == (first.from_snapshot, third.to_snapshot)
 
 
-def test_report_closes_the_attempt(lakehouse: LakehouseConfig, catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_report_closes_the_attempt(lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup) -> None:
     run = lease_run(lakehouse, catalog, make_group(), lease([shard(1).shard_id]))
 
     closed = report(run)

@@ -15,13 +15,12 @@ from pyiceberg.catalog import Catalog
 
 from iceberg.errors import SourceError, UsageError
 from iceberg.protocol.cascade import plan_follow, replaced_commits, superseding
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.reset import StreamMove
 from iceberg.protocol.shards import SnapshotInfo
 from iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
 from iceberg.reset_targets import check_reachable
 from iceberg.shards import plan_increment
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 
 DAY_1, DAY_2 = 1_000, 2_000
 
@@ -109,7 +108,7 @@ def test_a_replay_whose_commits_expired_or_a_sink_without_windows_cannot_be_foll
 
 
 def test_planning_stops_at_an_upstream_replay_and_steps_over_it_once_followed(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
@@ -135,7 +134,7 @@ def test_planning_stops_at_an_upstream_replay_and_steps_over_it_once_followed(
     assert [s.snapshot_id for s in after.appends] == [last]
 
 
-def test_a_reset_back_needs_every_snapshot_of_the_shards_it_consumes_again(make_group: type[GroupConfig]) -> None:
+def test_a_reset_back_needs_every_snapshot_of_the_shards_it_consumes_again(make_group: MakeGroup) -> None:
     # A sink's oldest snapshot is number 2 when a staged snapshot took number 1; nothing expired.
     whole = [SnapshotInfo(11, None, 2, 0, 0, "append"), SnapshotInfo(13, 11, 4, 0, 0, "append")]
     shard = ShardRange("d1", "s", None, 13, (11, 13), 4, 10, DAY_1)

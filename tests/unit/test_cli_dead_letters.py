@@ -7,14 +7,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import main
 from iceberg.protocol.dead_letters import PARKED, REDRIVEN, STOPPED, DeadLetter
 from iceberg.protocol.group import GroupConfig
 from iceberg.store.dead_letters import latest, open_letters, record
-from tests.factories import MakeDeadLetter
+from tests.factories import MakeDeadLetter, MakeGroup, write_groups
 
 # What the listing shows of every letter below; spelled out because the assertions spell it out.
 LISTED: dict[str, Any] = {
@@ -27,16 +26,14 @@ LISTED: dict[str, Any] = {
 
 
 @pytest.fixture
-def group(make_group: type[GroupConfig]) -> GroupConfig:
+def group(make_group: MakeGroup) -> GroupConfig:
     return make_group()
 
 
 @pytest.fixture
 def groups_file(tmp_path: Path, group: GroupConfig) -> Path:
     """A groups YAML with this test's group."""
-    path = tmp_path / "groups.yaml"
-    path.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
-    return path
+    return write_groups(tmp_path / "groups.yaml", group)
 
 
 @pytest.fixture(autouse=True)

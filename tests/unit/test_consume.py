@@ -24,8 +24,7 @@ from iceberg.protocol.shards import DAY_MS
 from iceberg.store.registry import load_state
 from spark_jobs import session
 from spark_jobs.consume import consume
-from tests.factories import append_batches, create_source, no_spark
-from tests.integration.helpers import write_groups
+from tests.factories import MakeGroup, append_batches, create_source, no_spark, write_groups
 from tests.sink_commits import commit_lease
 
 
@@ -47,7 +46,7 @@ def cli_home(lake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -
 
 
 def test_consume_of_a_caught_up_group_returns_without_starting_spark(
-    catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+    catalog: Catalog, lakehouse: LakehouseConfig, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=3)
     consumed_unreconciled(catalog, group)
@@ -61,7 +60,7 @@ def test_consume_of_a_caught_up_group_returns_without_starting_spark(
 
 
 def test_consume_of_an_empty_source_returns_without_starting_spark(
-    catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+    catalog: Catalog, lakehouse: LakehouseConfig, make_group: MakeGroup
 ) -> None:
     group = make_group()
     create_source(catalog, group.source)
@@ -70,7 +69,7 @@ def test_consume_of_an_empty_source_returns_without_starting_spark(
 
 
 def test_icegroup_consume_with_nothing_to_do_starts_no_spark(
-    catalog: Catalog, make_group: type[GroupConfig], cli_home: Path, capsys: pytest.CaptureFixture[str]
+    catalog: Catalog, make_group: MakeGroup, cli_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     group = make_group()
     consumed_unreconciled(catalog, group)
@@ -81,7 +80,7 @@ def test_icegroup_consume_with_nothing_to_do_starts_no_spark(
 
 
 def test_icegroup_consume_json_prints_the_run_and_the_group(
-    catalog: Catalog, make_group: type[GroupConfig], cli_home: Path, capsys: pytest.CaptureFixture[str]
+    catalog: Catalog, make_group: MakeGroup, cli_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     group = make_group()
     create_source(catalog, group.source)
@@ -94,7 +93,7 @@ def test_icegroup_consume_json_prints_the_run_and_the_group(
 
 
 def test_icegroup_consume_of_an_idle_group_makes_no_run_and_never_imports_dagster(
-    catalog: Catalog, make_group: type[GroupConfig], lake_home: Path, tmp_path: Path
+    catalog: Catalog, make_group: MakeGroup, lake_home: Path, tmp_path: Path
 ) -> None:
     group = make_group(window_start=datetime.now(UTC).date())
     consumed_unreconciled(catalog, group)
@@ -117,7 +116,7 @@ def test_icegroup_consume_of_an_idle_group_makes_no_run_and_never_imports_dagste
 
 
 def test_consume_reports_every_due_window_before_it_calls_the_group_caught_up(
-    catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig]
+    catalog: Catalog, lakehouse: LakehouseConfig, make_group: MakeGroup
 ) -> None:
     """A tick reports at most MAX_PER_TICK windows; consume goes on ticking rather than leave the rest to a next run."""
     group = make_group(window_start=datetime.now(UTC).date() - timedelta(days=2 * MAX_PER_TICK + 10))
@@ -146,7 +145,7 @@ def test_consume_reports_every_due_window_before_it_calls_the_group_caught_up(
 
 def test_icegroup_consume_with_only_windows_to_report_makes_a_run_without_a_jvm(
     catalog: Catalog,
-    make_group: type[GroupConfig],
+    make_group: MakeGroup,
     cli_home: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],

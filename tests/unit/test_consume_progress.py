@@ -6,14 +6,13 @@ from pyiceberg.catalog import Catalog
 
 from dagster_project.cli.progress import TOTAL, Tally, Tracker
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import commit_lease
 
 
 def test_bars_count_committed_rows_and_snapshots_per_stream_and_in_total(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=3)
     append_batches(create_source(catalog, group.source), 2, 30)  # 2 snapshots, 10 rows per region each

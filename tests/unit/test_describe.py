@@ -6,30 +6,24 @@ from datetime import UTC, datetime
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
-from pyiceberg.schema import Schema
-from pyiceberg.types import LongType, NestedField
 
 from iceberg.describe import describe_group
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.sink_commit import commit_properties
 from iceberg.store.registry import load_state
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
+from tests.sink_commits import ID_SCHEMA
 
-SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 
-
-def test_describe_counts_a_commit_the_registry_has_not_seen_yet(
-    catalog: Catalog, make_group: type[GroupConfig]
-) -> None:
+def test_describe_counts_a_commit_the_registry_has_not_seen_yet(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(max_borrowers=3, shard_caps={"max_files": 1}, lease_max_shards=1)
     append_batches(create_source(catalog, group.source), 1, 6)
     granted = tick(catalog, group, lambda _: RunState.MISSING)
     lease = granted.launch[0]
     shard = granted.state.shards[lease.shard_ids[0]]
-    sink = catalog.create_table(group.sink, schema=SINK_SCHEMA)
-    rows = pa.Table.from_pylist([{"id": n} for n in range(shard.rows)], schema=SINK_SCHEMA.as_arrow())
+    sink = catalog.create_table(group.sink, schema=ID_SCHEMA)
+    rows = pa.Table.from_pylist([{"id": n} for n in range(shard.rows)], schema=ID_SCHEMA.as_arrow())
     props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard])
     sink.append(rows, snapshot_properties=props)
     before = describe_group(catalog, group)
@@ -48,9 +42,7 @@ def test_describe_counts_a_commit_the_registry_has_not_seen_yet(
     assert load_state(catalog, group.name).token == token, "describe committed nothing"
 
 
-def test_describe_shows_lag_in_time_from_the_oldest_unconsumed_commit(
-    catalog: Catalog, make_group: type[GroupConfig]
-) -> None:
+def test_describe_shows_lag_in_time_from_the_oldest_unconsumed_commit(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(max_borrowers=1, lease_max_shards=1)
     source = create_source(catalog, group.source)
     append_batches(source, 2, 6)
@@ -68,7 +60,7 @@ def test_describe_shows_lag_in_time_from_the_oldest_unconsumed_commit(
 
 
 def test_describe_names_what_keeps_the_groups_history_and_forecasts_an_expiry_by_age(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1, lease_max_shards=1)
     source = create_source(catalog, group.source)

@@ -15,7 +15,6 @@ from pyiceberg.catalog import Catalog
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import LeaseAction, RunState, hold_of, holder_of, lease_action
 from iceberg.protocol.phases import check_liveness
 from iceberg.protocol.state import LeasePhase
@@ -30,7 +29,7 @@ from iceberg.store.heartbeats import (
     process_token,
     read_beats,
 )
-from tests.factories import append_batches, create_source, group_state, lease, shard
+from tests.factories import MakeGroup, append_batches, create_source, group_state, lease, shard
 
 NOW = 1_900_000_000_000
 
@@ -126,7 +125,7 @@ def test_a_hold_says_who_holds_the_lease_and_until_when() -> None:
     )
 
 
-def test_check_liveness_revokes_only_the_silent_holders_leases(make_group: type[GroupConfig]) -> None:
+def test_check_liveness_revokes_only_the_silent_holders_leases(make_group: MakeGroup) -> None:
     silent = lease([shard(1).shard_id], owner_run_id="dead", deadline_ms=NOW + 3_600_000, streams=["a"])
     alive = lease([shard(2).shard_id], owner_run_id="alive", deadline_ms=NOW + 3_600_000, streams=["b"])
     state = group_state([shard(1), shard(2)], [silent, alive])
@@ -142,7 +141,7 @@ def test_check_liveness_revokes_only_the_silent_holders_leases(make_group: type[
 
 
 def test_a_tick_regrants_the_leases_of_a_consumer_whose_heartbeat_stopped(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1, session_timeout_s=30)
     append_batches(create_source(catalog, group.source), 1, 6)
@@ -224,7 +223,7 @@ def test_a_table_made_before_the_process_column_gains_it(catalog: Catalog, group
 
 
 def test_a_tick_regrants_at_once_the_leases_of_a_consumer_killed_with_kill_9(
-    catalog: Catalog, lakehouse: LakehouseConfig, make_group: type[GroupConfig], lake_home: Path
+    catalog: Catalog, lakehouse: LakehouseConfig, make_group: MakeGroup, lake_home: Path
 ) -> None:
     group = make_group(max_borrowers=1, session_timeout_s=30)
     append_batches(create_source(catalog, group.source), 1, 6)

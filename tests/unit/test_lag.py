@@ -8,9 +8,8 @@ from pyiceberg.catalog import Catalog
 
 from iceberg.lag import Work, lag_of, pending_work
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from tests.factories import append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import commit_lease
 
 # Windows from this day on: a group whose windows begin long ago reports them complete over several ticks.
@@ -18,7 +17,7 @@ TODAY = datetime.now(UTC).date()
 
 
 def test_pending_work_follows_unplanned_commits_and_open_shards_until_everything_is_committed(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=3, window_start=TODAY)
     assert pending_work(catalog, group) is Work.NONE, "no source table: the tick names that, not this hint"
@@ -42,7 +41,7 @@ def test_pending_work_follows_unplanned_commits_and_open_shards_until_everything
 
 
 def test_a_caught_up_group_has_windows_to_report_once_a_window_is_due_to_be_reported_complete(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(replay_window="hour", window_start=TODAY)
     append_batches(create_source(catalog, group.source), 1, 3)

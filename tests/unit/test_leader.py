@@ -9,9 +9,7 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
-from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import LongType, NestedField
 
 from iceberg.errors import ConfigError, SinkError
 from iceberg.leader import TickResult, tick
@@ -25,10 +23,10 @@ from iceberg.protocol.sink_commit import commit_properties
 from iceberg.protocol.state import GroupState, Lease, LeasePhase
 from iceberg.store.dead_letters import record, redrive
 from iceberg.store.registry import load_state
-from tests.factories import BORROWER_RUN, REGIONS, append_batches, create_source, dead_letter
+from tests.factories import BORROWER_RUN, REGIONS, MakeGroup, append_batches, create_source, dead_letter
+from tests.sink_commits import ID_SCHEMA, create_sink
 
 T0 = 1_900_000_000_000
-SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 
 
 def running(_: Lease) -> RunState:
@@ -41,7 +39,7 @@ def failed(_: Lease) -> RunState:
     return RunState.FAILED
 
 
-def three_stream_group(make_group: type[GroupConfig], catalog: Catalog, **overrides: object) -> GroupConfig:
+def three_stream_group(make_group: MakeGroup, catalog: Catalog, **overrides: object) -> GroupConfig:
     """A group over 3 streams (regions) with 2 one-snapshot shards each; one shard per lease."""
     fields: dict[str, object] = {"max_borrowers": 3, "shard_caps": {"max_files": 1}, "lease_max_shards": 1}
     group = make_group(**{**fields, **overrides})
@@ -49,17 +47,12 @@ def three_stream_group(make_group: type[GroupConfig], catalog: Catalog, **overri
     return group
 
 
-def create_sink(catalog: Catalog, group: GroupConfig) -> Table:
-    """A sink for the simulated Borrower commits: one id column."""
-    return catalog.create_table(group.sink, schema=SINK_SCHEMA)
-
-
 def commit_as_borrower(catalog: Catalog, group: GroupConfig, result: TickResult, lease: Lease, index: int = 0) -> None:
     """Append to the sink what a Borrower's commit of the lease's shard at ``index`` (the first) records."""
     shard = result.state.shards[lease.shard_ids[index]]
     sink = catalog.load_table(group.sink)
     properties = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard])
-    sink.append(pa.Table.from_pylist([{"id": 1}], schema=SINK_SCHEMA.as_arrow()), snapshot_properties=properties)
+    sink.append(pa.Table.from_pylist([{"id": 1}], schema=ID_SCHEMA.as_arrow()), snapshot_properties=properties)
 
 
 def poison(catalog: Catalog, group: GroupConfig, result: TickResult, lease: Lease, action: str) -> DeadLetter:
@@ -89,14 +82,14 @@ def state_for(group: GroupConfig, source: str, sink: str) -> GroupState:
     return GroupState(group=group.name, source=source, sink=sink, start_position=None, planned_through=None)
 
 
-def test_check_drift_accepts_the_config_the_registry_was_built_for(make_group: type[GroupConfig]) -> None:
+def test_check_drift_accepts_the_config_the_registry_was_built_for(make_group: MakeGroup) -> None:
     group = make_group()
 
     check_drift(state_for(group, group.source, group.sink), group)
 
 
 @pytest.mark.parametrize("field", ["source", "sink"])
-def test_check_drift_names_the_changed_field_and_the_remedy(make_group: type[GroupConfig], field: str) -> None:
+def test_check_drift_names_the_changed_field_and_the_remedy(make_group: MakeGroup, field: str) -> None:
     group = make_group()
     kept = {"source": group.source, "sink": group.sink, field: "old.table"}
 
@@ -110,7 +103,7 @@ def test_check_drift_names_the_changed_field_and_the_remedy(make_group: type[Gro
     assert f"Give the changed group a new name, or restore {field}: old.table" in message
 
 
-def test_a_tick_refuses_a_group_whose_sink_changed(catalog: Catalog, make_group: type[GroupConfig], ns: str) -> None:
+def test_a_tick_refuses_a_group_whose_sink_changed(catalog: Catalog, make_group: MakeGroup, ns: str) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 1, 3)
     tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
@@ -123,7 +116,7 @@ def test_a_tick_refuses_a_group_whose_sink_changed(catalog: Catalog, make_group:
     assert load_state(catalog, group.name).table.current_snapshot() == before
 
 
-def test_a_running_lease_is_stored_as_granted(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_running_lease_is_stored_as_granted(catalog: Catalog, make_group: MakeGroup) -> None:
     group = three_stream_group(make_group, catalog)
     first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     assert {lease.phase for lease in first.state.leases.values()} == {LeasePhase.GRANTING}
@@ -138,7 +131,7 @@ def test_a_running_lease_is_stored_as_granted(catalog: Catalog, make_group: type
     assert second.terminate == []
 
 
-def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, make_group: MakeGroup) -> None:
     group = three_stream_group(make_group, catalog)
     create_sink(catalog, group)
     first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
@@ -187,9 +180,7 @@ def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, 
     assert [lease.streams for lease in grants] == [done.streams]  # the held-back grant is made now
 
 
-def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
-    catalog: Catalog, make_group: type[GroupConfig]
-) -> None:
+def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(catalog: Catalog, make_group: MakeGroup) -> None:
     group = three_stream_group(make_group, catalog, on_poison="park")
     create_sink(catalog, group)
     first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
@@ -229,7 +220,7 @@ def test_a_parked_shard_holds_its_lease_while_other_streams_go_on(
 
 @pytest.mark.parametrize("action", [STOPPED, PARKED])
 def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
-    catalog: Catalog, make_group: type[GroupConfig], action: str
+    catalog: Catalog, make_group: MakeGroup, action: str
 ) -> None:
     """A Borrower that gave up after another attempt committed the shard must not stop or park anything."""
     group = three_stream_group(make_group, catalog, max_borrowers=2, lease_max_shards=2)
@@ -259,7 +250,7 @@ def test_a_dead_letter_for_an_already_committed_shard_is_ignored(
     assert stored.leases[held.lease_id].phase is LeasePhase.GRANTED
 
 
-def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_group: MakeGroup) -> None:
     group = three_stream_group(make_group, catalog)
     first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
     sink = create_sink(catalog, group)
@@ -278,7 +269,7 @@ def test_a_regrant_raises_the_fence_on_an_existing_sink(catalog: Catalog, make_g
     assert {key: fences.get(key) for key in keys} == dict.fromkeys(keys, "2")
 
 
-def test_a_regrant_without_a_sink_raises_no_fence(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_regrant_without_a_sink_raises_no_fence(catalog: Catalog, make_group: MakeGroup) -> None:
     group = three_stream_group(make_group, catalog)
     tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
 
@@ -290,7 +281,7 @@ def test_a_regrant_without_a_sink_raises_no_fence(catalog: Catalog, make_group: 
 
 
 def test_the_fence_is_raised_before_the_registry_commit(
-    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A Leader that cannot fence the old attempt must not hand its lease to a new one."""
     group = three_stream_group(make_group, catalog)
@@ -311,7 +302,7 @@ def test_the_fence_is_raised_before_the_registry_commit(
 
 @pytest.mark.parametrize("run", [RunState.RUNNING, RunState.QUEUED])
 def test_an_alive_run_past_its_deadline_is_terminated_and_regranted(
-    catalog: Catalog, make_group: type[GroupConfig], run: RunState
+    catalog: Catalog, make_group: MakeGroup, run: RunState
 ) -> None:
     group = three_stream_group(make_group, catalog, max_borrowers=1)
     (lease,) = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0).launch
@@ -325,7 +316,7 @@ def test_an_alive_run_past_its_deadline_is_terminated_and_regranted(
 
 
 def test_a_lease_never_launched_past_its_deadline_is_regranted_without_terminating(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = three_stream_group(make_group, catalog, max_borrowers=1)
     (lease,) = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0).launch
@@ -336,7 +327,7 @@ def test_a_lease_never_launched_past_its_deadline_is_regranted_without_terminati
     assert [(x.lease_id, x.attempt) for x in late.launch] == [(lease.lease_id, 1)]
 
 
-def test_a_paused_group_plans_nothing_new_until_it_resumes(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_paused_group_plans_nothing_new_until_it_resumes(catalog: Catalog, make_group: MakeGroup) -> None:
     group = three_stream_group(make_group, catalog)
     first = tick(catalog, group, running)
     set_paused(catalog, group, True)
@@ -351,7 +342,7 @@ def test_a_paused_group_plans_nothing_new_until_it_resumes(catalog: Catalog, mak
 
 
 def test_planning_waits_while_max_pending_shards_are_cut_and_not_committed(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = three_stream_group(make_group, catalog, max_pending_shards=6)
     first = tick(catalog, group, running)
@@ -367,7 +358,7 @@ def test_planning_waits_while_max_pending_shards_are_cut_and_not_committed(
 
 
 def test_a_retired_leases_fence_is_pruned_and_a_lease_in_flight_keeps_its_own(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = three_stream_group(make_group, catalog)
     first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)

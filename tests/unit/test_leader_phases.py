@@ -10,13 +10,12 @@ from pyiceberg.types import LongType, NestedField
 from iceberg import leader
 from iceberg.leader import fence_and_commit, plan
 from iceberg.protocol.fences import fence_key
-from iceberg.protocol.group import GroupConfig
 from iceberg.start import initial_state
 from iceberg.store.registry import Loaded, load_state
-from tests.factories import append_batches, create_source, tables_of
+from tests.factories import MakeGroup, append_batches, create_source, tables_of
 
 
-def test_plan_cuts_what_the_source_added_after_the_cursor(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_plan_cuts_what_the_source_added_after_the_cursor(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(shard_caps={"max_files": 1})
     source = create_source(catalog, group.source)
     append_batches(source, 2, 6)
@@ -35,7 +34,7 @@ def test_plan_cuts_what_the_source_added_after_the_cursor(catalog: Catalog, make
 
 
 def test_fence_and_commit_raises_fences_before_the_registry_names_the_next_attempt(
-    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
@@ -60,9 +59,7 @@ def test_fence_and_commit_raises_fences_before_the_registry_names_the_next_attem
     assert load_state(catalog, group.name).state == state
 
 
-def test_fence_and_commit_does_not_commit_a_state_that_did_not_change(
-    catalog: Catalog, make_group: type[GroupConfig]
-) -> None:
+def test_fence_and_commit_does_not_commit_a_state_that_did_not_change(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
     source = create_source(catalog, group.source)
     state = initial_state(source, group)

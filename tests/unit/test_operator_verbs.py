@@ -21,8 +21,7 @@ from iceberg.protocol.liveness import RunState
 from iceberg.protocol.sink_commit import replay_properties
 from iceberg.store.registry import load_state
 from spark_jobs.consume import consume
-from tests.factories import BORROWER_RUN, append_batches, create_source, no_spark
-from tests.integration.helpers import write_groups
+from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, no_spark, write_groups
 from tests.sink_commits import SINK_SCHEMA, commit_lease
 
 
@@ -32,7 +31,7 @@ def run(catalog: Catalog, group: GroupConfig, seen: RunState = RunState.RUNNING)
 
 
 @pytest.fixture
-def group(catalog: Catalog, make_group: type[GroupConfig]) -> GroupConfig:
+def group(catalog: Catalog, make_group: MakeGroup) -> GroupConfig:
     """A group over 3 streams whose first tick grants one lease of one shard."""
     built = make_group(shard_caps={"max_files": 1}, lease_max_shards=1, max_borrowers=1)
     append_batches(create_source(catalog, built.source), 2, 30)

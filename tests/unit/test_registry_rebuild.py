@@ -26,25 +26,13 @@ from iceberg.protocol.sink_commit import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SH
 from iceberg.rebuild import sync_with_sink
 from iceberg.store.registry import commit_state, load_state, registry_identifier
 from iceberg.store.sink_history import SinkHistory
-from tests.factories import append_batches, create_source
-from tests.integration.helpers import write_groups
-from tests.sink_commits import SINK_SCHEMA, commit_lease, sink_of
+from tests.factories import MakeGroup, append_batches, create_source, write_groups
+from tests.sink_commits import SINK_SCHEMA, commit_lease, consume_all, sink_of
 
 
 def run(catalog: Catalog, group: GroupConfig) -> TickResult:
     """One tick whose Borrowers are not running yet."""
     return tick(catalog, group, lambda _: RunState.MISSING)
-
-
-def consume_all(catalog: Catalog, group: GroupConfig) -> None:
-    """Tick and commit every granted lease until the group is caught up."""
-    for _ in range(50):
-        result = run(catalog, group)
-        if result.caught_up:
-            return
-        for lease in result.launch:
-            commit_lease(catalog, group, result.state, lease)
-    raise AssertionError("the group did not catch up in 50 ticks")
 
 
 def committed_ranges(catalog: Catalog, group: GroupConfig) -> list[tuple[str, int]]:
@@ -65,7 +53,7 @@ def drop_registry(catalog: Catalog, group: GroupConfig) -> None:
 
 
 @pytest.fixture
-def group(catalog: Catalog, make_group: type[GroupConfig]) -> GroupConfig:
+def group(catalog: Catalog, make_group: MakeGroup) -> GroupConfig:
     """A group with small shards over a source with 4 snapshots of 3 streams."""
     built = make_group(shard_caps={"max_files": 1}, lease_max_shards=1, max_borrowers=2)
     append_batches(create_source(catalog, built.source), 4, 30)

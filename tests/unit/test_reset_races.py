@@ -10,31 +10,17 @@ from pyiceberg.catalog import Catalog
 
 from iceberg import reset
 from iceberg.errors import RegistryConflict
-from iceberg.leader import tick
 from iceberg.protocol.fences import epoch_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
 from iceberg.protocol.sink_commit import reset_key
 from iceberg.store.fences import raise_fences
 from iceberg.store.registry import load_state
-from tests.factories import append_batches, create_source
-from tests.sink_commits import commit_lease
-
-
-def consume_all(catalog: Catalog, group: GroupConfig) -> None:
-    """Tick and commit every granted lease until the group is caught up."""
-    for _ in range(50):
-        result = tick(catalog, group, lambda _: RunState.MISSING)
-        if result.caught_up:
-            return
-        for lease in result.launch:
-            commit_lease(catalog, group, result.state, lease)
-    raise AssertionError("the group did not catch up in 50 ticks")
+from tests.factories import MakeGroup, append_batches, create_source
+from tests.sink_commits import consume_all
 
 
 def test_a_reset_whose_epoch_another_reset_took_first_writes_nothing(
-    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
     append_batches(create_source(catalog, group.source), 3, 9)

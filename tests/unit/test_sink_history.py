@@ -11,24 +11,22 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
-from pyiceberg.schema import Schema
 from pyiceberg.serializers import ToOutputFile
 from pyiceberg.table import Table
-from pyiceberg.types import LongType, NestedField
 
 from iceberg.errors import SinkError
 from iceberg.protocol.sink_commit import commit_properties
 from iceberg.store.sink_history import group_commits, read_sink_history
 from tests.factories import shard
+from tests.sink_commits import ID_SCHEMA
 
-SINK_SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 GROUP = "orders"
 
 
 def commit(sink: Table, n: int, group: str = GROUP) -> int:
     """Append what a Borrower's commit of shard ``n`` records; returns the new sink snapshot id."""
     properties = commit_properties(group, "src.events", "fedcba9876543210", 0, 0, [shard(n)])
-    sink.append(pa.Table.from_pylist([{"id": n}], schema=SINK_SCHEMA.as_arrow()), snapshot_properties=properties)
+    sink.append(pa.Table.from_pylist([{"id": n}], schema=ID_SCHEMA.as_arrow()), snapshot_properties=properties)
     head = sink.current_snapshot()
     assert head is not None
     return head.snapshot_id
@@ -37,7 +35,7 @@ def commit(sink: Table, n: int, group: str = GROUP) -> int:
 def build_sink(catalog: Catalog, ns: str, shards: int) -> tuple[Table, list[int]]:
     """A sink with one commit of this group per shard 1..shards; returns it and its snapshot ids."""
     catalog.create_namespace_if_not_exists(ns)
-    sink = catalog.create_table(f"{ns}.events_out", schema=SINK_SCHEMA)
+    sink = catalog.create_table(f"{ns}.events_out", schema=ID_SCHEMA)
     return sink, [commit(sink, n) for n in range(1, shards + 1)]
 
 
@@ -89,7 +87,7 @@ def test_commits_after_the_cursor_come_oldest_first(catalog: Catalog, ns: str) -
 def test_without_a_cursor_the_walk_reads_every_commit_of_the_group(catalog: Catalog, ns: str) -> None:
     sink, snapshots = build_sink(catalog, ns, 2)
     other = commit(sink, 9, group="other")
-    sink.append(pa.Table.from_pylist([{"id": 0}], schema=SINK_SCHEMA.as_arrow()))  # not icegroup's
+    sink.append(pa.Table.from_pylist([{"id": 0}], schema=ID_SCHEMA.as_arrow()))  # not icegroup's
     last = commit(sink, 3)
 
     commits = group_commits(sink, GROUP, None)
@@ -155,6 +153,6 @@ def test_a_cursor_expired_by_pyiceberg_that_was_the_parent_of_the_oldest_snapsho
 def test_a_cursor_on_an_empty_or_missing_sink_finds_nothing(catalog: Catalog, ns: str) -> None:
     catalog.create_namespace_if_not_exists(ns)
     assert read_sink_history(catalog, f"{ns}.events_out", GROUP, 123).commits == []
-    sink = catalog.create_table(f"{ns}.events_out", schema=SINK_SCHEMA)
+    sink = catalog.create_table(f"{ns}.events_out", schema=ID_SCHEMA)
 
     assert group_commits(sink, GROUP, 123) == []

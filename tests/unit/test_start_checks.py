@@ -13,7 +13,7 @@ from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.store.dead_letters import dead_letter_identifier
 from iceberg.store.registry import load_state, registry_identifier
-from tests.factories import append_batches, create_source, dead_letter, group_state, lease, shard
+from tests.factories import MakeGroup, append_batches, create_source, dead_letter, group_state, lease, shard
 
 
 def missing(_: object) -> RunState:
@@ -27,7 +27,7 @@ def nothing_left(catalog: Catalog, group: GroupConfig) -> None:
     assert not catalog.table_exists(dead_letter_identifier(group.name))
 
 
-def test_a_missing_source_leaves_nothing_behind(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_missing_source_leaves_nothing_behind(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group()
 
     with pytest.raises(SourceError, match="does not exist"):
@@ -36,7 +36,7 @@ def test_a_missing_source_leaves_nothing_behind(catalog: Catalog, make_group: ty
     nothing_left(catalog, group)
 
 
-def test_an_unknown_start_snapshot_leaves_nothing_behind(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_an_unknown_start_snapshot_leaves_nothing_behind(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(start={"snapshot_id": 42})
     append_batches(create_source(catalog, group.source), 1, 3)
 
@@ -47,7 +47,7 @@ def test_an_unknown_start_snapshot_leaves_nothing_behind(catalog: Catalog, make_
 
 
 def test_a_filter_on_a_column_the_source_lacks_is_refused_before_anything_is_recorded(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(filter="regionn = 'eu'")
     append_batches(create_source(catalog, group.source), 1, 3)
@@ -62,9 +62,7 @@ def test_a_filter_on_a_column_the_source_lacks_is_refused_before_anything_is_rec
     nothing_left(catalog, group)
 
 
-def test_a_filter_is_checked_again_after_the_source_schema_changes(
-    catalog: Catalog, make_group: type[GroupConfig]
-) -> None:
+def test_a_filter_is_checked_again_after_the_source_schema_changes(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(filter="amount > 10")
     source = create_source(catalog, group.source)
     append_batches(source, 1, 3)

@@ -10,13 +10,12 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.state import Lease
 from iceberg.store.dead_letters import dead_letter_identifier
 from iceberg.store.lineage import lineage_identifier
 from iceberg.store.registry import registry_identifier
-from tests.factories import BORROWER_RUN, append_batches, create_source
+from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source
 from tests.sink_commits import commit_lease
 
 T0 = 1_900_000_000_000
@@ -41,7 +40,7 @@ def count_loads(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> Counter[st
 
 
 def test_a_busy_tick_opens_the_sink_and_every_other_table_once(
-    catalog: Catalog, make_group: type[GroupConfig], monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     group = make_group(max_borrowers=2, shard_caps={"max_files": 1}, lease_max_shards=1)
     append_batches(create_source(catalog, group.source), 3, 4)

@@ -7,10 +7,9 @@ from pyiceberg.catalog import Catalog
 from iceberg.borrower import take_leases
 from iceberg.leader import tick
 from iceberg.protocol.borrower import BorrowerRun, borrowers_to_start, census, take, waiting
-from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import LeaseAction, RunState, lease_action
 from iceberg.protocol.state import LeasePhase
-from tests.factories import append_batches, create_source, group_state, lease, shard
+from tests.factories import MakeGroup, append_batches, create_source, group_state, lease, shard
 
 NOW = 1_900_000_000_000
 
@@ -43,7 +42,7 @@ def test_a_borrower_takes_the_oldest_waiting_leases_into_its_free_slots_with_a_f
 
 
 def test_a_queued_borrower_never_loses_its_lease_and_the_deadline_counts_from_the_take(
-    catalog: Catalog, make_group: type[GroupConfig]
+    catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1, lease_timeout_s=60)
     append_batches(create_source(catalog, group.source), 1, 6)
@@ -62,7 +61,7 @@ def test_a_queued_borrower_never_loses_its_lease_and_the_deadline_counts_from_th
     assert take_leases(catalog, group, "run-2", slots=1) == [], "a taken lease is no one else's"
 
 
-def test_a_consume_tick_takes_a_lease_the_sensor_granted(catalog: Catalog, make_group: type[GroupConfig]) -> None:
+def test_a_consume_tick_takes_a_lease_the_sensor_granted(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(max_borrowers=1)
     append_batches(create_source(catalog, group.source), 1, 6)
     (granted,) = tick(catalog, group, missing, now_ms=NOW).launch
