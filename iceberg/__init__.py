@@ -1,4 +1,5 @@
-"""The durable layer of icegroup: catalog config, group config, shard planning, registry and lineage.
+"""The durable layer of icegroup, on pyiceberg: decisions, what icegroup keeps, config, and each concept's I/O.
 
-Everything here runs on pyiceberg alone, so the Leader can plan and commit without a Spark session.
+``protocol/`` decides, ``store/`` holds every table and property icegroup keeps, ``config/`` reads
+the lakehouse and the groups; the modules here read and write around the decisions (``docs/where.md``).
 """
