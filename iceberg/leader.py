@@ -58,6 +58,7 @@ from iceberg.store.heartbeats import forget, gone_holders, read_beats
 from iceberg.store.lineage import record_into
 from iceberg.store.registrations import register
 from iceberg.store.registry import commit_state, load_state
+from iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)
 
@@ -300,6 +301,8 @@ def fence_and_commit(tables: GroupTables, state: GroupState, fences: dict[str, i
     """
     group, loaded, sink = tables.group, tables.registry, tables.sink
     retired = loaded.state is not None and bool(set(loaded.state.leases) - set(state.leases))
+    if fences and sink is None:
+        sink = load_optional(tables.catalog, group.sink)  # a Borrower may have created it since the tick began
     if fences:
         if sink is not None:
             raise_fences(sink, fences)
