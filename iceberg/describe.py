@@ -9,7 +9,7 @@ import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypedDict
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -137,7 +137,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     synced = sync_tables(tables, fence=False)
     history = synced.history
     state = reconcile(synced.state, history.commits, history.head, now_ms, group.lease_timeout_s).state
-    letters = open_in(tables.dead_letters, catalog.name)
+    letters = open_in(tables.open_dead_letters(), catalog.name)
     lag_snaps: dict[str, set[int]] = defaultdict(set)
     lag_rows: dict[str, int] = defaultdict(int)
     heads: dict[str, tuple[int, int]] = {}
@@ -288,20 +288,35 @@ def describe_as_of(catalog: Catalog, group: GroupConfig, at_ms: int) -> GroupVie
     )
 
 
-def counts_of(group: GroupConfig, state: GroupState) -> dict[str, Any]:
-    """What a view shows of the registry itself, now or as it was: names, epoch, cursor and counts."""
-    return {
-        "group": group.name,
-        "source": group.source,
-        "sink": group.sink,
-        "epoch": state.epoch,
-        "planned_through": state.planned_through,
-        "pending_shards": len(state.shards),
-        "leases_in_flight": len(state.leases),
-        "leases_done": state.leases_done,
-        "retired_streams": state.retired.streams,
-        "retired_rows": state.retired.rows,
-    }
+class Counts(TypedDict):
+    """What a view shows of the registry itself: names, epoch, cursor and counts."""
+
+    group: str
+    source: str
+    sink: str
+    epoch: int
+    planned_through: int | None
+    pending_shards: int
+    leases_in_flight: int
+    leases_done: int
+    retired_streams: int
+    retired_rows: int
+
+
+def counts_of(group: GroupConfig, state: GroupState) -> Counts:
+    """The registry's part of a view, now or as it was; both views are built on it."""
+    return Counts(
+        group=group.name,
+        source=group.source,
+        sink=group.sink,
+        epoch=state.epoch,
+        planned_through=state.planned_through,
+        pending_shards=len(state.shards),
+        leases_in_flight=len(state.leases),
+        leases_done=state.leases_done,
+        retired_streams=state.retired.streams,
+        retired_rows=state.retired.rows,
+    )
 
 
 def status_of(state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: int) -> str:

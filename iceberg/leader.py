@@ -55,7 +55,7 @@ from iceberg.store.dead_letters import open_in
 from iceberg.store.fences import prune_fences, raise_fences
 from iceberg.store.group_tables import GroupTables, load_group_tables
 from iceberg.store.heartbeats import forget, gone_holders, read_beats
-from iceberg.store.lineage import record_into
+from iceberg.store.lineage import record_lineage
 from iceberg.store.registrations import register
 from iceberg.store.registry import commit_state, load_state
 from iceberg.store.tables import load_optional
@@ -159,8 +159,8 @@ def tick(
 
     reconciled = reconcile(before, history.commits, history.head, now_ms, group.lease_timeout_s)
     sink_head = history.head
-    letters = {
-        sid: d for sid, d in open_in(tables.dead_letters, catalog.name).items() if sid in reconciled.state.shards
+    letters = {  # read after the runs were observed: a Borrower records its letter before its run fails
+        sid: d for sid, d in open_in(tables.open_dead_letters(), catalog.name).items() if sid in reconciled.state.shards
     }
     beats, gone = read_heartbeats(catalog, group, reconciled.state, now_ms)
     live = liveness(group, reconciled.state, observed, letters, beats, gone, now_ms, sink_head, owner_run_id)
@@ -181,7 +181,7 @@ def tick(
     )
     state = retire_streams(state, now_ms, int(group.retire_streams_after.total_seconds() * 1000))
     if history.head is not None and history.head != before.sink_cursor:
-        tables.lineage = record_into(catalog, group, before.shards, tables.sink, tables.lineage).table
+        tables.lineage = record_lineage(catalog, group, before.shards, tables.sink, tables.lineage).table
     provenance = window_provenance(tables.lineage, group, done)
     register(source, group, state, now_ms)
     fence_and_commit(tables, state, {**live.fences, **replay_fences})
@@ -282,7 +282,12 @@ def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceError |
     Also returns the error of a non-append snapshot planning stopped at (``plan_increment``).
     """
     group = tables.group
-    found = plan_increment(tables.source, state.planned_through, group, lambda: followed(tables.sink, group.name))
+
+    def followed_now() -> frozenset[int]:
+        # Asked only at a non-append snapshot: the sink as it is now, so a follow recorded during the tick counts.
+        return followed(load_optional(tables.catalog, group.sink), group.name)
+
+    found = plan_increment(tables.source, state.planned_through, group, followed_now)
     if found.skipped:
         log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
     if found.through is None:

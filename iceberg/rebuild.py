@@ -24,8 +24,8 @@ from iceberg.protocol.state import GroupState
 from iceberg.reset import check_interrupted
 from iceberg.start import initial_state
 from iceberg.store.fences import raise_fences
-from iceberg.store.group_tables import GroupTables, load_group_tables
-from iceberg.store.registry import Loaded, commit_state, load_state
+from iceberg.store.group_tables import GroupTables
+from iceberg.store.registry import commit_state, load_state
 from iceberg.store.sink_history import SinkHistory, history_of, read_sink_history
 from iceberg.store.tables import load_optional, load_source
 
@@ -43,11 +43,6 @@ class Synced:
     state: GroupState
     history: SinkHistory
     rebuilt: str | None = None
-
-
-def sync_with_sink(catalog: Catalog, group: GroupConfig, source: Table, loaded: Loaded, fence: bool = True) -> Synced:
-    """``sync_tables`` for a registry loaded by the caller; the group's other tables are opened here."""
-    return sync_tables(load_group_tables(catalog, group, loaded, source), fence)
 
 
 def sync_tables(tables: GroupTables, fence: bool = True) -> Synced:

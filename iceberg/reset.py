@@ -51,9 +51,10 @@ from iceberg.protocol.sink_commit import (
 from iceberg.protocol.state import GroupState
 from iceberg.reset_targets import chain, check_reachable, count_skipped, targets
 from iceberg.retry import again_while_losing
-from iceberg.store.fences import delete_shards, raise_fences, remove_property
+from iceberg.store.fences import raise_fences
 from iceberg.store.heartbeats import read_beats
 from iceberg.store.registry import Loaded, commit_or_lose, kept_moving, load_state
+from iceberg.store.sink import delete_shards, remove_property
 from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import load_optional, load_source
 
@@ -257,7 +258,7 @@ def execute_reset(
         commit_or_lose(plan.loaded or loaded, plan.state)
         failpoint("reset.after_registry")
         if sink is not None:
-            remove_property(sink, reset_key(group.name), f"clearing the marker of the reset of group {group.name!r}")
+            clear_marker(sink, group)
         return plan
 
     gave_up = partial(kept_moving, group.name, retries, "reset it")
@@ -276,13 +277,18 @@ def finish_committed(
     marker = reset_marker(sink, group)
     if sink is None or loaded.state is None or marker is None or marker[0] != loaded.state.epoch:
         return None
-    remove_property(sink, reset_key(group.name), f"clearing the marker of the reset of group {group.name!r}")
+    clear_marker(sink, group)
     if marker[1] != target.describe():
         return None
     return ResetPlan(
         group=group.name, target=target, epoch=marker[0], moves=[], windows=[], keep_output=keep_output,
         state=loaded.state, completes_interrupted=True, loaded=loaded, already_committed=True,
     )  # fmt: skip
+
+
+def clear_marker(sink: Table, group: GroupConfig) -> None:
+    """Remove the reset's marker from the sink: the reset is complete."""
+    remove_property(sink, reset_key(group.name), f"clearing the marker of the reset of group {group.name!r}")
 
 
 def recorded_resets(sink: Table, group: GroupConfig, plan: ResetPlan) -> str:

@@ -10,6 +10,7 @@ again), is decided here once, on tenacity, for every such write. A try says it l
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
@@ -28,22 +29,24 @@ def again_while_losing(
     tries: int,
     first_wait_s: float = 0.05,
     gave_up: Callable[[], Exception] | None = None,
+    level: int = logging.INFO,
 ) -> T:
     """``attempt()`` until it does not raise ``LostRace``, at most ``tries`` times; its result.
 
     When every try lost, raises ``gave_up()``, the error that names the remedy (``LostRace`` itself
-    without one). Waits grow from ``first_wait_s`` and are capped at 2 s.
+    without one). Waits grow from ``first_wait_s`` and are capped at 2 s; each lost try is logged at ``level``.
     """
 
     def report(state: RetryCallState) -> None:
         lost = state.outcome.exception() if state.outcome is not None else None
-        log.info("%s: lost a race (%s); try %d of %d", what, lost, state.attempt_number + 1, tries)
+        log.log(level, "%s: lost a race (%s); try %d of %d", what, lost, state.attempt_number + 1, tries)
 
     policy = Retrying(
         retry=retry_if_exception_type(LostRace),
         stop=stop_after_attempt(tries),
         wait=wait_random_exponential(multiplier=first_wait_s, max=2.0),
         before_sleep=report,
+        sleep=time.sleep,
         reraise=True,
     )
     try:

@@ -10,6 +10,7 @@ import random
 from datetime import UTC, datetime, timedelta
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pyiceberg.catalog import Catalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
@@ -65,4 +66,4 @@ def next_event_id(table: Table) -> int:
     if table.current_snapshot() is None:
         return 1
     ids = table.scan(selected_fields=("event_id",)).to_arrow().column("event_id")
-    return int(pa.compute.max(ids).as_py() or 0) + 1
+    return int(pc.max(ids).as_py() or 0) + 1

@@ -8,6 +8,7 @@ names only what it is about; ``tests/conftest.py`` serves them as the ``make_gro
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -17,7 +18,7 @@ from pyiceberg.catalog import Catalog
 from iceberg.protocol.assignment import make_lease_id
 from iceberg.protocol.dead_letters import DeadLetter
 from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import Shard
+from iceberg.protocol.shards import Shard, window_label
 from iceberg.protocol.state import GroupState, Lease
 from iceberg.store.group_tables import GroupTables, load_group_tables
 from iceberg.store.registry import Loaded, load_state
@@ -145,6 +146,11 @@ class MakeDeadLetter(Protocol):
 def tables_of(catalog: Catalog, group: GroupConfig, loaded: Loaded | None = None) -> GroupTables:
     """The group's tables as a Leader tick opens them, with the registry as ``loaded`` (default: as it is now)."""
     return load_group_tables(catalog, group, loaded if loaded is not None else load_state(catalog, group.name))
+
+
+def today(group: GroupConfig) -> str:
+    """The replay window that every snapshot committed now falls in."""
+    return window_label(int(time.time() * 1000), group.replay_window)
 
 
 def write_groups(path: Path, *groups: GroupConfig) -> Path:

@@ -36,7 +36,7 @@ def table(rows: list[dict[str, object]], columns: list[str]) -> str:
     for column in columns:
         grid.add_column(column.upper(), no_wrap=True, overflow="ignore")
     for row in rows:
-        grid.add_row(*(str(row.get(column, "")) for column in columns))
+        grid.add_row(*(str(row.get(column, "")).expandtabs() for column in columns))
     out = io.StringIO()
     Console(file=out, width=1_000_000, color_system=None, highlight=False, markup=False, emoji=False).print(grid)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines())

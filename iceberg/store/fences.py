@@ -17,8 +17,7 @@ catalogs only.
 from __future__ import annotations
 
 import logging
-import warnings
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Literal
 
 from pydantic import Field
@@ -29,7 +28,6 @@ from pyiceberg.table.update import SetPropertiesUpdate, ValidatableTableRequirem
 
 from iceberg.errors import LostRace, SinkError
 from iceberg.protocol.fences import fence_key
-from iceberg.protocol.sink_commit import COL_SHARD
 from iceberg.retry import again_while_losing
 
 log = logging.getLogger(__name__)
@@ -75,7 +73,7 @@ def raise_fences(
             (SetPropertiesUpdate(updates={**{key: str(value) for key, value in wanted.items()}, **extra}),),
             (AssertFencesBelow(fences=wanted),),  # type: ignore[arg-type]  # checked by the catalog's CAS
         )
-        commit_or_lose(tx, table)
+        swap_or_lose(tx, table)
         return wanted
 
     def gave_up() -> SinkError:
@@ -84,7 +82,9 @@ def raise_fences(
         )
 
     # The first try trusts the caller's table: a stale one fails the requirement, and is refreshed.
-    return again_while_losing(f"raising fences {sorted(fences)}", attempt, retries + 1, gave_up=gave_up)
+    return again_while_losing(
+        f"raising fences {sorted(fences)}", attempt, retries + 1, gave_up=gave_up, level=logging.WARNING
+    )
 
 
 class AssertPropertyIs(ValidatableTableRequirement):
@@ -115,7 +115,7 @@ def add_to_list_property(table: Table, key: str, values: set[int], retries: int 
             (SetPropertiesUpdate(updates={key: ",".join(str(v) for v in sorted(held | values))}),),
             (AssertPropertyIs(key=key, value=read),),  # type: ignore[arg-type]  # checked by the catalog's CAS
         )
-        commit_or_lose(tx, table)
+        swap_or_lose(tx, table)
 
     def gave_up() -> SinkError:
         return SinkError(f"sink: could not update {key} on {'.'.join(table.name())} in {retries} retries; try again")
@@ -124,7 +124,7 @@ def add_to_list_property(table: Table, key: str, values: set[int], retries: int 
     again_while_losing(f"adding to {key}", attempt, retries + 1, gave_up=gave_up)
 
 
-def commit_or_lose(tx: Transaction, table: Table) -> None:
+def swap_or_lose(tx: Transaction, table: Table) -> None:
     """Commit ``tx``; ``LostRace`` (the table refreshed for the next try) if another writer committed first."""
     try:
         tx.commit_transaction()
@@ -151,58 +151,3 @@ def prune_fences(table: Table, group: str, live: Collection[str]) -> list[str]:
         log.info("group %s: retired lease fences not pruned this time: %s", group, exc)
         return []
     return stale
-
-
-def lost_race(exc: Exception) -> bool:
-    """Whether a pyiceberg commit failed only because another writer committed first.
-
-    Besides ``CommitFailedException`` (main moved), a commit that adds a snapshot fails with a
-    ``ValueError`` when another writer added a snapshot that is *not* on main in between: a
-    Borrower's staged (write-audit-publish) snapshot. Main is unchanged, so the requirement check
-    passes, but the new snapshot's sequence number is no longer above the table's last one.
-    Loading the table again and redoing the change is right in both cases.
-    """
-    if isinstance(exc, CommitFailedException):
-        return True
-    return isinstance(exc, ValueError) and str(exc).startswith("Cannot add snapshot with sequence number")
-
-
-def commit_retrying(table: Table, change: Callable[[Table], object], what: str, retries: int = 20) -> None:
-    """Make ``change`` on the freshly loaded ``table``, again with backoff while other writers' commits win the race.
-
-    For changes that are idempotent and hold no precondition of their own (a reset deleting the
-    output it replaces, clearing its marker): Borrowers and Leaders commit to the sink all the time,
-    so one lost race must not leave an operator's action half done.
-    """
-
-    def attempt() -> None:
-        table.refresh()
-        try:
-            change(table)
-        except (CommitFailedException, ValueError) as exc:
-            if not lost_race(exc):
-                raise
-            raise LostRace(str(exc)) from exc
-
-    def gave_up() -> SinkError:
-        return SinkError(f"sink: {what} on {'.'.join(table.name())} lost {retries} races with other commits; try again")
-
-    again_while_losing(what, attempt, retries + 1, gave_up=gave_up)
-
-
-def remove_property(table: Table, key: str, what: str) -> None:
-    """Remove ``key`` from the table's properties, again while other writers' commits win the race."""
-    commit_retrying(table, lambda fresh: fresh.transaction().remove_properties(key).commit_transaction(), what)
-
-
-def delete_shards(table: Table, shard_ids: Collection[str], properties: dict[str, str], what: str) -> None:
-    """Delete the rows of ``shard_ids`` in one commit carrying ``properties``; a repeat finds nothing and is a no-op."""
-    ids = ", ".join(f"'{shard_id}'" for shard_id in sorted(shard_ids))
-
-    def delete(fresh: Table) -> None:
-        with warnings.catch_warnings():
-            # A delete made again after a crash finds the rows already deleted: that is the expected no-op.
-            warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            fresh.delete(delete_filter=f"{COL_SHARD} IN ({ids})", snapshot_properties=properties)
-
-    commit_retrying(table, delete, what)

@@ -24,10 +24,12 @@ from iceberg.store.tables import load_optional, load_source
 
 @dataclass
 class GroupTables:
-    """The registry as loaded, and the source, sink, lineage and dead-letter tables of one group.
+    """The registry as loaded, and the source, sink and lineage tables of one group.
 
-    ``sink``, ``lineage`` and ``dead_letters`` are None while they do not exist: the first Borrower
-    creates the sink, the Leader the lineage table, and the first poison shard the dead-letter table.
+    ``sink`` and ``lineage`` are None while they do not exist: the first Borrower creates the sink,
+    the Leader the lineage table. The dead-letter table is opened by ``open_dead_letters``, once the
+    tick has seen its runs: a Borrower records a poison shard *before* its run fails, so a letter
+    read after the run's state is never missed.
     """
 
     catalog: Catalog
@@ -36,7 +38,12 @@ class GroupTables:
     source: Table
     sink: Table | None
     lineage: Table | None
-    dead_letters: Table | None
+    dead_letters: Table | None = None
+
+    def open_dead_letters(self) -> Table | None:
+        """Open the group's dead-letter table (None while no shard was ever poison); kept for the tick."""
+        self.dead_letters = load_optional(self.catalog, dead_letter_identifier(self.group.name))
+        return self.dead_letters
 
 
 def load_group_tables(
@@ -50,5 +57,4 @@ def load_group_tables(
         source=source if source is not None else load_source(catalog, group.source),
         sink=load_optional(catalog, group.sink),
         lineage=load_optional(catalog, lineage_identifier(group.name)),
-        dead_letters=load_optional(catalog, dead_letter_identifier(group.name)),
     )

@@ -137,22 +137,16 @@ def walked_to(snapshots: list[Snapshot], cursor: int, sink: Table) -> bool:
     return parent == cursor or (parent is None and former_parent(sink, oldest.snapshot_id) == cursor)
 
 
-def record_lineage(catalog: Catalog, group: GroupConfig, shards: Mapping[str, Shard]) -> Recorded:
-    """Record the entries of the sink's commits since the table's cursor; one CAS commit, or none.
-
-    ``shards`` are the registry's shards before this tick reconciles: the ones the new commits
-    committed still name their files. Raises ``RegistryConflict`` if another Leader recorded first.
-    """
-    return record_into(catalog, group, shards, load_optional(catalog, group.sink), load_lineage(catalog, group.name))
-
-
-def record_into(
+def record_lineage(
     catalog: Catalog, group: GroupConfig, shards: Mapping[str, Shard], sink: Table | None, table: Table | None
 ) -> Recorded:
-    """``record_lineage`` with the sink and the lineage table already loaded (None: they do not exist yet).
+    """Record the entries of the sink's commits since the lineage table's cursor; one CAS commit, or none.
 
-    The catalog creates the lineage table at the first commit to record; ``Recorded.table`` is the
-    table as it stands after this pass.
+    ``sink`` and ``table`` (the lineage table) are as the tick loaded them (None: they do not exist
+    yet); the catalog creates the lineage table at the first commit to record, and
+    ``Recorded.table`` is the table as it stands after this pass. ``shards`` are the registry's
+    shards before this tick reconciles: the ones the new commits committed still name their files.
+    Raises ``RegistryConflict`` if another Leader recorded first.
     """
     head = sink.current_snapshot() if sink is not None else None
     if sink is None or head is None:

@@ -38,11 +38,11 @@ from pyiceberg.table import Table
 
 from iceberg.config.lakehouse import load_lakehouse
 from iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import ICEGROUP, REPO, check_same_rows, keys, visible_ms, wait_for, write_groups
+from tests.benchmarks.measure import ICEGROUP, REPO, check_same_rows, keys, visible_ms, wait_for
 from tests.benchmarks.plot import plot
 from tests.benchmarks.workloads import append_events
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance
-from tests.factories import create_source
+from tests.factories import create_source, write_groups
 from tests.stack_env import home_env
 
 APPENDS = 30
@@ -119,7 +119,7 @@ def run_arm(arm: str, folder: Path) -> list[float]:
     source_name, sink_name = f"lat.events_{arm.lower()}", f"lat.out_{arm.lower()}"
     source = create_source(catalog, source_name)
     group = GroupConfig(name=f"lat_{arm.lower()}", source=source_name, sink=sink_name, transform=TRANSFORM)
-    env = dagster_env(home, write_groups(folder / "groups.yaml", [group]), folder / "dagster")
+    env = dagster_env(home, write_groups(folder / "groups.yaml", group), folder / "dagster")
     new_instance(folder / "dagster")
     append_events(source, 1, ROWS, seed=0)
     gaps = random.Random(7)

@@ -39,9 +39,9 @@ from iceberg.protocol.group import GroupConfig
 from infra.processes import terminate
 from infra.stack import Stack, alive_workers, up
 from infra.stack_layout import default_layout
-from tests.benchmarks.measure import ICEGROUP, check_same_rows, run_timed, write_groups
+from tests.benchmarks.measure import ICEGROUP, check_same_rows, run_timed
 from tests.benchmarks.workloads import W1, W2, Workload, fill
-from tests.factories import create_source
+from tests.factories import create_source, write_groups
 from tests.stack_env import ENV_TEST_STACK, drop_scratch_databases, scratch_database
 
 ROUNDS = 3
@@ -80,7 +80,7 @@ def run_workload(workload: Workload, rounds: int, folder: Path) -> dict[str, lis
     os.environ[ENV_TEST_STACK] = str(layout.folder)
     groups = write_groups(
         folder / "groups.yaml",
-        [
+        *[
             GroupConfig(name=f"{arm}_{i}", source=SOURCE, sink=f"bench.{arm}_{i}", transform=TRANSFORM)
             for i in range(rounds)
             for arm in ARMS[1:]

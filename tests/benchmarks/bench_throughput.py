@@ -51,12 +51,11 @@ from tests.benchmarks.measure import (
     run_timed,
     visible_ms,
     wait_for,
-    write_groups,
 )
 from tests.benchmarks.plot import plot
 from tests.benchmarks.workloads import W1, W2, Workload, append_events, fill
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, set_sensor, ui_answers
-from tests.factories import create_source
+from tests.factories import create_source, write_groups
 from tests.stack_env import home_env
 
 ROUNDS = 3
@@ -105,7 +104,7 @@ def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[st
     source_bytes = int(head.summary["total-files-size"])
     groups = [group(f"{arm}_{i}") for i in range(rounds) for arm in ("consume", "dagster")]
     groups += [warm_group(i) for i in range(rounds)]
-    env = dagster_env(home, write_groups(folder / "groups.yaml", groups), folder / "dagster")
+    env = dagster_env(home, write_groups(folder / "groups.yaml", *groups), folder / "dagster")
     new_instance(folder / "dagster")
     seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
     for index in range(rounds):

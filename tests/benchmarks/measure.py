@@ -15,22 +15,14 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
-import yaml
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.protocol.group import GroupConfig
 from iceberg.store.registry import load_state
 
 REPO = Path(__file__).resolve().parents[2]
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
 KEY = "event_id"
-
-
-def write_groups(path: Path, groups: list[GroupConfig]) -> Path:
-    """The groups as a YAML file that ``icegroup`` and the Dagster definitions load."""
-    path.write_text(yaml.safe_dump({"groups": [g.model_dump(mode="json", exclude_defaults=True) for g in groups]}))
-    return path
 
 
 def run_timed(command: list[str], env: dict[str, str], log: Path) -> float:

@@ -40,21 +40,16 @@ from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.lineage import CONSUMED, REPLAYED, LineageEntry
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import ResetTarget
-from iceberg.protocol.shards import DAY_MS, window_label, window_start_ms
+from iceberg.protocol.shards import DAY_MS, window_start_ms
 from iceberg.protocol.sink_commit import COL_SHARD
 from iceberg.reset import execute_reset
 from iceberg.store.lineage import commit_entries, entries, load_lineage, record_lineage, window_entries
 from iceberg.store.registry import load_state
 from spark_jobs.replay import replay_window
-from tests.factories import MakeGroup, append_batches, create_source, write_groups
+from tests.factories import MakeGroup, append_batches, create_source, tables_of, today, write_groups
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
-
-
-def today(group: GroupConfig) -> str:
-    """The window every snapshot committed now falls in."""
-    return window_label(int(time.time() * 1000), group.replay_window)
 
 
 def events_by_file(catalog: Catalog, identifier: str) -> dict[str, set[int]]:
@@ -122,7 +117,9 @@ def test_recording_is_idempotent_and_a_stale_recorder_loses_the_swap(
     before = all_entries(catalog, group)
     state = load_state(catalog, group.name).state
     assert state is not None
-    assert record_lineage(catalog, group, state.shards).added == 0, "nothing new in the sink: nothing recorded"
+    tables = tables_of(catalog, group)
+    recorded = record_lineage(catalog, group, state.shards, tables.sink, tables.lineage)
+    assert recorded.added == 0, "nothing new in the sink: nothing recorded"
 
     stale = load_lineage(catalog, group.name)
     assert stale is not None

@@ -24,7 +24,6 @@ from iceberg.protocol.fences import replay_fence_key
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.replay import replay_lease_id
-from iceberg.protocol.shards import window_label
 from iceberg.protocol.sink_commit import (
     COL_EPOCH,
     COL_GROUP,
@@ -44,15 +43,10 @@ from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import ReplayReport, publish, replay_window
 from spark_jobs.sink.migrate import migrate_sink
 from spark_jobs.transforms import load_transform
-from tests.factories import MakeGroup, append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source, today
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
-
-
-def today(group: GroupConfig) -> str:
-    """The window every snapshot committed now falls in."""
-    return window_label(int(time.time() * 1000), group.replay_window)
 
 
 def sink_rows(catalog: Catalog, group: GroupConfig) -> pa.Table:

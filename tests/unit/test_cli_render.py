@@ -41,6 +41,12 @@ def test_table_follows_the_column_order_and_leaves_missing_cells_empty() -> None
     assert table(rows, ["a", "b"]).splitlines() == ["A  B", "2  1", "3"]
 
 
+def test_table_prints_a_cell_with_a_tab_or_markup_whole() -> None:
+    rows: list[dict[str, object]] = [{"error": "bad\tvalue (at t.py:3 in f)"}, {"error": "[red]x[/red] :smile:"}]
+
+    assert table(rows, ["error"]).splitlines() == ["ERROR", "bad     value (at t.py:3 in f)", "[red]x[/red] :smile:"]
+
+
 def test_table_without_rows_is_the_header() -> None:
     assert table([], ["group"]) == "GROUP"
 

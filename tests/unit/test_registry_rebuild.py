@@ -23,10 +23,10 @@ from iceberg.protocol.fences import epoch_key
 from iceberg.protocol.group import GroupConfig, StartAtSnapshot
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.sink_commit import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD
-from iceberg.rebuild import sync_with_sink
+from iceberg.rebuild import sync_tables
 from iceberg.store.registry import commit_state, load_state, registry_identifier
 from iceberg.store.sink_history import SinkHistory
-from tests.factories import MakeGroup, append_batches, create_source, write_groups
+from tests.factories import MakeGroup, append_batches, create_source, tables_of, write_groups
 from tests.sink_commits import SINK_SCHEMA, commit_lease, consume_all, sink_of
 
 
@@ -220,7 +220,7 @@ def test_a_registry_read_before_another_leader_committed_is_not_rebuilt(catalog:
     commit_lease(catalog, group, first.state, first.launch[0])
 
     with pytest.raises(RegistryConflict, match="moved while this Leader compared it with the sink"):
-        sync_with_sink(catalog, group, catalog.load_table(group.source), stale)
+        sync_tables(tables_of(catalog, group, stale))
 
     assert epoch_key(group.name) not in catalog.load_table(group.sink).properties, "no fence was raised"
 

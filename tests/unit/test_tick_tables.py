@@ -10,12 +10,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.leader import tick
+from iceberg.protocol.dead_letters import PARKED
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.state import Lease
-from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.protocol.state import Lease, LeasePhase
+from iceberg.store.dead_letters import dead_letter_identifier, record
 from iceberg.store.lineage import lineage_identifier
 from iceberg.store.registry import registry_identifier
-from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source
+from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, dead_letter
 from tests.sink_commits import commit_lease
 
 T0 = 1_900_000_000_000
@@ -68,3 +69,25 @@ def test_a_busy_tick_opens_the_sink_and_every_other_table_once(
     assert loads[registry_identifier(group.name)] == 1
     assert loads[lineage_identifier(group.name)] == 1
     assert loads[dead_letter_identifier(group.name)] == 1
+
+
+def test_a_letter_recorded_just_before_its_run_failed_parks_the_lease(catalog: Catalog, make_group: MakeGroup) -> None:
+    group = make_group(on_poison="park", shard_caps={"max_files": 1}, lease_max_shards=1)
+    append_batches(create_source(catalog, group.source), 1, 3)
+    first = tick(catalog, group, lambda _: RunState.RUNNING, owner_run_id=BORROWER_RUN, now_ms=T0)
+    bad = first.launch[0]
+    shard = first.state.shards[bad.shard_ids[0]]
+    letter = dead_letter(shard.shard_id, PARKED, stream=shard.stream, lease_id=bad.lease_id, attempt=bad.attempt)
+
+    def poisoned_then_failed(lease: Lease) -> RunState:
+        # The Borrower records the poison shard, then its run fails: both while the tick is under way.
+        if lease.lease_id == bad.lease_id:
+            record(catalog, group.name, [letter])
+            return RunState.FAILED
+        return RunState.RUNNING
+
+    second = tick(catalog, group, poisoned_then_failed, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
+
+    assert second.state.leases[bad.lease_id].phase is LeasePhase.PARKED
+    assert second.parked == [letter]
+    assert second.regranted == 0

@@ -1,0 +1,85 @@
+"""The one retry policy for a lost compare-and-swap: what it tries again, how often, and how it gives up."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from iceberg.errors import LostRace, RegistryConflict, SinkError
+from iceberg.retry import again_while_losing
+
+
+@pytest.fixture(autouse=True)
+def no_waiting(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """The waits the policy asked for, without waiting them."""
+    waits: list[float] = []
+    monkeypatch.setattr("iceberg.retry.time.sleep", waits.append)
+    return waits
+
+
+def losing(times: int) -> tuple[list[int], Callable[[], int]]:
+    """An attempt that loses its race ``times`` times, then returns how many tries it took."""
+    tries: list[int] = []
+
+    def attempt() -> int:
+        tries.append(1)
+        if len(tries) <= times:
+            raise LostRace("main moved")
+        return len(tries)
+
+    return tries, attempt
+
+
+def test_a_lost_race_is_made_again_until_it_wins(no_waiting: list[float]) -> None:
+    tries, attempt = losing(2)
+
+    assert again_while_losing("a change", attempt, tries=5) == 3
+    assert len(tries) == 3
+    assert len(no_waiting) == 2
+    assert all(0 <= wait <= 2.0 for wait in no_waiting)
+
+
+def test_it_gives_up_after_its_tries_with_the_error_that_names_the_remedy() -> None:
+    tries, attempt = losing(10)
+
+    with pytest.raises(RegistryConflict, match="kept moving under 4 tries"):
+        again_while_losing(
+            "a change",
+            attempt,
+            tries=4,
+            gave_up=lambda: RegistryConflict("the registry kept moving under 4 tries"),
+        )
+    assert len(tries) == 4
+
+
+def test_without_a_remedy_the_last_lost_race_is_raised() -> None:
+    tries, attempt = losing(10)
+
+    with pytest.raises(LostRace, match="main moved"):
+        again_while_losing("a change", attempt, tries=2)
+    assert len(tries) == 2
+
+
+def test_any_other_error_ends_the_retries_at_once(no_waiting: list[float]) -> None:
+    tries: list[int] = []
+
+    def attempt() -> None:
+        tries.append(1)
+        raise SinkError("sink: the table is gone")
+
+    with pytest.raises(SinkError, match="the table is gone"):
+        again_while_losing("a change", attempt, tries=5)
+    assert tries == [1]
+    assert no_waiting == []
+
+
+def test_waits_grow_from_the_first_and_stay_under_two_seconds(no_waiting: list[float]) -> None:
+    _, attempt = losing(30)
+
+    with pytest.raises(LostRace):
+        again_while_losing("a change", attempt, tries=12, first_wait_s=0.2)
+
+    assert len(no_waiting) == 11
+    assert max(no_waiting[:1]) <= 0.2
+    assert max(no_waiting) <= 2.0
