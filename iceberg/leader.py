@@ -181,8 +181,8 @@ def tick(
     )
     state = retire_streams(state, now_ms, int(group.retire_streams_after.total_seconds() * 1000))
     if history.head is not None and history.head != before.sink_cursor:
-        tables.lineage = record_lineage(catalog, group, before.shards, tables.sink, tables.lineage).table
-    provenance = window_provenance(tables.lineage, group, done)
+        tables.lineage = record_lineage(catalog, group, before.shards, tables.sink, tables.open_lineage()).table
+    provenance = window_provenance(tables.open_lineage() if done else None, group, done)
     register(source, group, state, now_ms)
     fence_and_commit(tables, state, {**live.fences, **replay_fences})
     if blocked is not None and not live.launch and not granted.grants and not stopped and not held:

@@ -10,7 +10,7 @@ that must be fresh on purpose (a rebuild's second look at the registry).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
@@ -24,12 +24,13 @@ from iceberg.store.tables import load_optional, load_source
 
 @dataclass
 class GroupTables:
-    """The registry as loaded, and the source, sink and lineage tables of one group.
+    """The registry as loaded, the source and sink of one group, and its lineage and dead-letter tables once opened.
 
-    ``sink`` and ``lineage`` are None while they do not exist: the first Borrower creates the sink,
-    the Leader the lineage table. The dead-letter table is opened by ``open_dead_letters``, once the
-    tick has seen its runs: a Borrower records a poison shard *before* its run fails, so a letter
-    read after the run's state is never missed.
+    ``sink`` is None while it does not exist (the first Borrower creates it). The lineage table is
+    opened at the first phase that needs it (``open_lineage``: an idle tick records nothing and
+    reports no window, so it never does). The dead-letter table is opened by ``open_dead_letters``
+    once the tick has seen its runs: a Borrower records a poison shard *before* its run fails, so a
+    letter read after the run's state is never missed.
     """
 
     catalog: Catalog
@@ -37,8 +38,16 @@ class GroupTables:
     registry: Loaded
     source: Table
     sink: Table | None
-    lineage: Table | None
+    lineage: Table | None = None
     dead_letters: Table | None = None
+    lineage_opened: bool = field(default=False, repr=False)
+
+    def open_lineage(self) -> Table | None:
+        """The lineage table, opened once (None while the Leader has recorded nothing)."""
+        if not self.lineage_opened:
+            self.lineage = load_optional(self.catalog, lineage_identifier(self.group.name))
+            self.lineage_opened = True
+        return self.lineage
 
     def open_dead_letters(self) -> Table | None:
         """Open the group's dead-letter table (None while no shard was ever poison); kept for the tick."""
@@ -56,5 +65,4 @@ def load_group_tables(
         registry=registry,
         source=source if source is not None else load_source(catalog, group.source),
         sink=load_optional(catalog, group.sink),
-        lineage=load_optional(catalog, lineage_identifier(group.name)),
     )

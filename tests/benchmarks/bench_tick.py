@@ -54,7 +54,8 @@ real_load = catalog.load_table
 
 def counting_load(identifier):
     name = identifier if isinstance(identifier, str) else ".".join(identifier)
-    if name == group.sink and not any(f.function == "commit_table" for f in inspect.stack(context=0)):
+    in_tick = any(f.function == "tick" for f in inspect.stack(context=0))
+    if in_tick and name == group.sink and not any(f.function == "commit_table" for f in inspect.stack(context=0)):
         sink_opens[-1] += 1
     return real_load(identifier)
 

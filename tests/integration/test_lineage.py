@@ -118,7 +118,7 @@ def test_recording_is_idempotent_and_a_stale_recorder_loses_the_swap(
     state = load_state(catalog, group.name).state
     assert state is not None
     tables = tables_of(catalog, group)
-    recorded = record_lineage(catalog, group, state.shards, tables.sink, tables.lineage)
+    recorded = record_lineage(catalog, group, state.shards, tables.sink, tables.open_lineage())
     assert recorded.added == 0, "nothing new in the sink: nothing recorded"
 
     stale = load_lineage(catalog, group.name)
