@@ -55,14 +55,12 @@ class GroupTables:
         return self.dead_letters
 
 
-def load_group_tables(
-    catalog: Catalog, group: GroupConfig, registry: Loaded, source: Table | None = None
-) -> GroupTables:
-    """Open each of the group's tables once; ``source`` when the caller holds it already."""
+def load_group_tables(catalog: Catalog, group: GroupConfig, registry: Loaded) -> GroupTables:
+    """The group's tables for one tick, with the registry as ``registry``: the source and the sink opened once."""
     return GroupTables(
         catalog=catalog,
         group=group,
         registry=registry,
-        source=source if source is not None else load_source(catalog, group.source),
+        source=load_source(catalog, group.source),
         sink=load_optional(catalog, group.sink),
     )
