@@ -46,6 +46,8 @@ KEY_GENERATION = "icegroup.replay-generation"
 KEY_COVERS = "icegroup.replay-covers"
 # A reset's delete of the output it consumes again names the reset.
 KEY_RESET = "icegroup.reset"
+# A fence commit (an empty snapshot that moves main with the fences it raises) names the properties it set.
+KEY_FENCE = "icegroup.fence"
 
 
 def reset_key(group: str) -> str:

@@ -1,52 +1,60 @@
-"""Raising a lease's fence on the sink, so that older attempts of it can no longer commit.
+"""Raising fences on the sink, so that older attempts, generations and epochs can no longer commit.
 
-The fence is a sink table property, ``icegroup.fence.<group>.<lease>`` = the lowest attempt that
-may still commit; the Borrower's commit checks it inside the same compare-and-swap as its data (see
-``spark_jobs/sink/jvm``). The Leader raises it before it commits a re-grant, and a Borrower raises it to
-its own attempt when it connects, which also covers a sink that did not exist at the re-grant.
+A fence is a sink table property that only goes up (``iceberg/protocol/fences.py`` names them).
+The Borrower's commit and the replay's publish check the fences on the exact metadata they build
+on, and require the catalog to swap only if main is still where that metadata had it
+(``spark_jobs/sink/jvm``).
 
-A fence only ever goes up. pyiceberg applies property updates onto whatever metadata is current,
-so a plain ``set_properties`` from a slow Leader could lower a fence that another Leader raised.
-The update therefore carries a requirement that every fence is still below its new value, checked
-by the catalog against the metadata it swaps. pyiceberg's SQL catalog validates requirements
-itself, so a custom one works there; a REST catalog validates on the server and would need the
-fence as a standard requirement (not available), which is one reason icegroup supports SQL
-catalogs only.
+So a fence must move main too: an Iceberg REST catalog checks a commit's standard requirements and
+nothing else, and none of them covers a table property. A fence is therefore raised by a *fence
+commit*: the new property values together with an empty snapshot on main (no files added, summary
+``icegroup.fence``), under the standard requirement that main is still at the snapshot the fence
+was read at. Every writer that checks a fence requires main where it read it, so a commit built on
+metadata from before the fence is refused by the catalog itself, REST or SQL, and its retry sees
+the fence. Two fence commits that read the same main cannot both land, so a fence never goes down.
+
+The fence commit is sent with its requirements as they are (``Catalog.commit_table``): pyiceberg's
+own retry re-bases a snapshot onto the new head, which would drop the requirement.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Collection
-from typing import Literal
+from collections.abc import Collection, Mapping
 
-from pydantic import Field
 from pyiceberg.exceptions import CommitFailedException
-from pyiceberg.table import Table, Transaction
-from pyiceberg.table.metadata import TableMetadata
-from pyiceberg.table.update import SetPropertiesUpdate, ValidatableTableRequirement
+from pyiceberg.table import Table
+from pyiceberg.table.update import AssertTableUUID
 
 from iceberg.errors import LostRace, SinkError
 from iceberg.protocol.fences import fence_key
+from iceberg.protocol.sink_commit import KEY_FENCE
 from iceberg.retry import again_while_losing
+from iceberg.store.sink import lost_race
 
 log = logging.getLogger(__name__)
 
 
-class AssertFencesBelow(ValidatableTableRequirement):
-    """Every named property must still be an integer below the value it is about to be raised to."""
+def commit_fence(table: Table, properties: Mapping[str, str]) -> None:
+    """Set ``properties`` in one commit with an empty snapshot on main, iff main is where ``table`` has it.
 
-    type: Literal["assert-icegroup-fences-below"] = Field(default="assert-icegroup-fences-below")
-    fences: dict[str, int]
-
-    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]
-        """Fail the swap if any fence was meanwhile raised as far or further."""
-        if base_metadata is None:
-            raise CommitFailedException("Requirement failed: sink metadata is missing")
-        for key, value in self.fences.items():
-            current = int(base_metadata.properties.get(key, "0"))
-            if current >= value:
-                raise CommitFailedException(f"Requirement failed: {key} is already {current} (wanted {value})")
+    ``LostRace`` (the table refreshed for the next try) when another writer moved main first. On
+    success ``table`` holds the new metadata.
+    """
+    tx = table.transaction()
+    tx.set_properties(dict(properties))
+    # No files: the snapshot only moves main, which is what carries the standard requirement.
+    tx.update_snapshot(snapshot_properties={KEY_FENCE: ",".join(sorted(properties))}).fast_append().commit()
+    requirements = (*tx._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
+    try:
+        response = table.catalog.commit_table(table, requirements, tx._updates)
+    except (CommitFailedException, ValueError) as exc:
+        if not lost_race(exc):
+            raise
+        table.refresh()
+        raise LostRace(str(exc)) from exc
+    table.metadata = response.metadata
+    table.metadata_location = response.metadata_location
 
 
 def raise_fences(
@@ -54,10 +62,10 @@ def raise_fences(
 ) -> dict[str, int]:
     """Raise each property in ``fences`` to at least its value; returns the ones this call raised.
 
-    ``also`` are properties set in the same update (a reset's marker), whether or not a fence moves.
-    With ``strict``, this call must raise every fence itself: if another writer raised one as far
-    already, nothing at all is written (not ``also`` either) and ``{}`` is returned. A reset takes
-    its epoch that way, so two resets can never both believe they own it.
+    ``also`` are properties set in the same fence commit (a reset's marker), whether or not a fence
+    moves. With ``strict``, this call must raise every fence itself: if another writer raised one as
+    far already, nothing at all is written (not ``also`` either) and ``{}`` is returned. A reset
+    takes its epoch that way, so two resets can never both believe they own it.
     """
 
     def attempt() -> dict[str, int]:
@@ -68,12 +76,7 @@ def raise_fences(
         extra = {key: value for key, value in (also or {}).items() if current.get(key) != value}
         if not wanted and not extra:
             return {}
-        tx = table.transaction()
-        tx._apply(
-            (SetPropertiesUpdate(updates={**{key: str(value) for key, value in wanted.items()}, **extra}),),
-            (AssertFencesBelow(fences=wanted),),  # type: ignore[arg-type]  # checked by the catalog's CAS
-        )
-        swap_or_lose(tx, table)
+        commit_fence(table, {**{key: str(value) for key, value in wanted.items()}, **extra})
         return wanted
 
     def gave_up() -> SinkError:
@@ -81,56 +84,26 @@ def raise_fences(
             f"sink: could not raise fences {fences} on {'.'.join(table.name())} in {retries} retries; try again"
         )
 
-    # The first try trusts the caller's table: a stale one fails the requirement, and is refreshed.
+    # The first try trusts the caller's table: if main moved since, the fence commit is refused and refreshed.
     return again_while_losing(
         f"raising fences {sorted(fences)}", attempt, retries + 1, gave_up=gave_up, level=logging.WARNING
     )
 
 
-class AssertPropertyIs(ValidatableTableRequirement):
-    """A property must still hold the value it was read with (absent: ``None``)."""
-
-    type: Literal["assert-icegroup-property-is"] = Field(default="assert-icegroup-property-is")
-    key: str
-    value: str | None
-
-    def validate(self, base_metadata: TableMetadata | None) -> None:  # type: ignore[override]
-        """Fail the swap if another writer changed the property since it was read."""
-        if base_metadata is None:
-            raise CommitFailedException("Requirement failed: sink metadata is missing")
-        if base_metadata.properties.get(self.key) != self.value:
-            raise CommitFailedException(f"Requirement failed: {self.key} changed")
-
-
 def add_to_list_property(table: Table, key: str, values: set[int], retries: int = 20) -> None:
-    """Add ``values`` to a comma-separated property by compare-and-swap, so concurrent additions all land."""
+    """Add ``values`` to a comma-separated property in a fence commit, so concurrent additions all land."""
 
     def attempt() -> None:
-        read = table.metadata.properties.get(key)
-        held = {int(v) for v in (read or "").split(",") if v}
+        held = {int(v) for v in (table.metadata.properties.get(key) or "").split(",") if v}
         if values <= held:
             return
-        tx = table.transaction()
-        tx._apply(
-            (SetPropertiesUpdate(updates={key: ",".join(str(v) for v in sorted(held | values))}),),
-            (AssertPropertyIs(key=key, value=read),),  # type: ignore[arg-type]  # checked by the catalog's CAS
-        )
-        swap_or_lose(tx, table)
+        commit_fence(table, {key: ",".join(str(v) for v in sorted(held | values))})
 
     def gave_up() -> SinkError:
         return SinkError(f"sink: could not update {key} on {'.'.join(table.name())} in {retries} retries; try again")
 
     table.refresh()
     again_while_losing(f"adding to {key}", attempt, retries + 1, gave_up=gave_up)
-
-
-def swap_or_lose(tx: Transaction, table: Table) -> None:
-    """Commit ``tx``; ``LostRace`` (the table refreshed for the next try) if another writer committed first."""
-    try:
-        tx.commit_transaction()
-    except CommitFailedException as exc:
-        table.refresh()
-        raise LostRace(str(exc)) from exc
 
 
 def prune_fences(table: Table, group: str, live: Collection[str]) -> list[str]:

@@ -1,4 +1,4 @@
-"""Fences on a real SQLite catalog: raise_fences only ever raises, also from a stale table handle."""
+"""Fences on a real SQLite catalog: a fence commit moves main, and raise_fences only ever raises, also from a stale handle."""
 
 from __future__ import annotations
 
@@ -10,8 +10,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
-from iceberg.errors import SinkError
-from iceberg.store.fences import AssertFencesBelow, raise_fences
+from iceberg.errors import LostRace, SinkError
+from iceberg.protocol.sink_commit import KEY_FENCE
+from iceberg.store.fences import commit_fence, raise_fences
 from iceberg.store.sink import commit_retrying
 
 KEY = "icegroup.fence.orders.0123456789abcdef"
@@ -116,30 +117,48 @@ def test_raise_fences_gives_up_with_a_sink_error(catalog: Catalog, ns: str, monk
     assert fence(catalog, ns) == "2"
 
 
-@pytest.mark.parametrize("current", ["3", "4"])
-def test_requirement_fails_when_a_fence_is_already_as_high(catalog: Catalog, ns: str, current: str) -> None:
-    sink = make_sink(catalog, ns, **{KEY: current})
+def test_a_fence_commit_moves_main_with_an_empty_snapshot(catalog: Catalog, ns: str) -> None:
+    """The fence moves main, so that every commit built on metadata from before it is refused by a standard requirement."""
+    sink = make_sink(catalog, ns)
+    rows = pa.table({"id": pa.array([1, 2], pa.int64())}, schema=sink.schema().as_arrow())
+    sink.append(rows)
+    before = sink.current_snapshot()
+    assert before is not None
 
-    with pytest.raises(CommitFailedException, match=f"{KEY} is already {current} \\(wanted 3\\)"):
-        AssertFencesBelow(fences={KEY: 3}).validate(sink.metadata)
+    raise_fences(sink, {KEY: 1, OTHER: 2})
 
-
-def test_requirement_passes_when_every_fence_is_below(catalog: Catalog, ns: str) -> None:
-    sink = make_sink(catalog, ns, **{KEY: "2"})
-
-    AssertFencesBelow(fences={KEY: 3, OTHER: 1}).validate(sink.metadata)
-
-
-def test_requirement_checks_every_fence(catalog: Catalog, ns: str) -> None:
-    sink = make_sink(catalog, ns, **{OTHER: "7"})
-
-    with pytest.raises(CommitFailedException, match=OTHER):
-        AssertFencesBelow(fences={KEY: 1, OTHER: 7}).validate(sink.metadata)
+    head = catalog.load_table(f"{ns}.sink").current_snapshot()
+    assert head is not None and head.parent_snapshot_id == before.snapshot_id
+    assert head.summary is not None
+    assert head.summary[KEY_FENCE] == f"{KEY},{OTHER}"
+    assert [m for m in head.manifests(sink.io) if m.added_snapshot_id == head.snapshot_id] == [], "no files"
+    assert sorted(catalog.load_table(f"{ns}.sink").scan().to_arrow().column("id").to_pylist()) == [1, 2]
 
 
-def test_requirement_fails_without_metadata() -> None:
-    with pytest.raises(CommitFailedException, match="sink metadata is missing"):
-        AssertFencesBelow(fences={KEY: 1}).validate(None)
+def test_a_commit_built_before_the_fence_is_refused_by_the_catalog(catalog: Catalog, ns: str) -> None:
+    """A zombie's commit requires main where it read the fences; the fence commit moved it, so the catalog refuses."""
+    sink = make_sink(catalog, ns, **{"commit.retry.num-retries": "0"})
+    rows = pa.table({"id": pa.array([1], pa.int64())}, schema=sink.schema().as_arrow())
+    sink.append(rows)
+    zombie = catalog.load_table(f"{ns}.sink")
+
+    raise_fences(sink, {KEY: 1})
+
+    with pytest.raises(CommitFailedException, match="branch main has changed"):
+        zombie.append(rows)
+    assert catalog.load_table(f"{ns}.sink").scan().to_arrow().num_rows == 1
+
+
+def test_a_fence_commit_on_a_moved_main_loses_the_race(catalog: Catalog, ns: str) -> None:
+    sink = make_sink(catalog, ns)
+    stale = catalog.load_table(f"{ns}.sink")
+    sink.append(pa.table({"id": pa.array([1], pa.int64())}, schema=sink.schema().as_arrow()))
+
+    with pytest.raises(LostRace, match="main"):
+        commit_fence(stale, {KEY: "1"})
+
+    assert fence(catalog, ns) is None, "the refused fence commit wrote nothing"
+    assert stale.current_snapshot() is not None, "refreshed for the next try"
 
 
 def test_a_change_that_loses_a_race_is_made_again_on_the_new_head(catalog: Catalog, ns: str) -> None:
