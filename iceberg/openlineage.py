@@ -161,7 +161,7 @@ def table_dataset(
         return None
     namespace, name = table_name(table.location())
     symlink = symlinks_dataset.Identifier(
-        namespace=lakehouse.warehouse_uri.rstrip("/"), name=f"{lakehouse.catalog_name}.{identifier}", type="TABLE"
+        namespace=lakehouse.tables_namespace, name=f"{lakehouse.catalog_name}.{identifier}", type="TABLE"
     )
     links = symlinks_dataset.SymlinksDatasetFacet(identifiers=[symlink], producer=PRODUCER)
     facets: dict[str, DatasetFacet] = {"symlinks": links}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from importlib.resources import files
 from pathlib import Path
@@ -16,6 +16,7 @@ from pyspark.sql import SparkSession
 from sqlalchemy.engine import make_url
 
 from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.config.rest import spark_catalog_properties
 from iceberg.errors import ConfigError
 
 RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
@@ -26,6 +27,7 @@ DRIVER_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/
 COMMIT_JAR = Path(__file__).parent / "sink" / "jvm" / "icegroup-commit.jar"
 # The SQLite shim is plumbing of the embedded stack, so it lives in infra/; a jar, not an import.
 SQLITE_SHIM_JAR = Path(__file__).resolve().parents[1] / "infra" / "sqlite_jdbc" / "icegroup-sqlite-jdbc.jar"
+SPARK_REDACTION = "(?i)secret|password|token|access[.]key|credential|header[.]"
 log = logging.getLogger(__name__)
 
 
@@ -40,18 +42,28 @@ def runtime_jar() -> Path:
     return jar
 
 
+def _catalog_backend(lakehouse: LakehouseConfig) -> str | None:
+    """The SQL catalog's database backend (``sqlite``, ``postgresql``); None for a REST catalog: no driver."""
+    return None if lakehouse.catalog_uri is None else make_url(lakehouse.catalog_uri).get_backend_name()
+
+
 def driver_jars(lakehouse: LakehouseConfig) -> list[Path]:
-    """The JDBC driver for the catalog database (from Debian), plus icegroup's own jars.
+    """The JDBC driver for a SQL catalog's database (from Debian), plus icegroup's own jars.
 
     ``icegroup-commit.jar`` holds the fenced sink commit; a SQLite catalog also needs the shim in
-    ``icegroup-sqlite-jdbc.jar``. ``make jvm`` builds both.
+    ``icegroup-sqlite-jdbc.jar``. ``make jvm`` builds both. A REST catalog needs no driver: Iceberg's
+    runtime jar holds its client.
     """
-    backend = make_url(lakehouse.catalog_uri).get_backend_name()
-    jar = Path(DRIVER_JARS[backend])
-    if not jar.is_file():
-        package = "libxerial-sqlite-jdbc-java" if backend == "sqlite" else "libpostgresql-jdbc-java"
-        raise ConfigError(f"catalog_uri: Spark needs {jar} for {backend}; install it with apt-get install {package}")
-    jars = [jar, SQLITE_SHIM_JAR] if backend == "sqlite" else [jar]
+    backend = _catalog_backend(lakehouse)
+    jars: list[Path] = []
+    if backend is not None:
+        jar = Path(DRIVER_JARS[backend])
+        if not jar.is_file():
+            package = "libxerial-sqlite-jdbc-java" if backend == "sqlite" else "libpostgresql-jdbc-java"
+            raise ConfigError(
+                f"catalog_uri: Spark needs {jar} for {backend}; install it with apt-get install {package}"
+            )
+        jars = [jar, SQLITE_SHIM_JAR] if backend == "sqlite" else [jar]
     for own in (*jars[1:], COMMIT_JAR):
         if not own.is_file():
             raise ConfigError(f"Spark needs {own}; build it with `make jvm`")
@@ -60,9 +72,10 @@ def driver_jars(lakehouse: LakehouseConfig) -> list[Path]:
 
 def jar_names(lakehouse: LakehouseConfig) -> list[str]:
     """The file names of every jar Spark needs for this lakehouse, as a ``jars`` folder holds them."""
-    backend = make_url(lakehouse.catalog_uri).get_backend_name()
+    backend = _catalog_backend(lakehouse)
     names = [] if lakehouse.iceberg_packages else [RUNTIME_JAR]
-    names.append(Path(DRIVER_JARS[backend]).name)
+    if backend is not None:
+        names.append(Path(DRIVER_JARS[backend]).name)
     if backend == "sqlite":
         names.append(SQLITE_SHIM_JAR.name)
     names.append(COMMIT_JAR.name)
@@ -108,11 +121,9 @@ def spark_jdbc_url(lakehouse: LakehouseConfig) -> str:
     return url.replace("jdbc:sqlite:", "jdbc:icegroup-sqlite:", 1)
 
 
-def spark_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
-    """Every Spark setting icegroup needs; pure, so it is unit-tested without a JVM."""
-    name = lakehouse.catalog_name
-    _, jdbc_props = lakehouse.jdbc()
-    prefix = f"spark.sql.catalog.{name}"
+def spark_conf(lakehouse: LakehouseConfig, env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every Spark setting icegroup needs; pure but for a REST catalog's secrets, read from ``env``, so unit-tested."""
+    prefix = f"spark.sql.catalog.{lakehouse.catalog_name}"
     conf = {
         "spark.master": lakehouse.spark_master,
         "spark.app.name": "icegroup-borrower",
@@ -122,16 +133,27 @@ def spark_conf(lakehouse: LakehouseConfig) -> dict[str, str]:
         "spark.scheduler.mode": "FAIR",
         "spark.sql.session.timeZone": "UTC",
         "spark.sql.extensions": "org.apache.iceberg.spark.extensions.IcebergSparkSessionExtensions",
+        # Spark's own pattern plus a REST catalog's credential and headers: redacted in the UI, logs and event logs.
+        "spark.redaction.regex": SPARK_REDACTION,
         prefix: "org.apache.iceberg.spark.SparkCatalog",
-        f"{prefix}.type": "jdbc",
-        f"{prefix}.uri": spark_jdbc_url(lakehouse),
-        f"{prefix}.warehouse": lakehouse.warehouse_uri,
-        f"{prefix}.jdbc.schema-version": "V1",
         f"{prefix}.cache-enabled": "false",
         # Writes to sinks (write.wap.enabled) are staged, then published by the fenced commit.
         "spark.wap.id": "icegroup",
     }
-    conf.update({f"{prefix}.jdbc.{key}": value for key, value in jdbc_props.items()})
+    if lakehouse.rest is not None:
+        catalog = spark_catalog_properties(lakehouse.rest_properties(env))
+        conf.update({f"{prefix}.{key}": value for key, value in catalog.items()})
+    else:
+        _, jdbc_props = lakehouse.jdbc()
+        conf.update(
+            {
+                f"{prefix}.type": "jdbc",
+                f"{prefix}.uri": spark_jdbc_url(lakehouse),
+                f"{prefix}.warehouse": lakehouse.warehouse_uri,
+                f"{prefix}.jdbc.schema-version": "V1",
+            }
+        )
+        conf.update({f"{prefix}.jdbc.{key}": value for key, value in jdbc_props.items()})
     conf.update(lakehouse.spark.conf())
     if lakehouse.on_s3:
         conf.update(s3_conf(lakehouse))

@@ -1,8 +1,10 @@
 """One lakehouse config that both pyiceberg and Spark are built from.
 
-The catalog database is shared: pyiceberg's ``SqlCatalog`` and Spark's ``JdbcCatalog`` run the same
-compare-and-swap on one row, provided both use the same catalog name. Keeping a single
-``LakehouseConfig`` as the source of both sides is what keeps them pointed at the same tables.
+The catalog is either a SQL catalog icegroup reaches directly (``catalog_uri``: pyiceberg's
+``SqlCatalog`` and Spark's ``JdbcCatalog`` run the same compare-and-swap on one row, provided both
+use the same catalog name) or an Iceberg REST catalog (``rest``: both engines talk to one server).
+Keeping a single ``LakehouseConfig`` as the source of both sides is what keeps them pointed at the
+same tables.
 """
 
 from __future__ import annotations
@@ -14,14 +16,19 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+import requests
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pyiceberg.catalog import Catalog
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
+from pyiceberg.exceptions import BadRequestError, ForbiddenError, OAuthError, RESTError, UnauthorizedError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from iceberg.config.files import format_validation_error, read_yaml_mapping
+from iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN, RestCatalogSettings
 from iceberg.errors import CatalogUnavailable, ConfigError
+from iceberg.protocol.liveness import HEARTBEATS_URI
 
 _CATALOGS: dict[str, Catalog] = {}
 _CATALOGS_LOCK = threading.Lock()
@@ -36,6 +43,7 @@ ENV_OVERRIDES = {
     "ICEGROUP_SPARK_MASTER": "spark_master",
     "ICEGROUP_ICEBERG_PACKAGES": "iceberg_packages",
     "ICEGROUP_JARS": "jars",
+    "ICEGROUP_HEARTBEATS_URI": "heartbeats_uri",
 }
 
 
@@ -132,12 +140,26 @@ class LakehouseConfig(BaseModel):
         default="lake",
         description="Catalog name; must be the same for pyiceberg and Spark or they see different tables.",
     )
-    catalog_uri: str = Field(
-        description="SQLAlchemy URL of the catalog database, e.g. sqlite:////abs/catalog.db or "
-        "postgresql+psycopg2://user:pw@host:5432/db.",
+    catalog_uri: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of a SQL catalog's database, e.g. sqlite:////abs/catalog.db or "
+        "postgresql+psycopg2://user:pw@host:5432/db. Set this or rest, not both.",
     )
-    warehouse: str = Field(
-        description="Warehouse root: an absolute path, a file:// URI, or s3://bucket/prefix (see s3)."
+    rest: RestCatalogSettings | None = Field(
+        default=None,
+        description="An Iceberg REST catalog (Polaris, Unity Catalog, Glue, S3 Tables, Nessie, Lakekeeper) instead "
+        "of catalog_uri; its credential comes from the environment or pyiceberg's configuration.",
+    )
+    warehouse: str | None = Field(
+        default=None,
+        description="Warehouse root of a SQL catalog: an absolute path, a file:// URI, or s3://bucket/prefix (see "
+        "s3). A REST catalog's server keeps its own; name it with rest.warehouse.",
+    )
+    heartbeats_uri: str | None = Field(
+        default=None,
+        description="SQLAlchemy URL of the database Borrowers' heartbeats are kept in, reached by every Leader and "
+        "Borrower; unset on a SQL catalog: its own database. A REST catalog needs one, e.g. the Dagster instance's "
+        "PostgreSQL database.",
     )
     spark_master: str = Field(
         default="local[*]", description="Spark master URL for Borrowers, e.g. spark://host:7077 for a cluster."
@@ -164,9 +186,11 @@ class LakehouseConfig(BaseModel):
         default=None, description="Emit OpenLineage run events for Borrower and replay runs; off when unset."
     )
 
-    @field_validator("catalog_uri")
+    @field_validator("catalog_uri", "heartbeats_uri")
     @classmethod
-    def _uri_parses(cls, value: str) -> str:
+    def _uri_parses(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
         try:
             url = make_url(value)
         except ArgumentError as exc:
@@ -177,14 +201,31 @@ class LakehouseConfig(BaseModel):
         if url.get_backend_name() not in ("sqlite", "postgresql"):
             raise ValueError(f"backend {url.get_backend_name()!r} is not supported; use sqlite or postgresql")
         if url.get_backend_name() == "sqlite" and url.database in (None, "", ":memory:"):
-            raise ValueError("an in-memory SQLite catalog cannot be shared with Spark; name a file")
+            raise ValueError("an in-memory SQLite database cannot be shared between processes; name a file")
         return value
+
+    @model_validator(mode="after")
+    def _one_catalog(self) -> LakehouseConfig:
+        if (self.catalog_uri is None) == (self.rest is None):
+            raise ValueError(
+                "catalog_uri and rest: set exactly one, catalog_uri for a SQL catalog or rest for an Iceberg REST "
+                "catalog"
+            )
+        if self.catalog_uri is not None and self.warehouse is None:
+            raise ValueError("warehouse: a SQL catalog needs its warehouse root; set warehouse (ICEGROUP_WAREHOUSE)")
+        if self.rest is not None and self.heartbeats_uri is None:
+            raise ValueError(
+                "heartbeats_uri: a REST catalog has no database of its own for heartbeats; set heartbeats_uri "
+                "(ICEGROUP_HEARTBEATS_URI) to a database every Leader and Borrower reaches, e.g. "
+                "postgresql+psycopg2://user@host/dagster, or sqlite:////abs/heartbeats.db on one machine"
+            )
+        return self
 
     @field_validator("s3")
     @classmethod
     def _s3_only_for_an_s3_warehouse(cls, value: S3Settings | None, info: ValidationInfo) -> S3Settings | None:
-        warehouse = str(info.data.get("warehouse", ""))
-        if value is not None and not warehouse.startswith(S3_SCHEMES):
+        warehouse = str(info.data.get("warehouse") or "")
+        if value is not None and info.data.get("rest") is None and not warehouse.startswith(S3_SCHEMES):
             raise ValueError(
                 f"set, but the warehouse {warehouse!r} is not in S3; write the warehouse as s3://bucket/prefix, "
                 "or remove s3"
@@ -194,14 +235,33 @@ class LakehouseConfig(BaseModel):
     @property
     def on_s3(self) -> bool:
         """Whether the warehouse is in object storage (``s3://`` or ``s3a://``)."""
-        return self.warehouse.startswith(S3_SCHEMES)
+        return (self.warehouse or "").startswith(S3_SCHEMES)
 
     @property
     def warehouse_uri(self) -> str:
-        """The warehouse as a URI, the form Spark's catalog expects."""
+        """The SQL catalog's warehouse as a URI, the form Spark's catalog expects."""
+        if self.warehouse is None:
+            raise ConfigError("warehouse: unset; a SQL catalog needs its warehouse root")
         if "://" in self.warehouse:
             return self.warehouse
         return Path(self.warehouse).resolve().as_uri()
+
+    @property
+    def tables_namespace(self) -> str:
+        """Where this lake's tables are, as an OpenLineage dataset namespace: the warehouse, or the REST catalog."""
+        if self.rest is None:
+            return self.warehouse_uri.rstrip("/")
+        where = self.rest.uri or f"pyiceberg:{self.rest.pyiceberg_catalog}"
+        return f"{where}/{self.rest.warehouse}" if self.rest.warehouse else where
+
+    def rest_properties(self, env: Mapping[str, str] | None = None) -> dict[str, str]:
+        """The REST catalog's properties, secrets included, for a catalog client; never for printing."""
+        if self.rest is None:
+            raise ConfigError("rest: unset; this lakehouse has a SQL catalog")
+        try:
+            return self.rest.catalog_properties(self.catalog_name, os.environ if env is None else env)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
 
     def pyiceberg_properties(self) -> dict[str, str]:
         """Properties for ``SqlCatalog``.
@@ -211,6 +271,8 @@ class LakehouseConfig(BaseModel):
         connection is checked before use: one dropped by a database restart is replaced, not failed.
         """
         uri = self.catalog_uri
+        if uri is None:
+            raise ConfigError("catalog_uri: unset; this lakehouse has a REST catalog")
         if make_url(uri).get_backend_name() == "sqlite" and "timeout=" not in uri:
             uri = f"{uri}{'&' if '?' in uri else '?'}timeout=30"
         properties = {"uri": uri, "warehouse": self.warehouse_uri, "pool_pre_ping": "true"}
@@ -230,6 +292,8 @@ class LakehouseConfig(BaseModel):
 
     def jdbc(self) -> tuple[str, dict[str, str]]:
         """The same catalog database as a JDBC URL plus driver properties, for Spark's JdbcCatalog."""
+        if self.catalog_uri is None:
+            raise ConfigError("catalog_uri: unset; this lakehouse has a REST catalog")
         url = make_url(self.catalog_uri)
         if url.get_backend_name() == "sqlite":
             return f"jdbc:sqlite:{url.database}", {"busy_timeout": "30000", "journal_mode": "WAL"}
@@ -257,25 +321,57 @@ class LakehouseConfig(BaseModel):
         return catalog
 
     def _open_catalog(self) -> Catalog:
+        if self.rest is not None:
+            return self._open_rest_catalog()
+        assert self.catalog_uri is not None  # one catalog: checked by _one_catalog
+        assert self.warehouse is not None
         url = make_url(self.catalog_uri)
         if "://" not in self.warehouse:
             Path(self.warehouse).mkdir(parents=True, exist_ok=True)
+        heartbeats = {HEARTBEATS_URI: self.heartbeats_uri} if self.heartbeats_uri else {}
         try:
             if url.get_backend_name() == "sqlite" and url.database:
                 Path(url.database).parent.mkdir(parents=True, exist_ok=True)
                 with sqlite3.connect(url.database, timeout=30) as connection:
                     connection.execute("PRAGMA journal_mode=WAL")
             try:
-                return SqlCatalog(self.catalog_name, **self.pyiceberg_properties())
+                return SqlCatalog(self.catalog_name, **self.pyiceberg_properties(), **heartbeats)
             except SQLAlchemyError:
                 # Another process created the catalog's tables at the same moment; they exist now.
-                return SqlCatalog(self.catalog_name, **self.pyiceberg_properties())
+                return SqlCatalog(self.catalog_name, **self.pyiceberg_properties(), **heartbeats)
         except (SQLAlchemyError, sqlite3.Error) as exc:
             raise CatalogUnavailable(self._unavailable(exc)) from exc
 
+    def _open_rest_catalog(self) -> Catalog:
+        """Sign in to the REST server and read its ``/v1/config``; a refused credential is a ``ConfigError``."""
+        assert self.rest is not None  # checked by _one_catalog
+        assert self.heartbeats_uri is not None
+        properties = self.rest_properties()
+        if self.on_s3:
+            properties.update(self.pyiceberg_s3_properties())
+        properties[HEARTBEATS_URI] = self.heartbeats_uri
+        where = f"catalog {self.catalog_name!r} at {properties['uri']}"
+        try:
+            return RestCatalog(self.catalog_name, **properties)
+        except (OAuthError, UnauthorizedError, ForbiddenError) as exc:
+            raise ConfigError(
+                f"rest: {where} refused the credential ({_first_line(exc)}). Check {ENV_CREDENTIAL} "
+                f"(client_id:client_secret) or {ENV_TOKEN} (a token that has not expired), or the pyiceberg_catalog "
+                "it comes from, and rest.oauth2_server_uri and rest.scope"
+            ) from exc
+        except BadRequestError as exc:
+            raise ConfigError(
+                f"rest: {where} refused the request ({_first_line(exc)}); check rest.warehouse and rest.prefix"
+            ) from exc
+        except (requests.RequestException, RESTError) as exc:
+            raise CatalogUnavailable(
+                f"rest: {where} cannot be reached: {_first_line(exc)}. Check that the server is up and that "
+                "rest.uri is right"
+            ) from exc
+
     def _unavailable(self, exc: Exception) -> str:
-        url = make_url(self.catalog_uri)
-        cause = (str(getattr(exc, "orig", None) or exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+        url = make_url(self.catalog_uri or "")
+        cause = _first_line(getattr(exc, "orig", None) or exc)
         where = url.render_as_string(hide_password=True)
         if url.get_backend_name() == "sqlite":
             remedy = (
@@ -290,6 +386,11 @@ class LakehouseConfig(BaseModel):
         return f"catalog_uri: catalog {self.catalog_name!r} at {where} cannot be opened: {cause}. {remedy}"
 
 
+def _first_line(exc: object) -> str:
+    """An error's first line, short enough for a one-line message."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
+
+
 def embedded_default(home: Path) -> dict[str, str]:
     """The embedded stack: catalog ``lake`` in ``.lake/catalog.db``, warehouse ``.lake/warehouse``."""
     lake = home.resolve() / ".lake"
@@ -299,17 +400,20 @@ def embedded_default(home: Path) -> dict[str, str]:
 def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = None) -> LakehouseConfig:
     """Build the config from the embedded default, then a YAML file, then ``ICEGROUP_*`` variables.
 
-    Later sources win, so a deployment can point both engines at PostgreSQL with one variable.
+    Later sources win, so a deployment can point both engines at PostgreSQL with one variable. A file
+    that names a REST catalog replaces the embedded default's SQL catalog instead of adding to it.
     """
     env = os.environ if env is None else env
     home = Path(env.get(ENV_HOME, "."))
-    values: dict[str, Any] = embedded_default(home)
+    values: dict[str, Any] = {}
     origins: dict[str, str] = {}
     path = path or (Path(env[ENV_CONFIG]) if env.get(ENV_CONFIG) else None)
     if path is not None:
         from_file = read_yaml_mapping(path, what="lakehouse config", unset=ENV_CONFIG)
         values.update(from_file)
         origins.update(dict.fromkeys(from_file, str(path)))
+    if "rest" not in values:
+        values = {**embedded_default(home), **values}
     for var, field in ENV_OVERRIDES.items():
         if env.get(var):
             values[field] = env[var]

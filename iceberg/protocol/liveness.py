@@ -21,6 +21,10 @@ from enum import StrEnum
 
 from iceberg.protocol.state import Lease, LeasePhase, Origin
 
+# The catalog property, set when a catalog is opened, naming the database heartbeats are kept in
+# (SQLAlchemy URL); unset on a SQL catalog, whose own database keeps them.
+HEARTBEATS_URI = "icegroup.heartbeats-uri"
+
 
 class RunState(StrEnum):
     """A Borrower run as the Leader sees it; the orchestrator maps its own statuses onto these."""

@@ -1,4 +1,4 @@
-"""Heartbeats: a Borrower's sign of life, kept in the catalog database next to the catalog's own tables.
+"""Heartbeats: a Borrower's sign of life, one row per holder in a SQL database, never an Iceberg commit.
 
 A Borrower renews its hold while it works: every ``session_timeout_s / 3`` seconds it writes the time
 into one row of ``icegroup_heartbeats`` keyed by group and holder (see ``holder_of``). The Leader
@@ -13,11 +13,14 @@ a session timeout later (``gone_holders``): the way a Kafka broker notices a con
 connection closed without waiting for its session to run out. On another machine, or where
 ``/proc`` is missing, only the session timeout applies.
 
-Why here and not in Iceberg: a heartbeat is a few bytes that change every few seconds. As an Iceberg
-commit it would write a metadata file, a manifest list and a snapshot each time, and in the
-registry it would contend with every Leader's compare-and-swap. One row update in the catalog
-database costs a single small SQL write and touches no Iceberg table. icegroup runs on SQL catalogs
-only (the fence requirement is checked by pyiceberg's SQL catalog), so that database is always there.
+Why a database and not Iceberg: a heartbeat is a few bytes that change every few seconds. As an
+Iceberg commit it would write a metadata file, a manifest list and a snapshot each time, and in the
+registry it would contend with every Leader's compare-and-swap. One row update costs a single small
+SQL write and touches no Iceberg table. On a SQL catalog the catalog's own database keeps the rows;
+a REST catalog has no database icegroup may write to, so the lakehouse names one
+(``heartbeats_uri``): a database every Leader and Borrower already reaches, such as the Dagster
+instance's PostgreSQL. Not Dagster's own storage API: Borrowers write beats from ``spark_jobs``,
+which never imports Dagster, and a beat must not wait on a Dagster event write.
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import sqlite3
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -34,11 +38,25 @@ from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from sqlalchemy import BigInteger, Column, Integer, MetaData, String, Table, delete, inspect, select, text, update
-from sqlalchemy.engine import Engine
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    create_engine,
+    delete,
+    inspect,
+    select,
+    text,
+    update,
+)
+from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from iceberg.errors import ConfigError
+from iceberg.protocol.liveness import HEARTBEATS_URI
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +72,9 @@ HEARTBEATS = Table(
     Column("process", String(255), nullable=True),
 )
 PROC = Path("/proc")
+# One engine (one connection pool) per heartbeat database a process uses, like the catalogs themselves.
+_ENGINES: dict[str, Engine] = {}
+_ENGINES_LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -113,10 +134,31 @@ def gone_holders(beats: Mapping[str, Beat]) -> frozenset[str]:
 
 
 def _engine(catalog: Catalog) -> Engine:
+    """The heartbeat database: the one the lakehouse names (``heartbeats_uri``), else a SQL catalog's own."""
+    uri = catalog.properties.get(HEARTBEATS_URI)
+    if uri:
+        with _ENGINES_LOCK:
+            engine = _ENGINES.get(uri)
+            if engine is None:
+                engine = _ENGINES[uri] = _open_engine(uri)
+        return engine
     if not isinstance(catalog, SqlCatalog):
-        raise ConfigError(f"catalog_uri: heartbeats need a SQL catalog; {type(catalog).__name__} is not one")
-    engine: Engine = catalog.engine
-    return engine
+        raise ConfigError(
+            f"heartbeats_uri: unset, and a {type(catalog).__name__} has no database of its own to keep heartbeats in"
+        )
+    sql_engine: Engine = catalog.engine
+    return sql_engine
+
+
+def _open_engine(uri: str) -> Engine:
+    """An engine for a heartbeat database named by URL; a SQLite file gets WAL and a busy timeout, as a catalog does."""
+    url = make_url(uri)
+    if url.get_backend_name() == "sqlite" and url.database:
+        Path(url.database).parent.mkdir(parents=True, exist_ok=True)
+        with sqlite3.connect(url.database, timeout=30) as connection:
+            connection.execute("PRAGMA journal_mode=WAL")
+        return create_engine(url, connect_args={"timeout": 30}, pool_pre_ping=True)
+    return create_engine(url, pool_pre_ping=True)
 
 
 def ensure_table(catalog: Catalog) -> None:
