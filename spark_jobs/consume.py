@@ -16,7 +16,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import GroupStopped, NotCaughtUp, RegistryConflict
+from iceberg.errors import CatalogUnavailable, GroupStopped, NotCaughtUp, RegistryConflict
 from iceberg.leader import RunObserver, TickResult, tick
 from iceberg.protocol.consume import DEFAULTS
 from iceberg.protocol.group import GroupConfig
@@ -25,6 +25,7 @@ from iceberg.protocol.state import Lease, LeasePhase
 from iceberg.store.heartbeats import heartbeat, read_beats
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
+from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
 from spark_jobs.transforms import load_transform
 
 
@@ -88,6 +89,7 @@ def consume(
     with heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3), runner:
         idle_since = time.monotonic()
         said_caught_up: int | None = None
+        outage = Outage(group.name, max_wait_s)
         while True:
             try:
                 result = tick(catalog, group, observe, owner_run_id=owner_run_id)
@@ -97,6 +99,16 @@ def consume(
                     raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s) from exc
                 account(runner.finished(poll_s))
                 continue
+            except Exception as exc:
+                if not is_infrastructure(failure_classes(exc)):
+                    raise
+                progress(outage.wait_or_give_up(exc))
+                if runner.busy:
+                    account(runner.finished(outage.next_wait_s))
+                else:
+                    time.sleep(outage.next_wait_s)
+                continue
+            outage.over()
             summary.ticks += 1
             summary.last_tick = result
             if on_tick is not None:
@@ -139,6 +151,41 @@ def consume(
                 raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s)
             else:
                 time.sleep(poll_s)
+
+
+@dataclass
+class Outage:
+    """The catalog (or its database, or the network to it) failing under the tick: waited out, within patience.
+
+    An outage is the platform's, not the group's: nothing is lost while the tick cannot run, and
+    leases in flight retry their own commits. So the loop waits, backing off up to 30 s between
+    tries, and goes on once the catalog answers; past ``patience_s`` it stops with
+    ``CatalogUnavailable`` (exit 2), naming the cause.
+    """
+
+    group: str
+    patience_s: float
+    since: float | None = None
+    next_wait_s: float = 1.0
+
+    def wait_or_give_up(self, exc: BaseException) -> str:
+        """What to tell the operator while waiting; raises ``CatalogUnavailable`` once patience ran out."""
+        now = time.monotonic()
+        self.since = now if self.since is None else self.since
+        waited = now - self.since
+        cause = describe_error(exc)
+        if waited > self.patience_s:
+            raise CatalogUnavailable(
+                f"group {self.group!r}: the catalog has not answered for {waited:.0f}s ({cause}). Nothing was "
+                "lost or dead-lettered: run again once the catalog is back, or raise --max-wait to wait longer"
+            ) from exc
+        self.next_wait_s = min(self.next_wait_s * 2, 30.0) if waited else 1.0
+        return f"{self.group}: the catalog is unavailable ({cause}); trying again in {self.next_wait_s:.0f}s"
+
+    def over(self) -> None:
+        """The catalog answered: the next outage gets the whole patience again."""
+        self.since = None
+        self.next_wait_s = 1.0
 
 
 def not_caught_up(
