@@ -24,9 +24,10 @@ $(STAMP): pyproject.toml
 
 venv: $(STAMP) ## the virtualenv with the pinned dependencies and the dev tools
 
-jvm: system venv ## the jars: the fenced sink commit (spark_jobs/sink/jvm) and the SQLite JDBC shim (infra/sqlite_jdbc)
+jvm: system venv ## the jars: the fenced sink commit (spark_jobs/sink/jvm), the SQLite JDBC shim (infra/sqlite_jdbc) and the local REST catalog server (infra/rest_catalog)
 	@bash infra/build_jar.sh spark_jobs/sink/jvm/src spark_jobs/sink/jvm/icegroup-commit.jar $(PY)
 	@bash infra/build_jar.sh infra/sqlite_jdbc/src infra/sqlite_jdbc/icegroup-sqlite-jdbc.jar $(PY)
+	@bash infra/build_jar.sh infra/rest_catalog/src infra/rest_catalog/icegroup-rest-catalog.jar $(PY) "$$($(PY) -m infra.rest_catalog --compile-classpath)"
 
 jars: jvm ## one folder, build/jars, with every jar Spark needs: what a cluster's `jars:` setting points at
 	@$(PY) -m infra.jars build/jars

@@ -1,4 +1,4 @@
-"""Fences on a real SQLite catalog: a fence commit moves main, and raise_fences only ever raises, also from a stale handle."""
+"""Fences on a real SQLite catalog: a fence commit moves main; raise_fences only raises, also from a stale handle."""
 
 from __future__ import annotations
 
@@ -118,7 +118,7 @@ def test_raise_fences_gives_up_with_a_sink_error(catalog: Catalog, ns: str, monk
 
 
 def test_a_fence_commit_moves_main_with_an_empty_snapshot(catalog: Catalog, ns: str) -> None:
-    """The fence moves main, so that every commit built on metadata from before it is refused by a standard requirement."""
+    """The fence moves main, so a commit built on metadata from before it is refused by a standard requirement."""
     sink = make_sink(catalog, ns)
     rows = pa.table({"id": pa.array([1, 2], pa.int64())}, schema=sink.schema().as_arrow())
     sink.append(rows)
@@ -128,7 +128,8 @@ def test_a_fence_commit_moves_main_with_an_empty_snapshot(catalog: Catalog, ns: 
     raise_fences(sink, {KEY: 1, OTHER: 2})
 
     head = catalog.load_table(f"{ns}.sink").current_snapshot()
-    assert head is not None and head.parent_snapshot_id == before.snapshot_id
+    assert head is not None
+    assert head.parent_snapshot_id == before.snapshot_id
     assert head.summary is not None
     assert head.summary[KEY_FENCE] == f"{KEY},{OTHER}"
     assert [m for m in head.manifests(sink.io) if m.added_snapshot_id == head.snapshot_id] == [], "no files"
