@@ -74,7 +74,11 @@ class ReplayIncomplete(SourceError):
 
 
 class ResetInterrupted(IcegroupError):
-    """A reset raised the sink's epoch but did not commit the registry; running it again completes it."""
+    """A reset raised the sink's epoch but did not commit the registry, and died; running it again completes it."""
+
+
+class ResetInFlight(NotCaughtUp, RegistryConflict):
+    """A live reset raised the sink's epoch and has not committed the registry yet: back off, run again soon."""
 
 
 class LostRace(IcegroupError):

@@ -145,7 +145,7 @@ def tick(
     tables = load_group_tables(catalog, group, loaded)
     source = tables.source
     check_filter(group, source.schema())
-    synced = sync_tables(tables)
+    synced = sync_tables(tables, now_ms=now_ms)  # a reset in flight backs off; one that died stops the tick
     if synced.rebuilt is not None:
         log.warning(
             "group %s: rebuilding the registry from the sink (%s); epoch %d", group.name, synced.rebuilt,

@@ -45,18 +45,19 @@ class Synced:
     rebuilt: str | None = None
 
 
-def sync_tables(tables: GroupTables, fence: bool = True) -> Synced:
+def sync_tables(tables: GroupTables, fence: bool = True, now_ms: int | None = None) -> Synced:
     """Check the registry against the sink's commits since its cursor; rebuild it if it is missing or behind.
 
     A tick rebuilds with ``fence``: the sink's epoch fence goes up first (see ``rebuild``). Without
     it the rebuilt state is only shown (``describe``), and nothing is written. A sink whose epoch a
-    reset raised without committing the registry is not rebuilt from: ``ResetInterrupted`` names the
-    command that completes the reset.
+    reset raised without committing the registry is not rebuilt from: while the reset runs,
+    ``ResetInFlight`` backs off (its holder beats, as of ``now_ms``); once it died,
+    ``ResetInterrupted`` names the command that completes it.
     """
     catalog, group, source, loaded = tables.catalog, tables.group, tables.source, tables.registry
     stored = loaded.state
     history = history_of(tables.sink, group.name, stored.sink_cursor if stored else None)
-    check_interrupted(history.reset_marker, group, stored.epoch if stored else 0)
+    check_interrupted(catalog, history.reset_marker, group, stored.epoch if stored else 0, now_ms)
     reason = disagreement(stored, history)
     if reason is None:
         return Synced(state=stored or initial_state(source, group), history=history)

@@ -2,9 +2,10 @@
 
 Executing goes in the order that keeps a crash safe:
 
-1. the sink's epoch fence goes up together with a marker naming the reset
-   (``icegroup.reset.<group>``): no lease or replay of the old epoch can commit from then on, and a
-   Leader that ticks sees the marker and stops, naming the command that completes the reset. The
+1. the sink's epoch fence goes up together with a marker naming the reset and its holder
+   (``icegroup.reset.<group>``): no lease or replay of the old epoch can commit from then on. A
+   Leader that ticks sees the marker and backs off while the holder beats (``ResetInFlight``); once
+   the holder died, it stops, naming the command that completes the reset (``ResetInterrupted``). The
    reset must raise the fence itself (another reset that took the same epoch first wins alone), so
    a marker of the registry's epoch is always the marker of the reset that committed it;
 2. the plan is made again, on the sink's history as the fence left it, and its positions are
@@ -16,13 +17,16 @@ Executing goes in the order that keeps a crash safe:
    compare-and-swap; 5. the marker is cleared.
 
 Running the same reset again after a crash finds its marker and record and completes it in the
-same epoch; every step is idempotent.
+same epoch; every step is idempotent. The reset beats for itself in the heartbeat store from before
+its fence until after its marker is cleared (as a replay beats for its ticket), so that a tick can
+tell a reset in flight from one that died.
 """
 
 from __future__ import annotations
 
 import json
 import time
+import uuid
 from dataclasses import dataclass
 from functools import partial
 
@@ -30,13 +34,27 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.cascade import follows_after_reset
-from iceberg.errors import RegistryConflict, ResetInterrupted, UsageError
+from iceberg.errors import RegistryConflict, ResetInFlight, UsageError
 from iceberg.failpoints import failpoint
 from iceberg.protocol.fences import epoch_key
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.phases import check_drift
 from iceberg.protocol.replay import holder_alive
-from iceberg.protocol.reset import Position, ResetTarget, StreamMove, reconsumed, reset_state, round_down
+from iceberg.protocol.reset import (
+    Holder,
+    Position,
+    ResetMarker,
+    ResetTarget,
+    StreamMove,
+    judge_holder,
+    parse_marker,
+    reconsumed,
+    reset_in_flight,
+    reset_interrupted,
+    reset_moved,
+    reset_state,
+    round_down,
+)
 from iceberg.protocol.shards import window_label
 from iceberg.protocol.sink_commit import (
     KEY_EPOCH,
@@ -52,7 +70,7 @@ from iceberg.protocol.state import GroupState
 from iceberg.reset_targets import chain, check_reachable, count_skipped, targets
 from iceberg.retry import again_while_losing
 from iceberg.store.fences import raise_fences
-from iceberg.store.heartbeats import read_beats
+from iceberg.store.heartbeats import gone_holders, heartbeat, read_beats
 from iceberg.store.registry import Loaded, commit_or_lose, kept_moving, load_state
 from iceberg.store.sink import delete_shards, remove_property
 from iceberg.store.sink_history import sink_history
@@ -99,13 +117,20 @@ class ResetPlan:
 
 
 def plan_reset(
-    catalog: Catalog, group: GroupConfig, target: ResetTarget, keep_output: bool = False, now_ms: int | None = None
+    catalog: Catalog,
+    group: GroupConfig,
+    target: ResetTarget,
+    keep_output: bool = False,
+    now_ms: int | None = None,
+    holder: str | None = None,
 ) -> ResetPlan:
     """Resolve ``target`` and plan every stream's move; nothing is written.
 
     A stream's current position is the furthest of the registry's and the sink's (the registry may
     lag the sink's commits); streams only the sink knows move too. Shards a reset made void are not
-    counted. A reset whose marker is on the sink is completed with the positions it recorded.
+    counted. A reset whose marker is on the sink is completed with the positions it recorded, once
+    its holder died; while it is in flight (its holder, not ``holder``, still beats) this raises
+    ``ResetInFlight``.
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     loaded = load_state(catalog, group.name)
@@ -118,14 +143,18 @@ def plan_reset(
     source = load_source(catalog, group.source)
     sink = load_optional(catalog, group.sink)
     history = chain(source)
-    marker = reset_marker(sink, group)
-    resumes = marker is not None and marker[0] > state.epoch and marker[0] == sink_epoch(sink, group)
-    if resumes and marker is not None and marker[1] != target.describe():
+    marker = marker_of(sink, group)
+    resumes = marker is not None and marker.epoch > state.epoch and marker.epoch == sink_epoch(sink, group)
+    if resumes and marker is not None and marker.holder is not None and marker.holder != holder:
+        in_flight = judge_reset(catalog, group, marker, now_ms)
+        if in_flight is not None:
+            raise in_flight
+    if resumes and marker is not None and marker.target != target.describe():
         raise UsageError(
-            f"group {group.name!r}: a reset ({marker[1]}) was interrupted in epoch {marker[0]}; complete it first: "
-            f"`icegroup reset {group.name} {marker[1]} --execute`"
+            f"group {group.name!r}: a reset ({marker.target}) was interrupted in epoch {marker.epoch}; complete it "
+            f"first: `icegroup reset {group.name} {marker.target} --execute`"
         )
-    epoch = marker[0] if resumes and marker is not None else max(state.epoch, sink_epoch(sink, group)) + 1
+    epoch = marker.epoch if resumes and marker is not None else max(state.epoch, sink_epoch(sink, group)) + 1
     records = parse_resets(sink.properties.get(resets_key(group.name), "")) if sink is not None else []
     own = next((r for r in records if r.epoch == epoch), None)
     committed = committed_ranges(sink, group, [r for r in records if r.epoch != epoch])
@@ -184,32 +213,74 @@ def sink_epoch(sink: Table | None, group: GroupConfig) -> int:
 
 def reset_marker(sink: Table | None, group: GroupConfig) -> tuple[int, str] | None:
     """The epoch and target of the reset whose marker is on the sink (set with its fence, cleared after it)."""
+    marker = marker_of(sink, group)
+    return None if marker is None else (marker.epoch, marker.target)
+
+
+def marker_of(sink: Table | None, group: GroupConfig) -> ResetMarker | None:
+    """The marker of the reset on the sink, with the holder that beats for it, if there is one."""
     return parse_marker(sink.properties.get(reset_key(group.name), "") if sink is not None else "")
 
 
-def parse_marker(text: str) -> tuple[int, str] | None:
-    """A reset marker's epoch and target; None for no marker."""
-    if not text:
-        return None
-    marker = json.loads(text)
-    return int(marker["epoch"]), str(marker["target"])
+def check_interrupted(
+    catalog: Catalog, marker_text: str, group: GroupConfig, stored_epoch: int, now_ms: int | None = None
+) -> None:
+    """Stop a tick that finds a reset between its fence and its registry commit.
 
-
-def check_interrupted(marker_text: str, group: GroupConfig, stored_epoch: int) -> None:
-    """``ResetInterrupted`` when a reset fenced the sink but did not commit the registry."""
+    ``ResetInFlight`` while the reset runs (the tick backs off: the reset is about to commit), and
+    ``ResetInterrupted``, naming the command that completes it, once it died. Heartbeats are read
+    only when there is such a marker, so a tick without one pays nothing.
+    """
     marker = parse_marker(marker_text)
-    if marker is not None and marker[0] > stored_epoch:
-        epoch, target = marker
-        raise ResetInterrupted(
-            f"group {group.name!r}: a reset ({target}) raised the sink's epoch to {epoch} but did not commit the "
-            f"registry (it was interrupted); run `icegroup reset {group.name} {target} --execute` again to complete it"
-        )
+    if marker is None or marker.epoch <= stored_epoch:
+        return
+    in_flight = judge_reset(catalog, group, marker, now_ms)
+    if in_flight is not None:
+        raise in_flight
+    raise reset_interrupted(group.name, marker)
+
+
+def judge_reset(
+    catalog: Catalog, group: GroupConfig, marker: ResetMarker, now_ms: int | None = None
+) -> ResetInFlight | None:
+    """The error to back off with while the reset that set ``marker`` still runs; None once it died.
+
+    A holder with no heartbeat row stopped since the marker was read (``judge_holder``), so the
+    marker is read again: left as it was, its reset died before it completed; cleared or rewritten,
+    the reset completed or another run took it over meanwhile, and the caller's reads are stale.
+    """
+    now_ms = int(time.time() * 1000) if now_ms is None else now_ms
+    beats = read_beats(catalog, group.name)
+    last = {h: b.beat_ms for h, b in beats.items()}
+    verdict = judge_holder(marker, last, gone_holders(beats), now_ms, group.session_timeout_s)
+    if verdict is Holder.ALIVE and marker.holder is not None:
+        return reset_in_flight(group.name, marker, last[marker.holder], now_ms, group.session_timeout_s)
+    if verdict is Holder.ENDED and marker_of(load_optional(catalog, group.sink), group) != marker:
+        return reset_moved(group.name, marker)
+    return None
 
 
 def execute_reset(
     catalog: Catalog, group: GroupConfig, target: ResetTarget, keep_output: bool = False, retries: int = 5
 ) -> ResetPlan:
-    """Execute a reset in the order the module docstring gives; returns the plan it carried out."""
+    """Execute a reset in the order the module docstring gives, beating for it; returns the plan it carried out.
+
+    The plan's ``completes_interrupted`` says whether this run completed a reset that had died: its
+    marker was on the sink when this run began (this run's own marker does not count).
+    """
+    holder = f"reset-{uuid.uuid4().hex[:12]}"
+    found = marker_of(load_optional(catalog, group.sink), group)
+    with heartbeat(catalog, group.name, holder, interval_s=group.session_timeout_s / 3):
+        plan = run_reset(catalog, group, target, keep_output, retries, holder)
+    plan.completes_interrupted = found is not None and found.epoch == plan.epoch
+    return plan
+
+
+def run_reset(
+    catalog: Catalog, group: GroupConfig, target: ResetTarget, keep_output: bool, retries: int, holder: str
+) -> ResetPlan:
+    """The reset's steps, each try on what is there now; ``holder`` beats for it meanwhile."""
+    at_ms = int(time.time() * 1000)
 
     def attempt() -> ResetPlan:
         loaded = load_state(catalog, group.name)
@@ -225,9 +296,9 @@ def execute_reset(
         finished = finish_committed(sink, group, target, keep_output, loaded)
         if finished is not None:
             return finished
-        plan = plan_reset(catalog, group, target, keep_output)
+        plan = plan_reset(catalog, group, target, keep_output, holder=holder)
         if sink is not None:
-            marker = json.dumps({"epoch": plan.epoch, "target": target.describe()})
+            marker = ResetMarker(plan.epoch, target.describe(), holder, at_ms).to_json()
             fresh = not plan.completes_interrupted
             raised = raise_fences(
                 sink, {epoch_key(group.name): plan.epoch}, also={reset_key(group.name): marker}, strict=fresh
@@ -242,7 +313,7 @@ def execute_reset(
                     f"group {group.name!r}: the sink's epoch moved past {plan.epoch} (a rebuild?); run the reset again"
                 )
             failpoint("reset.after_fence")
-            plan = plan_reset(catalog, group, target, keep_output)
+            plan = plan_reset(catalog, group, target, keep_output, holder=holder)
             source = load_source(catalog, group.source)
             records = follows_after_reset(source, sink, group.name, plan.state.planned_through_sequence)
             if not keep_output:
@@ -274,14 +345,14 @@ def finish_committed(
     running the command again completes the reset rather than moving the group once more. A
     marker of another target is only cleared, and this reset goes on. None when there is no such marker.
     """
-    marker = reset_marker(sink, group)
-    if sink is None or loaded.state is None or marker is None or marker[0] != loaded.state.epoch:
+    marker = marker_of(sink, group)
+    if sink is None or loaded.state is None or marker is None or marker.epoch != loaded.state.epoch:
         return None
     clear_marker(sink, group)
-    if marker[1] != target.describe():
+    if marker.target != target.describe():
         return None
     return ResetPlan(
-        group=group.name, target=target, epoch=marker[0], moves=[], windows=[], keep_output=keep_output,
+        group=group.name, target=target, epoch=marker.epoch, moves=[], windows=[], keep_output=keep_output,
         state=loaded.state, completes_interrupted=True, loaded=loaded, already_committed=True,
     )  # fmt: skip
 

@@ -16,7 +16,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import CatalogUnavailable, GroupStopped, NotCaughtUp, RegistryConflict
+from iceberg.errors import CatalogUnavailable, GroupStopped, NotCaughtUp, RegistryConflict, ResetInFlight
 from iceberg.leader import RunObserver, TickResult, tick
 from iceberg.protocol.consume import DEFAULTS
 from iceberg.protocol.group import GroupConfig
@@ -69,7 +69,9 @@ def consume(
     A Borrower error propagates once the other leases in flight have ended: the run fails, and the
     next tick re-grants the lease. Two are expected and handled (``LeaseRunner``): a lease fenced by
     a re-grant elsewhere, and a shard parked by ``on_poison: park``. A stopped group raises
-    ``GroupStopped``; a paused one raises ``NotCaughtUp`` once nothing is left to run here.
+    ``GroupStopped``; a paused one raises ``NotCaughtUp`` once nothing is left to run here. A reset
+    in flight (``ResetInFlight``) is waited out like a lost race, polling every ``poll_s``; if it
+    still runs after ``max_wait_s`` without progress, that error is raised.
     ``terminate`` is handed the revoked attempts whose runs still look alive (a killed consumer's
     run, say), so the orchestrator can mark them ended. ``spark`` is called for the session only when
     this process has a lease to run, so a group with nothing to do never starts a JVM. ``on_tick``
@@ -96,8 +98,12 @@ def consume(
             except RegistryConflict as exc:
                 progress(f"{group.name}: backing off: {exc}")
                 if time.monotonic() - idle_since > max_wait_s and not runner.busy:
+                    if isinstance(exc, ResetInFlight):
+                        raise  # it names the reset, and when to run again
                     raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s) from exc
                 account(runner.finished(poll_s))
+                if isinstance(exc, ResetInFlight) and not runner.busy:
+                    time.sleep(poll_s)  # the reset commits in a moment: tick again then, not at once
                 continue
             except Exception as exc:
                 if not is_infrastructure(failure_classes(exc)):

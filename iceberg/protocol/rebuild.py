@@ -19,7 +19,7 @@ from itertools import pairwise
 from iceberg.errors import SourceError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.sink_commit import ResetRecord, ShardRange, SinkCommit
-from iceberg.protocol.state import ConfigChange, GroupState, StreamState
+from iceberg.protocol.state import RATE_SAMPLES, ConfigChange, GroupState, StreamState
 
 
 def registry_behind(state: GroupState, commits: Iterable[SinkCommit], sink_epoch: int) -> str | None:
@@ -60,6 +60,10 @@ def rebuild_state(
     newest low watermark the commits recorded (every stream was committed through it when its
     lease was granted, and commits are durable), else from the start; each stream's committed
     position keeps its committed ranges above that from being cut again.
+
+    The registry's rate samples are lost with it, so each stream's are taken from its last commits
+    (their times and rows): without them a stream would look idle since 1970, and the next tick
+    would fold it out of the registry as done (``retire_streams``) though it committed seconds ago.
     """
     streams: dict[str, StreamState] = {}
     for commit in commits:
@@ -72,6 +76,7 @@ def rebuild_state(
                 stream.position, stream.position_sequence = shard.to_snapshot, sequence
             stream.committed_shards += 1
             stream.committed_rows += shard.rows or 0
+            stream.recent = [*stream.recent, (commit.timestamp_ms, shard.rows or 0)][-RATE_SAMPLES:]
     start = recorded_start(commits, sequences, group)
     last_reset = max((reset.epoch for reset in resets), default=0)
     marks = [

@@ -6,14 +6,23 @@ back re-consumes committed ranges; their earlier output is deleted by shard id, 
 each row once (unless the user keeps it). A backward position inside a committed shard is rounded
 down to the shard's start: a shard's output is deleted whole or not at all. Moving forward skips
 data, and the plan says how many rows.
+
+A reset in progress is marked on the sink (``ResetMarker``) from its fence to its end, and beats
+for itself in the heartbeat store as a replay's holder does. A tick that finds the marker above the
+registry's epoch tells from the holder's beats whether the reset is in flight (back off, try again
+soon) or died (``ResetInterrupted``: running it again completes it): ``judge_holder``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import json
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Literal
 
+from iceberg.errors import ResetInFlight, ResetInterrupted
 from iceberg.protocol.sink_commit import ShardRange
 from iceberg.protocol.state import GroupState, StreamState
 
@@ -112,3 +121,96 @@ def reset_state(
     if reopened and new.windows_complete_through_ms is not None:
         new.windows_complete_through_ms = min(new.windows_complete_through_ms, min(reopened))
     return new
+
+
+@dataclass(frozen=True)
+class ResetMarker:
+    """A reset's marker on the sink (``icegroup.reset.<group>``): set with its epoch fence, cleared at its end.
+
+    ``holder`` beats for the reset while it runs, from before the marker is set until after it is
+    cleared, and ``at_ms`` is when it set the marker. A marker written before markers named their
+    holder has neither: nothing tells whether its reset still runs, so it counts as interrupted.
+    """
+
+    epoch: int
+    target: str
+    holder: str | None = None
+    at_ms: int | None = None
+
+    def to_json(self) -> str:
+        """The property value; readers that know only ``epoch`` and ``target`` still read it."""
+        fields: dict[str, object] = {"epoch": self.epoch, "target": self.target}
+        if self.holder is not None:
+            fields |= {"holder": self.holder, "at_ms": self.at_ms}
+        return json.dumps(fields)
+
+
+def parse_marker(text: str) -> ResetMarker | None:
+    """A reset marker as the sink property holds it; None for no marker."""
+    if not text:
+        return None
+    marker = json.loads(text)
+    holder, at_ms = marker.get("holder"), marker.get("at_ms")
+    return ResetMarker(
+        int(marker["epoch"]), str(marker["target"]), None if holder is None else str(holder),
+        None if at_ms is None else int(at_ms),
+    )  # fmt: skip
+
+
+class Holder(StrEnum):
+    """How a reset marker's holder stands, by its heartbeat."""
+
+    ALIVE = "alive"  # it beat within the session timeout and its process runs: the reset is in flight
+    DEAD = "dead"  # silent past the session timeout, its process gone, or a marker that names no holder
+    ENDED = "ended"  # no heartbeat row: it stopped (completed or failed) since the marker was read
+
+
+def judge_holder(
+    marker: ResetMarker, beats: Mapping[str, int], gone: Collection[str], now_ms: int, session_timeout_s: int
+) -> Holder:
+    """Whether the reset that set ``marker`` is still running, as its holder's last heartbeat tells.
+
+    The holder beats before it sets the marker and forgets its row only once it stops, so a missing
+    row means it stopped: the caller reads the marker again to tell a reset that completed meanwhile
+    (marker gone) from one that failed (marker left behind).
+    """
+    if marker.holder is None or marker.holder in gone:
+        return Holder.DEAD
+    if marker.holder not in beats:
+        return Holder.ENDED
+    return Holder.ALIVE if now_ms - beats[marker.holder] <= session_timeout_s * 1000 else Holder.DEAD
+
+
+def reset_in_flight(
+    group: str, marker: ResetMarker, last_beat_ms: int, now_ms: int, session_timeout_s: int
+) -> ResetInFlight:
+    """The error of a tick (or another reset) that found a live reset between its fence and its registry commit.
+
+    It names the reset and when to try again; it does not send anyone to run the reset: a second
+    run of a forward reset would skip newer rows.
+    """
+    dead_from = datetime.fromtimestamp((last_beat_ms + session_timeout_s * 1000) / 1000, tz=UTC)
+    return ResetInFlight(
+        f"group {group!r}: a reset ({marker.target}) is in flight: it raised the sink's epoch to {marker.epoch} and "
+        f"has not committed the registry yet (held by {marker.holder}, last heartbeat "
+        f"{max(now_ms - last_beat_ms, 0) / 1000:.0f}s ago). Nothing was changed here; run it again once that reset "
+        f"is done, usually within seconds (if its process dies, it counts as interrupted from "
+        f"{dead_from.isoformat(timespec='seconds')} on, and the command that completes it is named then)"
+    )
+
+
+def reset_moved(group: str, marker: ResetMarker) -> ResetInFlight:
+    """The error of a tick that read a reset's marker just before that reset completed (or was taken over)."""
+    return ResetInFlight(
+        f"group {group!r}: a reset ({marker.target}) in epoch {marker.epoch} completed or moved on while this read "
+        "the group; nothing was changed here; run it again now"
+    )
+
+
+def reset_interrupted(group: str, marker: ResetMarker) -> ResetInterrupted:
+    """The error of a tick that found the marker of a reset that died before it committed the registry."""
+    return ResetInterrupted(
+        f"group {group!r}: a reset ({marker.target}) raised the sink's epoch to {marker.epoch} but did not commit "
+        f"the registry (it was interrupted); run `icegroup reset {group} {marker.target} --execute` again to "
+        "complete it"
+    )

@@ -11,7 +11,7 @@ from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.rebuild import rebuild_state, registry_behind
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
 from iceberg.protocol.sink_commit import ResetRecord, SinkCommit, commit_properties, parse_commit
-from iceberg.protocol.state import Origin, StreamState, add_shards
+from iceberg.protocol.state import Origin, StreamState, add_shards, retire_streams
 from tests.factories import WINDOW_START_MS, group_state, shard
 
 EU, US = "0/region=eu", "0/region=us"
@@ -201,3 +201,22 @@ def test_a_rebuild_after_a_reset_leaves_out_the_output_the_reset_deleted() -> No
 
     assert (state.streams[EU].position, state.streams[EU].position_sequence) == (101, 1)
     assert state.planned_through == 100, "no low watermark from before the reset"
+
+
+def test_a_rebuilt_stream_was_last_active_when_its_last_commit_landed_not_in_1970() -> None:
+    """A rebuilt registry has no tick samples: each stream's activity comes from its sink commits' timestamps."""
+    commits = [
+        committed(shard(1, stream=EU), snapshot_id=901),
+        committed(shard(2, stream=US), snapshot_id=902),
+        committed(shard(3, stream=EU), snapshot_id=903),
+    ]
+    newest = {EU: commits[2].timestamp_ms, US: commits[1].timestamp_ms}
+
+    state = rebuild_state(GROUP, commits, sequences={}, sink_head=903, epoch=1)
+
+    assert {name: s.recent[-1][0] for name, s in state.streams.items()} == newest
+    state.planned_through, state.planned_through_sequence = 103, 3  # every stream at or below the cursor
+    a_second_later = max(newest.values()) + 1_000
+    kept = retire_streams(state, a_second_later, idle_ms=3_600_000)
+    assert set(kept.streams) == {EU, US}, "streams that committed a second ago are not done"
+    assert kept.retired.streams == 0

@@ -256,3 +256,22 @@ def test_a_rebuild_plans_from_the_low_watermark_so_expired_early_source_history_
     assert rebuilt.caught_up, "nothing left: every range was committed before the registry was lost"
     ranges = committed_ranges(catalog, group)
     assert len(ranges) == len(set(ranges)) == 5 * 3
+
+
+@pytest.mark.parametrize("how", ["tick", "icegroup rebuild --execute"])
+def test_streams_that_committed_just_before_a_rebuild_are_not_folded_out_as_idle_since_1970(
+    catalog: Catalog, group: GroupConfig, how: str
+) -> None:
+    consume_all(catalog, group)
+    drop_registry(catalog, group)
+    if how != "tick":
+        rebuild.rebuild_registry(catalog, group, execute=True)
+    last_commit = max(s.timestamp_ms for s in catalog.load_table(group.sink).snapshots())
+
+    after = run(catalog, group)  # the tick that rebuilds, or the first one after the rebuild
+    view = describe_group(catalog, group)
+
+    assert after.state.retired.streams == 0, "a stream that committed seconds ago is not done"
+    assert len(after.state.streams) == 3
+    assert all(0 < s.recent[-1][0] <= last_commit for s in after.state.streams.values())
+    assert (view.retired_streams, len(view.streams)) == (0, 3)
