@@ -3,7 +3,9 @@
 Every part is a separate process, as it would be on separate hosts:
 
 - PostgreSQL holding the Iceberg catalog (database ``lake``) and Dagster's run, event-log and
-  schedule storage (database ``dagster``);
+  schedule storage (database ``dagster``, which also keeps Borrowers' heartbeats);
+- an Iceberg REST catalog in front of database ``lake`` (``infra/rest_catalog``): both engines reach
+  the catalog only through it, with a client credential, as production lakes are reached;
 - a Spark standalone master and two workers, each with its own cores and memory limits, started
   with ``spark-class`` from the pyspark install;
 - ``dagster-webserver`` (on 127.0.0.1 only) and ``dagster-daemon`` over one PostgreSQL instance;
@@ -28,9 +30,21 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from infra import rest_catalog
 from infra.postgres import LocalPostgres, open_local_postgres, server_bin_dir
 from infra.processes import MEMBER, alive, http_ok, is_member, members, port_open, terminate, wait_for
-from infra.stack_layout import BUCKET, S3_KEYS, Layout, default_layout, repo_root, stack_env, write_files
+from infra.stack_layout import (
+    BUCKET,
+    REST_CLIENT_ID,
+    REST_WAREHOUSE,
+    S3_KEYS,
+    Layout,
+    default_layout,
+    repo_root,
+    rest_secret,
+    stack_env,
+    write_files,
+)
 
 
 @dataclass
@@ -131,6 +145,16 @@ def daemon_healthy(layout: Layout) -> bool:
     return check.returncode == 0
 
 
+def rest_server(layout: Layout) -> rest_catalog.RestServer:
+    """The stack's REST catalog server: Iceberg's reference handlers over the catalog database ``lake``."""
+    return rest_catalog.RestServer(
+        jdbc_url=f"jdbc:postgresql://127.0.0.1:{layout.postgres_port}/lake",
+        jdbc_user="postgres",
+        warehouse=str(layout.folder / "warehouse"),
+        port=layout.rest_port,
+    )
+
+
 def claim_port(port: int, part: str) -> None:
     """Stop with a clear message when a port a part is about to take is in use."""
     if port_open(port):
@@ -162,6 +186,17 @@ def up(layout: Layout) -> Stack:
     stack.parts.append(
         Part("postgres", postgres.pid(), f"127.0.0.1:{layout.postgres_port}", str(postgres.data_dir / "log"))
     )
+
+    server = rest_server(layout)
+    rest = keep_or_start(
+        "rest-catalog",
+        layout.rest_port,
+        rest_catalog.command(server),
+        {"ICEGROUP_REST_CLIENT_ID": REST_CLIENT_ID, "ICEGROUP_REST_CLIENT_SECRET": rest_secret(layout)},
+    )
+    rest.listens = f"{layout.rest_url} (warehouse {REST_WAREHOUSE}, over PostgreSQL database lake)"
+    stack.parts.append(rest)
+    rest_catalog.wait_ready(layout.rest_url, 60, log=Path(rest.log))
 
     spark_class = str(spark_home() / "bin" / "spark-class")
     master = keep_or_start(

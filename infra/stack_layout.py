@@ -7,13 +7,18 @@ Pure apart from ``write_files``: the product's lakehouse config, Dagster's insta
 from __future__ import annotations
 
 import os
+import secrets
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
+from iceberg.config.rest import ENV_CREDENTIAL
+
 BUCKET = "icegroup"
+REST_WAREHOUSE = "lake"
+REST_CLIENT_ID = "icegroup-stack"
 # Dummy keys for the local S3 server, which accepts any; .stack/env exports them. Real keys never go in a file.
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "icegroup-stack", "AWS_SECRET_ACCESS_KEY": "icegroup-stack", "AWS_REGION": "us-east-1"}
 
@@ -36,6 +41,7 @@ class Layout:
     worker_memory: str = "3g"
     webserver_port: int = 13000
     s3_port: int = 19000
+    rest_port: int = 18181
     # One Borrower's application: 1 core and a small executor, so a handful of Borrowers share the workers.
     app_cores: int = 1
     executor_memory: str = "768m"
@@ -44,6 +50,11 @@ class Layout:
     def master_url(self) -> str:
         """The Spark master, as ``spark_master`` takes it."""
         return f"spark://127.0.0.1:{self.master_port}"
+
+    @property
+    def rest_url(self) -> str:
+        """The stack's Iceberg REST catalog, as ``rest.uri`` takes it."""
+        return f"http://127.0.0.1:{self.rest_port}"
 
     @property
     def s3_endpoint(self) -> str:
@@ -61,10 +72,22 @@ def repo_root() -> Path:
 
 
 def lakehouse_config(layout: Layout) -> dict[str, object]:
-    """The product's lakehouse config for this stack: the only thing that differs from the embedded default."""
+    """The product's lakehouse config for this stack: the only thing that differs from the embedded default.
+
+    The catalog is the stack's REST catalog, as production lakes are reached; its warehouse is
+    ``lake``, and heartbeats are kept in the Dagster instance's database, which every Leader and
+    Borrower of the stack reaches already. The credential is in ``env``, never in this file.
+    """
     return {
-        "catalog_uri": layout.catalog_uri(),
-        "warehouse": str(layout.folder / "warehouse"),
+        "rest": {"uri": layout.rest_url, "warehouse": REST_WAREHOUSE},
+        "heartbeats_uri": layout.catalog_uri("dagster"),
+        **spark_config(layout),
+    }
+
+
+def spark_config(layout: Layout) -> dict[str, object]:
+    """How Borrowers reach the stack's Spark cluster and its jars, whichever catalog they use."""
+    return {
         "spark_master": layout.master_url,
         "jars": str(repo_root() / "build" / "jars"),
         "spark": {
@@ -77,13 +100,27 @@ def lakehouse_config(layout: Layout) -> dict[str, object]:
 
 
 def s3_lakehouse_config(layout: Layout) -> dict[str, object]:
-    """The same catalog with its warehouse in the stack's S3 bucket (pyiceberg's side; see infra/README.md)."""
+    """A SQL catalog in the stack's PostgreSQL, its warehouse in the S3 bucket (pyiceberg's side; infra/README.md)."""
     return {
-        **lakehouse_config(layout),
         "catalog_name": "s3lake",
+        "catalog_uri": layout.catalog_uri(),
         "warehouse": f"s3://{BUCKET}/warehouse",
         "s3": {"endpoint": layout.s3_endpoint, "region": S3_KEYS["AWS_REGION"], "path_style_access": True},
+        **spark_config(layout),
     }
+
+
+def rest_secret(layout: Layout) -> str:
+    """The REST catalog's client secret: made on first use and kept in ``rest-secret`` (only the owner reads it).
+
+    Kept, so that a server restarted by ``stack-up`` and every client that sourced ``env`` agree.
+    """
+    path = layout.folder / "rest-secret"
+    if not path.is_file():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch(mode=0o600)
+        path.write_text(secrets.token_urlsafe(24))
+    return path.read_text().strip()
 
 
 def dagster_config(layout: Layout) -> dict[str, object]:
@@ -113,10 +150,11 @@ def dagster_config(layout: Layout) -> dict[str, object]:
 
 
 def stack_env(layout: Layout) -> dict[str, str]:
-    """The variables that point icegroup, Dagster and boto3 at this stack."""
+    """The variables that point icegroup, Dagster and boto3 at this stack, the REST catalog's credential included."""
     return {
         "ICEGROUP_LAKEHOUSE": str(layout.folder / "lakehouse.yaml"),
         "DAGSTER_HOME": str(layout.folder / "dagster"),
+        ENV_CREDENTIAL: f"{REST_CLIENT_ID}:{rest_secret(layout)}",
         **S3_KEYS,
     }
 
@@ -131,6 +169,7 @@ def write_files(layout: Layout) -> None:
     (folder / "lakehouse-s3.yaml").write_text(yaml.safe_dump(s3_lakehouse_config(layout), sort_keys=False))
     (folder / "dagster" / "dagster.yaml").write_text(yaml.safe_dump(dagster_config(layout), sort_keys=False))
     lines = [f"export {key}={value}" for key, value in stack_env(layout).items()]
+    (folder / "env").touch(mode=0o600)
     (folder / "env").write_text(
         "# source this file to use the stack: icegroup, dagster and boto3 pick it up\n" + "\n".join(lines) + "\n"
     )

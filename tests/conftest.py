@@ -20,14 +20,14 @@ _names = itertools.count()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under ``make test-stack``, give this run a catalog database of its own in the stack's PostgreSQL."""
+    """Under ``make test-stack``, give this run a heartbeat database of its own in the stack's PostgreSQL."""
     if on_stack():
         layout = stack_layout()
-        os.environ["ICEGROUP_CATALOG_URI"] = layout.catalog_uri(scratch_database("lake_test"))
+        os.environ["ICEGROUP_HEARTBEATS_URI"] = layout.catalog_uri(scratch_database("heartbeats_test"))
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Under ``make test-stack``, drop the run's scratch databases (the catalog and the Dagster instances)."""
+    """Under ``make test-stack``, drop the run's scratch databases (heartbeats and the Dagster instances)."""
     if on_stack():
         drop_scratch_databases()
 

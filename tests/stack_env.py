@@ -1,10 +1,10 @@
 """The lakehouse a test uses: the embedded default, or under ``make test-stack`` the scale-out stack.
 
-``make test-stack`` sources ``.stack/env`` (``ICEGROUP_LAKEHOUSE``: the PostgreSQL catalog, the Spark
-master, the jars folder) and sets ``ICEGROUP_TEST_STACK`` to the stack's folder. The run then gets a
-catalog database of its own (``pytest_configure``), and every test folder that is an
-``ICEGROUP_HOME`` gets its own catalog name and warehouse in it, as each has its own SQLite file on
-the embedded default. Off the stack, ``home_env`` is just ``ICEGROUP_HOME``, as before.
+``make test-stack`` sources ``.stack/env`` (``ICEGROUP_LAKEHOUSE``: the REST catalog, the Spark
+master, the jars folder; the REST credential) and sets ``ICEGROUP_TEST_STACK`` to the stack's folder.
+The run then gets a heartbeat database of its own (``pytest_configure``), and every test folder that
+is an ``ICEGROUP_HOME`` gets a REST warehouse of its own, as each has its own SQLite file on the
+embedded default. Off the stack, ``home_env`` is just ``ICEGROUP_HOME``, as before.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from infra.postgres import LocalPostgres
 from infra.stack_layout import Layout, dagster_config
 
 ENV_TEST_STACK = "ICEGROUP_TEST_STACK"
-PASSED_ON = ("ICEGROUP_LAKEHOUSE", "ICEGROUP_CATALOG_URI")
+PASSED_ON = ("ICEGROUP_LAKEHOUSE", "ICEGROUP_HEARTBEATS_URI", "ICEGROUP_REST_CREDENTIAL")
 
 
 def on_stack() -> bool:
@@ -63,8 +63,7 @@ def home_env(home: Path) -> dict[str, str]:
     env = {"ICEGROUP_HOME": str(home)}
     if on_stack():
         env.update({key: os.environ[key] for key in PASSED_ON if os.environ.get(key)})
-        env["ICEGROUP_CATALOG_NAME"] = "h" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
-        env["ICEGROUP_WAREHOUSE"] = str(home.resolve() / ".lake" / "warehouse")
+        env["ICEGROUP_REST_WAREHOUSE"] = "h" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
     return env
 
 

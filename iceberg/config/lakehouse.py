@@ -44,6 +44,7 @@ ENV_OVERRIDES = {
     "ICEGROUP_ICEBERG_PACKAGES": "iceberg_packages",
     "ICEGROUP_JARS": "jars",
     "ICEGROUP_HEARTBEATS_URI": "heartbeats_uri",
+    "ICEGROUP_REST_WAREHOUSE": "rest.warehouse",
 }
 
 
@@ -416,7 +417,9 @@ def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = Non
         values = {**embedded_default(home), **values}
     for var, field in ENV_OVERRIDES.items():
         if env.get(var):
-            values[field] = env[var]
+            section, _, key = field.rpartition(".")
+            into = values.setdefault(section, {}) if section else values
+            into[key] = env[var]
             origins[field] = var
     try:
         return LakehouseConfig(**values)

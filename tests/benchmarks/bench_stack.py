@@ -53,11 +53,11 @@ PNG = RESULTS.with_suffix(".png")
 
 
 def stack_lakehouse_file(folder: Path, database: str) -> Path:
-    """The stack's lakehouse config with this run's catalog database, its own warehouse and 2 cores per app."""
+    """The stack's lakehouse config with a REST warehouse and heartbeat database of this run's own, 2 cores per app."""
     layout = default_layout()
     config = yaml.safe_load((layout.folder / "lakehouse.yaml").read_text())
-    config["catalog_uri"] = layout.catalog_uri(database)
-    config["warehouse"] = str(folder / "stack-warehouse")
+    config["rest"]["warehouse"] = database
+    config["heartbeats_uri"] = layout.catalog_uri(database)
     config["spark"]["cores_max"] = 2
     path = folder / "stack-lakehouse.yaml"
     path.write_text(yaml.safe_dump(config))

@@ -7,7 +7,6 @@ so they are checked here against real S3 requests (moto's server). Spark reaches
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import boto3
@@ -25,16 +24,16 @@ from spark_jobs.session import AWS_BUNDLE_JAR, get_session
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease
-from tests.stack_env import stack_layout
+from tests.stack_env import scratch_database, stack_layout
 
 
 @pytest.fixture
 def s3_lakehouse(tmp_path: Path) -> LakehouseConfig:
-    """The stack's S3 lakehouse config, with the run's own catalog database and a catalog name of its own."""
+    """The stack's S3 lakehouse config (a SQL catalog), with a catalog database of its own in the stack's PostgreSQL."""
     config = yaml.safe_load((stack_layout().folder / "lakehouse-s3.yaml").read_text())
     path = tmp_path / "lakehouse.yaml"
     path.write_text(yaml.safe_dump({**config, "warehouse": f"s3://{BUCKET}/{tmp_path.name}"}))
-    return load_lakehouse(path, env={"ICEGROUP_CATALOG_URI": os.environ["ICEGROUP_CATALOG_URI"]})
+    return load_lakehouse(path, env={"ICEGROUP_CATALOG_URI": stack_layout().catalog_uri(scratch_database("lake_s3"))})
 
 
 def bucket_keys(prefix: str) -> list[str]:
