@@ -369,7 +369,8 @@ def main(argv: list[str] | None = None) -> int:
         rows, _ = status(layout)
         print(f"stack up in {time.monotonic() - started:.0f} s, {len(stack.parts)} parts healthy:")
         print_parts(rows)
-        print(f"use it: source {layout.folder / 'env'}   (ICEGROUP_LAKEHOUSE, DAGSTER_HOME, the REST credential, the S3 keys)")
+        what = "ICEGROUP_LAKEHOUSE, DAGSTER_HOME, the REST credential, the S3 keys"
+        print(f"use it: source {layout.folder / 'env'}   ({what})")
         return 0
     if action == "status":
         rows, strays = status(layout)
