@@ -55,7 +55,7 @@ chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader
 	$(PY) -m tests.chaos.run --full
 	$(PY) -m tests.chaos.run --full --borrowers
 
-bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, processes, replay, idle consume, what a shard costs beyond a plain write, a tick after 10,000 ticks and commits; records tests/benchmarks/results/
+bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, processes, replay, idle consume, what a shard costs beyond a plain write, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_throughput
 	$(PY) -m tests.benchmarks.bench_latency
 	$(PY) -m tests.benchmarks.bench_leader
@@ -65,6 +65,7 @@ bench: jvm ## side by side against plain Spark and Structured Streaming (through
 	$(PY) -m tests.benchmarks.bench_idle_consume
 	$(PY) -m tests.benchmarks.bench_lineage_cost
 	$(PY) -m tests.benchmarks.bench_long_history
+	$(PY) -m tests.benchmarks.bench_rest
 
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

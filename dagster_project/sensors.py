@@ -8,7 +8,7 @@ from dagster_project.assets import complete_events, source_observation
 from dagster_project.resources import IcegroupResource
 from dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.errors import GroupStopped, RegistryConflict
+from iceberg.errors import GroupStopped, RegistryConflict, ResetInFlight
 from iceberg.leader import TickResult, tick
 from iceberg.protocol.borrower import borrowers_to_start, census, waiting
 from iceberg.protocol.group import GroupConfig
@@ -55,6 +55,9 @@ def leader_sensor(
     def leader(context: dg.SensorEvaluationContext, icegroup: IcegroupResource) -> dg.SensorResult | dg.SkipReason:
         try:
             result = tick(icegroup.catalog(), group, observe_runs(context.instance, group.name))
+        except ResetInFlight as exc:
+            context.log.info(f"{group.name}: waiting for a reset: {exc}")
+            return dg.SkipReason(str(exc))
         except RegistryConflict as exc:
             context.log.info(f"{group.name}: backing off: {exc}")
             return dg.SkipReason(f"another Leader or a Borrower committed first: {exc}")

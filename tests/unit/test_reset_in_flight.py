@@ -172,6 +172,7 @@ def test_a_leader_sensor_tick_skips_while_a_reset_is_in_flight(
     (skipped,) = seen
     assert isinstance(skipped, dg.SkipReason)
     assert "is in flight" in (skipped.skip_message or "")
+    assert "another Leader" not in (skipped.skip_message or ""), "a reset in flight is not a lost race"
 
 
 def test_a_reset_that_died_after_its_fence_is_called_interrupted_with_the_command_that_completes_it(
