@@ -34,9 +34,13 @@ def load_source(catalog: Catalog, identifier: str, field: str = "source") -> Tab
 
 
 def is_view(catalog: Catalog, identifier: str) -> bool:
-    """Whether the SQL catalog has ``identifier`` as a view (Spark's JDBC catalog writes them; pyiceberg cannot)."""
+    """Whether the catalog has ``identifier`` as a view (Spark writes them; pyiceberg reads none).
+
+    A REST catalog answers it (``HEAD .../views/<name>``); pyiceberg's SQL catalog does not know
+    views, so its table of tables is asked directly.
+    """
     if not isinstance(catalog, SqlCatalog):
-        return False
+        return catalog.view_exists(identifier)
     namespace, _, name = identifier.rpartition(".")
     query = select(IcebergTables.iceberg_type).where(
         IcebergTables.catalog_name == catalog.name,

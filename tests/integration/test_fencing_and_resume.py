@@ -9,10 +9,11 @@ from pyspark.sql import SparkSession
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted, StaleLease
 from iceberg.leader import tick
+from iceberg.protocol.fences import fence_key
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import Shard, window_label
-from iceberg.protocol.sink_commit import COL_SHARD, commit_properties
+from iceberg.protocol.sink_commit import COL_SHARD, KEY_FENCE, commit_properties
 from iceberg.protocol.state import Lease
 from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import fetch_lease, run_lease
@@ -113,7 +114,11 @@ def test_a_new_attempt_resumes_after_the_last_committed_shard(
     assert [s.shard_id for s in second.committed] == [shards[0].shard_id]
     lease1, pending = fetch_lease(catalog, group.name, lease.lease_id, attempt=1)
     assert [s.shard_id for s in pending] == [s.shard_id for s in shards[1:]]
-    assert lease1.sink_snapshot_at_grant == catalog.load_table(group.sink).current_snapshot().snapshot_id
+    fence = catalog.load_table(group.sink).current_snapshot()
+    assert fence is not None
+    assert fence.summary is not None
+    assert fence.summary.additional_properties[KEY_FENCE] == fence_key(group.name, lease.lease_id), "the re-grant"
+    assert lease1.sink_snapshot_at_grant == fence.parent_snapshot_id, "the head the Leader granted at, under the fence"
     report = run_lease(spark, lakehouse, group, lease1, pending, progress=quiet)
 
     assert report.committed == [s.shard_id for s in shards[1:]]

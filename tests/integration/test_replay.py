@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
+from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import IntegerType, NestedField, StringType
 from pyspark.sql import SparkSession
 
@@ -30,6 +31,7 @@ from iceberg.protocol.sink_commit import (
     COL_LEASE,
     COL_SHARD,
     COL_WINDOW,
+    KEY_FENCE,
     KEY_REPLAY,
     LINEAGE_COLUMNS,
     commit_properties,
@@ -49,6 +51,11 @@ from tests.integration.helpers import drive, quiet
 pytestmark = pytest.mark.spark
 
 
+def not_fences(snapshots: list[Snapshot]) -> list[Snapshot]:
+    """The snapshots that are not fence commits (the empty snapshots that raise a fence move main too)."""
+    return [s for s in snapshots if s.summary is None or KEY_FENCE not in s.summary.additional_properties]
+
+
 def sink_rows(catalog: Catalog, group: GroupConfig) -> pa.Table:
     """The sink as a reader of main sees it."""
     return catalog.load_table(group.sink).scan().to_arrow()
@@ -66,7 +73,7 @@ def test_a_replay_with_a_changed_transform_replaces_the_window_in_one_commit(
     append_batches(create_source(catalog, group.source), 6, 30)
     drive(spark, lakehouse, group)
     before = sink_rows(catalog, group)
-    snapshots_before = len(catalog.load_table(group.sink).snapshots())
+    snapshots_before = len(not_fences(catalog.load_table(group.sink).snapshots()))
 
     changed = group.model_copy(update={"transform": "tests.integration.transforms:amount_in_cents"})
     with pytest.raises(ConfigError, match="on_change"):
@@ -82,7 +89,7 @@ def test_a_replay_with_a_changed_transform_replaces_the_window_in_one_commit(
     assert report.rows_in == 180
     assert (report.rows_out, report.rows_replaced) == (180, 180)
     sink = catalog.load_table(group.sink)
-    assert len(sink.snapshots()) == snapshots_before + 1, "one commit replaced the window (staged one dropped)"
+    assert len(not_fences(sink.snapshots())) == snapshots_before + 1, "one commit replaced the window"
     head = sink.current_snapshot()
     assert head is not None
     assert head.summary is not None

@@ -17,6 +17,7 @@ import org.apache.iceberg.rest.RESTMessage;
 import org.apache.iceberg.rest.RESTUtil;
 import org.apache.iceberg.rest.requests.CreateNamespaceRequest;
 import org.apache.iceberg.rest.requests.CreateTableRequest;
+import org.apache.iceberg.rest.requests.CreateViewRequest;
 import org.apache.iceberg.rest.requests.RenameTableRequest;
 import org.apache.iceberg.rest.requests.UpdateNamespacePropertiesRequest;
 import org.apache.iceberg.rest.requests.UpdateTableRequest;
@@ -29,8 +30,8 @@ import org.apache.iceberg.rest.responses.ConfigResponse;
  * <p>The routes are exactly what {@code GET /v1/config} advertises in {@code endpoints}: Java's
  * RESTCatalog checks that list before it calls an optional route, so advertising one that is not
  * served (above all {@code transactions/commit}, which needs real atomicity across tables) would
- * lead it into a call that cannot work. Views, metrics reports, table registration and scan planning
- * are not served and not advertised.
+ * lead it into a call that cannot work. Tables and views are served (a JdbcCatalog keeps both);
+ * metrics reports, table registration and scan planning are not served and not advertised.
  *
  * <p>A path is matched segment by segment against the spec's templates. The spec's optional {@code
  * {prefix}} segment names a warehouse: a client that asks {@code GET /v1/config?warehouse=W} is told
@@ -56,7 +57,14 @@ final class Routes {
     TABLE_EXISTS(Endpoint.V1_TABLE_EXISTS),
     DROP_TABLE(Endpoint.V1_DELETE_TABLE),
     UPDATE_TABLE(Endpoint.V1_UPDATE_TABLE),
-    RENAME_TABLE(Endpoint.V1_RENAME_TABLE);
+    RENAME_TABLE(Endpoint.V1_RENAME_TABLE),
+    LIST_VIEWS(Endpoint.V1_LIST_VIEWS),
+    CREATE_VIEW(Endpoint.V1_CREATE_VIEW),
+    LOAD_VIEW(Endpoint.V1_LOAD_VIEW),
+    VIEW_EXISTS(Endpoint.V1_VIEW_EXISTS),
+    DROP_VIEW(Endpoint.V1_DELETE_VIEW),
+    UPDATE_VIEW(Endpoint.V1_UPDATE_VIEW),
+    RENAME_VIEW(Endpoint.V1_RENAME_VIEW);
 
     final String method;
     final Endpoint endpoint;
@@ -257,6 +265,30 @@ final class Routes {
         CatalogHandlers.renameTable(catalog, read(body, RenameTableRequest.class));
         return null;
 
+      case LIST_VIEWS:
+        return CatalogHandlers.listViews(catalog, namespace(vars));
+
+      case CREATE_VIEW:
+        return CatalogHandlers.createView(catalog, namespace(vars), read(body, CreateViewRequest.class));
+
+      case LOAD_VIEW:
+        return CatalogHandlers.loadView(catalog, view(vars));
+
+      case VIEW_EXISTS:
+        CatalogHandlers.viewExists(catalog, view(vars));
+        return null;
+
+      case DROP_VIEW:
+        CatalogHandlers.dropView(catalog, view(vars));
+        return null;
+
+      case UPDATE_VIEW:
+        return CatalogHandlers.updateView(catalog, view(vars), read(body, UpdateTableRequest.class));
+
+      case RENAME_VIEW:
+        CatalogHandlers.renameView(catalog, read(body, RenameTableRequest.class));
+        return null;
+
       default:
         throw new IllegalStateException("not a catalog route: " + match.route);
     }
@@ -300,6 +332,10 @@ final class Routes {
 
   private static Namespace namespace(Map<String, String> vars) {
     return RESTUtil.decodeNamespace(vars.get("namespace"));
+  }
+
+  private static TableIdentifier view(Map<String, String> vars) {
+    return TableIdentifier.of(namespace(vars), RESTUtil.decodeString(vars.get("view")));
   }
 
   private static TableIdentifier table(Map<String, String> vars) {
