@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import os
 import time
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
@@ -17,6 +19,7 @@ from pyiceberg.catalog import Catalog
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.config.groups import load_groups
 from iceberg.config.lakehouse import load_lakehouse
+from iceberg.config.rest import ENV_CREDENTIAL
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, ui_answers
@@ -67,6 +70,11 @@ def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
 
         wait_until(borrowers_ended, 60, daemon, "the idle Borrowers to exit")
         runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: "live"}))
+        stored = [run_config_and_events(instance, run) for run in runs]
+    if lakehouse.rest is not None:
+        secret = os.environ[ENV_CREDENTIAL].split(":", 1)[1]
+        assert all(secret not in text for text in stored), "no run config, tag or event holds the REST credential"
+        assert secret not in (daemon / "dev.log").read_text(), "nor the daemon's and runs' log"
     assert 1 <= len(runs) < state.leases_done, "warm Borrowers: fewer runs than leases"
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs), "an idle Borrower exits cleanly"
     assert all(r.tags[TAG_ROLE] == ROLE_BORROWER and r.tags["dagster/sensor_name"] == "live_leader" for r in runs)
@@ -108,6 +116,12 @@ def test_a_backfill_launched_through_the_ui_api_replays_the_window(daemon: Path)
     assert head.summary is not None
     assert head.summary.additional_properties["icegroup.replay"] == window
     assert verify_group(catalog, group, key="event_id").ok
+
+
+def run_config_and_events(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:
+    """Everything the instance stores for a run, as text: its config, tags and every event with its metadata."""
+    events = instance.all_logs(run.run_id)
+    return json.dumps(run.run_config, default=str) + json.dumps(run.tags) + "".join(repr(e) for e in events)
 
 
 def caught_up(catalog: Catalog, group: str) -> bool:

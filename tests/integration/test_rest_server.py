@@ -68,13 +68,13 @@ def free_port() -> int:
 
 
 @contextmanager
-def running(folder: Path, token_ttl_s: int = 3600) -> Iterator[Running]:
-    """A server over a fresh SQLite catalog in ``folder``, stopped on exit."""
+def running(folder: Path, token_ttl_s: int = 3600, port: int | None = None) -> Iterator[Running]:
+    """A server over the SQLite catalog in ``folder`` (made on first use), stopped on exit."""
     folder.mkdir(parents=True, exist_ok=True)
     settings = RestServer(
         jdbc_url=f"jdbc:sqlite:{folder / 'catalog.db'}",
         warehouse=str(folder / "warehouse"),
-        port=free_port(),
+        port=port or free_port(),
         token_ttl_s=token_ttl_s,
     )
     log = folder / "server.log"
@@ -221,4 +221,17 @@ def test_config_advertises_the_served_routes_and_no_transactions(server: Running
 
     assert "POST /v1/{prefix}/namespaces/{namespace}/tables/{table}" in endpoints
     assert "POST /v1/{prefix}/tables/rename" in endpoints
-    assert not [endpoint for endpoint in endpoints if "transactions" in endpoint or "views" in endpoint]
+    assert "POST /v1/{prefix}/namespaces/{namespace}/views" in endpoints
+    assert not [endpoint for endpoint in endpoints if "transactions" in endpoint]
+
+
+def test_a_token_issued_before_a_restart_is_still_good_after_it(tmp_path: Path) -> None:
+    """Tokens are signed, not kept in memory: a catalog that restarts does not log its clients out."""
+    with running(tmp_path) as first:
+        token = first.token()
+        first.catalog(token=token).create_namespace("kept")
+    with running(tmp_path, port=first.settings.port) as again:
+        assert ("kept",) in again.catalog(token=token).list_namespaces()
+        forged = token[:-4] + ("AAAA" if not token.endswith("AAAA") else "BBBB")
+        with pytest.raises(UnauthorizedError, match="Bearer token unknown"):
+            again.catalog(token=forged).list_namespaces()

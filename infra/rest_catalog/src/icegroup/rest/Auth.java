@@ -1,13 +1,17 @@
 package icegroup.rest;
 
+import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.security.GeneralSecurityException;
 import java.security.MessageDigest;
 import java.security.NoSuchAlgorithmException;
 import java.security.SecureRandom;
+import java.util.Arrays;
 import java.util.Base64;
 import java.util.LinkedHashMap;
 import java.util.Map;
-import java.util.concurrent.ConcurrentHashMap;
+import javax.crypto.Mac;
+import javax.crypto.spec.SecretKeySpec;
 import org.apache.iceberg.exceptions.NotAuthorizedException;
 import org.apache.iceberg.rest.responses.OAuthTokenResponse;
 
@@ -22,10 +26,12 @@ import org.apache.iceberg.rest.responses.OAuthTokenResponse;
  * <p>The client id, client secret and an optional static token come from the server's environment
  * ({@code ICEGROUP_REST_CLIENT_ID}, {@code ICEGROUP_REST_CLIENT_SECRET}, {@code ICEGROUP_REST_TOKEN}),
  * never from its command line, where {@code ps} would show them. No secret or token is logged or
- * echoed in an error. Issued tokens are random, live {@code ttl} seconds and are kept only as
- * SHA-256 digests; an expired one is remembered for a while so that a client is told its token
- * "expired" rather than "unknown". A token-exchange request carrying a valid token as its subject
- * gets a fresh token, which is how Java's RESTCatalog refreshes a session before it expires.
+ * echoed in an error. Issued tokens are signed, not stored, as a production server's JWTs are: each
+ * carries its expiry and a random part, and an HMAC-SHA256 over both with a key derived from the
+ * client secret. So a restarted server (same secret) still accepts the tokens it issued before, as
+ * clients expect of a catalog that restarts; and a token past its expiry is told apart from an
+ * unknown one. A token-exchange request carrying a valid token as its subject gets a fresh token,
+ * which is how Java's RESTCatalog refreshes a session before it expires.
  */
 final class Auth {
   static final String CLIENT_ID_ENV = "ICEGROUP_REST_CLIENT_ID";
@@ -35,8 +41,12 @@ final class Auth {
   private static final String CLIENT_CREDENTIALS = "client_credentials";
   private static final String TOKEN_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange";
   private static final String TOKENS_PATH = "/v1/oauth/tokens";
-  // How long an expired token is still recognised as "expired" before it becomes "unknown".
-  private static final long FORGET_AFTER_MS = 24L * 3600 * 1000;
+  private static final String HMAC = "HmacSHA256";
+  // An issued token's bytes: its expiry (epoch ms), a random part, then the HMAC of both.
+  private static final int EXPIRY_BYTES = Long.BYTES;
+  private static final int RANDOM_BYTES = 16;
+  private static final int SIGNED_BYTES = EXPIRY_BYTES + RANDOM_BYTES;
+  private static final int MAC_BYTES = 32;
 
   /** A refused token request, answered with the OAuth2 error body (RFC 6749 section 5.2). */
   static final class OAuthError extends Exception {
@@ -62,14 +72,15 @@ final class Auth {
   private final byte[] staticToken;
   private final long ttlSeconds;
   private final SecureRandom random = new SecureRandom();
-  // SHA-256 digest of an issued token (base64) -> when it expires (epoch ms).
-  private final Map<String, Long> issued = new ConcurrentHashMap<>();
+  private final SecretKeySpec signingKey;
 
   private Auth(String clientId, String clientSecret, String staticToken, long ttlSeconds) {
     this.clientId = bytes(clientId);
     this.clientSecret = bytes(clientSecret);
     this.staticToken = bytes(staticToken);
     this.ttlSeconds = ttlSeconds;
+    String keySource = clientSecret != null ? clientSecret : staticToken;
+    this.signingKey = new SecretKeySpec(sha256("icegroup-rest-token-key:" + keySource), HMAC);
   }
 
   /**
@@ -168,10 +179,18 @@ final class Auth {
     if (staticToken != null && MessageDigest.isEqual(bytes(token), staticToken)) {
       return null;
     }
-    Long expiresAt = issued.get(digest(token));
-    if (expiresAt == null) {
+    byte[] raw;
+    try {
+      raw = Base64.getUrlDecoder().decode(token);
+    } catch (IllegalArgumentException e) {
       return "unknown";
     }
+    if (raw.length != SIGNED_BYTES + MAC_BYTES
+        || !MessageDigest.isEqual(
+            mac(Arrays.copyOf(raw, SIGNED_BYTES)), Arrays.copyOfRange(raw, SIGNED_BYTES, raw.length))) {
+      return "unknown";
+    }
+    long expiresAt = ByteBuffer.wrap(raw, 0, EXPIRY_BYTES).getLong();
     long now = System.currentTimeMillis();
     if (expiresAt <= now) {
       return "expired " + ((now - expiresAt) / 1000) + " s ago";
@@ -180,12 +199,15 @@ final class Auth {
   }
 
   private OAuthTokenResponse newToken() {
-    byte[] raw = new byte[32];
-    random.nextBytes(raw);
+    ByteBuffer signed = ByteBuffer.allocate(SIGNED_BYTES);
+    signed.putLong(System.currentTimeMillis() + ttlSeconds * 1000);
+    byte[] nonce = new byte[RANDOM_BYTES];
+    random.nextBytes(nonce);
+    signed.put(nonce);
+    byte[] body = signed.array();
+    byte[] raw = Arrays.copyOf(body, SIGNED_BYTES + MAC_BYTES);
+    System.arraycopy(mac(body), 0, raw, SIGNED_BYTES, MAC_BYTES);
     String token = Base64.getUrlEncoder().withoutPadding().encodeToString(raw);
-    long now = System.currentTimeMillis();
-    issued.values().removeIf(expiresAt -> expiresAt + FORGET_AFTER_MS < now);
-    issued.put(digest(token), now + ttlSeconds * 1000);
     return OAuthTokenResponse.builder()
         .withToken(token)
         .withTokenType("bearer")
@@ -194,10 +216,19 @@ final class Auth {
         .build();
   }
 
-  private static String digest(String token) {
+  private byte[] mac(byte[] body) {
     try {
-      MessageDigest sha = MessageDigest.getInstance("SHA-256");
-      return Base64.getEncoder().encodeToString(sha.digest(bytes(token)));
+      Mac mac = Mac.getInstance(HMAC);
+      mac.init(signingKey);
+      return mac.doFinal(body);
+    } catch (GeneralSecurityException e) {
+      throw new IllegalStateException(e);
+    }
+  }
+
+  private static byte[] sha256(String value) {
+    try {
+      return MessageDigest.getInstance("SHA-256").digest(bytes(value));
     } catch (NoSuchAlgorithmException e) {
       throw new IllegalStateException(e);
     }
