@@ -234,22 +234,28 @@ def heartbeat(catalog: Catalog, group: str, holder: str, interval_s: float) -> I
     """Beat for ``holder`` every ``interval_s`` on a daemon thread while the block runs.
 
     The first beat is written before the block starts, so the Leader sees the holder alive from its
-    first lease on. A beat that fails (the database is briefly away) is logged and tried again at
-    the next interval; if beats keep failing, the Leader re-grants the holder's leases after the
-    session timeout, and fencing keeps the holder from committing them.
+    first lease on. A beat that fails (the database is briefly away, the first one included) is
+    logged and tried again at the next interval: a holder that never beat is judged by its run's
+    state and deadline, and if beats keep failing, the Leader re-grants the holder's leases after
+    the session timeout, and fencing keeps the holder from committing them.
     """
-    ensure_table(catalog)
-    beat(catalog, group, holder)
     stop = threading.Event()
+    made: list[bool] = []
+
+    def beat_or_say() -> None:
+        try:
+            if not made:
+                ensure_table(catalog)
+                made.append(True)
+            beat(catalog, group, holder)
+        except SQLAlchemyError as exc:
+            log.warning("group %s: heartbeat of %s failed (%s); trying again in %.0fs", group, holder, exc, interval_s)
+
+    beat_or_say()
 
     def run() -> None:
         while not stop.wait(interval_s):
-            try:
-                beat(catalog, group, holder)
-            except SQLAlchemyError as exc:
-                log.warning(
-                    "group %s: heartbeat of %s failed (%s); trying again in %.0fs", group, holder, exc, interval_s
-                )
+            beat_or_say()
 
     thread = threading.Thread(target=run, name=f"icegroup-heartbeat-{holder}", daemon=True)
     thread.start()
@@ -258,4 +264,8 @@ def heartbeat(catalog: Catalog, group: str, holder: str, interval_s: float) -> I
     finally:
         stop.set()
         thread.join(timeout=interval_s + 5)
-        forget(catalog, group, [holder])
+        try:
+            forget(catalog, group, [holder])
+        except SQLAlchemyError as exc:
+            # The row stays; it falls silent, and the Leader prunes it once it is long dead.
+            log.warning("group %s: the heartbeat row of %s was not removed (%s)", group, holder, exc)

@@ -13,7 +13,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import RegistryConflict
+from iceberg.errors import CatalogUnavailable, RegistryConflict
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from iceberg.store.dead_letters import open_letters
@@ -22,9 +22,10 @@ from iceberg.verify import verify_group
 from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
 from spark_jobs.borrower import lease as borrower
 from spark_jobs.borrower.lease import run_lease
+from spark_jobs.consume import consume
 from spark_jobs.session import DRIVER_JARS, activate, spark_conf
 from spark_jobs.sink.shape import ensure_sink, with_lineage
-from tests.factories import MakeGroup, append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source, no_spark
 from tests.integration.helpers import drive
 
 # Longer than every delivery the group allows (0.2 s, then 0.4 s): before, the shard was poison by then.
@@ -161,3 +162,46 @@ def test_a_catalog_outage_longer_than_the_redelivery_backoff_poisons_nothing(
     assert open_letters(catalog, group.name) == {}, "no shard became poison"
     drive(pg_spark, pg_lakehouse, group)
     assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_consume_waits_out_the_catalog_database_going_down_and_goes_on(
+    pg_spark: SparkSession, pg_lakehouse: LakehouseConfig, postgres: LocalPostgres, make_group: MakeGroup
+) -> None:
+    """PostgreSQL shut down under a running consume is the platform failing: waited out, then caught up once."""
+    catalog = pg_lakehouse.catalog()
+    group = make_group(shard_caps={"max_files": 2})
+    append_batches(create_source(catalog, group.source), 3, 30)
+    lines: list[str] = []
+    back = threading.Timer(OUTAGE_S, postgres.restart)
+    postgres.halt()
+    back.start()
+    try:
+        summary = consume(lambda: pg_spark, pg_lakehouse, group, "run-outage", lambda _: RunState.MISSING,
+                          progress=lines.append, max_wait_s=120, poll_s=0.2)  # fmt: skip
+    finally:
+        back.join()
+
+    assert summary.caught_up
+    waits = [line for line in lines if "the catalog is unavailable" in line]
+    assert waits, "each wait is shown"
+    assert "OperationalError" in waits[0], "naming the cause"
+    assert open_letters(catalog, group.name) == {}, "an outage makes no shard poison"
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_catalog_outage_longer_than_max_wait_stops_with_a_named_error(
+    pg_lakehouse: LakehouseConfig, postgres: LocalPostgres, make_group: MakeGroup
+) -> None:
+    catalog = pg_lakehouse.catalog()
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 1, 10)
+    back = threading.Timer(OUTAGE_S, postgres.restart)
+    postgres.halt()
+    back.start()
+    try:
+        with pytest.raises(CatalogUnavailable, match=r"the catalog has not answered for \d+s \(.*OperationalError"):
+            consume(no_spark, pg_lakehouse, group, "run-outage", lambda _: RunState.MISSING,
+                    progress=lambda _: None, max_wait_s=2, poll_s=0.2)  # fmt: skip
+    finally:
+        back.join()
+    assert load_state(catalog, group.name).state is None, "nothing was committed"

@@ -219,6 +219,35 @@ public final class RestCatalogServer {
       return open.computeIfAbsent(name, n -> openCatalog(options, n, location));
     }
 
+    /** Close a warehouse's catalog and forget it, so the next request opens it with new connections. */
+    @Override
+    public void reopen(String warehouse) {
+      JdbcCatalog dropped = open.remove(warehouse == null ? options.catalogName : warehouse);
+      if (dropped != null) {
+        try {
+          dropped.close();
+        } catch (RuntimeException e) {
+          System.out.println("closing a catalog with dead connections failed: " + e);
+        }
+      }
+    }
+
+    /** Whether a failure is the database's connection lost (SQLSTATE class 08, or 57P: the server shut down). */
+    static boolean lostConnection(Throwable failure) {
+      for (Throwable cause = failure; cause != null; cause = cause.getCause()) {
+        if (cause instanceof java.sql.SQLException) {
+          String state = ((java.sql.SQLException) cause).getSQLState();
+          if (state != null && (state.startsWith("08") || state.startsWith("57P"))) {
+            return true;
+          }
+        }
+        if (cause.getCause() == cause) {
+          break;
+        }
+      }
+      return false;
+    }
+
     void close() {
       open.forEach(
           (name, catalog) -> {
@@ -317,7 +346,20 @@ public final class RestCatalogServer {
       Object response;
       try {
         auth.check(exchange.getRequestHeaders().getFirst("Authorization"));
-        response = routes.handle(match, Routes.query(exchange.getRequestURI().getRawQuery()), body);
+        Map<String, String> query = Routes.query(exchange.getRequestURI().getRawQuery());
+        try {
+          response = routes.handle(match, query, body);
+        } catch (RuntimeException e) {
+          if (!Warehouses.lostConnection(e)) {
+            throw e;
+          }
+          // The database restarted under the pool: its connections are dead, and Iceberg's pool
+          // does not replace them. Open the catalog again and serve the request once more; a
+          // commit re-checks its requirements on what the database holds now.
+          System.out.println(method + " " + path + ": the catalog database dropped the connection; reconnecting");
+          routes.reopen(match.prefix);
+          response = routes.handle(match, query, body);
+        }
       } catch (NotAuthorizedException e) {
         exchange.getResponseHeaders().set("WWW-Authenticate", "Bearer");
         return send(exchange, method, 401, Errors.response(e));

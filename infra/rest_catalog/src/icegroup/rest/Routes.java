@@ -114,12 +114,19 @@ final class Routes {
   /** The catalog of each warehouse a prefix names (null: the default one); made on first use. */
   interface Warehouses {
     JdbcCatalog catalog(String warehouse);
+
+    void reopen(String warehouse);
   }
 
   private final Warehouses warehouses;
 
   Routes(Warehouses warehouses) {
     this.warehouses = warehouses;
+  }
+
+  /** Open a warehouse's catalog again (its database connections died). */
+  void reopen(String prefix) {
+    warehouses.reopen(prefix);
   }
 
   /** The endpoints {@code /v1/config} advertises: exactly the catalog routes served here. */
