@@ -1,6 +1,6 @@
 """What the REST catalog costs: ``icegroup consume`` on a SQL catalog and on a REST catalog, side by side.
 
-One PostgreSQL cluster (``infra/postgres.py``, in a temporary folder) holds two catalog databases
+One PostgreSQL cluster (``infra/postgres.py``, a throw-away one) holds two catalog databases
 that get the same data (``workloads.py``, same seed):
 
 - ``sql``: the SQL catalog, reached directly by both engines (pyiceberg's ``SqlCatalog``, Spark's
@@ -9,10 +9,12 @@ that get the same data (``workloads.py``, same seed):
   Iceberg's reference handlers), reached with OAuth2 client credentials by both engines, fences
   raised by fence commits, heartbeats in a database of their own.
 
-Each round runs both arms, in alternating order (A B, B A, ...), each ``icegroup consume GROUP`` a
-process timed from start to exit, into a sink of its own; every sink is checked equal to its source,
-key by key. Both arms cut the same shards (same data, same caps), so the ratio of the medians is the
-ratio per shard. Run: ``python -m tests.benchmarks.bench_rest`` (writes
+Each round runs both arms, in alternating order (A B, B A, ...), each ``icegroup consume GROUP
+--until-caught-up`` a process timed from start to exit, into a sink of its own; every sink is
+checked equal to its source, key by key. Both arms cut the same shards (same data, same caps), so
+the ratio of the medians is the ratio per shard. Two variants: ``few_shards`` (the default caps:
+one shard per stream) and ``many_shards`` (one file per shard, so catalog round trips weigh the
+most). Run: ``python -m tests.benchmarks.bench_rest`` (writes
 tests/benchmarks/results/rest_catalog.json).
 """
 
@@ -31,9 +33,10 @@ import yaml
 from pyiceberg.table import Table
 
 from iceberg.config.lakehouse import load_lakehouse
+from iceberg.config.rest import ENV_CREDENTIAL
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.sink_commit import KEY_SHARD_IDS
-from infra.postgres import open_local_postgres
+from infra.postgres import start_local_postgres
 from infra.rest_catalog import RestServer, start, stop, wait_ready
 from tests.benchmarks.measure import ICEGROUP, check_same_rows, run_timed
 from tests.benchmarks.workloads import Workload, fill
@@ -41,6 +44,8 @@ from tests.factories import create_source, write_groups
 
 ROUNDS = 4
 ARMS = ("sql", "rest")
+# Default caps cut a stream's backlog into one shard; one file a shard makes a commit-heavy consume.
+VARIANTS: dict[str, dict[str, int]] = {"few_shards": {}, "many_shards": {"max_files": 1}}
 WORKLOAD = Workload("W3", snapshots=60, rows_per_snapshot=2_000)
 SOURCE = "bench.events"
 TRANSFORM = "spark_jobs.transforms:enrich_events"
@@ -77,9 +82,9 @@ def lakehouse_files(folder: Path, pg_url: str, rest_url: str) -> dict[str, Path]
     return paths
 
 
-def run(rounds: int, folder: Path) -> dict[str, object]:
-    """Fill both catalogs, then time the arms round by round; returns the seconds and the shard count."""
-    postgres = open_local_postgres(folder / "pg", free_port())
+def run(rounds: int, folder: Path, caps: dict[str, int]) -> dict[str, object]:
+    """Fill both catalogs, then time the arms round by round under shard ``caps``; the seconds and shard count."""
+    postgres = start_local_postgres()
     server = None
     try:
         for database in ("sqlcat", "restcat", "heartbeats"):
@@ -97,11 +102,15 @@ def run(rounds: int, folder: Path) -> dict[str, object]:
         groups = write_groups(
             folder / "groups.yaml",
             *[
-                GroupConfig(name=f"{arm}_{i}", source=SOURCE, sink=f"bench.{arm}_{i}", transform=TRANSFORM)
+                GroupConfig(
+                    name=f"{arm}_{i}", source=SOURCE, sink=f"bench.{arm}_{i}", transform=TRANSFORM, shard_caps=caps
+                )
                 for i in range(rounds)
                 for arm in ARMS
             ],
         )
+        # Secrets come only from the environment, this process's included (it fills both catalogs).
+        os.environ[ENV_CREDENTIAL] = f"{CLIENT['client_id']}:{CLIENT['client_secret']}"
         base = {k: v for k, v in os.environ.items() if not k.startswith("ICEGROUP_")}
         envs = {
             arm: {
@@ -109,7 +118,7 @@ def run(rounds: int, folder: Path) -> dict[str, object]:
                 "ICEGROUP_HOME": str(folder),
                 "ICEGROUP_LAKEHOUSE": str(path),
                 "ICEGROUP_GROUPS": str(groups),
-                "ICEGROUP_REST_CREDENTIAL": f"{CLIENT['client_id']}:{CLIENT['client_secret']}",
+                ENV_CREDENTIAL: os.environ[ENV_CREDENTIAL],
             }
             for arm, path in files.items()
         }
@@ -122,7 +131,8 @@ def run(rounds: int, folder: Path) -> dict[str, object]:
         for index in range(rounds):
             for arm in ARMS if index % 2 == 0 else tuple(reversed(ARMS)):
                 name = f"{arm}_{index}"
-                elapsed = run_timed([ICEGROUP, "consume", name], envs[arm], folder / f"{name}.log")
+                command = [ICEGROUP, "consume", name, "--until-caught-up"]
+                elapsed = run_timed(command, envs[arm], folder / f"{name}.log")
                 check_same_rows(catalogs[arm], SOURCE, f"bench.{name}")
                 shards[arm] = committed_shards(catalogs[arm].load_table(f"bench.{name}"))
                 seconds[arm].append(round(elapsed, 2))
@@ -139,25 +149,29 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per arm (default %(default)s)")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="icegroup-bench-rest-", ignore_cleanup_errors=True) as tmp:
-        measured = run(args.rounds, Path(tmp))
-    seconds: dict[str, list[float]] = measured["seconds"]  # type: ignore[assignment]
-    shards: dict[str, int] = measured["shards"]  # type: ignore[assignment]
-    medians = {arm: round(statistics.median(values), 2) for arm, values in seconds.items()}
-    result = {
+    result: dict[str, object] = {
         "cores": os.cpu_count(),
         "rounds": args.rounds,
         "workload": {"snapshots": WORKLOAD.snapshots, "rows_per_snapshot": WORKLOAD.rows_per_snapshot},
         "transform": TRANSFORM,
-        "seconds": seconds,
-        "median_s": medians,
-        "shards": shards,
-        "median_s_per_shard": {arm: round(medians[arm] / max(1, shards[arm]), 3) for arm in ARMS},
-        "rest_over_sql": round(medians["rest"] / medians["sql"], 3),
         "python": sys.version.split()[0],
     }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print(f"REST / SQL per shard: {result['rest_over_sql']}x (medians {medians})", flush=True)
+    for variant, caps in VARIANTS.items():
+        with tempfile.TemporaryDirectory(prefix="icegroup-bench-rest-", ignore_cleanup_errors=True) as tmp:
+            measured = run(args.rounds, Path(tmp), caps)
+        seconds: dict[str, list[float]] = measured["seconds"]  # type: ignore[assignment]
+        shards: dict[str, int] = measured["shards"]  # type: ignore[assignment]
+        medians = {arm: round(statistics.median(values), 2) for arm, values in seconds.items()}
+        result[variant] = {
+            "shard_caps": caps,
+            "seconds": seconds,
+            "median_s": medians,
+            "shards": shards,
+            "median_s_per_shard": {arm: round(medians[arm] / max(1, shards[arm]), 3) for arm in ARMS},
+            "rest_over_sql": round(medians["rest"] / medians["sql"], 3),
+        }
+        RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"{variant}: REST / SQL per shard {result[variant]['rest_over_sql']}x (medians {medians})", flush=True)
 
 
 if __name__ == "__main__":
