@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from pyiceberg.catalog import Catalog
-from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.exceptions import CommitStateUnknownException, NoSuchTableError, ServerError, ServiceUnavailableError
 from pyspark.sql import DataFrame
 from sqlalchemy.exc import SQLAlchemyError
 
@@ -132,11 +132,14 @@ def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float
 
 
 def catalog_reachable(catalog: Catalog, table: str) -> bool:
-    """Whether the catalog answers: loading ``table`` works, or says the table does not exist."""
+    """Whether the catalog answers: loading ``table`` works, or says the table does not exist.
+
+    A SQL catalog's database error, a REST server's 5xx or a connection refused all mean it does not.
+    """
     try:
         catalog.load_table(table)
     except NoSuchTableError:
         return True
-    except (SQLAlchemyError, OSError, IcegroupError):
+    except (SQLAlchemyError, OSError, ServerError, ServiceUnavailableError, CommitStateUnknownException, IcegroupError):
         return False
     return True
