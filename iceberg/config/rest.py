@@ -144,10 +144,3 @@ def spark_catalog_properties(properties: Mapping[str, str]) -> dict[str, str]:
         # Java 1.9 infers OAuth2 from a credential or token with a warning; say it, as pyiceberg does.
         shared.setdefault("rest.auth.type", "oauth2")
     return shared
-
-
-def redacted(properties: Mapping[str, str]) -> dict[str, str]:
-    """``properties`` fit to print: every secret, and every header (one may carry a token), shown as ``***``."""
-    return {
-        key: "***" if key in SECRET_KEYS or key.startswith("header.") else value for key, value in properties.items()
-    }
