@@ -33,7 +33,8 @@ from openlineage.client.facet_v2 import (
 )
 from pyiceberg.catalog import Catalog
 
-from iceberg.config.lakehouse import LakehouseConfig, OpenLineageSettings
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.config.sections import OpenLineageSettings
 from iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)

@@ -19,7 +19,8 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig, OpenLineageSettings
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.config.sections import OpenLineageSettings
 from iceberg.errors import StaleLease
 from iceberg.leader import tick
 from iceberg.openlineage import run_events
