@@ -20,7 +20,7 @@ from pathlib import Path
 import yaml
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import main as icegroup
+from dagster_project.cli import main as icegroup_main
 from dagster_project.cli.group_files import groups_path, load_checked_groups
 from iceberg.config.lakehouse import load_lakehouse
 from iceberg.protocol.group import GroupConfig
@@ -33,6 +33,17 @@ CHAINED = "large"
 FIRST_BATCHES = 6
 MORE_BATCHES = 3
 ROWS_PER_BATCH = 3_000
+NEXT_STEPS = f"""
+=== next: in a new shell in this folder, `source .venv/bin/activate`, then try
+  icegroup list                                  # every group, its lag and state
+  icegroup checkpoints {GROUP}                       # each sink commit: run, lease, source range, rows
+  icegroup lineage {CHAINED} --row 'is_large = true' --through   # which source files made those rows
+and `make ui` for the same groups in the Dagster UI (http://127.0.0.1:3000)."""
+
+
+def icegroup(argv: list[str]) -> int:
+    """The ``icegroup`` command on the demo's groups, as a user would type it after ``source .venv/bin/activate``."""
+    return icegroup_main(["--groups", str(groups_path()), *argv])
 
 
 def step(title: str) -> float:
@@ -106,7 +117,10 @@ def main() -> int:
     timings["total"] = time.perf_counter() - started
     print("timings: " + "  ".join(f"{name} {seconds:.1f}s" for name, seconds in timings.items()))
     exact = result.ok and all(check.ok for check in replayed) and before[0] == after[0]
-    return 0 if exact and count(catalog, chained.sink) == after[1] else 1
+    if not exact or count(catalog, chained.sink) != after[1]:
+        return 1
+    print(NEXT_STEPS)
+    return 0
 
 
 def show_lineage(catalog: Catalog, group: GroupConfig, chained: GroupConfig) -> bool:

@@ -10,15 +10,19 @@ import os
 from pathlib import Path
 
 from iceberg.config.groups import load_groups
+from iceberg.config.search import ENV_GROUPS
 from iceberg.protocol.group import GroupConfig
 from spark_jobs.transform_paths import check_transforms
 
-ENV_GROUPS = "ICEGROUP_GROUPS"
 DEFAULT_GROUPS = Path(__file__).parents[1] / "groups.yaml"
 
 
 def groups_path(explicit: str | None = None) -> Path:
-    """Where the group definitions are read from: an explicit path, ``ICEGROUP_GROUPS``, or the default."""
+    """The code location's groups: an explicit path, ``ICEGROUP_GROUPS``, or the packaged demo groups.
+
+    The ``icegroup`` command searches further (``cli/configs.py``) and has no packaged fallback: a
+    command run outside the checkout must not act on the demo's groups.
+    """
     return Path(explicit or os.environ.get(ENV_GROUPS) or DEFAULT_GROUPS)
 
 

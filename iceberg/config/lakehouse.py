@@ -238,6 +238,23 @@ class LakehouseConfig(BaseModel):
                 catalog = _CATALOGS[key] = self._open_catalog()
         return catalog
 
+    def missing_lake(self) -> str | None:
+        """Why this config's lake does not exist yet, or ``None``: a local SQLite catalog file that is absent.
+
+        Opening a SQL catalog creates its database, so a command that only reads must ask first;
+        otherwise a typo in a path, or a command run in the wrong folder, leaves an empty lake behind.
+        """
+        if self.catalog_uri is None:
+            return None
+        url = make_url(self.catalog_uri)
+        if url.get_backend_name() != "sqlite" or not url.database or Path(url.database).is_file():
+            return None
+        return (
+            f"catalog_uri: no lake at {url.database} (the catalog database does not exist). Run `icegroup init` to "
+            "start a local lake there, or point --lakehouse, $ICEGROUP_LAKEHOUSE or $ICEGROUP_CATALOG_URI at your "
+            "lake"
+        )
+
     def _open_catalog(self) -> Catalog:
         if self.rest is not None:
             return self._open_rest_catalog()
@@ -315,6 +332,25 @@ def embedded_default(home: Path) -> dict[str, str]:
     return {"catalog_uri": f"sqlite:///{lake / 'catalog.db'}", "warehouse": str(lake / "warehouse")}
 
 
+def relative_to_file(values: dict[str, Any], folder: Path) -> dict[str, Any]:
+    """A config file's relative local paths, read from the file's folder rather than the current one.
+
+    ``icegroup init`` writes ``warehouse: .lake/warehouse`` and ``sqlite:///.lake/catalog.db``; a
+    command run from a subfolder, or a Dagster run started elsewhere, must still reach that lake.
+    """
+    resolved = dict(values)
+    warehouse = resolved.get("warehouse")
+    if isinstance(warehouse, str) and "://" not in warehouse and not Path(warehouse).is_absolute():
+        resolved["warehouse"] = str((folder / warehouse).resolve())
+    for field in ("catalog_uri", "heartbeats_uri"):
+        uri = resolved.get(field)
+        if isinstance(uri, str) and uri.startswith("sqlite:///") and not uri.startswith("sqlite:////"):
+            database = uri.removeprefix("sqlite:///")
+            if database and database != ":memory:":
+                resolved[field] = f"sqlite:///{(folder / database).resolve()}"
+    return resolved
+
+
 def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = None) -> LakehouseConfig:
     """Build the config from the embedded default, then a YAML file, then ``ICEGROUP_*`` variables.
 
@@ -327,7 +363,7 @@ def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = Non
     origins: dict[str, str] = {}
     path = path or (Path(env[ENV_CONFIG]) if env.get(ENV_CONFIG) else None)
     if path is not None:
-        from_file = read_yaml_mapping(path, what="lakehouse config", unset=ENV_CONFIG)
+        from_file = relative_to_file(read_yaml_mapping(path, what="lakehouse config", unset=ENV_CONFIG), path.parent)
         values.update(from_file)
         origins.update(dict.fromkeys(from_file, str(path)))
     if "rest" not in values:

@@ -1,0 +1,46 @@
+"""Where a command's two configs come from: the search of ``iceberg/config/search.py``, then loading.
+
+Every command but ``init`` goes through ``load_configs``, so each finds the lake the same way and
+none creates one: a local catalog that does not exist yet is an error naming the fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+
+from dagster_project.cli.group_files import load_checked_groups
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.config.search import Places, find_groups, find_lakehouse
+from iceberg.errors import ConfigError
+from iceberg.protocol.group import GroupConfig
+
+
+def load_configs(args: argparse.Namespace) -> tuple[LakehouseConfig, dict[str, GroupConfig]]:
+    """The lakehouse and the groups this command runs on; ``args.lakehouse``/``args.groups`` become the files found.
+
+    ``args.lakehouse`` is handed on to the Dagster runs the command starts, so it must be the file
+    the search settled on (``None`` for a local lake, which the runs find the same way).
+    """
+    places = Places(cwd=Path.cwd(), home=Path.home(), env=os.environ)
+    found = find_lakehouse(args.lakehouse, places)
+    args.lakehouse = found.file
+    env = dict(os.environ)
+    if found.lake_home is not None:
+        env["ICEGROUP_HOME"] = str(found.lake_home)
+    lakehouse = load_lakehouse(found.file, env=env)
+    missing = lakehouse.missing_lake()
+    if missing is not None:
+        raise ConfigError(f"{missing} (lakehouse config from {found.how})")
+    args.groups = find_groups(args.groups, places).file
+    return lakehouse, load_checked_groups(args.groups)
+
+
+def package_version() -> str:
+    """The installed package's version, as ``icegroup --version`` prints it."""
+    try:
+        return version("icegroup")
+    except PackageNotFoundError:
+        return "unknown (not installed; run `pip install -e .` or `make venv`)"
