@@ -3,7 +3,11 @@
 ``describe_group`` reconciles with the sink and dry-runs a plan, which reads manifests; a Borrower
 that recorded it after each lease spent longer on it than on a small shard. This reads the
 registry's pending shards and the snapshot log of the source's metadata, nothing more. Source
-commits the Leader has not planned yet count with every row they added (before the group's filter).
+commits the Leader has not planned yet count with every row they added (before the group's filter),
+except for a group whose filter can leave streams out (a filter on an identity partition column,
+``iceberg/protocol/stream_filter.py``): for it, the next tick's worth of those commits is read as the
+tick will plan it, from their manifests, so rows of streams the filter cannot match, and commits that
+only touched such streams, are not lag. Commits past that batch count every row, an upper bound.
 """
 
 from __future__ import annotations
@@ -13,9 +17,14 @@ from dataclasses import dataclass
 from enum import Enum
 
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from iceberg.protocol.completion import complete_windows
 from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.state import GroupState
+from iceberg.protocol.stream_filter import may_match
+from iceberg.shards import added_files, pruning_predicate, snapshot_info
 from iceberg.store.registry import load_state
 from iceberg.store.tables import load_optional, load_source
 
@@ -34,22 +43,51 @@ def lag_of(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> L
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     state = load_state(catalog, group.name).state
     source = load_source(catalog, group.source)
-    planned_sequence = state.planned_through_sequence if state is not None else 0
     pending = list(state.shards.values()) if state is not None else []
     waiting = {snap for shard in pending for snap in shard.snapshots}
     rows = sum(shard.rows for shard in pending)
-    stamps = []
-    for snapshot in source.snapshots():
-        unplanned = state is None or (
-            snapshot.sequence_number is not None and snapshot.sequence_number > planned_sequence
-        )
-        if unplanned and snapshot.summary is not None and snapshot.summary.operation.value == "append":
-            waiting.add(snapshot.snapshot_id)
-            rows += int(snapshot.summary.additional_properties.get("added-records", "0"))
-        if snapshot.snapshot_id in waiting:
-            stamps.append(snapshot.timestamp_ms)
+    snapshots, unplanned_rows = unplanned_lag(source, group, unplanned_appends(source, state))
+    waiting |= snapshots
+    rows += unplanned_rows
+    stamps = [snapshot.timestamp_ms for snapshot in source.snapshots() if snapshot.snapshot_id in waiting]
     age = (now_ms - min(stamps)) / 1000 if stamps else None
     return Lag(rows=rows, snapshots=len(waiting), age_s=age)
+
+
+def unplanned_appends(source: Table, state: GroupState | None) -> list[Snapshot]:
+    """The source's append snapshots after the group's planning cursor, oldest first."""
+    planned_sequence = state.planned_through_sequence if state is not None else 0
+    return sorted(
+        (
+            snapshot
+            for snapshot in source.snapshots()
+            if (state is None or (snapshot.sequence_number is not None and snapshot.sequence_number > planned_sequence))
+            and snapshot.summary is not None
+            and snapshot.summary.operation.value == "append"
+        ),
+        key=lambda snapshot: snapshot.sequence_number or 0,
+    )
+
+
+def unplanned_lag(source: Table, group: GroupConfig, unplanned: list[Snapshot]) -> tuple[set[int], int]:
+    """The snapshots and rows of ``unplanned`` the group has to consume.
+
+    All of them and every row they added, unless the group's filter can leave streams out: then the
+    first ``max_snapshots_per_tick`` (what the next tick plans) count only the files of streams the
+    filter may match, read from their manifests as planning reads them.
+    """
+    predicate = pruning_predicate(source, group) if unplanned else None
+    if predicate is None:
+        return {s.snapshot_id for s in unplanned}, added_records(unplanned)
+    batch, rest = unplanned[: group.max_snapshots_per_tick], unplanned[group.max_snapshots_per_tick :]
+    kept = [e for e in added_files(source, [snapshot_info(s) for s in batch]) if may_match(predicate, dict(e.identity))]
+    snapshots = {e.snapshot_id for e in kept} | {s.snapshot_id for s in rest}
+    return snapshots, sum(e.record_count for e in kept) + added_records(rest)
+
+
+def added_records(snapshots: list[Snapshot]) -> int:
+    """Rows these snapshots added, from their summaries (before any filter)."""
+    return sum(int(s.summary.additional_properties.get("added-records", "0")) for s in snapshots if s.summary)
 
 
 class Work(Enum):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from pyiceberg.expressions import BooleanExpression
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -21,6 +22,7 @@ from iceberg.errors import SourceError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
 from iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
+from iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
 from iceberg.store.tables import walk_back
 
 APPEND = "append"
@@ -38,6 +40,7 @@ class Plan:
     skipped: list[SnapshotInfo]
     remaining: int
     blocked: SourceError | None = None
+    pruned: int = 0
 
 
 def snapshot_info(snapshot: Snapshot) -> SnapshotInfo:
@@ -80,7 +83,9 @@ def plan_increment(
     and ``blocked`` holds the error naming it (the tick raises it once nothing is left to run), so a
     chained group can consume everything before an upstream replay and then follow it. ``followed``
     (read once, only when needed) lists the upstream replays this group followed (``icegroup replay
-    --follow-upstream``); those are stepped over.
+    --follow-upstream``); those are stepped over. Files of streams the group's filter provably cannot
+    match are left out (``pruning_predicate``; ``pruned`` counts them): no shard is cut for them, and
+    an append that added only such files moves the planning cursor and nothing else.
     """
     pending = new_snapshots(table, after, group)
     batch = pending[: group.max_snapshots_per_tick]
@@ -100,10 +105,13 @@ def plan_increment(
         blocked = non_append_error(table, info, group)
         batch = batch[:index]
         break
-    files = added_files(table, appends)
+    predicate = pruning_predicate(table, group)
+    found = added_files(table, appends)
+    files = [entry for entry in found if may_match(predicate, dict(entry.identity))]
     return Plan(
         appends=appends,
         files=files,
+        pruned=len(found) - len(files),
         through=batch[-1] if batch else None,
         skipped=skipped,
         remaining=len(pending) - len(batch),
@@ -157,6 +165,31 @@ def identity_values(spec: PartitionSpec, schema: Schema, data_file: DataFile) ->
         if isinstance(field.transform, IdentityTransform) and isinstance(column.field_type, PRUNABLE_TYPES):
             values.append((schema.find_column_name(field.source_id) or column.name, data_file.partition[position]))
     return tuple(values)
+
+
+def identity_columns(table: Table) -> frozenset[str]:
+    """Columns some partition spec of the table holds by identity, as ``identity_values`` names them."""
+    schema = table.schema()
+    columns = set()
+    for spec in table.specs().values():
+        for field in spec.fields:
+            if field.source_id not in schema.field_ids:
+                continue  # dropped since that spec was current
+            column = schema.find_field(field.source_id)
+            if isinstance(field.transform, IdentityTransform) and isinstance(column.field_type, PRUNABLE_TYPES):
+                columns.add(schema.find_column_name(field.source_id) or column.name)
+    return frozenset(columns)
+
+
+def pruning_predicate(table: Table, group: GroupConfig) -> BooleanExpression | None:
+    """The group's filter as a predicate on streams, or None when it cannot leave out any of this table's.
+
+    Only a filter on a column the table is partitioned by identity can (``iceberg.protocol.stream_filter``).
+    """
+    predicate = stream_predicate(group.filter)
+    if predicate is None or not decidable_columns(predicate) & identity_columns(table):
+        return None
+    return predicate
 
 
 def added_files(table: Table, appends: list[SnapshotInfo]) -> list[FileEntry]:

@@ -222,5 +222,17 @@ def _close(group: str, epoch: int, stream: str, open_shard: _Open) -> Shard:
         file_stats=[(f.snapshot_id, f.record_count, f.size_bytes) for f in open_shard.files],
         rows=sum(f.record_count for f in open_shard.files),
         bytes=sum(f.size_bytes for f in open_shard.files),
-        identity=dict(open_shard.files[0].identity),
+        identity=shared_identity(open_shard.files),
     )
+
+
+def shared_identity(files: Sequence[FileEntry]) -> dict[str, PartitionValue]:
+    """The identity values that every file holds, which the Borrower may push down into the shard's read.
+
+    Files of one stream share them, except where two values print alike in a partition path: a null
+    and the string ``'null'`` both make ``region=null``. A value the files disagree on is left out.
+    """
+    common = set(files[0].identity)
+    for entry in files[1:]:
+        common &= set(entry.identity)
+    return {column: value for column, value in files[0].identity if (column, value) in common}
