@@ -1,12 +1,13 @@
 """Assets: each group's source as an external spec, and its sink, partitioned by replay window."""
 
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 
-from dagster_project.resources import IcegroupResource
+from dagster_project.resources import lakehouse_of
 from iceberg.lag import Lag
 from iceberg.lineage import WindowProvenance
 from iceberg.protocol.group import GroupConfig
@@ -20,21 +21,35 @@ def table_key(catalog_name: str, identifier: str) -> dg.AssetKey:
     return dg.AssetKey([catalog_name, *identifier.split(".")])
 
 
+@dataclass(frozen=True)
+class Labels:
+    """How the groups' assets show in the user's project: Dagster asset group, owners and tags."""
+
+    group_name: str | None = None
+    owners: Sequence[str] = ()
+    tags: Mapping[str, str] = field(default_factory=dict)
+
+
 def window_partitions(group: GroupConfig) -> dg.TimeWindowPartitionsDefinition:
-    """The sink's partitions: replay windows of source commit time, UTC, including the current one."""
+    """The sink's partitions: replay windows of source commit time, UTC, including the current one.
+
+    They begin at ``window_start``, which the definitions resolve when they load (``definitions.py``).
+    """
     start = group.window_start.isoformat()
     if group.replay_window == "hour":
         return dg.HourlyPartitionsDefinition(start_date=f"{start}-00:00", end_offset=1, timezone="UTC")
     return dg.DailyPartitionsDefinition(start_date=start, end_offset=1, timezone="UTC")
 
 
-def source_spec(group: GroupConfig, catalog_name: str) -> dg.AssetSpec:
+def source_spec(group: GroupConfig, key: dg.AssetKey, labels: Labels) -> dg.AssetSpec:
     """The source table: written by producers outside Dagster, so it is an external asset."""
     return dg.AssetSpec(
-        table_key(catalog_name, group.source),
+        key,
         description=f"Iceberg table {group.source}, appended to by producers; consumed by group {group.name}.",
         kinds={"iceberg"},
-        group_name="sources",
+        group_name=labels.group_name or "sources",
+        owners=labels.owners,
+        tags=labels.tags,
     )
 
 
@@ -162,7 +177,9 @@ def complete_events(
     return events
 
 
-def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
+def sink_asset(
+    group: GroupConfig, key: dg.AssetKey, source_key: dg.AssetKey, labels: Labels, resource_key: str
+) -> dg.AssetsDefinition:
     """The sink: a partition per replay window, materialized when the window is complete or replayed.
 
     Borrower runs (``dagster_project/jobs.py``) commit shards and record an observation of the
@@ -172,16 +189,19 @@ def sink_asset(group: GroupConfig, catalog_name: str) -> dg.AssetsDefinition:
     """
 
     @dg.asset(
-        key=table_key(catalog_name, group.sink),
-        deps=[table_key(catalog_name, group.source)],
+        key=key,
+        deps=[source_key],
         partitions_def=window_partitions(group),
         kinds={"spark", "iceberg"},
-        group_name=group.name,
-        tags={"icegroup/group": group.name},
+        group_name=labels.group_name or group.name,
+        owners=labels.owners,
+        tags={**labels.tags, "icegroup/group": group.name},
+        required_resource_keys={resource_key},
         description=f"Rows of {group.source} through {group.transform}, exactly once, by group {group.name}.",
     )
-    def sink(context: dg.AssetExecutionContext, icegroup: IcegroupResource) -> dg.MaterializeResult[None]:
+    def sink(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
         """Replay the run's partitions: each window's output is replaced by a fresh consumption of it."""
+        icegroup = lakehouse_of(context.resources, resource_key)
         lakehouse = icegroup.lakehouse()
         reports = [
             replay_window(icegroup.spark(), lakehouse, group, key, run_id=context.run.run_id, progress=context.log.info)

@@ -1,65 +1,114 @@
-"""The code location: for each group, source and sink assets, a Borrower job, and a Leader; and expiry.
+"""The code location, and the one builder it shares with ``icegroup_definitions`` and the component.
 
-Groups come from ``dagster_project/groups.yaml``, or the file named by ``ICEGROUP_GROUPS``
-(``group_files.py``). They are
-read when Dagster loads the location, never at import, and every group's transform is imported
-then, so a typo in one fails the location with an error naming the file, the group and the field.
+For each group: source and sink assets, a Borrower job, and a Leader (or a schedule); and expiry.
+The packaged location reads its groups from ``dagster_project/groups.yaml``, or the file named by
+``ICEGROUP_GROUPS`` (``group_files.py``). They are read when Dagster loads the location, never at
+import, and every group's transform is imported then, so a typo in one fails the location with an
+error naming the file, the group and the field.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.assets import sink_asset, source_spec, table_key
+from dagster_project.assets import Labels, sink_asset, source_spec, table_key
 from dagster_project.cli.group_files import groups_path, load_checked_groups
 from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, expire_job, replay_job
-from dagster_project.resources import IcegroupResource
+from dagster_project.resources import DEFAULT_KEY, lakehouse_config_of, lakehouse_resource
 from dagster_project.schedules import consume_schedule, expire_schedule
 from dagster_project.sensors import leader_sensor
-from iceberg.config.lakehouse import load_lakehouse
+from dagster_project.window_start import resolve_window_starts
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.protocol.group import GroupConfig
 
 
-def build_definitions(
-    groups: dict[str, GroupConfig], catalog_name: str, lakehouse_config: Path | None = None
-) -> dg.Definitions:
-    """Definitions for the given groups; separate from loading so the CLI and tests pass their own.
+@dataclass(frozen=True)
+class AssetNaming:
+    """Where the groups' assets sit in the user's asset graph, and how they are labelled.
 
-    A group whose source is another group's sink (chained groups) gets no source spec of its own:
-    the upstream group's sink asset is its source, so the asset graph runs from the first source
-    through every group to the last sink.
+    ``key_prefix`` replaces the catalog name in front of a table's key; ``source_keys`` and
+    ``sink_keys`` (by group name) name an asset outright, such as a source the user's project
+    already defines, for which icegroup then makes no spec of its own.
     """
-    sinks = {table_key(catalog_name, group.sink) for group in groups.values()}
+
+    key_prefix: tuple[str, ...] | None = None
+    source_keys: Mapping[str, dg.AssetKey] = field(default_factory=dict)
+    sink_keys: Mapping[str, dg.AssetKey] = field(default_factory=dict)
+    labels: Labels = field(default_factory=Labels)
+
+    def table(self, catalog_name: str, identifier: str) -> dg.AssetKey:
+        """The key of a table icegroup names itself: the prefix (default: the catalog name), namespace, table."""
+        if self.key_prefix is None:
+            return table_key(catalog_name, identifier)
+        return dg.AssetKey([*self.key_prefix, *identifier.split(".")])
+
+
+def asset_keys(
+    groups: Mapping[str, GroupConfig], catalog_name: str, naming: AssetNaming
+) -> dict[str, tuple[dg.AssetKey, dg.AssetKey]]:
+    """Each group's (source, sink) asset keys; a source that is another group's sink gets that sink's key."""
+    sinks = {
+        g.sink.lower(): naming.sink_keys.get(g.name) or naming.table(catalog_name, g.sink) for g in groups.values()
+    }
+    return {
+        g.name: (
+            naming.source_keys.get(g.name) or sinks.get(g.source.lower()) or naming.table(catalog_name, g.source),
+            sinks[g.sink.lower()],
+        )
+        for g in groups.values()
+    }
+
+
+def build_definitions(
+    groups: dict[str, GroupConfig],
+    catalog_name: str,
+    lakehouse_config: Path | LakehouseConfig | None = None,
+    *,
+    name: str = DEFAULT_KEY,
+    naming: AssetNaming | None = None,
+) -> dg.Definitions:
+    """Definitions for the given groups; separate from loading so the CLI, tests and components pass their own.
+
+    ``name`` is the resource key and the name of the expiry job (``<name>_expire``), so two sets
+    of groups on two lakes can live in one project. A group whose source is another group's sink
+    (chained groups) gets no source spec of its own: the upstream group's sink asset is its source,
+    so the asset graph runs from the first source through every group to the last sink. A group
+    without ``window_start`` gets the day of its source's first commit, read from the catalog now.
+    """
+    naming = naming or AssetNaming()
+    resource = lakehouse_resource(lakehouse_config)
+    resources = {name: resource}
+    groups = resolve_window_starts(groups, lambda: lakehouse_config_of(lakehouse_config))
+    keys = asset_keys(groups, catalog_name, naming)
+    sinks = {sink for _, sink in keys.values()}
     specs: dict[dg.AssetKey, dg.AssetSpec] = {}
     assets: list[dg.AssetsDefinition] = []
     jobs: list[dg.JobDefinition | UnresolvedAssetJobDefinition] = []
     sensors: list[dg.SensorDefinition] = []
     schedules: list[dg.ScheduleDefinition] = []
     for group in groups.values():
-        spec = source_spec(group, catalog_name)
-        if spec.key not in sinks:
-            specs[spec.key] = spec
-        sink = sink_asset(group, catalog_name)
+        source_key, sink_key = keys[group.name]
+        if source_key not in sinks and group.name not in naming.source_keys:
+            specs[source_key] = source_spec(group, source_key, naming.labels)
+        sink = sink_asset(group, sink_key, source_key, naming.labels, name)
         assets.append(sink)
-        borrower = borrower_job(group, catalog_name)
-        consume = consume_job(group, catalog_name)
+        borrower = borrower_job(group, sink_key, resources)
+        consume = consume_job(group, sink_key, source_key, resources)
         jobs += [borrower, consume, replay_job(group, sink)]
         if group.schedule:
             schedules.append(consume_schedule(group, consume, group.schedule))
         else:
-            sensors.append(leader_sensor(group, borrower, sink.key, spec.key))
+            sensors.append(leader_sensor(group, borrower, sink_key, source_key, name))
     if groups:
-        expire = expire_job(groups)
+        expire = expire_job(groups, resources)
         jobs.append(expire)
         schedules.append(expire_schedule(expire))
     return dg.Definitions(
-        assets=[*specs.values(), *assets],
-        jobs=jobs,
-        sensors=sensors,
-        schedules=schedules,
-        resources={"icegroup": IcegroupResource(lakehouse_config=str(lakehouse_config) if lakehouse_config else None)},
+        assets=[*specs.values(), *assets], jobs=jobs, sensors=sensors, schedules=schedules, resources=resources
     )
 
 

@@ -1,5 +1,6 @@
 """Jobs: the warm Borrower job the Leader starts, the consume-until-caught-up job, replays, and expiry."""
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -8,8 +9,8 @@ import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from pydantic import Field
 
-from dagster_project.assets import complete_events, lease_metadata, source_observation, table_key
-from dagster_project.resources import IcegroupResource
+from dagster_project.assets import complete_events, lease_metadata, source_observation
+from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import observe_runs, terminate_runs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.config.lakehouse import LakehouseConfig
@@ -68,13 +69,19 @@ class BorrowConfig(dg.Config):
     poll_s: float = Field(default=1.0, gt=0, le=60, description="Seconds between looks for a waiting lease.")
 
 
-def borrower_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
-    """The warm Borrower run the Leader starts: one SparkSession, every lease it can take, until idle."""
-    sink_key = table_key(catalog_name, group.sink)
+def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str, Any]) -> dg.JobDefinition:
+    """The warm Borrower run the Leader starts: one SparkSession, every lease it can take, until idle.
 
-    @dg.op(name=f"{group.name}_borrow_op", tags={"kind": "spark"})
-    def borrow_op(context: dg.OpExecutionContext, config: BorrowConfig, icegroup: IcegroupResource) -> None:
+    The job carries its resource itself (``resources``: the one lakehouse resource, by key): a job
+    Dagster has to bind resources to after the fact is copied with its sensor, and the copy warns
+    about the sensor's ``owners``.
+    """
+    (key,) = resources
+
+    @dg.op(name=f"{group.name}_borrow_op", tags={"kind": "spark"}, required_resource_keys={key})
+    def borrow_op(context: dg.OpExecutionContext, config: BorrowConfig) -> None:
         """Take the leases the Leader granted, run them on one warm SparkSession, exit when idle."""
+        icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
 
         def record(lease: Lease, report: LeaseReport) -> None:
@@ -97,6 +104,7 @@ def borrower_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
 
     @dg.job(
         name=f"{group.name}_borrower",
+        resource_defs=dict(resources),
         tags={TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER},
         description=f"Warm Borrower of group {group.name}: takes the leases {group.name}_leader grants, until idle.",
     )
@@ -117,17 +125,19 @@ def observation(
     )
 
 
-def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
+def consume_job(
+    group: GroupConfig, sink_key: dg.AssetKey, source_key: dg.AssetKey, resources: Mapping[str, Any]
+) -> dg.JobDefinition:
     """Leader and Borrower in one run, with one warm SparkSession: what `icegroup consume` runs.
 
     The session starts at the first lease this run executes, so a run with nothing to do starts no JVM.
     """
-    sink_key = table_key(catalog_name, group.sink)
-    source_key = table_key(catalog_name, group.source)
+    (key,) = resources
 
-    @dg.op(name=f"{group.name}_consume_op", tags={"kind": "spark"})
-    def consume_op(context: dg.OpExecutionContext, config: ConsumeConfig, icegroup: IcegroupResource) -> None:
+    @dg.op(name=f"{group.name}_consume_op", tags={"kind": "spark"}, required_resource_keys={key})
+    def consume_op(context: dg.OpExecutionContext, config: ConsumeConfig) -> None:
         """Tick and run the granted leases here until caught up; observe leases, materialize complete windows."""
+        icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
 
         def record(lease: Lease, report: LeaseReport) -> None:
@@ -164,6 +174,7 @@ def consume_job(group: GroupConfig, catalog_name: str) -> dg.JobDefinition:
 
     @dg.job(
         name=f"{group.name}_consume",
+        resource_defs=dict(resources),
         tags={TAG_GROUP: group.name},
         description=f"Consume group {group.name} until caught up, in one run.",
     )
@@ -184,12 +195,18 @@ class ExpireConfig(dg.Config):
     keep_state_for: str = Field(default="7d", description="And the ones younger than this: 12h, 7d, P1D.")
 
 
-def expire_job(groups: dict[str, GroupConfig]) -> dg.JobDefinition:
-    """The job ``icegroup expire`` is, for the schedule and for launching from the UI."""
+def expire_job(groups: dict[str, GroupConfig], resources: Mapping[str, Any]) -> dg.JobDefinition:
+    """The job ``icegroup expire`` is, for the schedule and for launching from the UI.
 
-    @dg.op(name="icegroup_expire_op")
-    def expire_op(context: dg.OpExecutionContext, config: ExpireConfig, icegroup: IcegroupResource) -> None:
+    Named after the resource key (``icegroup_expire`` in the packaged location), so each icegroup
+    component in a project has its own.
+    """
+    (key,) = resources
+
+    @dg.op(name=f"{key}_expire_op", required_resource_keys={key})
+    def expire_op(context: dg.OpExecutionContext, config: ExpireConfig) -> None:
         """Expire the snapshots no group needs; log each table's verdict and what holds what it keeps."""
+        icegroup = lakehouse_of(context.resources, key)
         keep = StateRetention(config.keep_state, parse_duration(config.keep_state_for))
         plans = expire(icegroup.catalog(), groups, keep, execute=True)
         for plan in plans:
@@ -203,7 +220,8 @@ def expire_job(groups: dict[str, GroupConfig]) -> dg.JobDefinition:
             raise dg.Failure(f"expiry of {', '.join(failed)} lost a race with another commit; it runs again next time")
 
     @dg.job(
-        name="icegroup_expire",
+        name=f"{key}_expire",
+        resource_defs=dict(resources),
         description="Expire snapshots of the groups' sources, sinks and state tables that no group needs.",
     )
     def job() -> Any:

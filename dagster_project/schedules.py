@@ -22,7 +22,7 @@ def consume_schedule(group: GroupConfig, job: dg.JobDefinition, cron: str) -> dg
 def expire_schedule(job: dg.JobDefinition) -> dg.ScheduleDefinition:
     """Daily expiry, off until turned on in the UI: retention is a choice the deployment makes."""
     return dg.ScheduleDefinition(
-        name="icegroup_expire_schedule",
+        name=f"{job.name}_schedule",
         job=job,
         cron_schedule=EXPIRE_CRON,
         execution_timezone="UTC",

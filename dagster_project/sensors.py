@@ -5,7 +5,7 @@ import time
 import dagster as dg
 
 from dagster_project.assets import complete_events, source_observation
-from dagster_project.resources import IcegroupResource
+from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.errors import GroupStopped, RegistryConflict, ResetInFlight
@@ -36,7 +36,7 @@ def borrower_requests(
 
 
 def leader_sensor(
-    group: GroupConfig, job: dg.JobDefinition, sink_key: dg.AssetKey, source_key: dg.AssetKey
+    group: GroupConfig, job: dg.JobDefinition, sink_key: dg.AssetKey, source_key: dg.AssetKey, resource_key: str
 ) -> dg.SensorDefinition:
     """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, start warm Borrowers.
 
@@ -48,11 +48,13 @@ def leader_sensor(
         name=f"{group.name}_leader",
         job=job,
         minimum_interval_seconds=group.sensor_interval_s,
+        required_resource_keys={resource_key},
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Leader of consumer group {group.name}: cuts shards of {group.source}, grants leases, and "
         f"keeps up to {group.max_borrowers} warm Borrower runs taking them.",
     )
-    def leader(context: dg.SensorEvaluationContext, icegroup: IcegroupResource) -> dg.SensorResult | dg.SkipReason:
+    def leader(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+        icegroup = lakehouse_of(context.resources, resource_key)
         try:
             result = tick(icegroup.catalog(), group, observe_runs(context.instance, group.name))
         except ResetInFlight as exc:

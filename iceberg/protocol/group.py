@@ -130,7 +130,10 @@ class GroupConfig(BaseModel):
         default="day", description="Width of the sink's time partitions, by source commit time."
     )
     window_start: date = Field(
-        default=date(2025, 1, 1), description="First day of the sink's partitions; no source commit is older."
+        default=date(2025, 1, 1),
+        description="First day of the sink's partitions; no source commit may be older. Left unset, the Dagster "
+        "definitions use the day of the source's first commit (a start timestamp's day; today for a source with no "
+        "commit yet), read from the catalog when they load; the default applies only if the catalog cannot be read.",
     )
     schedule: str | None = Field(
         default=None,

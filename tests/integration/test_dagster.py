@@ -183,7 +183,9 @@ def test_a_backfill_run_of_a_group_that_consumed_nothing_fails_saying_so(
     group = make_group()
     built = build_definitions({group.name: group}, "lake")
     result = built.resolve_job_def(f"{group.name}_replay").execute_in_process(
-        instance=instance, partition_key="2026-01-01", raise_on_error=False
+        instance=instance,
+        partition_key=window_label(int(time.time() * 1000), group.replay_window),
+        raise_on_error=False,
     )
     assert not result.success
     failure = result.get_step_failure_events()[0].step_failure_data.error
