@@ -1,0 +1,1 @@
+"""Tests of the documentation: the site builds strictly, and the console examples still have their shape."""
