@@ -290,6 +290,8 @@ def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceError |
     found = plan_increment(tables.source, state.planned_through, group, followed_now)
     if found.skipped:
         log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
+    if found.pruned:
+        log.debug("group %s: left out %d files of streams its filter cannot match", group.name, found.pruned)
     if found.through is None:
         return cut(state, group, found.appends, found.files, None), found.blocked
     through = found.through
