@@ -160,10 +160,36 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
 
 
 def by_source_file(catalog: Catalog, group: GroupConfig, path: str) -> Answer:
-    """Forwards from a source data file: its bucket of the lineage table, and the sink rows of its shards."""
-    found = answer(catalog, group, f"source file {path}", f"source_file = {quoted(path)}")
+    """Forwards from a source data file, named in any of its forms: its entries, and the sink rows of its shards."""
+    found = answer(catalog, group, f"source file {path}", is_in("source_file", file_forms(path)))
     found.sink_rows = sink_rows_of(catalog, group, found.found)
     return found
+
+
+def file_forms(path: str) -> list[str]:
+    """Every spelling of a local file's location that a table's metadata may hold, or just ``path`` if not local.
+
+    A local file appears as ``/p``, ``file:/p`` or ``file:///p`` depending on which engine wrote the
+    metadata (Spark writes ``file:``, pyiceberg the plain path), and people paste any of them. They
+    all name one file, so a question about one matches all three. Other schemes (``s3://``) are
+    matched exactly.
+    """
+    local = local_path(path)
+    return [path] if local is None else sorted({local, f"file:{local}", f"file://{local}"})
+
+
+def local_path(path: str) -> str | None:
+    """The absolute path a ``/p``, ``file:/p`` or ``file:///p`` location names; None for anything else."""
+    if path.startswith("file:"):
+        rest = path.removeprefix("file:")
+        if rest.startswith("//"):
+            rest = rest.removeprefix("//")
+            if not rest.startswith("/"):  # file://host/p names another host: not a local path
+                return None
+        path = rest
+    if not path.startswith("/"):
+        return None
+    return "/" + path.lstrip("/")
 
 
 def by_source_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> Answer:

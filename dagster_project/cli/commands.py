@@ -7,7 +7,6 @@ Every command shares one error handler: any ``IcegroupError`` is printed as
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -17,11 +16,13 @@ from dagster_project.cli.exits import Exit, epilog, exit_for
 from dagster_project.cli.expire import add_expire
 from dagster_project.cli.group_files import ENV_GROUPS, groups_path, load_checked_groups
 from dagster_project.cli.lineage import add_lineage
+from dagster_project.cli.output import JSON_HELP, dumps
 from dagster_project.cli.support import dagster_home, pick, render, table
+from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, add_verbs
 from iceberg.checkpoints import list_checkpoints
 from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 from iceberg.describe import describe_as_of, describe_group
-from iceberg.errors import IcegroupError, UsageError
+from iceberg.errors import IcegroupError
 from iceberg.lag import Work, pending_work
 from iceberg.pause import set_paused
 from iceberg.protocol.consume import DEFAULTS
@@ -29,7 +30,7 @@ from iceberg.protocol.durations import option_value, parse_time
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import snapshot_range
 from iceberg.rebuild import rebuild_registry
-from iceberg.store.dead_letters import latest, open_letters, redrive
+from iceberg.store.dead_letters import latest
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -61,16 +62,16 @@ def parser() -> argparse.ArgumentParser:
     sub = top.add_subparsers(required=True, metavar="COMMAND")
 
     listing = sub.add_parser("list", help="list the groups and their lag")
-    listing.add_argument("--json", action="store_true", help="print JSON")
+    listing.add_argument("--json", action="store_true", help=JSON_HELP)
     listing.set_defaults(run=cmd_list)
 
     describe = sub.add_parser("describe", help="per stream: position, head, lag, leases in flight")
     describe.add_argument("group")
-    describe.add_argument("--json", action="store_true", help="print JSON")
+    describe.add_argument("--json", action="store_true", help=JSON_HELP)
     describe.add_argument("--as-of", help="the group as its registry held it then (ISO-8601; UTC if no zone)")
     describe.set_defaults(run=cmd_describe)
 
-    consume = sub.add_parser("consume", help="run the Leader and Borrowers headless, as a Dagster run")
+    consume = sub.add_parser("consume", help=f"run the Leader and Borrowers headless, as a Dagster run; {ACTS_AT_ONCE}")
     consume.add_argument("group")
     consume.add_argument("--until-caught-up", action="store_true", help="repeat until the source head is committed")
     consume.add_argument(
@@ -82,58 +83,52 @@ def parser() -> argparse.ArgumentParser:
     consume.add_argument(
         "--poll", type=float, default=DEFAULTS.poll_s, help="seconds between source checks while following"
     )
-    consume.add_argument("--json", action="store_true", help="print the run and the group as JSON; no progress bars")
+    consume.add_argument("--json", action="store_true", help=f"{JSON_HELP}; no progress bars")
     consume.set_defaults(run=cmd_consume)
 
     letters = sub.add_parser("dead-letters", help="poison shards: parked, stopped and re-driven")
     letters.add_argument("group")
-    letters.add_argument("--json", action="store_true", help="print JSON")
+    letters.add_argument("--json", action="store_true", help=JSON_HELP)
     letters.set_defaults(run=cmd_dead_letters)
 
-    again = sub.add_parser("redrive", help="release parked or stopped shards so the Leader grants them again")
-    again.add_argument("group")
-    again.add_argument("--shard", action="append", help="only this shard (repeatable); default: all open ones")
-    again.set_defaults(run=cmd_redrive)
-
-    pause = sub.add_parser("pause", help="grant nothing new; leases in flight finish")
+    pause = sub.add_parser("pause", help=f"grant nothing new; leases in flight finish; {ACTS_AT_ONCE}")
     pause.add_argument("group")
     pause.set_defaults(run=cmd_pause)
 
-    resume = sub.add_parser("resume", help="continue a paused group from the same positions")
+    resume = sub.add_parser("resume", help=f"continue a paused group from the same positions; {ACTS_AT_ONCE}")
     resume.add_argument("group")
     resume.set_defaults(run=cmd_resume)
 
     points = sub.add_parser("checkpoints", help="the group's sink commits: run, lease, epoch, source range, rows")
     points.add_argument("group")
     points.add_argument("--window", help="only this replay window (a partition key such as 2026-01-31)")
-    points.add_argument("--json", action="store_true", help="print JSON")
+    points.add_argument("--json", action="store_true", help=JSON_HELP)
     points.set_defaults(run=cmd_checkpoints)
 
-    rebuild = sub.add_parser("rebuild", help="rebuild the registry from the sink's commits (dry run by default)")
+    rebuild = sub.add_parser("rebuild", help=f"rebuild the registry from the sink's commits; {PREVIEW_RULE}")
     rebuild.add_argument("group")
     rebuild.add_argument("--execute", action="store_true", help="commit the rebuilt registry in a new epoch")
-    rebuild.add_argument("--json", action="store_true", help="print JSON")
+    rebuild.add_argument("--json", action="store_true", help=JSON_HELP)
     rebuild.set_defaults(run=cmd_rebuild)
     add_replay(sub)
     add_reset(sub)
     add_lineage(sub)
     add_expire(sub)
-    migrate = sub.add_parser("migrate", help="give sink rows written before the window column their window")
-    migrate.add_argument("group")
-    migrate.set_defaults(run=cmd_migrate)
+    add_verbs(sub)
     return top
 
 
 def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``replay`` command's arguments."""
     replay = sub.add_parser(
-        "replay", help="remake windows of the sink from the source with today's transform, replacing their rows"
+        "replay",
+        help=f"remake windows of the sink from the source with today's transform, replacing their rows; {PREVIEW_RULE}",
     )
     replay.add_argument("group")
     replay.add_argument("--window", action="append", help="a window's partition key, such as 2026-01-31 (repeatable)")
     replay.add_argument("--from", dest="start", help="replay every window from this time (ISO-8601; UTC if no zone)")
     replay.add_argument("--to", dest="end", help="... up to this time (exclusive)")
-    replay.add_argument("--dry-run", action="store_true", help="show what each window's replay reads and replaces")
+    replay.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
     replay.add_argument(
         "--cascade",
         action="store_true",
@@ -144,13 +139,13 @@ def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="replay this group's windows that consumed rows an upstream replay replaced (no windows named)",
     )
-    replay.add_argument("--json", action="store_true", help="print JSON")
+    replay.add_argument("--json", action="store_true", help=JSON_HELP)
     replay.set_defaults(run=cmd_replay)
 
 
 def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``reset`` command's arguments."""
-    reset = sub.add_parser("reset", help="move the group's positions (dry run unless --execute)")
+    reset = sub.add_parser("reset", help=f"move the group's positions; {PREVIEW_RULE}")
     reset.add_argument("group")
     where = reset.add_mutually_exclusive_group(required=True)
     where.add_argument("--to-earliest", action="store_true", help="before the oldest source snapshot still there")
@@ -160,9 +155,9 @@ def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     where.add_argument("--by-duration", metavar="D", help="as --to-datetime now minus D (PT1H, P1D, 15m, 2d)")
     where.add_argument("--shift-by", metavar="N", type=int, help="N of each stream's own snapshots (negative: back)")
     where.add_argument("--to-checkpoint", metavar="SINK_SNAPSHOT", help="the positions a sink commit recorded")
-    reset.add_argument("--execute", action="store_true", help="apply it (the default is a dry run)")
+    reset.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
     reset.add_argument("--keep-output", action="store_true", help="moving back, keep the output consumed again")
-    reset.add_argument("--json", action="store_true", help="print JSON")
+    reset.add_argument("--json", action="store_true", help=JSON_HELP)
     reset.set_defaults(run=cmd_reset)
 
 
@@ -200,7 +195,7 @@ def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[
             }
         )
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(dumps(rows))
         return Exit.OK
     print(table(rows, list(rows[0]) if rows else ["group"]))
     return Exit.OK
@@ -214,7 +209,7 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     else:
         view = describe_as_of(lakehouse.catalog(), group, option_value("--as-of", parse_time, args.as_of))
     if args.json:
-        print(json.dumps(view.as_dict(), indent=2, default=str))
+        print(dumps(view.as_dict()))
     else:
         print(render(view))
     return Exit.OK
@@ -246,7 +241,7 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         run_id, success = run
     view = describe_group(catalog, group)
     if args.json:
-        print(json.dumps({"run_id": run_id, "success": success, "group": view.as_dict()}, default=str))
+        print(dumps({"run_id": run_id, "success": success, "group": view.as_dict()}))
     else:
         ran = f"run {run_id}: {'success' if success else 'failure'} (instance {dagster_home()})"
         print(ran if run_id else f"group {group.name}: nothing to consume; no run started")
@@ -257,6 +252,14 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
 def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup dead-letters GROUP``: each poison shard's latest state."""
     group = pick(groups, args.group, args.groups)
+    letters = list(latest(lakehouse.catalog(), group.name).values())
+    if args.json:
+        print(dumps([
+            {"shard": d.shard_id, "stream": d.stream, "state": d.action, "from_snapshot": d.from_snapshot,
+             "to_snapshot": d.to_snapshot, "lease_id": d.lease_id, "attempt": d.attempt, "error": d.error}
+            for d in letters
+        ]))  # fmt: skip
+        return Exit.OK
     rows: list[dict[str, object]] = [
         {
             "shard": d.shard_id,
@@ -266,12 +269,9 @@ def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, group
             "lease": f"{d.lease_id}#{d.attempt}",
             "error": d.error,
         }
-        for d in latest(lakehouse.catalog(), group.name).values()
+        for d in letters
     ]
-    if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
-        print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
+    print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
     return Exit.OK
 
 
@@ -280,7 +280,7 @@ def cmd_checkpoints(args: argparse.Namespace, lakehouse: LakehouseConfig, groups
     group = pick(groups, args.group, args.groups)
     rows = [asdict(point) for point in list_checkpoints(lakehouse.catalog(), group, args.window)]
     if args.json:
-        print(json.dumps(rows, indent=2))
+        print(dumps(rows))
         return Exit.OK
     columns = [
         "committed_at", "kind", "sink_snapshot", "run_id", "lease", "epoch", "stream", "source_range", "window", "rows"
@@ -328,8 +328,11 @@ def cmd_rebuild(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     else:
         verdict = f"epoch {found.stored.epoch}, " + (found.disagreement or "agrees with the sink")
     if args.json:
-        print(json.dumps({"registry": verdict, "epoch": found.rebuilt.epoch, "committed": found.committed,
-                          "streams": rows}, indent=2))  # fmt: skip
+        print(dumps({
+            "group": group.name, "registry_found": found.stored is not None,
+            "registry_epoch": found.stored.epoch if found.stored else None, "disagreement": found.disagreement,
+            "epoch": found.rebuilt.epoch, "committed": found.committed, "streams": rows,
+        }))  # fmt: skip
         return Exit.OK
     print(f"group {group.name}: registry {verdict}; sink {group.sink}: {found.rebuilt.leases_done} leases committed")
     print(table(rows, ["stream", "registry_position", "sink_position", "committed_shards", "committed_rows"]))
@@ -337,34 +340,7 @@ def cmd_rebuild(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         print(f"rebuilt: the registry is at epoch {found.rebuilt.epoch}; leases of older epochs can no longer commit")
     else:
         print(
-            f"dry run: nothing changed. `icegroup rebuild {group.name} --execute` commits this registry in epoch "
+            f"preview: nothing changed. `icegroup rebuild {group.name} --execute` commits this registry in epoch "
             f"{found.rebuilt.epoch}; leases in flight then can no longer commit and are granted again"
         )
-    return Exit.OK
-
-
-def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup migrate GROUP``: rewrite the sink's rows that have no window yet, in one replace commit."""
-    group = pick(groups, args.group, args.groups)
-    from spark_jobs.session import get_session
-    from spark_jobs.sink.migrate import migrate_sink  # Spark loads only for the commands that use it
-
-    print(f"group {group.name}: {migrate_sink(get_session(lakehouse), lakehouse, group, progress=print).line()}")
-    return Exit.OK
-
-
-def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup redrive GROUP [--shard ID ...]``: the next Leader tick grants these shards again."""
-    group = pick(groups, args.group, args.groups)
-    catalog = lakehouse.catalog()
-    unknown = sorted(set(args.shard or []) - set(open_letters(catalog, group.name)))
-    if unknown:
-        raise UsageError(
-            f"shard(s) {unknown} of group {group.name!r} are not parked or stopped; "
-            f"see `icegroup dead-letters {group.name}`"
-        )
-    released = redrive(catalog, group.name, args.shard)
-    for letter in released:
-        print(f"re-driven: shard {letter.shard_id} (stream {letter.stream})")
-    print(f"{len(released)} shard(s) re-driven; the next Leader tick grants them again")
     return Exit.OK

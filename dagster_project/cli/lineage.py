@@ -8,10 +8,10 @@ across chained groups. The answers come from the lineage tables (``iceberg/linea
 from __future__ import annotations
 
 import argparse
-import json
 from typing import Any
 
 from dagster_project.cli.exits import Exit
+from dagster_project.cli.output import JSON_HELP, dumps
 from dagster_project.cli.support import pick, table
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
@@ -44,14 +44,17 @@ def add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
     lineage.add_argument("--sink-snapshot", type=int, help="backwards: the shards and source files of a sink commit")
     lineage.add_argument("--window", help="backwards: every shard of a replay window (a partition key)")
     lineage.add_argument("--row", help='backwards: sink rows matching a filter on sink columns, like "id = 42"')
-    lineage.add_argument("--source-file", help="forwards: the sink snapshots, windows and rows a source file fed")
+    lineage.add_argument(
+        "--source-file",
+        help="forwards: the sink snapshots, windows and rows a source file fed (/path, file:/path or file:///path)",
+    )
     lineage.add_argument("--source-snapshot", type=int, help="forwards: what the files of a source snapshot fed")
     lineage.add_argument(
         "--through",
         action="store_true",
         help="follow the answer across chained groups, to the first source or the last sink",
     )
-    lineage.add_argument("--json", action="store_true", help="print JSON")
+    lineage.add_argument("--json", action="store_true", help=JSON_HELP)
     lineage.set_defaults(run=cmd_lineage)
 
 
@@ -83,7 +86,7 @@ def cmd_lineage(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         found = by_source_snapshot(catalog, group, args.source_snapshot)
     if args.through:
         (trace_back if backwards else trace_forward)(catalog, groups, group, found)
-    print(json.dumps(as_json(found), indent=2) if args.json else as_text(found))
+    print(dumps(as_json(found)) if args.json else as_text(found))
     return Exit.OK
 
 
@@ -107,7 +110,8 @@ def shard_json(files: list[LineageEntry], sink_rows: dict[str, int]) -> dict[str
         "sink_snapshot": first.sink_snapshot,
         "kind": first.kind,
         "generation": first.generation,
-        "lease": f"{first.lease_id}#{first.attempt}",
+        "lease_id": first.lease_id,
+        "attempt": first.attempt,
         "epoch": first.epoch,
         "run_id": first.run_id,
         "config_hash": first.config_hash,
@@ -133,7 +137,7 @@ def as_json(found: Answer) -> dict[str, Any]:
         "question": found.question,
         "recorded_through_sink_snapshot": found.recorded_through,
         "unrecorded_sink_commits": found.unrecorded,
-        "note": found.note,
+        "note": found.note or None,
         "shards": [shard_json(files, found.sink_rows) for files in shards],
         "sink_filter": sink_filter(found),
         "hops": [as_json(hop) for hop in found.hops],
@@ -160,6 +164,8 @@ def as_text(found: Answer) -> str:
     if not shards:
         lines.append("  no lineage entries match")
     else:
+        for shard in shards:
+            shard["lease"] = f"{shard['lease_id']}#{shard['attempt']}"
         columns = ["shard", "window", "stream", "source_range", "sink_snapshot", "kind", "lease", "epoch", "run_id"]
         if found.sink_rows:
             columns.append("sink_rows_now")

@@ -2,20 +2,20 @@
 
 A replay from the command line is the same Dagster run a backfill launched from the UI is: the
 sink asset's partition, run in the instance without a lease tag, so the UI shows it with the rest.
-A reset moves the group's positions, after ``kafka-consumer-groups --reset-offsets``: a dry run by
-default, ``--execute`` to apply it. Their arguments are in ``cli/commands.py``, which imports this module (and
-so Dagster) only when one of them runs.
+A reset moves the group's positions, after ``kafka-consumer-groups --reset-offsets``. Both preview
+by default and act only with ``--execute``, like every verb that rewrites state. Their arguments are
+in ``cli/commands.py``, which imports this module (and so Dagster) only when one of them runs.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 from pathlib import Path
 
 import dagster as dg
 
 from dagster_project.cli.exits import Exit
+from dagster_project.cli.output import dumps
 from dagster_project.cli.support import dagster_home, pick, table
 from dagster_project.definitions import build_definitions
 from dagster_project.runs.execute import execute, open_instance
@@ -57,19 +57,19 @@ def windows_of(args: argparse.Namespace, group: GroupConfig) -> list[str]:
 
 
 def plan_row(plan: ReplayPlan) -> dict[str, object]:
-    """One window's dry run as a row."""
+    """One window's preview as a row: ``missing`` lists what the window's replay lacks (empty: nothing)."""
     return {
         "window": plan.window,
         "shards": len(plan.shards),
         "source_rows": plan.rows,
         "sink_rows_now": plan.sink_rows,
         "complete": not plan.missing,
-        "missing": "; ".join(plan.missing) or "-",
+        "missing": list(plan.missing),
     }
 
 
 def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup replay GROUP``: a dry run shows each window's plan; otherwise one run per window.
+    """``icegroup replay GROUP``: a preview shows each window's plan; with ``--execute``, one run per window.
 
     ``--cascade`` then makes each chained group downstream follow, and theirs in turn;
     ``--follow-upstream`` makes this group follow the replays of its own source.
@@ -77,8 +77,8 @@ def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     group = pick(groups, args.group, args.groups)
     windows = windows_of(args, group)
     following = [group] if args.follow_upstream else downstream_of(groups, group) if args.cascade else []
-    if args.dry_run:
-        return dry_run(args, lakehouse, group, windows, following)
+    if not args.execute:
+        return preview(args, lakehouse, group, windows, following)
     home = dagster_home()
     definitions = build_definitions(groups, lakehouse.catalog_name, args.lakehouse)
     follows: list[dict[str, object]] = []
@@ -99,22 +99,15 @@ def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     # A refused follow is an error that names its remedy (2); one that has to wait is not done yet,
     # like a consume that did not catch up (3).
     statuses = [str(row["status"]) for row in follows]
-    code = (
-        Exit.ERROR
-        if any(s.startswith("refused") for s in statuses)
-        else Exit.INCOMPLETE
-        if any(s.startswith("waits") for s in statuses)
-        else Exit.OK
-    )
+    code = Exit.ERROR if "refused" in statuses else Exit.INCOMPLETE if "waits" in statuses else Exit.OK
     if args.json:
-        report = {"replays": done, "follows": follows} if following else done
-        print(json.dumps(report, indent=2, default=str))
+        print(dumps({"replays": done, "follows": follows} if following else done))
         return code
     columns = ["group", "window", "generations", "shards", "rows_in", "rows_out", "rows_replaced", "sink_snapshots"]
     if done:
-        print(table([{k: cell(v) for k, v in row.items()} for row in done], [*columns, "run_id"]))
+        print(table(done, [*columns, "run_id"]))
     if follows:
-        print(table([{k: cell(v) for k, v in row.items()} for row in follows], FOLLOW_COLUMNS))
+        print(table([follow_text(row) for row in follows], FOLLOW_COLUMNS))
     elif args.follow_upstream:
         print(f"group {group.name}: no upstream replay to follow")
     return code
@@ -123,7 +116,7 @@ def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
 FOLLOW_COLUMNS = ["group", "upstream_replay", "upstream_group", "window", "windows", "status"]
 
 
-def dry_run(
+def preview(
     args: argparse.Namespace,
     lakehouse: LakehouseConfig,
     group: GroupConfig,
@@ -135,18 +128,19 @@ def dry_run(
     rows = [plan_row(plan_replay(catalog, group, window)) for window in windows]
     follows = [follow_row(g, p, done=False) for g in following for p in plan_follows(catalog, g)]
     if args.json:
-        print(json.dumps({"replays": rows, "follows": follows} if following else rows, indent=2))
+        print(dumps({"replays": rows, "follows": follows} if following else rows))
         return Exit.OK
     if rows:
         print(table(rows, ["window", "shards", "source_rows", "sink_rows_now", "complete", "missing"]))
     if args.follow_upstream:
-        print(table(follows, FOLLOW_COLUMNS) if follows else f"group {group.name}: no upstream replay to follow")
-        print("dry run: nothing replaced; run without --dry-run to follow the replays shown ready")
+        shown = table([follow_text(row) for row in follows], FOLLOW_COLUMNS)
+        print(shown if follows else f"group {group.name}: no upstream replay to follow")
+        print("preview: nothing replaced; add --execute to follow the replays shown ready")
         return Exit.OK
     if following:
         names = ", ".join(g.name for g in following)
         print(f"--cascade: after the replay, the groups downstream follow it: {names}, and theirs in turn")
-    print(f"dry run: nothing replaced; run without --dry-run to replay {len(windows)} windows")
+    print(f"preview: nothing replaced; add --execute to replay {len(windows)} windows")
     return Exit.OK
 
 
@@ -194,21 +188,29 @@ def follow(
 
 
 def follow_row(group: GroupConfig, plan: FollowPlan, done: bool) -> dict[str, object]:
-    """One upstream replay, and what following it takes (or took, once ``done``), or why it has to wait."""
+    """One upstream replay, and what following it takes (or took, once ``done``), or why it has to wait.
+
+    ``status`` is one word (refused, waits, ready, followed); ``reason`` says why, for a person.
+    """
     if plan.missing:
-        status = f"refused: {'; '.join(plan.missing)}"
+        status, reason = "refused", "; ".join(plan.missing)
     elif plan.unconsumed:
-        status = (
-            f"waits: {group.name} has not committed {len(plan.unconsumed)} of the commits it replaced yet (first "
-            f"{plan.unconsumed[0]}); let it consume up to the replay (its Leader stops there, naming it; a poison "
-            f"shard needs `icegroup redrive {group.name}`), then run `icegroup replay {group.name} --follow-upstream`"
+        status, reason = (
+            "waits",
+            (
+                f"{group.name} has not committed {len(plan.unconsumed)} of the commits it replaced yet (first "
+                f"{plan.unconsumed[0]}); let it consume up to the replay (its Leader stops there, naming it; a poison "
+                f"shard needs `icegroup redrive {group.name} --execute`), then run "
+                f"`icegroup replay {group.name} --follow-upstream --execute`"
+            ),
         )
     else:
         count = f"{len(plan.windows)} window{'s' if len(plan.windows) != 1 else ''}"
+        status = "followed" if done else "ready"
         if not plan.windows:
-            status = ("followed" if done else "ready") + ": it replaced nothing this group consumed"
+            reason = "it replaced nothing this group consumed"
         else:
-            status = f"followed: {count} replayed" if done else f"ready: replays {count}"
+            reason = f"{count} replayed" if done else f"replays {count}"
     return {
         "group": group.name,
         "upstream_replay": plan.replay.snapshot_id,
@@ -216,14 +218,13 @@ def follow_row(group: GroupConfig, plan: FollowPlan, done: bool) -> dict[str, ob
         "window": plan.replay.window,
         "windows": plan.windows,
         "status": status,
+        "reason": reason,
     }
 
 
-def cell(value: object) -> object:
-    """A metadata value as one cell: lists joined by commas."""
-    if isinstance(value, list):
-        return ",".join(str(v) for v in value)
-    return value
+def follow_text(row: dict[str, object]) -> dict[str, object]:
+    """A follow row as the text table shows it: the status and its reason in one cell."""
+    return {**row, "status": f"{row['status']}: {row['reason']}"}
 
 
 TARGETS = {
@@ -280,7 +281,7 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
     else:
         plan = plan_reset(catalog, group, target, keep_output=args.keep_output)
     if args.json:
-        print(json.dumps(reset_report(plan, args.execute), indent=2))
+        print(dumps(reset_report(plan, args.execute)))
         return Exit.OK
     if plan.already_committed:
         print(
@@ -289,10 +290,11 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
         )
         return Exit.OK
     print(f"reset group {group.name} {plan.target.describe()}: into epoch {plan.epoch}")
-    rows = plan.rows()
+    # A position before the table's first snapshot is its start, as a source range writes it (``start..B``).
+    rows = [{**row, "current": row["current"] or "start", "new": row["new"] or "start"} for row in plan.rows()]
     print(table(rows, list(rows[0]) if rows else ["stream"]))
     replaced = "kept (--keep-output)" if plan.keep_output else (", ".join(plan.windows) or "none")
     print(f"output replaced in windows: {replaced} ({len(plan.replaced_shards)} shards' rows deleted, consumed again)")
     done = "done: the Leader goes on from the new positions"
-    print(done if args.execute else "dry run: nothing changed; add --execute to apply it")
+    print(done if args.execute else "preview: nothing changed; add --execute to apply it")
     return Exit.OK

@@ -13,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from dagster_project.cli.output import text
 from iceberg.config.lakehouse import ENV_HOME
 from iceberg.describe import GroupView
 from iceberg.errors import UsageError
@@ -29,14 +30,15 @@ def pick(groups: dict[str, GroupConfig], name: str, source: Path) -> GroupConfig
 def table(rows: list[dict[str, object]], columns: list[str]) -> str:
     """Left-aligned columns under upper-case headers, as plain text (rich lays them out; no colour, no wrapping).
 
-    Cells are printed as they are: no markup or emoji codes are read in them, and a long cell is
-    never folded, so the output greps and pipes like any Unix tool's.
+    Cells are printed as they are (an absent value as ``none``, a list joined by commas): no markup
+    or emoji codes are read in them, and a long cell is never folded, so the output greps and pipes
+    like any Unix tool's.
     """
     grid = Table(box=None, pad_edge=False, show_edge=False, header_style="", padding=(0, 1))
     for column in columns:
         grid.add_column(column.upper(), no_wrap=True, overflow="ignore")
     for row in rows:
-        grid.add_row(*(str(row.get(column, "")).expandtabs() for column in columns))
+        grid.add_row(*(text(row.get(column)).expandtabs() for column in columns))
     out = io.StringIO()
     Console(file=out, width=1_000_000, color_system=None, highlight=False, markup=False, emoji=False).print(grid)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
@@ -55,7 +57,7 @@ def render(view: GroupView) -> str:
     head = (
         (f"as of {at} (the registry's commit then; not reconciled with the sink)\n" if view.historical else "")
         + f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}  {view.status}\n"
-        f"source head {view.source_head}  planned through {view.planned_through}  "
+        f"source head {text(view.source_head)}  planned through {text(view.planned_through)}  "
         f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
         f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
         + (f" / {view.lag_age_s:.1f}s (oldest unconsumed commit)" if view.lag_age_s is not None else "")
@@ -72,10 +74,10 @@ def render(view: GroupView) -> str:
             "head": s.head,
             "lag_snapshots": s.lag_snapshots,
             "lag_rows": s.lag_rows,
-            "lag_age": "-" if (age := s.age_at(view.as_of_ms)) is None else f"{age:.1f}s",
+            "lag_age": None if (age := s.age_at(view.as_of_ms)) is None else f"{age:.1f}s",
             "committed_rows": s.committed_rows,
-            "rate": "-" if s.rate_rows_s is None else f"{s.rate_rows_s:,.0f} rows/s",
-            "leases": ",".join(s.leases) or "-",
+            "rate": None if s.rate_rows_s is None else f"{s.rate_rows_s:,.0f} rows/s",
+            "leases": s.leases,
         }
         for s in view.streams
     ]

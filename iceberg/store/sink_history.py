@@ -95,6 +95,21 @@ def group_commits(table: Table, group: str, since: int | None) -> list[SinkCommi
     return commits
 
 
+def deleted_key(group: str) -> str:
+    """Sink table property: the sink snapshot at which ``icegroup delete`` removed the group's state."""
+    return f"icegroup.deleted.{group}"
+
+
+def deleted_through(table: Table, group: str) -> int | None:
+    """The sink snapshot through which the group's commits belong to a deleted group (None: never deleted).
+
+    A group started again after ``icegroup delete`` is a new group: the commits before this
+    snapshot are the deleted group's, so a missing registry is not rebuilt from them.
+    """
+    value = table.properties.get(deleted_key(group))
+    return int(value) if value else None
+
+
 def read_sink_history(catalog: Catalog, sink: str, group: str, since: int | None) -> SinkHistory:
     """Commits of ``group`` in ``sink`` after snapshot ``since``; empty while the sink does not exist."""
     return history_of(load_optional(catalog, sink), group, since)
@@ -105,6 +120,7 @@ def history_of(table: Table | None, group: str, since: int | None) -> SinkHistor
     if table is None:
         return SinkHistory(head=None, commits=[])
     head = table.current_snapshot()
+    since = since if since is not None else deleted_through(table, group)
     return SinkHistory(
         head=head.snapshot_id if head else None,
         commits=group_commits(table, group, since),

@@ -1,0 +1,160 @@
+"""``icegroup redrive``, ``migrate`` and ``delete``: verbs that change state without a Dagster run.
+
+Like every verb that rewrites or removes state (``PREVIEW_RULE``), each shows what it would do and
+changes nothing unless ``--execute`` is given.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+from dagster_project.cli.exits import Exit
+from dagster_project.cli.output import JSON_HELP, dumps, text
+from dagster_project.cli.support import pick, table
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.errors import UsageError
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.sink_commit import COL_WINDOW
+from iceberg.store.dead_letters import latest, open_letters, redrive
+from iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
+from iceberg.store.tables import load_optional
+
+PREVIEW_RULE = "previews what it would do; changes nothing unless --execute"
+ACTS_AT_ONCE = "acts at once (it moves nothing backwards; its opposite undoes it)"
+EXECUTE_HELP = "do it (without --execute: only show what would be done)"
+
+
+def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The arguments of ``redrive``, ``migrate`` and ``delete``."""
+    again = sub.add_parser(
+        "redrive", help=f"release parked or stopped shards so the Leader grants them again; {PREVIEW_RULE}"
+    )
+    again.add_argument("group")
+    again.add_argument("--shard", action="append", help="only this shard (repeatable); default: all open ones")
+    again.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
+    again.add_argument("--json", action="store_true", help=JSON_HELP)
+    again.set_defaults(run=cmd_redrive)
+
+    migrate = sub.add_parser(
+        "migrate", help=f"give sink rows written before the window column their window; {PREVIEW_RULE}"
+    )
+    migrate.add_argument("group")
+    migrate.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
+    migrate.set_defaults(run=cmd_migrate)
+
+    remove = sub.add_parser(
+        "delete",
+        help="remove a group's state (registry, lineage, dead letters, heartbeats, its fences and registration), "
+        f"never its sink's data; {PREVIEW_RULE}",
+    )
+    remove.add_argument("group")
+    remove.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
+    remove.add_argument("--json", action="store_true", help=JSON_HELP)
+    remove.set_defaults(run=cmd_delete)
+
+
+def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup redrive GROUP [--shard ID ...] [--execute]``: the next Leader tick grants these shards again."""
+    group = pick(groups, args.group, args.groups)
+    catalog = lakehouse.catalog()
+    open_now = open_letters(catalog, group.name)
+    unknown = sorted(set(args.shard or []) - set(open_now))
+    if unknown:
+        raise UsageError(
+            f"shard(s) {unknown} of group {group.name!r} are not parked or stopped; "
+            f"see `icegroup dead-letters {group.name}`"
+        )
+    if args.execute:
+        chosen = redrive(catalog, group.name, args.shard)
+    else:
+        letters = latest(catalog, group.name)
+        chosen = [letters[s] for s in sorted(open_now) if not args.shard or s in args.shard]
+    rows: list[dict[str, object]] = [{"shard": d.shard_id, "stream": d.stream} for d in chosen]
+    if args.json:
+        print(dumps({"group": group.name, "executed": args.execute, "shards": rows}))
+        return Exit.OK
+    for letter in chosen:
+        print(f"{'re-driven' if args.execute else 'would re-drive'}: shard {letter.shard_id} (stream {letter.stream})")
+    if args.execute:
+        print(f"{len(chosen)} shard(s) re-driven; the next Leader tick grants them again")
+    else:
+        print(f"preview: nothing changed; `icegroup redrive {group.name} --execute` re-drives {len(chosen)} shard(s)")
+    return Exit.OK
+
+
+def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup migrate GROUP [--execute]``: rewrite the sink's rows that have no window, in one replace commit."""
+    group = pick(groups, args.group, args.groups)
+    if not args.execute:
+        print(f"group {group.name}: {migrate_preview(lakehouse, group)}")
+        return Exit.OK
+    from spark_jobs.session import get_session
+    from spark_jobs.sink.migrate import migrate_sink  # Spark loads only for the commands that use it
+
+    print(f"group {group.name}: {migrate_sink(get_session(lakehouse), lakehouse, group, progress=print).line()}")
+    return Exit.OK
+
+
+def migrate_preview(lakehouse: LakehouseConfig, group: GroupConfig) -> str:
+    """What ``migrate --execute`` would rewrite: the sink's data files that may hold rows with no window."""
+    sink = load_optional(lakehouse.catalog(), group.sink)
+    if sink is None or sink.current_snapshot() is None:
+        return f"the sink {group.sink} holds no rows; nothing to migrate"
+    has_window = any(f.name == COL_WINDOW for f in sink.schema().fields)
+    tasks = list(sink.scan(row_filter=f"{COL_WINDOW} IS NULL").plan_files()) if has_window else []
+    if has_window and not tasks:
+        return "every sink row has its window; nothing to migrate"
+    files = tasks or list(sink.scan().plan_files())
+    records = sum(t.file.record_count for t in files)
+    return (
+        f"preview: nothing changed; up to {len(files)} files ({records} rows) of {group.sink} may hold rows with no "
+        f"window; `icegroup migrate {group.name} --execute` rewrites them with their windows"
+    )
+
+
+def cmd_delete(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup delete GROUP [--execute]``: what the group keeps, then, with ``--execute``, all of it removed."""
+    group = pick(groups, args.group, args.groups)
+    catalog = lakehouse.catalog()
+    found = footprint(catalog, group.name, group.source, group.sink)
+    now_ms = int(time.time() * 1000)
+    if args.execute and not found.empty():
+        check_deletable(found, now_ms)
+        delete_group(catalog, found)
+    report = {
+        "group": group.name,
+        "executed": bool(args.execute),
+        "tables": found.tables,
+        "sink_properties": found.sink_properties,
+        "source_registration": found.registration,
+        "heartbeats": found.heartbeats,
+        "leases_in_flight": leases_in_flight(found, now_ms),
+        "sink": group.sink,
+        "deleted_at_sink_snapshot": found.sink_snapshot,
+    }
+    if args.json:
+        print(dumps(report))
+        return Exit.OK
+    if found.empty():
+        print(f"group {group.name}: keeps no state; nothing to delete")
+        return Exit.OK
+    rows: list[dict[str, object]] = [
+        *({"kind": "table", "name": name} for name in found.tables),
+        *({"kind": f"property of {group.sink}", "name": key} for key in found.sink_properties),
+        *({"kind": f"property of {group.source}", "name": key} for key in [found.registration] if key),
+        *({"kind": "heartbeat", "name": holder} for holder in found.heartbeats),
+    ]
+    print(table(rows, ["kind", "name"]))
+    flight = leases_in_flight(found, now_ms)
+    if args.execute:
+        print(
+            f"deleted group {group.name}'s state; the sink {group.sink} and its rows are untouched. The next consume "
+            "starts the group anew from its start config"
+        )
+    else:
+        print(
+            f"preview: nothing changed; `icegroup delete {group.name} --execute` removes the above; the sink "
+            f"{group.sink} and its rows stay. Leases in flight: {text(flight)}"
+        )
+    return Exit.OK

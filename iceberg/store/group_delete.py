@@ -1,0 +1,129 @@
+"""``icegroup delete``: remove everything a group keeps, and never its sink's data.
+
+A group keeps its registry, lineage and dead-letter tables (``icegroup.registry_<group>``,
+``lineage_<group>``, ``dead_letters_<group>``), its heartbeat rows, its registration on the source
+(``icegroup.consumer.<group>``) and, on the sink, its fences and markers (``icegroup.fence.<group>.*``,
+``icegroup.replay.<group>.*``, ``icegroup.epoch.<group>``, ``icegroup.reset(s).<group>``,
+``icegroup.follows.<group>``). All of it goes; the sink's rows and snapshots stay.
+
+The sink's history still holds the group's commits, and a Leader that finds no registry rebuilds it
+from them. So the delete records, in the same sink commit that removes the fences, the sink snapshot
+it happened at (``icegroup.deleted.<group>``): commits up to there belong to the deleted group, and
+a consume afterwards starts a new group from its ``start`` config.
+
+Removing the epoch fence would let a lease still in flight commit into a group that no longer
+exists, so ``check_deletable`` refuses while a lease is in flight and before its deadline.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.exceptions import NoSuchTableError
+
+from iceberg.errors import UsageError
+from iceberg.protocol.fences import epoch_key, fence_key, replay_fence_key
+from iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
+from iceberg.protocol.state import GroupState
+from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.store.heartbeats import forget, read_beats
+from iceberg.store.lineage import lineage_identifier
+from iceberg.store.registrations import registration_key
+from iceberg.store.registry import load_state, registry_identifier
+from iceberg.store.sink_history import deleted_key
+from iceberg.store.tables import load_optional
+
+
+@dataclass
+class Footprint:
+    """What a group keeps: the tables, properties and heartbeats ``icegroup delete`` removes."""
+
+    group: str
+    sink: str
+    source: str
+    tables: list[str] = field(default_factory=list)
+    sink_properties: list[str] = field(default_factory=list)
+    sink_snapshot: int | None = None
+    registration: str | None = None
+    heartbeats: list[str] = field(default_factory=list)
+    state: GroupState | None = None
+
+    def empty(self) -> bool:
+        """Whether the group keeps nothing (never consumed, or deleted already)."""
+        return not (self.tables or self.sink_properties or self.registration or self.heartbeats)
+
+
+def owned_property(group: str, key: str) -> bool:
+    """Whether a sink property is one of ``group``'s fences or markers."""
+    exact = {epoch_key(group), reset_key(group), resets_key(group), follows_key(group)}
+    prefixes = (fence_key(group, ""), replay_fence_key(group, ""))
+    return key in exact or key.startswith(prefixes)
+
+
+def footprint(catalog: Catalog, group: str, source: str, sink: str) -> Footprint:
+    """Everything ``group`` keeps in ``catalog``, read without writing anything."""
+    found = Footprint(group=group, sink=sink, source=source)
+    found.state = load_state(catalog, group).state
+    for identifier in (registry_identifier(group), lineage_identifier(group), dead_letter_identifier(group)):
+        if load_optional(catalog, identifier) is not None:
+            found.tables.append(identifier)
+    sink_table = load_optional(catalog, sink)
+    if sink_table is not None:
+        found.sink_properties = sorted(k for k in sink_table.properties if owned_property(group, k))
+        head = sink_table.current_snapshot()
+        found.sink_snapshot = head.snapshot_id if head is not None else None
+    source_table = load_optional(catalog, source)
+    if source_table is not None and registration_key(group) in source_table.properties:
+        found.registration = registration_key(group)
+    try:
+        found.heartbeats = sorted(read_beats(catalog, group))
+    except UsageError:  # a catalog with no database for heartbeats keeps none
+        found.heartbeats = []
+    return found
+
+
+def leases_in_flight(found: Footprint, now_ms: int) -> list[str]:
+    """The group's leases that may still commit: in the registry and before their deadline."""
+    if found.state is None:
+        return []
+    return sorted(
+        f"{lease.lease_id}#{lease.attempt}" for lease in found.state.leases.values() if lease.deadline_ms > now_ms
+    )
+
+
+def check_deletable(found: Footprint, now_ms: int) -> None:
+    """Refuse to delete a group whose leases may still commit: their fences are what stops them."""
+    flight = leases_in_flight(found, now_ms)
+    if flight:
+        raise UsageError(
+            f"delete: group {found.group!r} has {len(flight)} lease(s) in flight ({', '.join(flight)}); deleting "
+            f"now would let them commit into a group that no longer exists. Run `icegroup pause {found.group}`, "
+            f"let them finish (`icegroup describe {found.group}` shows none in flight) or pass their deadline, "
+            "then delete again"
+        )
+
+
+def delete_group(catalog: Catalog, found: Footprint) -> None:
+    """Remove what ``found`` lists: the sink's fences first, with the marker; then the tables and the rest.
+
+    The sink's data is not touched: its properties change in one commit with no new snapshot.
+    """
+    sink_table = load_optional(catalog, found.sink)
+    if sink_table is not None:
+        owned = [k for k in sink_table.properties if owned_property(found.group, k)]
+        head = sink_table.current_snapshot()
+        with sink_table.transaction() as tx:
+            if owned:
+                tx.remove_properties(*owned)
+            if head is not None:
+                tx.set_properties({deleted_key(found.group): str(head.snapshot_id)})
+    for identifier in found.tables:
+        try:
+            catalog.drop_table(identifier)
+        except NoSuchTableError:
+            continue
+    source_table = load_optional(catalog, found.source)
+    if source_table is not None and registration_key(found.group) in source_table.properties:
+        source_table.transaction().remove_properties(registration_key(found.group)).commit_transaction()
+    forget(catalog, found.group, found.heartbeats)
