@@ -17,6 +17,7 @@ from typing import Any
 
 from cli_reference import render_cli
 from config_reference import Root, render_config
+from pydantic import BaseModel
 
 MARKER = re.compile(r"<!--\s*generated:\s*([a-z-]+)\s*-->")
 COMPONENTS_MODULE = "dagster_project.components"
@@ -73,7 +74,13 @@ def configuration_markdown() -> str:
 
 
 def component_roots() -> list[Root]:
-    """A root per Dagster component in ``dagster_project.components``, if that module exists; import errors raise."""
+    """A root per Dagster component in ``dagster_project.components``, if that module exists; import errors raise.
+
+    A component that is itself a pydantic model (``dg.Model``) is documented from its own fields:
+    Dagster's derived attribute model (``get_model_cls``) drops the description of every field
+    that has a default (dagster 1.13 ``derive_model_type``), and adds ``| str`` to each type for
+    templates, which every attribute accepts anyway.
+    """
     if importlib.util.find_spec(COMPONENTS_MODULE) is None:
         return []
     import dagster as dg
@@ -86,7 +93,7 @@ def component_roots() -> list[Root]:
     ]
     roots = []
     for component in sorted(found, key=lambda cls: cls.__name__):
-        model = component.get_model_cls()
+        model = component if issubclass(component, BaseModel) else component.get_model_cls()
         if model is None:
             continue
         path = f"{COMPONENTS_MODULE}.{component.__name__}"
