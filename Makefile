@@ -6,10 +6,11 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 export DAGSTER_HOME ?= $(CURDIR)/.dagster
 export ICEGROUP_HOME ?= $(CURDIR)
+export ICEGROUP_GROUPS ?= $(CURDIR)/dagster_project/groups.yaml
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help system venv jvm jars instance demo test lint unit chaos bench ui clean stack-up stack-down stack-status test-stack bench-stack
+.PHONY: help system venv lock jvm jars dist docs instance demo test lint unit chaos bench ui clean stack-up stack-down stack-status test-stack bench-stack
 
 help: ## list the targets (this text)
 	@echo "icegroup: make TARGET"
@@ -18,11 +19,14 @@ help: ## list the targets (this text)
 system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
 	@bash infra/install_system.sh
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml requirements.lock
 	@bash infra/install_venv.sh "$(PYTHON)" "$(VENV)"
 	@touch $(STAMP)
 
-venv: $(STAMP) ## the virtualenv with the pinned dependencies and the dev tools
+venv: $(STAMP) ## the virtualenv with exactly the tested versions (requirements.lock) and the dev tools
+
+lock: venv ## re-resolve requirements.lock within pyproject.toml's ranges (then run make test: the lock is what was tested)
+	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11.7 --no-annotate --custom-compile-command "make lock" -q -o requirements.lock
 
 jvm: system venv ## the jars: the fenced sink commit (spark_jobs/sink/jvm), the SQLite JDBC shim (infra/sqlite_jdbc) and the local REST catalog server (infra/rest_catalog)
 	@bash infra/build_jar.sh spark_jobs/sink/jvm/src spark_jobs/sink/jvm/icegroup-commit.jar $(PY)
@@ -31,6 +35,14 @@ jvm: system venv ## the jars: the fenced sink commit (spark_jobs/sink/jvm), the 
 
 jars: jvm ## one folder, build/jars, with every jar Spark needs: what a cluster's `jars:` setting points at
 	@$(PY) -m infra.jars build/jars
+
+dist: jvm ## the wheel, with the compiled jars inside, in dist/: `pip install dist/icegroup-*.whl` needs Java 17, no compiler
+	@rm -rf dist build/lib build/bdist.*
+	$(PY) -m pip wheel -q --no-deps -w dist .
+	@ls dist/*.whl
+
+docs: venv ## the documentation site, built strictly (a broken link fails) into build/site
+	$(VENV)/bin/mkdocs build --strict -d build/site
 
 instance: ## the local Dagster instance the demo, the CLI and the UI share
 	@mkdir -p $(DAGSTER_HOME)
@@ -90,6 +102,6 @@ bench-stack: jars ## throughput on the stack beside the embedded stack, 1 and 2 
 	@status=0; $(PY) -m infra.stack up && $(PY) -m tests.benchmarks.bench_stack || status=$$?; \
 	$(PY) -m infra.stack down || status=1; exit $$status
 
-clean: ## remove the lake, the Dagster instance, the stack's data, the built jars and the venv
+clean: ## remove the lake, the Dagster instance, the stack's data, the built jars, the wheel and the venv
 	-@[ ! -d .stack ] || [ ! -x $(PY) ] || $(PY) -m infra.stack down
-	rm -rf .lake .dagster .stack build $(VENV)
+	rm -rf .lake .dagster .stack build dist $(VENV)

@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Creates the virtualenv and installs the pinned dependencies plus the dev tools.
+# Creates the virtualenv with exactly the tested versions (requirements.lock), then icegroup itself, editable.
+# uv installs from the lock: it is fast, it removes what the lock does not list, and its cache makes a second
+# virtualenv (the wheel test's) cheap. pyproject.toml keeps the ranges a user's install resolves within.
 set -euo pipefail
 python=${1:-python3}
 venv=${2:-.venv}
@@ -9,4 +11,16 @@ if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
 fi
 [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"
 "$venv/bin/python" -m pip install -q --upgrade pip
-"$venv/bin/python" -m pip install -q -e '.[dev]'
+uv_version=$(sed -n 's/^uv==//p' requirements.lock)
+"$venv/bin/python" -m pip install -q "uv==$uv_version"
+"$venv/bin/uv" pip sync -q --python "$venv/bin/python" requirements.lock
+"$venv/bin/uv" pip install -q --python "$venv/bin/python" --no-deps -e .
+# `source .venv/bin/activate` then points the icegroup command at the checkout's demo lake, groups and instance.
+activate="$venv/bin/activate"
+if ! grep -q "icegroup checkout" "$activate"; then
+  checkout=$(pwd)
+  cat >>"$activate" <<EOF
+# icegroup checkout: the icegroup command on the demo's lake, groups and Dagster instance (make demo, make ui)
+export ICEGROUP_HOME="$checkout" ICEGROUP_GROUPS="$checkout/dagster_project/groups.yaml" DAGSTER_HOME="$checkout/.dagster"
+EOF
+fi

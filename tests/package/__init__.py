@@ -1,0 +1,1 @@
+"""The wheel, installed the way a user installs it."""
