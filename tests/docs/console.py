@@ -26,10 +26,13 @@ The format (also in docs/reference/console-blocks.md, for people writing pages):
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
 import subprocess
+import sys
+import tempfile
 import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -345,3 +348,30 @@ def console_pages(repo: Path) -> list[Path]:
     """README.md and every docs page with a console fence (found by its opening line; parsing is the run's job)."""
     candidates = [repo / "README.md", *sorted((repo / "docs").rglob("*.md"))]
     return [page for page in candidates if page.is_file() and _CONSOLE_FENCE.search(page.read_text())]
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m tests.docs.console PAGE...``: run pages as the test does and print what differs; 1 if anything."""
+    cli = argparse.ArgumentParser(prog="python -m tests.docs.console", description=main.__doc__)
+    cli.add_argument("pages", nargs="+", type=Path, help="Markdown pages to run, each as its own scenario")
+    cli.add_argument(
+        "--path",
+        default=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+        help="PATH the commands run with (default: this Python's bin folder first), e.g. an installed wheel's",
+    )
+    args = cli.parse_args(argv)
+    failed = False
+    for page in args.pages:
+        with tempfile.TemporaryDirectory(prefix="console-") as scratch:
+            work = Path(scratch) / "work"
+            work.mkdir()
+            mismatches = run_page(page.resolve(), work, scenario_env(Path(scratch) / "env", args.path))
+        print(f"{page}: {'ok' if not mismatches else f'{len(mismatches)} mismatch(es)'}")
+        for mismatch in mismatches:
+            print(mismatch, end="\n\n")
+        failed = failed or bool(mismatches)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,6 +12,7 @@ import pytest
 from tests.docs.console import (
     Command,
     ConsoleFormatError,
+    main,
     mask,
     match_output,
     parse_page,
@@ -242,3 +243,15 @@ def test_scenario_env_drops_the_developers_settings_and_gives_fresh_homes(tmp_pa
     assert env["DAGSTER_HOME"] == str(tmp_path / "dagster_home")
     assert env["HOME"] == str(tmp_path / "home")
     assert (tmp_path / "icegroup_home").is_dir()
+
+
+def test_main_runs_pages_and_says_which_differ(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    good, bad = tmp_path / "good.md", tmp_path / "bad.md"
+    good.write_text("```console\n$ echo 42 rows\n7 rows\n```\n")
+    bad.write_text("```console\n$ echo 42 rows\n7 files\n```\n")
+    assert main([str(good)]) == 0
+    assert main([str(good), str(bad)]) == 1
+    printed = capsys.readouterr().out
+    assert f"{good}: ok" in printed
+    assert f"{bad}: 1 mismatch(es)" in printed
+    assert "['7 files']" in printed
