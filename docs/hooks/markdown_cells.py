@@ -11,22 +11,32 @@ import re
 from collections.abc import Iterable, Sequence
 
 _CODE_SPAN = re.compile(r"(`[^`\n]+`)")
-_MARKUP = re.compile(r"([\\*_\[\]<>|#~])")
+# Python-Markdown's backslash escapes (``<`` has none, so it and ``>`` and ``&`` become entities).
+_MARKUP = re.compile(r"([\\*_\[\]|#])")
+_ENTITIES = (("&", "&amp;"), ("<", "&lt;"), (">", "&gt;"))
 
 
 def escape(text: str) -> str:
-    """Plain prose as Markdown that renders as the same characters; backtick code spans stay code."""
+    """Plain prose as Markdown that renders as the same characters; backtick code spans stay code.
+
+    A pipe inside a code span needs no escape: Python-Markdown's tables do not split cells there.
+    """
     parts = _CODE_SPAN.split(" ".join(text.split()))
-    return "".join(
-        part.replace("|", "\\|") if index % 2 else _MARKUP.sub(r"\\\1", part) for index, part in enumerate(parts)
-    )
+    return "".join(part if index % 2 else _prose(part) for index, part in enumerate(parts))
+
+
+def _prose(text: str) -> str:
+    escaped = _MARKUP.sub(r"\\\1", text)
+    for character, entity in _ENTITIES:
+        escaped = escaped.replace(character, entity)
+    return escaped
 
 
 def code(value: str) -> str:
-    """A value as an inline code span that survives inside a table cell, whatever backticks or pipes it holds."""
-    fence = "``" if "`" in value else "`"
-    padded = f" {value} " if "`" in value else value
-    return f"{fence}{padded.replace('|', chr(92) + '|')}{fence}"
+    """A value as an inline code span, whatever backticks it holds."""
+    if "`" not in value:
+        return f"`{value}`"
+    return f"`` {value} ``"
 
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> str:

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import re
 from datetime import timedelta
 from pathlib import Path
 from types import ModuleType
 from typing import Literal
 
+import markdown
 import pytest
 from pydantic import BaseModel, Field
 
@@ -103,10 +105,15 @@ def test_cli_reference_of_the_real_parser_has_every_command_option_and_exit_code
         assert f"| `{int(code)}` |" in page
 
 
-def test_markdown_escaping_keeps_code_spans_and_shows_markup_characters(hooks: dict[str, ModuleType]) -> None:
-    escape = hooks["markdown_cells"].escape
-    assert escape("PYICEBERG_CATALOG__<NAME>__* and `a_b|c`") == r"PYICEBERG\_CATALOG\_\_\<NAME\>\_\_\* and `a_b\|c`"
-    assert escape("one\n  two") == "one two"
+def test_markdown_escaping_renders_the_same_characters_in_a_table(hooks: dict[str, ModuleType]) -> None:
+    cells = hooks["markdown_cells"]
+    text = "PYICEBERG_CATALOG__<NAME>__* a|b [x] #1 ~/.icegroup & `a_b|c`\n  and more"
+    html = markdown.markdown(cells.table(["h"], [[cells.escape(text)]]), extensions=["tables"])
+    found = re.search(r"<td>(.*)</td>", html)
+    assert found is not None, html
+    assert found.group(1) == (
+        "PYICEBERG_CATALOG__&lt;NAME&gt;__* a|b [x] #1 ~/.icegroup &amp; <code>a_b|c</code> and more"
+    )
 
 
 def test_configuration_reference_gives_every_field_and_a_section_per_nested_model(
