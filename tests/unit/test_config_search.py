@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pyarrow as pa
 import pytest
 
 from iceberg.config.lakehouse import load_lakehouse
@@ -157,3 +158,21 @@ def test_version_prints_the_installed_version() -> None:
     shown = subprocess.run([ICEGROUP, "--version"], capture_output=True, text=True, check=True)
 
     assert shown.stdout.strip().startswith("icegroup 0.")
+
+
+def test_read_only_commands_and_previews_create_no_table(tmp_path: Path) -> None:
+    assert cli(tmp_path, "init", home=tmp_path).returncode == 0
+    catalog = load_lakehouse(tmp_path / "lakehouse.yaml", env={}).catalog()
+    catalog.create_namespace("shop")
+    source = catalog.create_table("shop.orders", schema=pa.schema([("order_id", pa.int64())]))
+    source.append(pa.table({"order_id": [1, 2, 3]}))
+    (tmp_path / "groups.yaml").write_text("groups:\n  - {name: orders, source: shop.orders, sink: shop.orders_copy}\n")
+
+    ran = [
+        cli(tmp_path, *command.split(), home=tmp_path)
+        for command in ("list", "describe orders", "checkpoints orders", "dead-letters orders", "delete orders")
+    ]
+
+    assert [r.returncode for r in ran] == [0] * len(ran), [r.stderr for r in ran]
+    assert catalog.list_tables("shop") == [("shop", "orders")]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".lake", "groups.yaml", "lakehouse.yaml"]
