@@ -94,7 +94,8 @@ class Work(Enum):
     """What a group's next tick has to do, as far as its registry and the source's snapshot log tell."""
 
     NONE = "none"
-    # Only windows to report complete: the tick runs in a Dagster run, but no Borrower needs Spark.
+    # Only windows to report complete, or only commits the group's filter leaves out to plan past:
+    # the tick runs in a Dagster run, but no Borrower needs Spark.
     WINDOWS = "windows"
     # Commits to plan, or shards or leases open: Borrowers will read and write with Spark.
     DATA = "data"
@@ -107,7 +108,8 @@ def pending_work(catalog: Catalog, group: GroupConfig, now_ms: int | None = None
     ``icegroup consume`` can start Spark early for a group with data to move, make a run without a
     JVM for a group that only has windows to report, and answer a group with nothing from its
     registry alone. A missing source has nothing to read; whatever reads it next says what is wrong
-    with it.
+    with it. For a group whose filter can leave streams out, new commits are read as ``lag_of`` reads
+    them: commits that only touched streams it leaves out need a tick to move past them, not Spark.
     """
     source = load_optional(catalog, group.source)
     if source is None:
@@ -116,8 +118,13 @@ def pending_work(catalog: Catalog, group: GroupConfig, now_ms: int | None = None
     head = source.current_snapshot()
     if state is None:
         return Work.DATA if head is not None else Work.NONE
-    if state.shards or state.leases or (head is not None and head.snapshot_id != state.planned_through):
+    if state.shards or state.leases:
         return Work.DATA
+    if head is not None and head.snapshot_id != state.planned_through:
+        if pruning_predicate(source, group) is None:
+            return Work.DATA
+        snapshots, _ = unplanned_lag(source, group, unplanned_appends(source, state))
+        return Work.DATA if snapshots else Work.WINDOWS
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     cursor = source.snapshot_by_id(state.planned_through) if state.planned_through is not None else None
     due = complete_windows(state, group, cursor.timestamp_ms if cursor else None, now_ms)

@@ -8,7 +8,7 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
 
 from iceberg.describe import describe_group
-from iceberg.lag import lag_of
+from iceberg.lag import Work, lag_of, pending_work
 from iceberg.leader import tick
 from iceberg.protocol.liveness import RunState
 from iceberg.shards import plan_increment
@@ -51,6 +51,7 @@ def test_a_filter_on_the_partition_column_plans_and_counts_only_the_streams_it_c
     assert lag_of(catalog, group).rows == 0, "a commit that touched only excluded streams is no lag"
     assert lag_of(catalog, group).snapshots == 0
     assert describe_group(catalog, group).lag_rows == 0
+    assert pending_work(catalog, group) is Work.WINDOWS, "a tick moves past it; no Borrower needs Spark"
     later = tick(catalog, group, lambda _: RunState.MISSING)
     assert later.new_shards == 0
     assert later.caught_up
@@ -60,6 +61,7 @@ def test_a_filter_on_the_partition_column_plans_and_counts_only_the_streams_it_c
 
     append(source, 3, regions=("eu",))
     assert lag_of(catalog, group).rows == 3
+    assert pending_work(catalog, group) is Work.DATA
 
 
 def test_a_filter_on_another_column_still_plans_every_stream(catalog: Catalog, make_group: MakeGroup) -> None:
@@ -71,6 +73,9 @@ def test_a_filter_on_another_column_still_plans_every_stream(catalog: Catalog, m
     assert {f.stream for f in plan.files} == {"0:region=eu", "0:region=us", "0:region=apac"}
     assert plan.pruned == 0
     assert lag_of(catalog, group).rows == 30, "rows are filtered when read; before that each row counts"
+    consume_all(catalog, group)
+    append(source, 3, regions=("us",))
+    assert pending_work(catalog, group) is Work.DATA, "any row of a new commit may match"
 
 
 def test_an_or_with_another_column_keeps_every_stream(catalog: Catalog, make_group: MakeGroup) -> None:
