@@ -107,3 +107,18 @@ def test_lag_past_one_ticks_batch_counts_every_row_as_an_upper_bound(catalog: Ca
 
     lag = lag_of(catalog, group)
     assert (lag.rows, lag.snapshots) == (4, 1), "the first commit is read and left out; the second is not read"
+
+
+def test_files_of_an_older_spec_without_the_column_are_kept(catalog: Catalog, make_group: MakeGroup) -> None:
+    group = make_group(filter=EU_ONLY)
+    catalog.create_namespace_if_not_exists(group.source.split(".")[0])
+    source = catalog.create_table(group.source, schema=SCHEMA)
+    append(source, 4, regions=("us",))
+    with source.update_spec() as update:
+        update.add_identity("region")
+    append(source, 6, regions=("eu", "us"))
+
+    plan = plan_increment(source, None, group)
+    assert sorted((f.stream, f.record_count) for f in plan.files) == [("0:unpartitioned", 4), ("1:region=eu", 3)]
+    assert plan.pruned == 1
+    assert lag_of(catalog, group).rows == 7, "the unpartitioned file may hold eu rows: its rows count"
