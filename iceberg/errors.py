@@ -83,3 +83,7 @@ class ResetInFlight(NotCaughtUp, RegistryConflict):
 
 class LostRace(IcegroupError):
     """A try lost its compare-and-swap to another writer: ``iceberg/retry.py`` makes it again, then names the remedy."""
+
+
+class RunFailed(IcegroupError):
+    """A Dagster run failed for a reason icegroup did not foresee (exit 1); its traceback is in the command's log."""

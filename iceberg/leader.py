@@ -125,7 +125,7 @@ class TickResult:
         group = self.state.group
         return (
             f"group {group!r} is stopped by poison shards: {shards}. Fix the transform or the data, then run "
-            f"`icegroup redrive {group}`"
+            f"`icegroup redrive {group} --execute`"
         )
 
 

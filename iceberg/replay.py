@@ -275,7 +275,7 @@ def check_sink_rows(sink: Table, plan: ReplayPlan, covered: list[ShardRange]) ->
     if COL_WINDOW not in {f.name for f in sink.schema().fields}:
         plan.missing.append(
             f"the sink has no {COL_WINDOW} column yet (it was written by an older icegroup); run "
-            f"`icegroup migrate {plan.group}` first"
+            f"`icegroup migrate {plan.group} --execute` first"
         )
         return
     window_rows = sink.scan(row_filter=f"{COL_WINDOW} = '{plan.window}'", selected_fields=(COL_SHARD,)).to_arrow()
@@ -292,7 +292,7 @@ def check_sink_rows(sink: Table, plan: ReplayPlan, covered: list[ShardRange]) ->
     if stranded:
         plan.missing.append(
             f"{stranded} sink rows of the window were written before the sink had the {COL_WINDOW} "
-            f"column; run `icegroup migrate {plan.group}` first, so that a replay can replace them"
+            f"column; run `icegroup migrate {plan.group} --execute` first, so that a replay can replace them"
         )
 
 

@@ -128,10 +128,10 @@ def non_append_error(table: Table, info: SnapshotInfo, group: GroupConfig) -> So
     if KEY_REPLAY in props:
         return SourceError(
             f"{where} is a replay of window {props[KEY_REPLAY]} by group {by!r}: it replaced rows this group "
-            f"consumed with their new version. Run `icegroup replay {group.name} --follow-upstream` to replay this "
-            "group's windows that consumed them (the group then goes on past it), or set non_append: skip to keep "
-            f"this group's output of the old version. Next time, `icegroup replay {by} --window "
-            f"{props[KEY_REPLAY]} --cascade` does both replays at once"
+            f"consumed with their new version. Run `icegroup replay {group.name} --follow-upstream --execute` to "
+            "replay this group's windows that consumed them (the group then goes on past it), or set non_append: "
+            f"skip to keep this group's output of the old version. Next time, `icegroup replay {by} --window "
+            f"{props[KEY_REPLAY]} --cascade --execute` does both replays at once"
         )
     if KEY_RESET in props:
         return SourceError(

@@ -92,20 +92,20 @@ def main() -> int:
     print(result.line())
     timings["verify"] = time.perf_counter() - t
 
-    step("icegroup expire --dry-run: what no group needs any more, and what pins the rest")
-    icegroup(["expire", "--dry-run"])
+    step("icegroup expire (a preview): what no group needs any more, and what pins the rest")
+    icegroup(["expire"])
 
     window = datetime.now(UTC).strftime("%Y-%m-%d")
     t = step(f"replay window {window} with a corrected transform: large from 50.00 (it was 90.00), with --cascade")
     before = window_rows(catalog, group.sink, window)
     large_before = count(catalog, chained.sink)
-    icegroup(["replay", GROUP, "--window", window, "--cascade", "--dry-run"])
+    icegroup(["replay", GROUP, "--window", window, "--cascade"])
     with tempfile.TemporaryDirectory(prefix="icegroup-demo-") as folder:
         fixed = group.model_copy(update={"transform": "spark_jobs.transforms:enrich_events_v2"})
         path = Path(folder) / "groups.yaml"
         dumped = [g.model_dump(mode="json", exclude_defaults=True) for g in (fixed, chained)]
         path.write_text(yaml.safe_dump({"groups": dumped}))
-        if icegroup(["--groups", str(path), "replay", GROUP, "--window", window, "--cascade"]) != 0:
+        if icegroup(["--groups", str(path), "replay", GROUP, "--window", window, "--cascade", "--execute"]) != 0:
             return 1
     after = window_rows(catalog, group.sink, window)
     print(f"window {window}: rows {before[0]} -> {after[0]}; is_large {before[1]} -> {after[1]}")

@@ -16,9 +16,10 @@ from dagster_project.cli.exits import Exit, epilog, exit_for
 from dagster_project.cli.expire import add_expire
 from dagster_project.cli.group_files import ENV_GROUPS, groups_path, load_checked_groups
 from dagster_project.cli.lineage import add_lineage
+from dagster_project.cli.logfile import pointer
 from dagster_project.cli.output import JSON_HELP, dumps
 from dagster_project.cli.support import dagster_home, pick, render, table
-from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, add_verbs
+from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
 from iceberg.checkpoints import list_checkpoints
 from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 from iceberg.describe import describe_as_of, describe_group
@@ -45,20 +46,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         return result
     except IcegroupError as exc:
         label, code = exit_for(exc)
-        print(f"icegroup: {label}: {exc}", file=sys.stderr)
+        print(f"icegroup: {label}: {exc}{logged(exc)}", file=sys.stderr)
         return code
+
+
+def logged(exc: Exception) -> str:
+    """Where the error's traceback went, when a run's output went to a log file (``cli/logfile.py``)."""
+    path = getattr(exc, "log_file", None)
+    return f" ({pointer(path)})" if path is not None else ""
 
 
 def parser() -> argparse.ArgumentParser:
     """The command line."""
     top = argparse.ArgumentParser(
         prog="icegroup",
-        description="Consumer groups for Apache Iceberg tables.",
+        description=f"Consumer groups for Apache Iceberg tables.\n\n{RULE}",
         epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     top.add_argument("--groups", help=f"group definitions YAML (default: ${ENV_GROUPS} or the packaged one)")
     top.add_argument("--lakehouse", help=f"lakehouse config YAML (default: ${ENV_CONFIG} or .lake/ in ${ENV_HOME})")
+    top.add_argument(
+        "--verbose",
+        action="store_true",
+        help="print Dagster's event log, Spark's output, warnings and full tracebacks, instead of writing a run's "
+        "output to a log file under $DAGSTER_HOME/logs/",
+    )
     sub = top.add_subparsers(required=True, metavar="COMMAND")
 
     listing = sub.add_parser("list", help="list the groups and their lag")
@@ -229,16 +242,16 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     run_id: str | None = None
     success = True
     if work is not Work.NONE or args.follow:
-        if work is Work.DATA:
-            from spark_jobs.session import start_in_background  # Spark loads only when it has work
+        from dagster_project.cli.logfile import run_output
 
-            start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
-        from dagster_project.cli.consume import run_consume  # Dagster loads only when there is a run to make
+        with run_output(dagster_home(), "consume", args.verbose) as output:  # before the JVM: it inherits stderr
+            if work is Work.DATA:
+                from spark_jobs.session import start_in_background  # Spark loads only when it has work
 
-        run = run_consume(args, lakehouse, groups, group)
-        if run is None:
-            return Exit.RUN_FAILED
-        run_id, success = run
+                start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
+            from dagster_project.cli.consume import run_consume  # Dagster loads only when there is a run to make
+
+            run_id, success = run_consume(args, lakehouse, groups, group, output.terminal)
     view = describe_group(catalog, group)
     if args.json:
         print(dumps({"run_id": run_id, "success": success, "group": view.as_dict()}))

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from contextlib import nullcontext
+from typing import TextIO
 
 from dagster_project.cli.progress import ConsumeBars
 from dagster_project.cli.support import dagster_home
@@ -15,12 +15,17 @@ from iceberg.protocol.group import GroupConfig
 
 
 def run_consume(
-    args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig], group: GroupConfig
-) -> tuple[str, bool] | None:
+    args: argparse.Namespace,
+    lakehouse: LakehouseConfig,
+    groups: dict[str, GroupConfig],
+    group: GroupConfig,
+    terminal: TextIO,
+) -> tuple[str, bool]:
     """Execute ``<group>_consume`` as a run of the instance, with progress bars on a terminal.
 
-    Returns the run's id and whether it succeeded, or None when it failed unexpectedly (``execute``
-    has printed why).
+    Returns the run's id and whether it succeeded; a run that failed unexpectedly raises ``RunFailed``.
+    The caller has pointed stderr at the command's log file (``cli/logfile.py``), so the bars are
+    drawn on ``terminal``, the stderr it had.
     """
     home = dagster_home()
     job = build_definitions(groups, lakehouse.catalog_name, args.lakehouse).resolve_job_def(f"{group.name}_consume")
@@ -37,7 +42,8 @@ def run_consume(
             }
         },
     }
-    bars = ConsumeBars(lakehouse.catalog(), group) if sys.stderr.isatty() and not args.json else nullcontext()
+    tty = terminal.isatty() and not args.json
+    bars = ConsumeBars(lakehouse.catalog(), group, terminal) if tty else nullcontext()
     with open_instance(home) as instance, bars:
         result = execute(job, instance, home, run_config=run_config)
-    return None if result is None else (result.run_id, result.success)
+    return result.run_id, result.success

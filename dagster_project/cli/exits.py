@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from enum import IntEnum
 
-from iceberg.errors import IcegroupError, NotCaughtUp
+from iceberg.errors import IcegroupError, NotCaughtUp, RunFailed
 
 
 class Exit(IntEnum):
@@ -23,7 +23,10 @@ class Exit(IntEnum):
 
 MEANING: dict[Exit, str] = {
     Exit.OK: "done: `consume` caught up (or did its one round), the preview or the change is complete",
-    Exit.RUN_FAILED: "a run failed for a reason icegroup did not foresee; the traceback and the Dagster run say why",
+    Exit.RUN_FAILED: (
+        "a run failed for a reason icegroup did not foresee; the log file it names (or --verbose) holds the "
+        "traceback, and the Dagster run says why"
+    ),
     Exit.ERROR: (
         "an error icegroup names, with its remedy: a bad config or argument, a missing table, a stopped group, "
         "a refused commit or follow"
@@ -38,6 +41,7 @@ MEANING: dict[Exit, str] = {
 # The error-to-code map, most specific first: what ``main`` prints before the message, and the code.
 ERRORS: tuple[tuple[type[IcegroupError], str, Exit], ...] = (
     (NotCaughtUp, "not caught up", Exit.INCOMPLETE),
+    (RunFailed, "run failed", Exit.RUN_FAILED),
     (IcegroupError, "error", Exit.ERROR),
 )
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import threading
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TextIO
 
 from pyiceberg.catalog import Catalog
 from rich.console import Console
@@ -96,8 +97,10 @@ class RateColumn(ProgressColumn):
 class ConsumeBars:
     """The bars of one consume, on stderr, refreshed from the registry every ``interval_s`` seconds."""
 
-    def __init__(self, catalog: Catalog, group: GroupConfig, interval_s: float = 1.0) -> None:
-        """Bars for ``group``; nothing is drawn or read until the block is entered."""
+    def __init__(
+        self, catalog: Catalog, group: GroupConfig, terminal: TextIO | None = None, interval_s: float = 1.0
+    ) -> None:
+        """Bars for ``group`` on ``terminal`` (default stderr); nothing is drawn or read until the block is entered."""
         self.catalog = catalog
         self.group = group
         self.interval_s = interval_s
@@ -111,7 +114,7 @@ class ConsumeBars:
             TextColumn("rows  {task.fields[snapshots]} snapshots"),
             RateColumn(),
             TimeRemainingColumn(),
-            console=Console(stderr=True),
+            console=Console(file=terminal) if terminal is not None else Console(stderr=True),
         )
         self.thread = threading.Thread(target=self._run, name="consume-progress", daemon=True)
 

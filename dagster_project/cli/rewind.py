@@ -15,6 +15,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.cli.exits import Exit
+from dagster_project.cli.logfile import run_output
 from dagster_project.cli.output import dumps
 from dagster_project.cli.support import dagster_home, pick, table
 from dagster_project.definitions import build_definitions
@@ -82,16 +83,12 @@ def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     home = dagster_home()
     definitions = build_definitions(groups, lakehouse.catalog_name, args.lakehouse)
     follows: list[dict[str, object]] = []
-    with open_instance(home) as instance:
+    with run_output(home, "replay", args.verbose), open_instance(home) as instance:
         done = run_replays(definitions, instance, home, group, windows)
-        if done is None:
-            return Exit.RUN_FAILED
         queue = list(following)
         while queue:
             downstream = queue.pop(0)
             outcome = follow(lakehouse, definitions, instance, home, downstream)
-            if outcome is None:
-                return Exit.RUN_FAILED
             follows.extend(outcome[0])
             done.extend(outcome[1])
             if args.cascade:
@@ -150,14 +147,12 @@ def run_replays(
     home: Path,
     group: GroupConfig,
     windows: list[str],
-) -> list[dict[str, object]] | None:
-    """Replay each window as a run of the group's sink partition (as a UI backfill does); None if a run failed."""
+) -> list[dict[str, object]]:
+    """Replay each window as a run of the group's sink partition (as a UI backfill does); a failed run raises."""
     job = definitions.resolve_job_def(f"{group.name}_replay")
     done: list[dict[str, object]] = []
     for window in windows:
         result = execute(job, instance, home, partition_key=window)
-        if result is None:
-            return None
         (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
         meta = {key: value.value for key, value in materialization.metadata.items()}
         done.append({"group": group.name, "window": window, "run_id": result.run_id, **meta})
@@ -170,19 +165,17 @@ def follow(
     instance: dg.DagsterInstance,
     home: Path,
     group: GroupConfig,
-) -> tuple[list[dict[str, object]], list[dict[str, object]]] | None:
+) -> tuple[list[dict[str, object]], list[dict[str, object]]]:
     """Make ``group`` follow the replays of its source that it can follow now: replay its windows, then record it.
 
-    Returns the follow rows and the replays run; None if a replay run failed (nothing is recorded then,
-    so the group's Leader still stops at those replays and this can be run again).
+    Returns the follow rows and the replays run. A failed replay run raises before anything is recorded,
+    so the group's Leader still stops at those replays and this can be run again.
     """
     catalog = lakehouse.catalog()
     plans = plan_follows(catalog, group)
     ready = [p for p in plans if p.ready]
     windows = sorted({w for p in ready for w in p.windows})
     done = run_replays(definitions, instance, home, group, windows)
-    if done is None:
-        return None
     record_follows(catalog, group, {p.replay.snapshot_id for p in ready})
     return [follow_row(group, p, done=True) for p in plans], done
 
@@ -276,7 +269,8 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
         # The runs of the epochs the reset left behind (a reset that had committed already may find some).
         leases = [lease for lease in before.leases.values() if lease.epoch < plan.epoch] if before else []
         if leases:
-            with open_instance(dagster_home()) as instance:
+            home = dagster_home()
+            with run_output(home, "reset", args.verbose), open_instance(home) as instance:
                 terminate_runs(instance, group.name, leases, reason=f"group reset ({target.describe()})")
     else:
         plan = plan_reset(catalog, group, target, keep_output=args.keep_output)

@@ -30,7 +30,8 @@ def pick(groups: dict[str, GroupConfig], name: str, source: Path) -> GroupConfig
 def table(rows: list[dict[str, object]], columns: list[str]) -> str:
     """Left-aligned columns under upper-case headers, as plain text (rich lays them out; no colour, no wrapping).
 
-    Cells are printed as they are (an absent value as ``none``, a list joined by commas): no markup
+    Cells are printed as they are (an absent value as ``none``, a list joined by commas, a column
+    the row does not have as an empty cell): no markup
     or emoji codes are read in them, and a long cell is never folded, so the output greps and pipes
     like any Unix tool's.
     """
@@ -38,7 +39,7 @@ def table(rows: list[dict[str, object]], columns: list[str]) -> str:
     for column in columns:
         grid.add_column(column.upper(), no_wrap=True, overflow="ignore")
     for row in rows:
-        grid.add_row(*(text(row.get(column)).expandtabs() for column in columns))
+        grid.add_row(*(text(row[column]).expandtabs() if column in row else "" for column in columns))
     out = io.StringIO()
     Console(file=out, width=1_000_000, color_system=None, highlight=False, markup=False, emoji=False).print(grid)
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines())

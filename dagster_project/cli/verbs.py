@@ -23,6 +23,11 @@ from iceberg.store.tables import load_optional
 PREVIEW_RULE = "previews what it would do; changes nothing unless --execute"
 ACTS_AT_ONCE = "acts at once (it moves nothing backwards; its opposite undoes it)"
 EXECUTE_HELP = "do it (without --execute: only show what would be done)"
+RULE = (
+    "Verbs that rewrite or remove state (reset, rebuild, replay, expire, redrive, migrate, delete) preview what "
+    "they would do and change nothing unless --execute is given; consume, pause and resume act at once (they move "
+    "nothing backwards, and each is undone by its opposite)."
+)
 
 
 def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -139,12 +144,10 @@ def cmd_delete(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     if found.empty():
         print(f"group {group.name}: keeps no state; nothing to delete")
         return Exit.OK
-    rows: list[dict[str, object]] = [
-        *({"kind": "table", "name": name} for name in found.tables),
-        *({"kind": f"property of {group.sink}", "name": key} for key in found.sink_properties),
-        *({"kind": f"property of {group.source}", "name": key} for key in [found.registration] if key),
-        *({"kind": "heartbeat", "name": holder} for holder in found.heartbeats),
-    ]
+    rows: list[dict[str, object]] = [{"kind": "table", "name": name} for name in found.tables]
+    rows += [{"kind": f"property of {group.sink}", "name": key} for key in found.sink_properties]
+    rows += [{"kind": f"property of {group.source}", "name": key} for key in [found.registration] if key]
+    rows += [{"kind": "heartbeat", "name": holder} for holder in found.heartbeats]
     print(table(rows, ["kind", "name"]))
     flight = leases_in_flight(found, now_ms)
     if args.execute:

@@ -1,7 +1,7 @@
 """Running a job as a run of the Dagster instance, for the ``icegroup`` commands that make runs.
 
 Importing Dagster takes about a second, so only the commands that make runs (``consume`` with work
-to do, ``replay``, ``reset --execute``) import this module.
+to do, ``replay --execute``, ``reset --execute``) import this module.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from iceberg.errors import IcegroupError
+from iceberg.errors import IcegroupError, RunFailed
 
 
 @contextmanager
@@ -39,10 +39,11 @@ def open_instance(home: Path) -> Iterator[dg.DagsterInstance]:
 
 def execute(
     job: dg.JobDefinition, instance: dg.DagsterInstance, home: Path, **options: Any
-) -> dg.ExecuteInProcessResult | None:
+) -> dg.ExecuteInProcessResult:
     """Execute ``job`` as a run of ``instance``; an icegroup error is raised as itself.
 
-    Any other failure prints its traceback and where the run is, and returns None (exit code 1).
+    Any other failure prints its traceback to stderr (the command's log file, unless ``--verbose``)
+    and raises ``RunFailed`` with one line naming the job and the error (exit code 1).
     """
     try:
         return job.execute_in_process(instance=instance, **options)
@@ -53,9 +54,13 @@ def execute(
         if isinstance(failed, IcegroupError):
             raise failed from None
         traceback.print_exception(failed, file=sys.stderr)
-        print(
-            f"icegroup: run failed: {type(failed).__name__}: {failed} (the run is in the instance at {home}; "
-            "`make ui` shows its logs)",
-            file=sys.stderr,
-        )
-        return None
+        raise RunFailed(
+            f"job {job.name}: {first_line(failed)} (the run is in the Dagster instance at {home}; "
+            "`make ui` shows its logs)"
+        ) from None
+
+
+def first_line(error: BaseException) -> str:
+    """``Type: message`` of an error, cut at its first line: a Spark error's message holds a whole Java trace."""
+    lines = str(error).strip().splitlines()
+    return f"{type(error).__name__}: {lines[0] if lines else ''}".rstrip(": ")

@@ -101,7 +101,9 @@ def plan_follow(
         )
     hit = [s for s in committed if set(s.snapshots) & set(replaced)]
     if any(s.window_start_ms is None for s in hit):
-        missing.append("rows of this group's sink that read them have no window yet: run `icegroup migrate` first")
+        missing.append(
+            "rows of this group's sink that read them have no window yet: run `icegroup migrate --execute` first"
+        )
     windows = sorted({label(s.window_start_ms) for s in hit if s.window_start_ms is not None})
     waiting = {snap for snapshots in pending for snap in snapshots}
     unconsumed = sorted(

@@ -109,10 +109,11 @@ def record_poison_shard(
     )
     what = "parked; the other streams go on" if action == PARKED else "stopped the group"
     return PoisonShard(
-        f"shard {shard.shard_id} (stream {shard.stream}, source snapshots "
+        f"group {group.name}, lease {lease.lease_id}#{lease.attempt}: shard {shard.shard_id} (stream {shard.stream}, "
+        "source snapshots "
         f"{snapshot_range(shard.from_snapshot, shard.to_snapshot)}) failed {group.max_deliver} deliveries "
         f"and {what}: {describe_error(error)}. "
-        f"Fix the transform or the data, then run `icegroup redrive {group.name}`"
+        f"Fix the transform or the data, then run `icegroup redrive {group.name} --execute`"
     )
 
 

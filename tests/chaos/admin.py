@@ -61,7 +61,7 @@ class Admin:
         """A replay of today's window (the open one), or a reset back by one to three snapshots."""
         base = [ICEGROUP, "--groups", str(self.groups)]
         if kind == REPLAY:
-            return [*base, "replay", self.group, "--window", datetime.now(UTC).strftime("%Y-%m-%d")]
+            return [*base, "replay", self.group, "--window", datetime.now(UTC).strftime("%Y-%m-%d"), "--execute"]
         return [*base, "reset", self.group, "--shift-by", str(-self.rng.randint(1, 3)), "--execute"]
 
     def start(self, command: list[str]) -> subprocess.Popen[bytes]:

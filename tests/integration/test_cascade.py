@@ -87,13 +87,13 @@ def test_replay_cascade_remakes_the_downstream_windows_from_the_new_rows(
     before = amounts(catalog, second.sink)
     fixed = write_groups(tmp_path / "fixed.yaml", chain.cents, second)
 
-    assert main(["--groups", str(fixed), "replay", first.name, "--window", window, "--cascade", "--json"]) == 0
+    assert main(["--groups", str(fixed), "replay", first.name, "--window", window, "--cascade", "--execute", "--json"]) == 0
 
     report = json.loads(capsys.readouterr().out)
     assert [(r["group"], r["window"]) for r in report["replays"]] == [(first.name, window), (second.name, window)]
     (follow,) = report["follows"]
     assert (follow["group"], follow["windows"]) == (second.name, [window])
-    assert follow["status"].startswith("followed")
+    assert follow["status"] == "followed"
     upstream = amounts(catalog, first.sink)
     assert upstream == {k: round(v * 100) for k, v in before.items()}, "the upstream window is in cents now"
     assert amounts(catalog, second.sink) == upstream, "the downstream window was remade from the new rows"
@@ -128,12 +128,12 @@ def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follo
     assert old != amounts(catalog, first.sink)
 
     path = write_groups(tmp_path / "groups.yaml", chain.cents, second)
-    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--dry-run", "--json"]) == 0
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--json"]) == 0
     (planned,) = json.loads(capsys.readouterr().out)["follows"]
-    assert (planned["windows"], planned["status"]) == ([window], "ready: replays 1 window")
-    assert amounts(catalog, second.sink) == old, "a dry run changes nothing"
+    assert (planned["windows"], planned["status"], planned["reason"]) == ([window], "ready", "replays 1 window")
+    assert amounts(catalog, second.sink) == old, "a preview changes nothing"
 
-    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 0
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--execute"]) == 0
     assert "followed: 1 window replayed" in capsys.readouterr().out
     drive(spark, lakehouse, second)
     assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
@@ -158,12 +158,12 @@ def test_follow_upstream_waits_for_a_group_that_has_not_consumed_up_to_the_repla
     replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
     path = write_groups(tmp_path / "groups.yaml", chain.cents, second)
 
-    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 3, "waiting is not done"
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--execute"]) == 3, "waiting"
 
     assert "waits:" in capsys.readouterr().out
     with pytest.raises(SourceError, match="--follow-upstream"):
         drive(spark, lakehouse, second)
-    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream"]) == 0
+    assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--execute"]) == 0
     drive(spark, lakehouse, second)
     assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
     assert len(amounts(catalog, second.sink)) == 36

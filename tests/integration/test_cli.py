@@ -112,7 +112,7 @@ def test_bad_group_file_names_the_field(env: Path, tmp_path: Path, capsys: pytes
     assert "group 'g': max_borrowers" in capsys.readouterr().err
 
 
-def test_replay_dry_run_shows_the_plan_and_replay_replaces_the_window_through_the_instance(
+def test_replay_previews_the_plan_and_replay_execute_replaces_the_window_through_the_instance(
     spark: SparkSession,
     env: Path,
     groups_file: Path,
@@ -126,12 +126,12 @@ def test_replay_dry_run_shows_the_plan_and_replay_replaces_the_window_through_th
     window = datetime.now(UTC).strftime("%Y-%m-%d")
     capsys.readouterr()
 
-    assert main(["--groups", str(groups_file), "replay", group.name, "--window", window, "--dry-run", "--json"]) == 0
+    assert main(["--groups", str(groups_file), "replay", group.name, "--window", window, "--json"]) == 0
     (plan,) = json.loads(capsys.readouterr().out)
     assert plan["window"] == window
     assert (plan["source_rows"], plan["sink_rows_now"], plan["complete"]) == (36, 36, True)
 
-    assert main(["--groups", str(groups_file), "replay", group.name, "--window", window, "--json"]) == 0
+    assert main(["--groups", str(groups_file), "replay", group.name, "--window", window, "--execute", "--json"]) == 0
     (done,) = json.loads(capsys.readouterr().out)
     assert (done["rows_in"], done["rows_out"], done["rows_replaced"]) == (36, 36, 36)
     with dg.DagsterInstance.from_config(str(env)) as instance:

@@ -159,12 +159,13 @@ def test_state_tables_keep_their_last_snapshots_and_the_group_goes_on(
     groups = tmp_path / "groups.yaml"
     groups.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
 
-    assert main(["--groups", str(groups), "expire", "--dry-run", "--keep-state", "2", "--keep-state-for", "0s"]) == 0
+    assert main(["--groups", str(groups), "expire", "--keep-state", "2", "--keep-state-for", "0s"]) == 0
     out = capsys.readouterr().out
-    assert "dry run: nothing expired" in out
-    assert f"group {group.name}" in out, "the dry run names what pins the source"
-    assert main(["--groups", str(groups), "expire", "--keep-state", "2", "--keep-state-for", "0s", "--json"]) == 0
-    report = {row["table"]: row for row in json.loads(capsys.readouterr().out)}
+    assert "preview: nothing expired" in out
+    assert f"group {group.name}" in out, "the preview names what pins the source"
+    expire = ["expire", "--keep-state", "2", "--keep-state-for", "0s", "--execute", "--json"]
+    assert main(["--groups", str(groups), *expire]) == 0
+    report = {row["table"]: row for row in json.loads(capsys.readouterr().out)["tables"]}
     assert report[registry_identifier(group.name)]["keep"] == 2
     assert len(catalog.load_table(registry_identifier(group.name)).snapshots()) == 2
 

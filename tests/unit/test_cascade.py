@@ -104,7 +104,7 @@ def test_a_replay_whose_commits_expired_or_a_sink_without_windows_cannot_be_foll
     legacy = ShardRange("d1", "0/unpartitioned", None, 11, (11,), 11, 10, None)
     unmigrated = plan_follow(replay(20, "a"), COMMITS, SEQUENCE, [legacy], [], 19, label)
     assert not unmigrated.ready
-    assert "run `icegroup migrate` first" in unmigrated.missing[0]
+    assert "run `icegroup migrate --execute` first" in unmigrated.missing[0]
 
 
 def test_planning_stops_at_an_upstream_replay_and_steps_over_it_once_followed(

@@ -72,8 +72,10 @@ def test_dead_letters_lists_each_shards_latest_state_as_json(
             "shard": shard,
             "stream": stream,
             "state": state,
-            "source_snapshots": "101..103",
-            "lease": "fedcba9876543210#2",
+            "from_snapshot": "101",
+            "to_snapshot": "103",
+            "lease_id": "fedcba9876543210",
+            "attempt": 2,
             "error": "ZeroDivisionError: division by zero",
         }
         for shard, stream, state in (
@@ -134,6 +136,13 @@ def test_redrive_of_one_shard_releases_only_it_then_redrive_releases_the_rest(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     assert cli(groups_file, "redrive", group.name, "--shard", "s1") == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "would re-drive: shard s1 (stream 0/region=eu)",
+        f"preview: nothing changed; `icegroup redrive {group.name} --execute` re-drives 1 shard(s)",
+    ]
+    assert sorted(open_letters(catalog, group.name)) == ["s1", "s2"], "a preview releases nothing"
+
+    assert cli(groups_file, "redrive", group.name, "--shard", "s1", "--execute") == 0
 
     assert capsys.readouterr().out.splitlines() == [
         "re-driven: shard s1 (stream 0/region=eu)",
@@ -141,7 +150,7 @@ def test_redrive_of_one_shard_releases_only_it_then_redrive_releases_the_rest(
     ]
     assert list(open_letters(catalog, group.name)) == ["s2"]
 
-    assert cli(groups_file, "redrive", group.name) == 0
+    assert cli(groups_file, "redrive", group.name, "--execute") == 0
 
     assert capsys.readouterr().out.splitlines() == [
         "re-driven: shard s2 (stream 0/region=us)",
@@ -154,7 +163,7 @@ def test_redrive_of_one_shard_releases_only_it_then_redrive_releases_the_rest(
 def test_redrive_with_nothing_open_releases_nothing(
     groups_file: Path, group: GroupConfig, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    assert cli(groups_file, "redrive", group.name) == 0
+    assert cli(groups_file, "redrive", group.name, "--execute") == 0
 
     assert capsys.readouterr().out.splitlines() == ["0 shard(s) re-driven; the next Leader tick grants them again"]
 

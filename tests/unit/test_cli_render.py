@@ -87,7 +87,7 @@ def test_render_has_one_line_per_stream() -> None:
     ]
     eu = ["0/region=eu", "101", "109", "3", "120", "12.5s", "40", "2,500", "rows/s", "0123456789abcdef#1"]
     assert lines[1].split() == eu
-    assert lines[2].split() == ["0/region=us", "100", "104", "2", "30", "-", "0", "-", "-"]
+    assert lines[2].split() == ["0/region=us", "100", "104", "2", "30", "none", "0", "none", "none"], "absent: none"
     assert render(view()).splitlines()[5] == "leases in flight:", "the streams come first, then the holds"
 
 

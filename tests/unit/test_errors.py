@@ -74,6 +74,9 @@ def test_the_cli_prints_any_of_them_with_its_remedy_and_exits_non_zero(
     if issubclass(error, errors.NotCaughtUp):  # and ResetInFlight: stopped short, run it again later
         assert cli.main(["list"]) == cli.Exit.INCOMPLETE == 3
         assert capsys.readouterr().err == f"icegroup: not caught up: {remedy}\n"
+    elif issubclass(error, errors.RunFailed):  # a run failed for a reason icegroup did not foresee
+        assert cli.main(["list"]) == cli.Exit.RUN_FAILED == 1
+        assert capsys.readouterr().err == f"icegroup: run failed: {remedy}\n"
     else:
         assert cli.main(["list"]) == cli.Exit.ERROR == 2
         assert capsys.readouterr().err == f"icegroup: error: {remedy}\n"

@@ -163,7 +163,7 @@ def test_icegroup_rebuild_shows_the_sink_view_and_commits_it_only_with_execute(
     assert main(["--groups", str(groups), "rebuild", group.name]) == 0
     dry = capsys.readouterr().out
     assert f"group {group.name}: registry missing" in dry
-    assert "dry run: nothing changed" in dry
+    assert "preview: nothing changed" in dry
     assert not catalog.table_exists(registry_identifier(group.name))
 
     assert main(["--groups", str(groups), "rebuild", group.name, "--execute"]) == 0
