@@ -53,7 +53,8 @@ def leader_sensor(
         description=f"Leader of consumer group {group.name}: cuts shards of {group.source}, grants leases, and "
         f"keeps up to {group.max_borrowers} warm Borrower runs taking them.",
     )
-    def leader(context: dg.SensorEvaluationContext) -> dg.SensorResult | dg.SkipReason:
+    def leader(context: dg.SensorEvaluationContext, **_called_with: object) -> dg.SensorResult | dg.SkipReason:
+        # A sensor called directly (tests, ``build_sensor_context``) is also handed its resources by keyword.
         icegroup = lakehouse_of(context.resources, resource_key)
         try:
             result = tick(icegroup.catalog(), group, observe_runs(context.instance, group.name))

@@ -157,7 +157,8 @@ def test_a_leader_sensor_tick_skips_while_a_reset_is_in_flight(
     catalog: Catalog, group: GroupConfig, lake_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    sensor = leader_sensor(group, borrower_job(group, catalog.name), dg.AssetKey("sink"), dg.AssetKey("source"))
+    borrower = borrower_job(group, dg.AssetKey("sink"), {"icegroup": IcegroupResource()})
+    sensor = leader_sensor(group, borrower, dg.AssetKey("sink"), dg.AssetKey("source"), "icegroup")
     seen: list[object] = []
 
     def evaluate(_: str) -> None:
