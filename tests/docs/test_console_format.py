@@ -116,7 +116,7 @@ def test_a_here_string_is_not_a_heredoc() -> None:
         ("kept ./lakehouse.yaml and ~/.icegroup/groups.yaml", "kept ./lakehouse.yaml and ~/.icegroup/groups.yaml"),
         ("12,000 rows/s in 3.2s", "<rate> in <dur>"),
         ("took 1m 5s, then 150 ms", "took <dur>, then <dur>"),
-        ("commit a1b2c3d4e5f6 done", "commit <id> done"),
+        ("shard a1b2c3d4e5f6a7b8 and 2158310094725513", "shard <n> and <n>"),
         ("GROUP    LAG     ROWS", "GROUP LAG ROWS"),
         ("-----  --------", "--- ---"),
         ("\x1b[31mred\x1b[0m", "red"),
