@@ -1,0 +1,175 @@
+"""What every command prints: ids as JSON strings, no ``None`` or ``-``, a closed pipe that ends quietly, a log file."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from dagster_project.cli.logfile import log_path, run_output
+from dagster_project.cli.output import dumps, json_ready, text
+from iceberg.errors import UsageError
+from iceberg.lineage import file_forms, local_path
+from tests.conftest import repo_root
+
+BIG = 3_949_470_894_046_880_921  # a real snapshot id: a double turns it into 3949470894046880768
+
+
+def test_a_double_would_corrupt_the_id_so_it_is_a_string() -> None:
+    assert int(float(BIG)) != BIG
+    assert json.loads(dumps({"sink_snapshot": BIG}))["sink_snapshot"] == str(BIG)
+
+
+def test_ids_are_strings_by_their_field_whatever_their_size_and_counts_stay_numbers() -> None:
+    row = {
+        "sink_snapshot": 42,
+        "source_head": 7,
+        "position": 9,
+        "registry_position": None,
+        "planned_through": 5,
+        "current": 3,
+        "new": 4,
+        "oldest_kept": 8,
+        "upstream_replay": 6,
+        "expire_snapshots": [1, 2],
+        "snapshots": 12,
+        "lag_snapshots": 3,
+        "rows": BIG - 1,
+        "epoch": 2,
+        "complete": True,
+        "streams": [{"stream": "0:region=eu", "position": 11, "committed_rows": 40}],
+    }
+
+    assert json_ready(row) == {
+        "sink_snapshot": "42",
+        "source_head": "7",
+        "position": "9",
+        "registry_position": None,
+        "planned_through": "5",
+        "current": "3",
+        "new": "4",
+        "oldest_kept": "8",
+        "upstream_replay": "6",
+        "expire_snapshots": ["1", "2"],
+        "snapshots": 12,
+        "lag_snapshots": 3,
+        "rows": str(BIG - 1),  # the net under the field rule: no integer a double cannot hold stays a number
+        "epoch": 2,
+        "complete": True,
+        "streams": [{"stream": "0:region=eu", "position": "11", "committed_rows": 40}],
+    }
+
+
+def test_text_has_no_python_none_and_joins_lists() -> None:
+    assert [text(None), text([]), text(["a", "b"]), text(3), text("x")] == ["none", "none", "a,b", "3", "x"]
+
+
+@pytest.mark.parametrize(
+    ("given", "local"),
+    [
+        ("/data/a.parquet", "/data/a.parquet"),
+        ("file:/data/a.parquet", "/data/a.parquet"),
+        ("file:///data/a.parquet", "/data/a.parquet"),
+        ("//data/a.parquet", "/data/a.parquet"),
+        ("file://host/data/a.parquet", None),
+        ("s3://bucket/a.parquet", None),
+        ("data/a.parquet", None),
+    ],
+)
+def test_a_local_file_is_the_same_file_in_any_of_its_forms(given: str, local: str | None) -> None:
+    assert local_path(given) == local
+
+
+def test_a_question_about_a_file_matches_every_form_of_it_and_other_schemes_exactly() -> None:
+    forms = ["/data/a.parquet", "file:///data/a.parquet", "file:/data/a.parquet"]
+    assert all(sorted(file_forms(form)) == sorted(forms) for form in forms)
+    assert file_forms("s3://bucket/a.parquet") == ["s3://bucket/a.parquet"]
+
+
+def run_printer(code: str) -> subprocess.CompletedProcess[bytes]:
+    """Run ``code`` with its stdout into ``head -1``, which closes the pipe after one line."""
+    script = f'{sys.executable} -c {shlex.quote(textwrap.dedent(code))} | head -1; echo "exit=${{PIPESTATUS[0]}}" >&2'
+    return subprocess.run(
+        ["bash", "-c", script], capture_output=True, cwd=repo_root(), timeout=60, check=False, env=os.environ
+    )
+
+
+def test_a_closed_pipe_ends_quietly_with_exit_0() -> None:
+    printer = """
+        import sys
+        from dagster_project.cli.output import quiet_pipe
+
+        def many() -> int:
+            for n in range(200_000):
+                print(f"line {n}")
+            return 0
+
+        sys.exit(quiet_pipe(many))
+    """
+    done = run_printer(printer)
+
+    assert done.stdout == b"line 0\n"
+    assert done.stderr.decode().strip() == "exit=0", "no BrokenPipeError traceback, and success"
+
+
+def test_without_it_python_prints_a_traceback_so_the_test_above_can_fail() -> None:
+    done = run_printer("""
+        for n in range(200_000):
+            print(f"line {n}")
+    """)
+
+    assert b"BrokenPipeError" in done.stderr
+
+
+def test_run_output_sends_stderr_and_a_childs_stderr_to_the_log_and_names_it_on_a_named_error(tmp_path: Path) -> None:
+    code = f"""
+        import subprocess, sys
+        from pathlib import Path
+        from dagster_project.cli.logfile import run_output
+        from iceberg.errors import UsageError
+        try:
+            with run_output(Path({str(tmp_path)!r}), "consume", verbose=False) as output:
+                print("from python", file=sys.stderr)
+                subprocess.run(["sh", "-c", "echo from a child >&2"], check=True)
+                print("bars", file=output.terminal)
+                raise UsageError("named")
+        except UsageError as exc:
+            print(f"error: {{exc}} log={{exc.log_file}}", file=sys.stderr)
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, cwd=repo_root(), check=True
+    )
+
+    bars, error = done.stderr.splitlines()
+    assert bars == "bars", "the terminal is still there for the progress bars"
+    log = Path(error.split("log=")[1])
+    assert error.startswith("error: named log=")
+    assert log.parent == tmp_path / "logs"
+    assert log.read_text().splitlines() == ["from python", "from a child"]
+
+
+def test_verbose_leaves_stderr_alone(tmp_path: Path) -> None:
+    def fail() -> None:
+        with run_output(tmp_path, "consume", verbose=True) as output:
+            assert output.path is None
+            raise UsageError("named")
+
+    with pytest.raises(UsageError) as raised:
+        fail()
+
+    assert not hasattr(raised.value, "log_file")
+    assert not (tmp_path / "logs").exists()
+
+
+def test_the_log_file_is_named_by_command_time_and_process(tmp_path: Path) -> None:
+    path = log_path(tmp_path, "replay")
+
+    assert path.parent == tmp_path / "logs"
+    assert path.name.startswith("icegroup-replay-")
+    assert path.name.endswith(f"-{os.getpid()}.log")
