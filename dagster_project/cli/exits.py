@@ -22,7 +22,10 @@ class Exit(IntEnum):
 
 
 MEANING: dict[Exit, str] = {
-    Exit.OK: "done: `consume` caught up (or did its one round), the preview or the change is complete",
+    Exit.OK: (
+        "done: `consume` caught up (or did its one round), the preview or the change is complete; also when the "
+        "reader of the output went away (`icegroup checkpoints demo --json | head -3`)"
+    ),
     Exit.RUN_FAILED: (
         "a run failed for a reason icegroup did not foresee; the log file it names (or --verbose) holds the "
         "traceback, and the Dagster run says why"

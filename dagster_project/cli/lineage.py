@@ -11,7 +11,7 @@ import argparse
 from typing import Any
 
 from dagster_project.cli.exits import Exit
-from dagster_project.cli.output import JSON_HELP, dumps
+from dagster_project.cli.output import JSON_HELP, dumps, text
 from dagster_project.cli.support import pick, table
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
@@ -155,8 +155,8 @@ def as_text(found: Answer) -> str:
     lines = [f"group {found.group}: {found.question}"]
     if found.unrecorded:
         lines.append(
-            f"  lineage is recorded through sink snapshot {found.recorded_through}; {found.unrecorded} later commits "
-            "of the group are not yet recorded (the Leader records them at its next tick)"
+            f"  lineage is recorded through sink snapshot {text(found.recorded_through)}; {found.unrecorded} later "
+            "commits of the group are not yet recorded (the Leader records them at its next tick)"
         )
     if found.note:
         lines.append(f"  {found.note}")

@@ -8,10 +8,12 @@ import shlex
 import subprocess
 import sys
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
 
+from dagster_project.cli import entry
 from dagster_project.cli.logfile import log_path, run_output
 from dagster_project.cli.output import dumps, json_ready, text
 from iceberg.errors import UsageError
@@ -173,3 +175,17 @@ def test_the_log_file_is_named_by_command_time_and_process(tmp_path: Path) -> No
     assert path.parent == tmp_path / "logs"
     assert path.name.startswith("icegroup-replay-")
     assert path.name.endswith(f"-{os.getpid()}.log")
+
+
+def test_the_command_line_hides_library_warnings_unless_verbose(monkeypatch: pytest.MonkeyPatch) -> None:
+    def warns(argv: list[str]) -> int:
+        warnings.warn("`owners` is currently in beta", UserWarning, stacklevel=1)
+        return 0
+
+    monkeypatch.setattr(entry, "run_command", warns)
+
+    for argv, shown in ((["list"], []), (["--verbose", "list"], ["`owners` is currently in beta"])):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert entry.main(argv) == 0
+        assert [str(w.message) for w in caught] == shown, argv
