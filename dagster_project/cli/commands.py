@@ -128,6 +128,8 @@ def parser() -> argparse.ArgumentParser:
     add_lineage(sub)
     add_expire(sub)
     add_verbs(sub)
+    for choice in sub._choices_actions:  # each command's own --help opens with its one line, preview rule included
+        sub.choices[choice.dest].description = choice.help
     return top
 
 
