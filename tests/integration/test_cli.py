@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import dagster as dg
@@ -22,8 +22,9 @@ pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
 @pytest.fixture
 def groups_file(tmp_path: Path, make_group: MakeGroup) -> Path:
-    """A groups YAML with this test's group."""
-    group = make_group(shard_caps={"max_files": 2}, lease_max_shards=1)
+    """A groups YAML with this test's group; its windows begin five days back, so some are complete already."""
+    five_days_back = (datetime.now(UTC) - timedelta(days=5)).date()
+    group = make_group(shard_caps={"max_files": 2}, lease_max_shards=1, window_start=five_days_back)
     path = tmp_path / "groups.yaml"
     path.write_text(
         yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True) | {"name": group.name}]})
