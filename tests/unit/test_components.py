@@ -12,6 +12,7 @@ import pytest
 
 from dagster_project.components import default_name, icegroup_definitions
 from iceberg.errors import ConfigError
+from iceberg.protocol.group import GroupConfig
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "orders_clean", "source": "raw.orders", "sink": "clean.orders"},
@@ -133,3 +134,14 @@ def test_bad_input_is_an_error_naming_the_field(tmp_path: Path, arguments: dict[
 
 def test_a_components_default_name_is_its_folders() -> None:
     assert default_name(Path("/p/defs/Orders-Lake")) == "icegroup_orders_lake"
+
+
+def test_group_configs_are_taken_as_they_are_and_an_unset_window_start_stays_unset(tmp_path: Path) -> None:
+    group = GroupConfig(name="orders_clean", source="raw.orders", sink="clean.orders", replay_window="hour")
+
+    built = icegroup_definitions([group], lake(tmp_path), base_dir=tmp_path)
+
+    sink = built.resolve_assets_def(dg.AssetKey(["lake", "clean", "orders"]))
+    assert isinstance(sink.partitions_def, dg.HourlyPartitionsDefinition)
+    first = sink.partitions_def.get_first_partition_key()
+    assert first == f"{datetime.now(UTC).date().isoformat()}-00:00", "from today, not from the field's default"
