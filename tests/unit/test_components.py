@@ -11,6 +11,7 @@ import dagster as dg
 import pytest
 
 from dagster_project.components import default_name, icegroup_definitions
+from dagster_project.definitions import defs
 from iceberg.errors import ConfigError
 from iceberg.protocol.group import GroupConfig
 
@@ -92,6 +93,23 @@ def test_building_the_definitions_emits_no_warning(tmp_path: Path) -> None:
         dg.Definitions.merge(built, dg.Definitions()).get_repository_def().load_all_definitions()
 
     assert [str(w.message) for w in caught] == []
+
+
+def test_the_packaged_location_loads_without_a_warning_or_a_new_lake(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for variable in ("ICEGROUP_LAKEHOUSE", "ICEGROUP_CATALOG_URI", "ICEGROUP_WAREHOUSE", "ICEGROUP_GROUPS"):
+        monkeypatch.delenv(variable, raising=False)
+    monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        packaged = defs()
+        packaged.get_repository_def().load_all_definitions()
+
+    assert [str(w.message) for w in caught] == []
+    assert packaged.resolve_sensor_def("demo_leader").job_name == "demo_borrower"
+    assert list(tmp_path.iterdir()) == [], "no lake is created to read the sources' first commits"
 
 
 def test_a_source_with_no_lake_yet_gets_partitions_from_today(tmp_path: Path) -> None:
