@@ -18,7 +18,7 @@ from dagster_project.cli.group_files import ENV_GROUPS, groups_path, load_checke
 from dagster_project.cli.lineage import add_lineage
 from dagster_project.cli.logfile import pointer
 from dagster_project.cli.output import JSON_HELP, dumps
-from dagster_project.cli.support import dagster_home, pick, render, table
+from dagster_project.cli.support import dagster_home, pick, render, table, view_json
 from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
 from iceberg.checkpoints import list_checkpoints
 from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
@@ -224,7 +224,7 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     else:
         view = describe_as_of(lakehouse.catalog(), group, option_value("--as-of", parse_time, args.as_of))
     if args.json:
-        print(dumps(view.as_dict()))
+        print(dumps(view_json(lakehouse.catalog(), group, view)))
     else:
         print(render(view))
     return Exit.OK
@@ -256,7 +256,7 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
             run_id, success = run_consume(args, lakehouse, groups, group, output.terminal)
     view = describe_group(catalog, group)
     if args.json:
-        print(dumps({"run_id": run_id, "success": success, "group": view.as_dict()}))
+        print(dumps({"run_id": run_id, "success": success, "group": view_json(catalog, group, view)}))
     else:
         ran = f"run {run_id}: {'success' if success else 'failure'} (instance {dagster_home()})"
         print(ran if run_id else f"group {group.name}: nothing to consume; no run started")

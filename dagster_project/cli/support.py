@@ -10,6 +10,7 @@ import os
 from datetime import UTC, datetime
 from pathlib import Path
 
+from pyiceberg.catalog import Catalog
 from rich.console import Console
 from rich.table import Table
 
@@ -18,6 +19,9 @@ from iceberg.config.lakehouse import ENV_HOME
 from iceberg.describe import GroupView
 from iceberg.errors import UsageError
 from iceberg.protocol.group import GroupConfig
+from iceberg.store.registrations import read_registrations
+from iceberg.store.registry import load_state
+from iceberg.store.tables import load_optional
 
 
 def pick(groups: dict[str, GroupConfig], name: str, source: Path) -> GroupConfig:
@@ -50,6 +54,24 @@ def dagster_home() -> Path:
     home = Path(os.environ.get("DAGSTER_HOME") or Path(os.environ.get(ENV_HOME, ".")) / ".dagster").resolve()
     home.mkdir(parents=True, exist_ok=True)
     return home
+
+
+def view_json(catalog: Catalog, group: GroupConfig, view: GroupView) -> dict[str, object]:
+    """``describe --json``: the view's fields, with its registration and replays as fields rather than sentences.
+
+    The text form's retention and replay lines are written for a person; a program gets what they
+    are made of: the group's registration on its source (what ``icegroup expire`` keeps for it) and
+    each replay ticket in flight (none for a view ``--as-of`` the past).
+    """
+    data = view.as_dict()
+    del data["retention"]
+    source = load_optional(catalog, group.source)
+    registration = read_registrations(source).get(group.name) if source is not None else None
+    data["registration"] = registration.model_dump() if registration is not None else None
+    state = None if view.historical else load_state(catalog, group.name).state
+    tickets = sorted(state.replays.values(), key=lambda t: t.window) if state is not None else []
+    data["replays"] = [ticket.model_dump() for ticket in tickets]
+    return data
 
 
 def render(view: GroupView) -> str:

@@ -157,6 +157,10 @@ def test_describe_json_gives_every_snapshot_id_as_a_string(
     assert isinstance(described["source_head"], str)
     assert int(described["source_head"]) == catalog.load_table(group.source).metadata.current_snapshot_id
     assert all(isinstance(s["head"], str) for s in described["streams"])
+    assert "retention" not in described, "no sentences: the registration and replays are fields"
+    assert described["replays"] == []
+    assert described["registration"]["group"] == group.name
+    assert isinstance(described["registration"]["pin_sequence"], int)
 
     assert main([*cli, "checkpoints", group.name, "--json"]) == Exit.OK
     [point] = json.loads(capsys.readouterr().out)
