@@ -4,7 +4,7 @@ A *pin* keeps every snapshot from some point on: from a sequence number (a group
 its source, its reconciled cursor on its sink, a lease's grant snapshot) or from a commit time (a
 replay horizon, a keep-for duration). Expiry takes only the oldest run of snapshots that no pin
 holds, never the head, so the history that is left is one unbroken chain from a pin to the head.
-Each kept snapshot is kept by the pins that hold it, so ``--dry-run`` can name them.
+Each kept snapshot is kept by the pins that hold it, so ``icegroup expire``'s preview can name them.
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class Pin:
         return self.last is not None and newest_rank < self.last
 
     def describe(self) -> str:
-        """What the pin keeps, as ``--dry-run`` prints it."""
+        """What the pin keeps, as the preview of ``icegroup expire`` prints it."""
         parts = []
         if self.sequence is not None:
             parts.append(f"from sequence {self.sequence}")
