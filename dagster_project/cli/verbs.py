@@ -10,8 +10,9 @@ import argparse
 import time
 
 from dagster_project.cli.exits import Exit
+from dagster_project.cli.logfile import run_output
 from dagster_project.cli.output import JSON_HELP, dumps, text
-from dagster_project.cli.support import pick, table
+from dagster_project.cli.support import dagster_home, pick, table
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
 from iceberg.protocol.group import GroupConfig
@@ -97,7 +98,9 @@ def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     from spark_jobs.session import get_session
     from spark_jobs.sink.migrate import migrate_sink  # Spark loads only for the commands that use it
 
-    print(f"group {group.name}: {migrate_sink(get_session(lakehouse), lakehouse, group, progress=print).line()}")
+    with run_output(dagster_home(), "migrate", args.verbose):  # Spark's own output goes to the log file
+        migrated = migrate_sink(get_session(lakehouse), lakehouse, group, progress=print)
+    print(f"group {group.name}: {migrated.line()}")
     return Exit.OK
 
 
