@@ -1,0 +1,52 @@
+"""``icegroup migrate`` previews without Spark: what ``--execute`` would rewrite, read with pyiceberg only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pyiceberg.catalog import Catalog
+
+from dagster_project.cli import Exit, main
+from iceberg.leader import tick
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.liveness import RunState
+from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
+from tests.sink_commits import commit_lease
+
+
+@pytest.fixture
+def group(catalog: Catalog, make_group: MakeGroup) -> GroupConfig:
+    built = make_group(shard_caps={"max_files": 1}, lease_max_shards=1, max_borrowers=1)
+    append_batches(create_source(catalog, built.source), 2, 30)
+    return built
+
+
+@pytest.fixture
+def cli(tmp_path: Path, lake_home: Path, group: GroupConfig, monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    return ["--groups", str(write_groups(tmp_path / "groups.yaml", group))]
+
+
+def test_migrate_of_a_group_without_a_sink_has_nothing_to_do(
+    group: GroupConfig, cli: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main([*cli, "migrate", group.name]) == Exit.OK
+
+    out = capsys.readouterr().out.strip()
+    assert out == f"group {group.name}: the sink {group.sink} holds no rows; nothing to migrate"
+
+
+def test_migrate_previews_the_files_of_a_sink_written_before_the_window_column_and_changes_nothing(
+    catalog: Catalog, group: GroupConfig, cli: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    first = tick(catalog, group, lambda _: RunState.RUNNING, owner_run_id=BORROWER_RUN)
+    commit_lease(catalog, group, first.state, first.launch[0])  # a sink with no _ig_window column
+    before = catalog.load_table(group.sink).metadata.current_snapshot_id
+
+    assert main([*cli, "migrate", group.name]) == Exit.OK
+
+    out = capsys.readouterr().out.strip()
+    assert out.startswith(f"group {group.name}: preview: nothing changed; up to 1 files (")
+    assert out.endswith(f"`icegroup migrate {group.name} --execute` rewrites them with their windows")
+    assert catalog.load_table(group.sink).metadata.current_snapshot_id == before
