@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
-from iceberg.errors import UsageError
+from iceberg.errors import ConfigError, UsageError
 from iceberg.protocol.fences import epoch_key, fence_key, replay_fence_key
 from iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
 from iceberg.protocol.state import GroupState
@@ -78,7 +78,7 @@ def footprint(catalog: Catalog, group: str, source: str, sink: str) -> Footprint
         found.registration = registration_key(group)
     try:
         found.heartbeats = sorted(read_beats(catalog, group))
-    except UsageError:  # a catalog with no database for heartbeats keeps none
+    except ConfigError:  # a catalog with no database for heartbeats keeps none
         found.heartbeats = []
     return found
 
