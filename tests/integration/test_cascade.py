@@ -87,7 +87,8 @@ def test_replay_cascade_remakes_the_downstream_windows_from_the_new_rows(
     before = amounts(catalog, second.sink)
     fixed = write_groups(tmp_path / "fixed.yaml", chain.cents, second)
 
-    assert main(["--groups", str(fixed), "replay", first.name, "--window", window, "--cascade", "--execute", "--json"]) == 0
+    replay = ["replay", first.name, "--window", window, "--cascade", "--execute", "--json"]
+    assert main(["--groups", str(fixed), *replay]) == 0
 
     report = json.loads(capsys.readouterr().out)
     assert [(r["group"], r["window"]) for r in report["replays"]] == [(first.name, window), (second.name, window)]
