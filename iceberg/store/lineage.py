@@ -37,7 +37,7 @@ from iceberg.protocol.lineage import LineageEntry, consumed, replayed, voided
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.sink_commit import KEY_GROUP, KEY_RESET, parse_resets, resets_key
 from iceberg.store.registry import NAMESPACE
-from iceberg.store.sink_history import walk_commits
+from iceberg.store.sink_history import deleted_through, walk_commits
 from iceberg.store.tables import ensure_namespace, former_parent, load_optional
 
 log = logging.getLogger(__name__)
@@ -151,7 +151,8 @@ def record_lineage(
     head = sink.current_snapshot() if sink is not None else None
     if sink is None or head is None:
         return Recorded(table=table)
-    cursor = recorded_through(table) if table is not None else None
+    # A group started again after `icegroup delete` records from where the deleted group's commits end.
+    cursor = recorded_through(table) if table is not None else deleted_through(sink, group.name)
     if cursor == head.snapshot_id:
         return Recorded(through=cursor, table=table)
     walked = list(walk_commits(sink, cursor))

@@ -24,7 +24,7 @@ from iceberg.store.registry import load_state, registry_identifier
 from iceberg.store.tables import load_optional
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
-from tests.factories import MakeGroup, append_batches, create_source, write_groups
+from tests.factories import MakeGroup, append_batches, create_source, today, write_groups
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -95,6 +95,11 @@ def test_delete_previews_then_removes_the_state_but_never_the_sink_and_a_consume
     append_batches(catalog.load_table(group.source), 1, 12)
     assert main(["--groups", restarted, "consume", group.name, "--until-caught-up"]) == 0
     assert rows(catalog, group.sink) == sink_rows + 12, "the new group consumes what comes after it started"
+    assert main(["--groups", restarted, "consume", group.name]) == 0  # its Leader records the last commit's lineage
+    capsys.readouterr()
+    assert main(["--groups", restarted, "lineage", group.name, "--window", today(group), "--json"]) == 0
+    answer = json.loads(capsys.readouterr().out)
+    assert sum(shard["source_rows"] for shard in answer["shards"]) == 12, "lineage is the new group's only"
 
 
 def icegroup(home: Path, dagster_home: Path, groups: Path, *args: str) -> subprocess.CompletedProcess[str]:
