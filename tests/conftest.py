@@ -10,7 +10,9 @@ from typing import Any
 import pytest
 from pyiceberg.catalog import Catalog
 
+from dagster_project.cli.group_files import DEFAULT_GROUPS
 from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from iceberg.config.search import ENV_GROUPS
 from iceberg.protocol.group import GroupConfig
 from tests import factories
 from tests.factories import MakeDeadLetter, MakeGroup, MakeLease, MakeShard
@@ -20,7 +22,11 @@ _names = itertools.count()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Under ``make test-stack``, give this run a heartbeat database of its own in the stack's PostgreSQL."""
+    """The checkout's groups, as the Makefile and the venv's activate script set them; a stack run's heartbeats DB.
+
+    Under ``make test-stack``, the run gets a heartbeat database of its own in the stack's PostgreSQL.
+    """
+    os.environ.setdefault(ENV_GROUPS, str(DEFAULT_GROUPS))
     if on_stack():
         layout = stack_layout()
         os.environ["ICEGROUP_HEARTBEATS_URI"] = layout.catalog_uri(scratch_database("heartbeats_test"))

@@ -10,18 +10,19 @@ import argparse
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
-from pathlib import Path
 
+from dagster_project.cli.configs import load_configs, package_version
 from dagster_project.cli.exits import Exit, epilog, exit_for
 from dagster_project.cli.expire import add_expire
-from dagster_project.cli.group_files import ENV_GROUPS, groups_path, load_checked_groups
+from dagster_project.cli.init import add_init, cmd_init
 from dagster_project.cli.lineage import add_lineage
 from dagster_project.cli.logfile import pointer
 from dagster_project.cli.output import JSON_HELP, dumps
 from dagster_project.cli.support import dagster_home, pick, render, table, view_json
 from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
 from iceberg.checkpoints import list_checkpoints
-from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
+from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
+from iceberg.config.search import ENV_GROUPS
 from iceberg.describe import describe_as_of, describe_group
 from iceberg.errors import IcegroupError
 from iceberg.lag import Work, pending_work
@@ -37,11 +38,10 @@ from iceberg.store.dead_letters import latest
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``icegroup`` console script."""
     args = parser().parse_args(argv)
-    args.lakehouse = Path(args.lakehouse).resolve() if args.lakehouse else None
-    args.groups = groups_path(args.groups)
     try:
-        lakehouse = load_lakehouse(args.lakehouse)
-        groups = load_checked_groups(args.groups)
+        if args.run is cmd_init:
+            return cmd_init(args)
+        lakehouse, groups = load_configs(args)
         result: int = args.run(args, lakehouse, groups)
         return result
     except IcegroupError as exc:
@@ -64,8 +64,15 @@ def parser() -> argparse.ArgumentParser:
         epilog=epilog(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    top.add_argument("--groups", help=f"group definitions YAML (default: ${ENV_GROUPS} or the packaged one)")
-    top.add_argument("--lakehouse", help=f"lakehouse config YAML (default: ${ENV_CONFIG} or .lake/ in ${ENV_HOME})")
+    top.add_argument("--version", action="version", version=f"icegroup {package_version()}")
+    top.add_argument(
+        "--groups", help=f"group definitions YAML (else ${ENV_GROUPS}, ./groups.yaml, ~/.icegroup/groups.yaml)"
+    )
+    top.add_argument(
+        "--lakehouse",
+        help=f"lakehouse config YAML (else ${ENV_CONFIG}, ./lakehouse.yaml, ~/.icegroup/lakehouse.yaml, "
+        f"a local lake in ${ENV_HOME}/.lake or ./.lake)",
+    )
     top.add_argument(
         "--verbose",
         action="store_true",
@@ -73,6 +80,7 @@ def parser() -> argparse.ArgumentParser:
         "output to a log file under $DAGSTER_HOME/logs/",
     )
     sub = top.add_subparsers(required=True, metavar="COMMAND")
+    add_init(sub)
 
     listing = sub.add_parser("list", help="list the groups and their lag")
     listing.add_argument("--json", action="store_true", help=JSON_HELP)

@@ -12,6 +12,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
 from dagster_project.cli.group_files import load_checked_groups
+from dagster_project.window_start import resolve_window_starts
 from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.config.search import Places, find_groups, find_lakehouse
 from iceberg.errors import ConfigError
@@ -20,6 +21,9 @@ from iceberg.protocol.group import GroupConfig
 
 def load_configs(args: argparse.Namespace) -> tuple[LakehouseConfig, dict[str, GroupConfig]]:
     """The lakehouse and the groups this command runs on; ``args.lakehouse``/``args.groups`` become the files found.
+
+    Each group's first window is settled here as the code location settles it (``window_start.py``),
+    so the command and the Dagster UI agree on which windows exist.
 
     ``args.lakehouse`` is handed on to the Dagster runs the command starts, so it must be the file
     the search settled on (``None`` for a local lake, which the runs find the same way).
@@ -31,11 +35,12 @@ def load_configs(args: argparse.Namespace) -> tuple[LakehouseConfig, dict[str, G
     if found.lake_home is not None:
         env["ICEGROUP_HOME"] = str(found.lake_home)
     lakehouse = load_lakehouse(found.file, env=env)
+    args.groups = find_groups(args.groups, places).file
+    groups = load_checked_groups(args.groups)
     missing = lakehouse.missing_lake()
     if missing is not None:
         raise ConfigError(f"{missing} (lakehouse config from {found.how})")
-    args.groups = find_groups(args.groups, places).file
-    return lakehouse, load_checked_groups(args.groups)
+    return lakehouse, resolve_window_starts(groups, lambda: lakehouse)
 
 
 def package_version() -> str:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import shutil
 from pathlib import Path
 
@@ -72,6 +71,7 @@ def test_consume_of_a_missing_source_exits_2_naming_the_fix(
 ) -> None:
     monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
     monkeypatch.setenv("DAGSTER_HOME", str(tmp_path / "dagster"))
+    load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)}).catalog()
 
     assert cli.main(["consume", "demo"]) == cli.Exit.ERROR == 2
 
@@ -79,17 +79,6 @@ def test_consume_of_a_missing_source_exits_2_naming_the_fix(
         "icegroup: error: source: table 'demo.events' does not exist in catalog 'lake'; "
         "create it or correct the group's source\n"
     )
-
-
-def readme_exit_codes() -> dict[int, str]:
-    """The rows of the README's exit-code table."""
-    text = (repo_root() / "README.md").read_text()
-    table = text.split("## Exit codes", 1)[1].split("\n## ", 1)[0]
-    return {int(code): meaning for code, meaning in re.findall(r"^\| (\d) \| (.+) \|$", table, flags=re.M)}
-
-
-def test_the_readme_shows_the_one_exit_code_table() -> None:
-    assert readme_exit_codes() == {code.value: text for code, text in MEANING.items()}
 
 
 def test_help_shows_the_one_exit_code_table() -> None:

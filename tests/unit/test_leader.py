@@ -155,7 +155,7 @@ def test_a_stopped_shard_parks_its_lease_and_stops_new_grants(catalog: Catalog, 
     assert letter.shard_id in message
     assert letter.stream in message
     assert letter.error in message
-    assert f"`icegroup redrive {group.name}`" in message
+    assert f"`icegroup redrive {group.name} --execute`" in message
     stored = load_state(catalog, group.name).state
     assert stored is not None
     assert stored.leases[bad.lease_id].phase is LeasePhase.PARKED
