@@ -86,7 +86,10 @@ def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
         if held.poll() is None:
             held.kill()
 
-    again = subprocess.run([ICEGROUP, *consume], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300)
+    # --verbose: the Leader's log lines (the re-grant among them) go to stderr instead of the run's log file.
+    again = subprocess.run(
+        [ICEGROUP, "--verbose", *consume], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300
+    )
     took = time.monotonic() - killed_at
 
     assert again.returncode == Exit.OK, again.stderr[-3000:]
