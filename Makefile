@@ -42,7 +42,7 @@ dist: jvm ## the wheel, with the compiled jars inside, in dist/: `pip install di
 	@ls dist/*.whl
 
 docs: venv ## the documentation site, built strictly (a broken link fails) into build/site
-	$(VENV)/bin/mkdocs build --strict -d build/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict -d build/site
 
 instance: ## the local Dagster instance the demo, the CLI and the UI share
 	@mkdir -p $(DAGSTER_HOME)

@@ -18,7 +18,7 @@ from dagster_project.cli.init import add_init, cmd_init
 from dagster_project.cli.lineage import add_lineage
 from dagster_project.cli.logfile import pointer
 from dagster_project.cli.output import JSON_HELP, dumps
-from dagster_project.cli.support import dagster_home, pick, render, table, view_json
+from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, render, table, view_json
 from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
 from iceberg.checkpoints import list_checkpoints
 from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
@@ -87,13 +87,13 @@ def parser() -> argparse.ArgumentParser:
     listing.set_defaults(run=cmd_list)
 
     describe = sub.add_parser("describe", help="per stream: position, head, lag, leases in flight")
-    describe.add_argument("group")
+    describe.add_argument("group", help=GROUP_HELP)
     describe.add_argument("--json", action="store_true", help=JSON_HELP)
     describe.add_argument("--as-of", help="the group as its registry held it then (ISO-8601; UTC if no zone)")
     describe.set_defaults(run=cmd_describe)
 
     consume = sub.add_parser("consume", help=f"run the Leader and Borrowers headless, as a Dagster run; {ACTS_AT_ONCE}")
-    consume.add_argument("group")
+    consume.add_argument("group", help=GROUP_HELP)
     consume.add_argument("--until-caught-up", action="store_true", help="repeat until the source head is committed")
     consume.add_argument(
         "--max-wait", type=float, default=DEFAULTS.max_wait_s, help="seconds to wait on leases held elsewhere"
@@ -108,26 +108,26 @@ def parser() -> argparse.ArgumentParser:
     consume.set_defaults(run=cmd_consume)
 
     letters = sub.add_parser("dead-letters", help="poison shards: parked, stopped and re-driven")
-    letters.add_argument("group")
+    letters.add_argument("group", help=GROUP_HELP)
     letters.add_argument("--json", action="store_true", help=JSON_HELP)
     letters.set_defaults(run=cmd_dead_letters)
 
     pause = sub.add_parser("pause", help=f"grant nothing new; leases in flight finish; {ACTS_AT_ONCE}")
-    pause.add_argument("group")
+    pause.add_argument("group", help=GROUP_HELP)
     pause.set_defaults(run=cmd_pause)
 
     resume = sub.add_parser("resume", help=f"continue a paused group from the same positions; {ACTS_AT_ONCE}")
-    resume.add_argument("group")
+    resume.add_argument("group", help=GROUP_HELP)
     resume.set_defaults(run=cmd_resume)
 
     points = sub.add_parser("checkpoints", help="the group's sink commits: run, lease, epoch, source range, rows")
-    points.add_argument("group")
+    points.add_argument("group", help=GROUP_HELP)
     points.add_argument("--window", help="only this replay window (a partition key such as 2026-01-31)")
     points.add_argument("--json", action="store_true", help=JSON_HELP)
     points.set_defaults(run=cmd_checkpoints)
 
     rebuild = sub.add_parser("rebuild", help=f"rebuild the registry from the sink's commits; {PREVIEW_RULE}")
-    rebuild.add_argument("group")
+    rebuild.add_argument("group", help=GROUP_HELP)
     rebuild.add_argument("--execute", action="store_true", help="commit the rebuilt registry in a new epoch")
     rebuild.add_argument("--json", action="store_true", help=JSON_HELP)
     rebuild.set_defaults(run=cmd_rebuild)
@@ -147,7 +147,7 @@ def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "replay",
         help=f"remake windows of the sink from the source with today's transform, replacing their rows; {PREVIEW_RULE}",
     )
-    replay.add_argument("group")
+    replay.add_argument("group", help=GROUP_HELP)
     replay.add_argument("--window", action="append", help="a window's partition key, such as 2026-01-31 (repeatable)")
     replay.add_argument("--from", dest="start", help="replay every window from this time (ISO-8601; UTC if no zone)")
     replay.add_argument("--to", dest="end", help="... up to this time (exclusive)")
@@ -169,7 +169,7 @@ def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The ``reset`` command's arguments."""
     reset = sub.add_parser("reset", help=f"move the group's positions; {PREVIEW_RULE}")
-    reset.add_argument("group")
+    reset.add_argument("group", help=GROUP_HELP)
     where = reset.add_mutually_exclusive_group(required=True)
     where.add_argument("--to-earliest", action="store_true", help="before the oldest source snapshot still there")
     where.add_argument("--to-latest", action="store_true", help="the source head: skip everything not consumed yet")

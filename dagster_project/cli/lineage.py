@@ -12,7 +12,7 @@ from typing import Any
 
 from dagster_project.cli.exits import Exit
 from dagster_project.cli.output import JSON_HELP, dumps, text
-from dagster_project.cli.support import pick, table
+from dagster_project.cli.support import GROUP_HELP, pick, table
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
 from iceberg.lineage import (
@@ -40,7 +40,7 @@ def add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         help="where output came from (--sink-snapshot, --window, --row) "
         "or what input fed (--source-file, --source-snapshot)",
     )
-    lineage.add_argument("group")
+    lineage.add_argument("group", help=GROUP_HELP)
     lineage.add_argument("--sink-snapshot", type=int, help="backwards: the shards and source files of a sink commit")
     lineage.add_argument("--window", help="backwards: every shard of a replay window (a partition key)")
     lineage.add_argument("--row", help='backwards: sink rows matching a filter on sink columns, like "id = 42"')

@@ -23,6 +23,8 @@ from iceberg.store.registrations import read_registrations
 from iceberg.store.registry import load_state
 from iceberg.store.tables import load_optional
 
+GROUP_HELP = "the group's name, as its groups file defines it (`icegroup list` shows them)"
+
 
 def pick(groups: dict[str, GroupConfig], name: str, source: Path) -> GroupConfig:
     """The named group, or an error listing the defined ones."""

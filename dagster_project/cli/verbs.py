@@ -12,7 +12,7 @@ import time
 from dagster_project.cli.exits import Exit
 from dagster_project.cli.logfile import run_output
 from dagster_project.cli.output import JSON_HELP, dumps, text
-from dagster_project.cli.support import dagster_home, pick, table
+from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
 from iceberg.protocol.group import GroupConfig
@@ -36,7 +36,7 @@ def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     again = sub.add_parser(
         "redrive", help=f"release parked or stopped shards so the Leader grants them again; {PREVIEW_RULE}"
     )
-    again.add_argument("group")
+    again.add_argument("group", help=GROUP_HELP)
     again.add_argument("--shard", action="append", help="only this shard (repeatable); default: all open ones")
     again.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
     again.add_argument("--json", action="store_true", help=JSON_HELP)
@@ -45,7 +45,7 @@ def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     migrate = sub.add_parser(
         "migrate", help=f"give sink rows written before the window column their window; {PREVIEW_RULE}"
     )
-    migrate.add_argument("group")
+    migrate.add_argument("group", help=GROUP_HELP)
     migrate.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
     migrate.set_defaults(run=cmd_migrate)
 
@@ -54,7 +54,7 @@ def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help="remove a group's state (registry, lineage, dead letters, heartbeats, its fences and registration), "
         f"never its sink's data; {PREVIEW_RULE}",
     )
-    remove.add_argument("group")
+    remove.add_argument("group", help=GROUP_HELP)
     remove.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
     remove.add_argument("--json", action="store_true", help=JSON_HELP)
     remove.set_defaults(run=cmd_delete)
