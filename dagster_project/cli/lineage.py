@@ -8,6 +8,7 @@ across chained groups. The answers come from the lineage tables (``iceberg/linea
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 from typing import Any
 
 from dagster_project.cli.exits import Exit
@@ -81,7 +82,7 @@ def cmd_lineage(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     elif question == "row":
         found = by_rows(catalog, group, args.row)
     elif question == "source_file":
-        found = by_source_file(catalog, group, args.source_file)
+        found = by_source_file(catalog, group, absolute_if_relative(args.source_file))
     else:
         found = by_source_snapshot(catalog, group, args.source_snapshot)
     if args.through:
@@ -177,3 +178,14 @@ def as_text(found: Answer) -> str:
     for hop in found.hops:
         lines += ["", as_text(hop)]
     return "\n".join(lines)
+
+
+def absolute_if_relative(location: str) -> str:
+    """A relative local path made absolute from the current folder, as a shell user means it; others unchanged.
+
+    Table metadata holds only absolute locations, so ``.lake/warehouse/...`` pasted from ``ls`` would
+    otherwise match nothing.
+    """
+    if ":" in location.split("/", 1)[0] or location.startswith("/"):
+        return location
+    return str(Path(location).resolve())

@@ -1,0 +1,24 @@
+"""lineage --source-file takes a path as a shell user types it: relative to the current folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from dagster_project.cli.lineage import absolute_if_relative
+from iceberg.lineage import file_forms
+
+
+def test_a_relative_path_is_read_from_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+
+    absolute = absolute_if_relative(".lake/warehouse/shop/orders/data/a.parquet")
+
+    assert absolute == f"{tmp_path.resolve()}/.lake/warehouse/shop/orders/data/a.parquet"
+    assert f"file://{absolute}" in file_forms(absolute)
+
+
+@pytest.mark.parametrize("location", ["/abs/a.parquet", "file:/abs/a.parquet", "file:///abs/a.parquet", "s3://b/a"])
+def test_absolute_paths_and_uris_are_left_as_they_are(location: str) -> None:
+    assert absolute_if_relative(location) == location
