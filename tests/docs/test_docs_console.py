@@ -16,6 +16,9 @@ import pytest
 from tests.docs.console import console_pages, parse_page, run_page, scenario_env
 
 REPO = Path(__file__).resolve().parents[2]
+# Pages a new user follows with the installed wheel: tests/package/test_wheel.py runs them that way, so
+# running them again here with the checkout's virtualenv would only cost CI time.
+WHEEL_PAGES = {Path("docs/tutorial.md")}
 # Commands that start Spark or a Dagster run; a page running any of them is a slow page.
 HEAVY = re.compile(
     r"\bicegroup\s+(?:\S+\s+)*?(?:consume|replay|rebuild|reset|expire|redrive|migrate|delete)\b|\bmake\s|\bdg\s|\bdagster\s"
@@ -27,6 +30,8 @@ def _page_params() -> list[object]:
     for page in console_pages(REPO):
         heavy = bool(HEAVY.search(page.read_text()))
         marks = [pytest.mark.spark, pytest.mark.dagster] if heavy else []
+        if page.relative_to(REPO) in WHEEL_PAGES:
+            marks.append(pytest.mark.skip(reason="run from the installed wheel, outside the checkout (tests/package)"))
         params.append(pytest.param(page, id=str(page.relative_to(REPO)), marks=marks))
     return params
 

@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from tests.docs.console import run_page
+from tests.docs.test_docs_console import WHEEL_PAGES
 
 pytestmark = [pytest.mark.package]
 
@@ -90,6 +91,7 @@ def test_the_tutorial_works_from_the_wheel_outside_the_checkout(installed: Path,
     workdir = tmp_path / "work"
     workdir.mkdir()
 
-    mismatches = run_page(REPO / "docs" / "tutorial.md", workdir, user_env(installed, tmp_path))
+    (page,) = WHEEL_PAGES
+    mismatches = run_page(REPO / page, workdir, user_env(installed, tmp_path))
 
     assert mismatches == [], "\n\n".join(mismatches)
