@@ -60,7 +60,7 @@ def sync_tables(tables: GroupTables, fence: bool = True, now_ms: int | None = No
     check_interrupted(catalog, history.reset_marker, group, stored.epoch if stored else 0, now_ms)
     reason = disagreement(stored, history)
     if reason is None:
-        return Synced(state=stored or initial_state(source, group), history=history)
+        return Synced(state=stored or initial_state(source, group, epoch=history.epoch), history=history)
     if fence and load_state(catalog, group.name).token != loaded.token:
         raise RegistryConflict(
             f"registry of group {group.name!r} moved while this Leader compared it with the sink; another Leader "

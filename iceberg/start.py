@@ -34,8 +34,8 @@ def resolve_start(table: Table, group: GroupConfig) -> int | None:
     raise SourceError(f"group {group.name!r}: start: unsupported value {start!r}")
 
 
-def initial_state(table: Table, group: GroupConfig) -> GroupState:
-    """State of a group that has never ticked."""
+def initial_state(table: Table, group: GroupConfig, epoch: int = 0) -> GroupState:
+    """State of a group that has never ticked, in ``epoch``: the sink's epoch fence, raised by a delete before."""
     if table.format_version < 2:
         raise SourceError(
             f"group {group.name!r}: source {group.source!r} is an Iceberg format-version 1 table, whose "
@@ -51,4 +51,5 @@ def initial_state(table: Table, group: GroupConfig) -> GroupState:
         start_position=position,
         planned_through=position,
         planned_through_sequence=start.sequence_number or 0 if start is not None else 0,
+        epoch=epoch,
     )

@@ -2,17 +2,21 @@
 
 A group keeps its registry, lineage and dead-letter tables (``icegroup.registry_<group>``,
 ``lineage_<group>``, ``dead_letters_<group>``), its heartbeat rows, its registration on the source
-(``icegroup.consumer.<group>``) and, on the sink, its fences and markers (``icegroup.fence.<group>.*``,
-``icegroup.replay.<group>.*``, ``icegroup.epoch.<group>``, ``icegroup.reset(s).<group>``,
+(``icegroup.consumer.<group>``) and, on the sink, its markers (``icegroup.reset(s).<group>``,
 ``icegroup.follows.<group>``). All of it goes; the sink's rows and snapshots stay.
 
-The sink's history still holds the group's commits, and a Leader that finds no registry rebuilds it
-from them. So the delete records, in the same sink commit that removes the fences, the sink snapshot
-it happened at (``icegroup.deleted.<group>``): commits up to there belong to the deleted group, and
-a consume afterwards starts a new group from its ``start`` config.
+The sink's fences stay, and the epoch fence goes up by one: a Borrower of the deleted group still
+alive past its lease's deadline (a zombie) is refused by the epoch, as after a reset, and the group
+started again takes that epoch (its lease ids, which carry the epoch, are new too). Removing the
+fences instead would let such a zombie commit into the new group.
 
-Removing the epoch fence would let a lease still in flight commit into a group that no longer
-exists, so ``check_deletable`` refuses while a lease is in flight and before its deadline.
+The sink's history still holds the group's commits, and a Leader that finds no registry rebuilds it
+from them. So the delete records, in the same fence commit, the sink snapshot it happened at
+(``icegroup.deleted.<group>``): commits up to there belong to the deleted group, and a consume
+afterwards starts a new group from its ``start`` config.
+
+``check_deletable`` still refuses while a lease is before its deadline: its Borrower is most likely
+alive and working, and the delete would only waste that work.
 """
 
 from __future__ import annotations
@@ -23,10 +27,11 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
 from iceberg.errors import ConfigError, UsageError
-from iceberg.protocol.fences import epoch_key, fence_key, replay_fence_key
+from iceberg.protocol.fences import epoch_key
 from iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
 from iceberg.protocol.state import GroupState
 from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.store.fences import raise_fences
 from iceberg.store.heartbeats import forget, read_beats
 from iceberg.store.lineage import lineage_identifier
 from iceberg.store.registrations import registration_key
@@ -55,10 +60,8 @@ class Footprint:
 
 
 def owned_property(group: str, key: str) -> bool:
-    """Whether a sink property is one of ``group``'s fences or markers."""
-    exact = {epoch_key(group), reset_key(group), resets_key(group), follows_key(group)}
-    prefixes = (fence_key(group, ""), replay_fence_key(group, ""))
-    return key in exact or key.startswith(prefixes)
+    """Whether a sink property is one of ``group``'s markers, which a delete removes (its fences stay)."""
+    return key in {reset_key(group), resets_key(group), follows_key(group)}
 
 
 def footprint(catalog: Catalog, group: str, source: str, sink: str) -> Footprint:
@@ -105,19 +108,20 @@ def check_deletable(found: Footprint, now_ms: int) -> None:
 
 
 def delete_group(catalog: Catalog, found: Footprint) -> None:
-    """Remove what ``found`` lists: the sink's fences first, with the marker; then the tables and the rest.
+    """Remove what ``found`` lists: first the sink's epoch fence goes up, with the marker; then the rest.
 
     The sink's data is not touched: its properties change in one commit with no new snapshot.
     """
     sink_table = load_optional(catalog, found.sink)
     if sink_table is not None:
-        owned = [k for k in sink_table.properties if owned_property(found.group, k)]
         head = sink_table.current_snapshot()
-        with sink_table.transaction() as tx:
-            if owned:
-                tx.remove_properties(*owned)
-            if head is not None:
-                tx.set_properties({deleted_key(found.group): str(head.snapshot_id)})
+        fenced = int(sink_table.properties.get(epoch_key(found.group), "0"))
+        epoch = max(found.state.epoch if found.state else 0, fenced)
+        marker = {deleted_key(found.group): str(head.snapshot_id)} if head is not None else {}
+        raise_fences(sink_table, {epoch_key(found.group): epoch + 1}, also=marker)
+        owned = [k for k in sink_table.properties if owned_property(found.group, k)]
+        if owned:
+            sink_table.transaction().remove_properties(*owned).commit_transaction()
     for identifier in found.tables:
         try:
             catalog.drop_table(identifier)

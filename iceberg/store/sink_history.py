@@ -131,10 +131,14 @@ def history_of(table: Table | None, group: str, since: int | None) -> SinkHistor
 
 
 def sink_history(sink: Table, group: str | None) -> tuple[list[SinkCommit], list[ReplayCommit]]:
-    """Every consumption and replay commit of ``group`` (None: any group's) in the sink's history, newest first."""
+    """Every consumption and replay commit of ``group`` (None: any group's) in the sink's history, newest first.
+
+    A group's history starts after its ``icegroup delete``: the commits before belong to the deleted
+    group, and a reset, replay or retention pin of the new one must not act on them.
+    """
     commits: list[SinkCommit] = []
     replays: list[ReplayCommit] = []
-    for written in walk_commits(sink, None):
+    for written in walk_commits(sink, deleted_through(sink, group) if group is not None else None):
         if written.commit is not None and group in (None, written.commit.group):
             commits.append(written.commit)
         if written.replay is not None and group in (None, written.replay.group):

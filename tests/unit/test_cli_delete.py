@@ -92,14 +92,15 @@ def test_delete_previews_then_removes_the_state_and_the_group_starts_afresh_over
     assert sink_rows(catalog, group) == rows, "the sink's rows stay"
     assert load_optional(catalog, registry_identifier(group.name)) is None
     assert load_optional(catalog, lineage_identifier(group.name)) is None
-    assert not any(owned_property(group.name, key) for key in sink.properties), "its fences are gone"
-    assert epoch_key(group.name) not in sink.properties
+    assert not any(owned_property(group.name, key) for key in sink.properties), "its markers are gone"
+    assert sink.properties[epoch_key(group.name)] == "1", "the epoch fence went up: a zombie of epoch 0 is refused"
+    assert sink.properties[fence_key(group.name, first.launch[0].lease_id)] == "1", "lease fences stay"
     assert sink.properties[deleted_key(group.name)] == done["deleted_at_sink_snapshot"]
     assert registration_key(group.name) not in catalog.load_table(group.source).properties
     assert footprint(catalog, group.name, group.source, group.sink).empty()
 
     set_paused_again = run(catalog, group)  # a new group: no rebuild from the deleted group's commits
-    assert set_paused_again.state.epoch == 0
+    assert set_paused_again.state.epoch == 1, "the new group takes the raised epoch, so its commits pass the fence"
     assert set_paused_again.state.paused_at_ms is None, "the pause was the deleted group's"
     assert sum(s.committed_shards for s in set_paused_again.state.streams.values()) == 0
     assert len(set_paused_again.launch) == 1, "it is granted work again from its start position"
