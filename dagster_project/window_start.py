@@ -49,12 +49,17 @@ def first_commit_ms(table: Table | None) -> int | None:
 
 
 def resolve_window_starts(
-    groups: Mapping[str, GroupConfig], lakehouse: Callable[[], LakehouseConfig], today: date | None = None
+    groups: Mapping[str, GroupConfig],
+    lakehouse: Callable[[], LakehouseConfig],
+    today: date | None = None,
+    strict: bool = False,
 ) -> dict[str, GroupConfig]:
     """The groups, each with ``window_start`` set: as configured, or from its source in the catalog.
 
     ``lakehouse`` is only called when a group needs the catalog, and a local lake that does not
     exist yet is not created by asking: its tables have no commits, so their groups begin today.
+    A code location must load while the catalog is down, so by default an unreadable catalog is
+    logged; with ``strict`` (the command line) it is raised, as the one named error the user sees.
     """
     today = today or datetime.now(UTC).date()
     unset = [g for g in groups.values() if "window_start" not in g.model_fields_set]
@@ -65,6 +70,8 @@ def resolve_window_starts(
     try:
         firsts = first_commits(lakehouse(), [g.source for g in needs_catalog]) if needs_catalog else {}
     except (CatalogUnavailable, OSError) as exc:
+        if strict:
+            raise
         log.warning(
             "icegroup: the catalog cannot be read (%s); groups %s keep window_start %s until the definitions load "
             "again. Set window_start in the group config to fix their first day",

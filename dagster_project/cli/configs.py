@@ -40,7 +40,7 @@ def load_configs(args: argparse.Namespace) -> tuple[LakehouseConfig, dict[str, G
     missing = lakehouse.missing_lake()
     if missing is not None:
         raise ConfigError(f"{missing} (lakehouse config from {found.how})")
-    return lakehouse, resolve_window_starts(groups, lambda: lakehouse)
+    return lakehouse, resolve_window_starts(groups, lambda: lakehouse, strict=True)
 
 
 def package_version() -> str:

@@ -9,6 +9,7 @@ import pytest
 
 from dagster_project.window_start import first_window_day, resolve_window_starts
 from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.errors import CatalogUnavailable
 from iceberg.protocol.group import GroupConfig
 
 TODAY = date(2026, 11, 26)
@@ -69,3 +70,13 @@ def test_an_unreachable_catalog_leaves_the_default_and_says_so(caplog: pytest.Lo
     assert resolved["t"].window_start == date(2026, 6, 1), "a start timestamp needs no catalog"
     assert "the catalog cannot be read" in caplog.text
     assert "Set window_start in the group config" in caplog.text
+
+
+def test_the_command_line_raises_an_unreachable_catalog_as_its_one_error(caplog: pytest.LogCaptureFixture) -> None:
+    unreachable = LakehouseConfig(
+        catalog_uri="postgresql+psycopg2://icegroup@127.0.0.1:9/nowhere?connect_timeout=2", warehouse="/tmp/nowhere"
+    )
+
+    with pytest.raises(CatalogUnavailable, match="cannot be opened"):
+        resolve_window_starts({"g": group()}, lambda: unreachable, today=TODAY, strict=True)
+    assert "the catalog cannot be read" not in caplog.text, "no warning before the error"
