@@ -27,8 +27,8 @@ MEANING: dict[Exit, str] = {
         "reader of the output went away (`icegroup checkpoints demo --json | head -3`)"
     ),
     Exit.RUN_FAILED: (
-        "a run failed for a reason icegroup did not foresee; the log file it names (or --verbose) holds the "
-        "traceback, and the Dagster run says why"
+        "a run or a command failed for a reason icegroup did not foresee; the log file it names (or --verbose) "
+        "holds the traceback, and for a run the Dagster run says why"
     ),
     Exit.ERROR: (
         "an error icegroup names, with its remedy: a bad config or argument, a missing table, a stopped group, "

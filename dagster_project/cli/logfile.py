@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import sys
+import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
@@ -31,6 +32,14 @@ def log_path(home: Path, command: str, now: datetime | None = None) -> Path:
 def pointer(path: Path) -> str:
     """What a named error adds: where its traceback is."""
     return f"full traceback: {path}; rerun with --verbose to print it"
+
+
+def log_traceback(home: Path, command: str, exc: BaseException) -> Path:
+    """Write an unforeseen exception's traceback to the command's log file; the file, for the one-line error."""
+    path = log_path(home, command)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(traceback.format_exception(exc)))
+    return path
 
 
 class RunOutput:
