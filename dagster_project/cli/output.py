@@ -23,10 +23,11 @@ from typing import Any
 JSON_HELP = "print JSON: snapshot ids and other 64-bit ids are strings, an absent value is null"
 ABSENT = "none"
 
-# A scalar integer under one of these field names is an id: a snapshot, a position or head (the
-# snapshot a stream has reached), a cursor, a registry token.
+# A scalar integer under one of these field names is an id: a snapshot (also ``..._at_grant``), a
+# parent, a position or head (the snapshot a stream has reached), a cursor, a registry token.
 ID_FIELD = re.compile(
-    r"(^|_)(snapshot|snapshot_id|position|head|planned_through|cursor|token|current|new|oldest_kept|upstream_replay)$"
+    r"(^|_)(snapshot|snapshot_id|parent|parent_id|position|head|planned_through|cursor|token|current|new|"
+    r"oldest_kept|upstream_replay)(_at_[a-z]+)?$"
 )
 # A list of integers under one of these is a list of ids (``snapshots`` as a count stays a number).
 ID_LIST_FIELD = re.compile(r"snapshots?$|snapshot_ids$")

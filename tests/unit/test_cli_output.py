@@ -189,3 +189,9 @@ def test_the_command_line_hides_library_warnings_unless_verbose(monkeypatch: pyt
             warnings.simplefilter("always")
             assert entry.main(argv) == 0
         assert [str(w.message) for w in caught] == shown, argv
+
+
+def test_ids_under_suffixed_and_parent_fields_are_strings_counts_stay_numbers() -> None:
+    shown = json_ready({"sink_snapshot_at_grant": 5, "parent_id": 7, "rows": 3, "lag_snapshots": 4})
+
+    assert shown == {"sink_snapshot_at_grant": "5", "parent_id": "7", "rows": 3, "lag_snapshots": 4}
