@@ -6,7 +6,6 @@ Also the JSON contract of the read commands on the same group: no id a double wo
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -24,28 +23,13 @@ from iceberg.store.registrations import registration_key
 from iceberg.store.registry import load_state, registry_identifier
 from iceberg.store.sink_history import deleted_key
 from iceberg.store.tables import load_optional
-from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
+from tests.factories import BORROWER_RUN
 from tests.sink_commits import commit_lease
 
 
 def run(catalog: Catalog, group: GroupConfig) -> TickResult:
     """One tick that grants to a Borrower run and sees every Borrower run as running."""
     return tick(catalog, group, lambda _: RunState.RUNNING, owner_run_id=BORROWER_RUN)
-
-
-@pytest.fixture
-def group(catalog: Catalog, make_group: MakeGroup) -> GroupConfig:
-    """A group over 3 streams whose first tick grants one lease of one shard."""
-    built = make_group(shard_caps={"max_files": 1}, lease_max_shards=1, max_borrowers=1)
-    append_batches(create_source(catalog, built.source), 2, 30)
-    return built
-
-
-@pytest.fixture
-def cli(tmp_path: Path, lake_home: Path, group: GroupConfig, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The leading arguments of an ``icegroup`` call on this test's group and lakehouse."""
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    return ["--groups", str(write_groups(tmp_path / "groups.yaml", group))]
 
 
 def sink_rows(catalog: Catalog, group: GroupConfig) -> int:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from pyiceberg.catalog import Catalog
 
@@ -11,21 +9,8 @@ from dagster_project.cli import Exit, main
 from iceberg.leader import tick
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
+from tests.factories import BORROWER_RUN
 from tests.sink_commits import commit_lease
-
-
-@pytest.fixture
-def group(catalog: Catalog, make_group: MakeGroup) -> GroupConfig:
-    built = make_group(shard_caps={"max_files": 1}, lease_max_shards=1, max_borrowers=1)
-    append_batches(create_source(catalog, built.source), 2, 30)
-    return built
-
-
-@pytest.fixture
-def cli(tmp_path: Path, lake_home: Path, group: GroupConfig, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    return ["--groups", str(write_groups(tmp_path / "groups.yaml", group))]
 
 
 def test_migrate_of_a_group_without_a_sink_has_nothing_to_do(

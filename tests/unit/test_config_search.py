@@ -132,6 +132,7 @@ def test_a_read_only_command_outside_any_lake_creates_nothing_and_says_where_it_
 
 def test_a_lakehouse_file_naming_a_lake_that_does_not_exist_is_an_error_and_creates_nothing(tmp_path: Path) -> None:
     (tmp_path / "lakehouse.yaml").write_text("catalog_uri: sqlite:///nowhere/catalog.db\nwarehouse: nowhere/w\n")
+    (tmp_path / "groups.yaml").write_text("groups: []\n")
 
     listed = cli(tmp_path, "list", home=tmp_path)
 

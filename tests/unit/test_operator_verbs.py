@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import time
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -21,28 +20,13 @@ from iceberg.protocol.liveness import RunState
 from iceberg.protocol.sink_commit import replay_properties
 from iceberg.store.registry import load_state
 from spark_jobs.consume import consume
-from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, no_spark, write_groups
+from tests.factories import BORROWER_RUN, no_spark
 from tests.sink_commits import SINK_SCHEMA, commit_lease
 
 
 def run(catalog: Catalog, group: GroupConfig, seen: RunState = RunState.RUNNING) -> TickResult:
     """One tick that grants to a Borrower run and sees every Borrower run as ``seen``."""
     return tick(catalog, group, lambda _: seen, owner_run_id=BORROWER_RUN)
-
-
-@pytest.fixture
-def group(catalog: Catalog, make_group: MakeGroup) -> GroupConfig:
-    """A group over 3 streams whose first tick grants one lease of one shard."""
-    built = make_group(shard_caps={"max_files": 1}, lease_max_shards=1, max_borrowers=1)
-    append_batches(create_source(catalog, built.source), 2, 30)
-    return built
-
-
-@pytest.fixture
-def cli(tmp_path: Path, lake_home: Path, group: GroupConfig, monkeypatch: pytest.MonkeyPatch) -> list[str]:
-    """The leading arguments of an ``icegroup`` call on this test's group and lakehouse."""
-    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    return ["--groups", str(write_groups(tmp_path / "groups.yaml", group))]
 
 
 def test_a_paused_group_grants_nothing_new_while_its_lease_in_flight_finishes(
