@@ -18,6 +18,8 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.cli import main
+from iceberg.protocol.fences import epoch_key
+from iceberg.protocol.sink_commit import KEY_FENCE
 from iceberg.store.dead_letters import dead_letter_identifier
 from iceberg.store.lineage import lineage_identifier
 from iceberg.store.registry import load_state, registry_identifier
@@ -74,14 +76,18 @@ def test_delete_previews_then_removes_the_state_but_never_the_sink_and_a_consume
     assert main(["--groups", groups, "delete", group.name, "--execute"]) == 0
     assert "the sink" in capsys.readouterr().out
     assert rows(catalog, group.sink) == sink_rows, "the sink's rows stay"
-    assert len(catalog.load_table(group.sink).snapshots()) == sink_snapshots, "no sink snapshot is added or removed"
+    after = catalog.load_table(group.sink)
+    added = after.snapshots()[sink_snapshots:]
+    assert len(after.snapshots()) == sink_snapshots + 1, "one snapshot more: the epoch fence's, and none removed"
+    assert KEY_FENCE in added[0].summary.additional_properties, "the added snapshot is a fence: it adds no file"
+    assert after.properties[epoch_key(group.name)] == "1", "a zombie of the deleted group's epoch 0 is refused"
     for identifier in (registry_identifier(group.name), lineage_identifier(group.name)):
         assert load_optional(catalog, identifier) is None, identifier
     assert load_optional(catalog, dead_letter_identifier(group.name)) is None
     assert not any(key.endswith(f".{group.name}") for key in catalog.load_table(group.source).properties)
     assert main(["--groups", groups, "describe", group.name, "--json"]) == 0
     described = json.loads(capsys.readouterr().out)
-    assert (described["leases_done"], described["epoch"]) == (0, 0), "describe shows a group not started"
+    assert (described["leases_done"], described["epoch"]) == (0, 1), "not started, in the fenced epoch"
     assert main(["--groups", groups, "delete", group.name]) == 0
     assert "keeps no state; nothing to delete" in capsys.readouterr().out
 
@@ -90,7 +96,7 @@ def test_delete_previews_then_removes_the_state_but_never_the_sink_and_a_consume
     assert main(["--groups", restarted, "consume", group.name, "--until-caught-up"]) == 0
     state = load_state(catalog, group.name).state
     assert state is not None
-    assert state.epoch == 0
+    assert state.epoch == 1, "the new group commits in the epoch the delete raised the fence to"
     assert rows(catalog, group.sink) == sink_rows, "nothing was consumed twice"
     append_batches(catalog.load_table(group.source), 1, 12)
     assert main(["--groups", restarted, "consume", group.name, "--until-caught-up"]) == 0
