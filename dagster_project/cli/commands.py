@@ -48,6 +48,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         label, code = exit_for(exc)
         print(f"icegroup: {label}: {exc}{logged(exc)}", file=sys.stderr)
         return code
+    except BrokenPipeError:  # the reader went away (``| head``): ``entry.main`` ends quietly
+        raise
     except Exception as exc:  # a failure icegroup did not foresee: one line here, the traceback in a log file
         if args.verbose:
             raise

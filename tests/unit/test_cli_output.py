@@ -120,6 +120,26 @@ def test_a_closed_pipe_ends_quietly_with_exit_0() -> None:
     assert done.stderr.decode().strip() == "exit=0", "no BrokenPipeError traceback, and success"
 
 
+def test_a_command_whose_reader_went_away_exits_0_with_nothing_on_stderr() -> None:
+    """The whole console script: a closed pipe is not an unforeseen error (``icegroup describe g | head -2``)."""
+    done = run_printer("""
+        import sys
+        from dagster_project.cli import commands, main
+
+        def cmd_list(args, lakehouse, groups) -> int:
+            for n in range(200_000):
+                print(f"line {n}")
+            return 0
+
+        commands.cmd_list = cmd_list
+        commands.load_configs = lambda args: (None, {})
+        sys.exit(main(["list"]))
+    """)
+
+    assert done.stdout == b"line 0\n"
+    assert done.stderr.decode().strip() == "exit=0"
+
+
 def test_without_it_python_prints_a_traceback_so_the_test_above_can_fail() -> None:
     done = run_printer("""
         for n in range(200_000):

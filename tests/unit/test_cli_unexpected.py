@@ -43,3 +43,19 @@ def test_verbose_lets_the_traceback_through(broken_list: Path) -> None:
     with pytest.raises(RuntimeError, match="a bug"):
         main(["--verbose", "list"])
     assert not broken_list.exists()
+
+
+def test_a_reader_that_went_away_is_no_error_here_but_for_entry_to_end_quietly(
+    monkeypatch: pytest.MonkeyPatch, broken_list: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``icegroup describe g | head -2``: the closed pipe reaches ``quiet_pipe`` (exit 0), not the error line."""
+
+    def piped_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+        raise BrokenPipeError(32, "Broken pipe")
+
+    monkeypatch.setattr(commands, "cmd_list", piped_list)
+
+    with pytest.raises(BrokenPipeError):
+        commands.main(["list"])
+    assert capsys.readouterr().err == ""
+    assert not broken_list.exists()
