@@ -230,7 +230,9 @@ def forget(catalog: Catalog, group: str, holders: list[str]) -> None:
 
 
 @contextmanager
-def heartbeat(catalog: Catalog, group: str, holder: str, interval_s: float) -> Iterator[None]:
+def heartbeat(
+    catalog: Catalog, group: str, holder: str, interval_s: float, *, forget_at_end: bool = True
+) -> Iterator[None]:
     """Beat for ``holder`` every ``interval_s`` on a daemon thread while the block runs.
 
     The first beat is written before the block starts, so the Leader sees the holder alive from its
@@ -238,6 +240,12 @@ def heartbeat(catalog: Catalog, group: str, holder: str, interval_s: float) -> I
     logged and tried again at the next interval: a holder that never beat is judged by its run's
     state and deadline, and if beats keep failing, the Leader re-grants the holder's leases after
     the session timeout, and fencing keeps the holder from committing them.
+
+    At the end the row is removed, so a missing row tells a reset's waiter that its holder stopped
+    (``judge_holder``). A warm Borrower keeps it instead (``forget_at_end=False``) with one last beat:
+    its Dagster run ends a moment after the block, and a run with no row would look like one that
+    never beat, which the Leader ends once two session timeouts have passed since its start. The
+    Leader prunes the row once its process is gone and it is long silent.
     """
     stop = threading.Event()
     made: list[bool] = []
@@ -264,8 +272,11 @@ def heartbeat(catalog: Catalog, group: str, holder: str, interval_s: float) -> I
     finally:
         stop.set()
         thread.join(timeout=interval_s + 5)
-        try:
-            forget(catalog, group, [holder])
-        except SQLAlchemyError as exc:
-            # The row stays; it falls silent, and the Leader prunes it once it is long dead.
-            log.warning("group %s: the heartbeat row of %s was not removed (%s)", group, holder, exc)
+        if forget_at_end:
+            try:
+                forget(catalog, group, [holder])
+            except SQLAlchemyError as exc:
+                # The row stays; it falls silent, and the Leader prunes it once it is long dead.
+                log.warning("group %s: the heartbeat row of %s was not removed (%s)", group, holder, exc)
+        else:
+            beat_or_say()

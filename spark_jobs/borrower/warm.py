@@ -44,7 +44,8 @@ def borrow(
     catalog = lakehouse.catalog()
     summary = LeaseTotals()
     runner = LeaseRunner(spark, lakehouse, group, run_id, group.leases_per_borrower, progress)
-    with heartbeat(catalog, group.name, run_id, interval_s=group.session_timeout_s / 3), runner:
+    beating = heartbeat(catalog, group.name, run_id, interval_s=group.session_timeout_s / 3, forget_at_end=False)
+    with beating, runner:
         idle_since = time.monotonic()
         while True:
             for lease, shards in take_leases(catalog, group, run_id, runner.free) if runner.free else []:

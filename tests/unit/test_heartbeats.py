@@ -83,6 +83,16 @@ def test_the_heartbeat_beats_before_and_while_the_block_runs_and_forgets_after(c
     assert read_beats(catalog, group) == {}
 
 
+def test_a_warm_borrower_keeps_its_row_with_a_last_beat_so_its_ending_run_does_not_look_silent(
+    catalog: Catalog, group: str
+) -> None:
+    with heartbeat(catalog, group, "run-1", interval_s=60, forget_at_end=False):
+        first = read_beats(catalog, group)["run-1"].beat_ms
+        time.sleep(0.05)
+
+    assert read_beats(catalog, group)["run-1"].beat_ms > first
+
+
 def test_a_holder_silent_past_the_session_timeout_is_revoked_and_its_run_terminated() -> None:
     held = lease([shard(1).shard_id], deadline_ms=NOW + 3_600_000, phase=LeasePhase.GRANTED)
 
