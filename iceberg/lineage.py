@@ -24,12 +24,13 @@ from pyiceberg.table import Table
 from pyparsing import ParseException
 
 from iceberg.errors import UsageError
+from iceberg.protocol.file_ref import file_ref, unambiguous
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.lineage import LineageEntry
 from iceberg.protocol.shards import snapshot_range, window_label, window_start_ms
-from iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, parse_commit, parse_replay
-from iceberg.store.lineage import entries, is_in, load_lineage, quoted, recorded_through, shard_entries
-from iceberg.store.sink_history import walk_commits
+from iceberg.protocol.sink_commit import COL_FILE, COL_SHARD, COL_WINDOW, parse_commit, parse_replay
+from iceberg.store.lineage import entries, is_in, quoted
+from iceberg.store.lineage_now import LineageNow, lineage_now
 from iceberg.store.tables import load_optional
 
 # A filter on sink rows that matches more shards than this is answered for these only, and says so.
@@ -54,44 +55,24 @@ class Answer:
     note: str = ""
     hops: list[Answer] = field(default_factory=list)
     row_filter: str | None = None
+    sink_filter: str | None = None
 
 
-def lineage_table(catalog: Catalog, group: GroupConfig) -> Table:
-    """The group's lineage table, or an error saying when it will exist."""
-    table = load_lineage(catalog, group.name)
-    if table is None:
-        raise UsageError(
-            f"group {group.name!r} has no lineage recorded yet: the Leader records it from the sink's commits at "
-            "its next tick after the first one (run `icegroup consume` or let the sensor tick)"
-        )
-    return table
-
-
-def unrecorded_commits(catalog: Catalog, group: GroupConfig, through: int | None) -> int:
-    """How many of the group's sink commits came after the lineage table's cursor."""
-    sink = load_optional(catalog, group.sink)
-    if sink is None:
-        return 0
-    return sum(written.group == group.name for written in walk_commits(sink, through))
-
-
-def answer(catalog: Catalog, group: GroupConfig, question: str, row_filter: str, note: str = "") -> Answer:
+def answer(lineage: LineageNow, group: GroupConfig, question: str, row_filter: str, note: str = "") -> Answer:
     """The entries matching ``row_filter``, with the lineage table's freshness."""
-    table = lineage_table(catalog, group)
-    through = recorded_through(table)
     return Answer(
         group=group.name,
         question=question,
-        found=entries(table, row_filter),
-        recorded_through=through,
-        unrecorded=unrecorded_commits(catalog, group, through),
+        found=lineage.entries(row_filter),
+        recorded_through=lineage.through,
+        unrecorded=lineage.unrecorded,
         note=note,
     )
 
 
 def by_window(catalog: Catalog, group: GroupConfig, window: str) -> Answer:
     """Backwards from a replay window: one partition of the lineage table."""
-    return answer(catalog, group, f"window {window}", f"window = {quoted(window)}")
+    return answer(lineage_now(catalog, group), group, f"window {window}", f"window = {quoted(window)}")
 
 
 def by_sink_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> Answer:
@@ -109,14 +90,19 @@ def by_sink_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> 
     where = f"sink_snapshot = {snapshot_id}"
     if windows:
         where = f"{is_in('window', windows)} AND {where}"
-    found = answer(catalog, group, f"sink snapshot {snapshot_id}", where)
+    found = answer(lineage_now(catalog, group), group, f"sink snapshot {snapshot_id}", where)
+    if not found.found and snapshot is None:
+        raise UsageError(
+            f"--sink-snapshot: {snapshot_id} is not a snapshot of {group.sink}, and no lineage of group "
+            f"{group.name} names it; `icegroup checkpoints {group.name}` lists the group's sink commits"
+        )
     if not found.found and snapshot is not None and commit is None and replay is None:
         operation = snapshot.summary.operation.value if snapshot.summary is not None else "unknown"
         found.note = (
             f"sink snapshot {snapshot_id} is a {operation} snapshot that group {group.name} did not commit "
             "(compaction or another writer); ask for the rows it holds with --row"
         )
-    elif not found.found and (commit is not None or replay is not None) and not found.unrecorded:
+    elif not found.found and (commit is not None or replay is not None):
         found.note = (
             f"the output of sink snapshot {snapshot_id} was replaced since (a replay of its window, or a reset); "
             f"ask by --window {', '.join(sorted(windows))} for what holds it now"
@@ -129,40 +115,74 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
     sink = load_optional(catalog, group.sink)
     if sink is None:
         raise UsageError(f"--row: group {group.name!r} has no sink table {group.sink} yet")
+    by_file = COL_FILE in {f.name for f in sink.schema().fields}
+    selected = (COL_SHARD, COL_WINDOW, COL_FILE) if by_file else (COL_SHARD, COL_WINDOW)
     try:
-        rows = sink.scan(row_filter=row_filter, selected_fields=(COL_SHARD, COL_WINDOW)).to_arrow()
+        rows = sink.scan(row_filter=row_filter, selected_fields=selected).to_arrow()
     except (ValueError, TypeError, ParseException) as exc:
         raise UsageError(
             f'--row: {row_filter!r} is not a filter on {group.sink}\'s columns ({exc}); write it like "id = 42"'
         ) from None
     counts: dict[tuple[str, str], int] = {}
-    for shard, window in zip(rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), strict=True):
+    refs: dict[str, set[int | None]] = {}
+    files = rows.column(COL_FILE).to_pylist() if by_file else [None] * rows.num_rows
+    for shard, window, ref in zip(
+        rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), files, strict=True
+    ):
         if shard is not None:
             counts[(shard, window)] = counts.get((shard, window), 0) + 1
+            refs.setdefault(shard, set()).add(ref)
     chosen = sorted(counts)[:MAX_ROW_SHARDS]
     note = f"{rows.num_rows} sink rows match, from {len(counts)} shards"
     if len(counts) > MAX_ROW_SHARDS:
         note += f"; the first {MAX_ROW_SHARDS} are shown, narrow the filter for the rest"
-    table = lineage_table(catalog, group)
-    through = recorded_through(table)
+    lineage = lineage_now(catalog, group)
     found = Answer(
         group=group.name,
         question=f"sink rows where {row_filter}",
-        found=shard_entries(table, {shard: window for shard, window in chosen}),
-        recorded_through=through,
-        unrecorded=unrecorded_commits(catalog, group, through),
+        found=lineage.shard_entries({shard: window for shard, window in chosen}),
+        recorded_through=lineage.through,
+        unrecorded=lineage.unrecorded,
         sink_rows={shard: count for (shard, _), count in counts.items()},
         note=note,
         row_filter=row_filter,
     )
-    narrowed(catalog, group, found, row_filter)
+    exact = by_their_files(found.found, refs)
+    if exact is None:
+        narrowed(catalog, group, found, row_filter)
+    else:
+        found.found = exact
+        found.note += "; only the source files the rows were read from are listed"
     return found
 
 
+def by_their_files(found: list[LineageEntry], refs: Mapping[str, set[int | None]]) -> list[LineageEntry] | None:
+    """The entries of the files the rows name by reference; None when a row names none, or not one the shard read.
+
+    A reference shared by two of a shard's files, or one that is none of its files, cannot be told
+    apart: the caller falls back to asking the source files themselves.
+    """
+    by_shard: dict[str, list[LineageEntry]] = {}
+    for entry in found:
+        by_shard.setdefault(entry.shard_id, []).append(entry)
+    kept = []
+    for shard, shard_found in by_shard.items():
+        named = refs.get(shard, set())
+        paths = [e.source_file for e in shard_found]
+        if None in named or None in paths:
+            return None
+        known = {file_ref(p): p for p in paths if p is not None}
+        if len(known) != len(paths) or not named <= known.keys():
+            return None
+        kept += [e for e in shard_found if e.source_file is not None and file_ref(e.source_file) in named]
+    return kept
+
+
 def by_source_file(catalog: Catalog, group: GroupConfig, path: str) -> Answer:
-    """Forwards from a source data file, named in any of its forms: its entries, and the sink rows of its shards."""
-    found = answer(catalog, group, f"source file {path}", is_in("source_file", file_forms(path)))
-    found.sink_rows = sink_rows_of(catalog, group, found.found)
+    """Forwards from a source data file, named in any of its forms: its entries, and the sink rows made from it."""
+    lineage = lineage_now(catalog, group)
+    found = answer(lineage, group, f"source file {path}", is_in("source_file", file_forms(path)))
+    forward_rows(catalog, group, lineage, found)
     return found
 
 
@@ -200,22 +220,77 @@ def by_source_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -
     if snapshot is not None:
         window = window_label(window_start_ms(snapshot.timestamp_ms, group.replay_window), group.replay_window)
         where = f"window = {quoted(window)} AND {where}"
-    found = answer(catalog, group, f"source snapshot {snapshot_id}", where)
-    found.sink_rows = sink_rows_of(catalog, group, found.found)
+    lineage = lineage_now(catalog, group)
+    found = answer(lineage, group, f"source snapshot {snapshot_id}", where)
+    forward_rows(catalog, group, lineage, found)
     return found
 
 
-def sink_rows_of(catalog: Catalog, group: GroupConfig, found: list[LineageEntry]) -> dict[str, int]:
-    """Per shard of ``found``, the rows the sink holds now (its files are pruned by the shard id's bounds)."""
-    shards = sorted({e.shard_id for e in found})
+def forward_rows(catalog: Catalog, group: GroupConfig, lineage: LineageNow, found: Answer) -> None:
+    """The sink rows made from the answer's source files, exactly where rows name their file: counts, filter, note.
+
+    Sink rows carry their source file's reference (``_ig_file``). The filter keeps, per shard, the
+    rows whose reference is one of the answer's files, and those whose reference is null: an
+    aggregating transform's output, or rows written before the sink had the column, came from the
+    shard but no one file, so they are named too, and the note counts them. A shard whose files
+    would share a reference, or an entry without a file, is named whole.
+    """
     sink = load_optional(catalog, group.sink)
-    if not shards or sink is None:
-        return {}
-    rows = sink.scan(row_filter=is_in(COL_SHARD, shards), selected_fields=(COL_SHARD,)).to_arrow()
-    counts = {shard: 0 for shard in shards}
+    if not found.found or sink is None:
+        return
+    by_file = COL_FILE in {f.name for f in sink.schema().fields}
+    asked = shard_files(lineage, found)
+    found.sink_filter = " OR ".join(shard_clause(shard, files, by_file) for shard, files in asked.items())
+    selected = (COL_SHARD, COL_FILE) if by_file else (COL_SHARD,)
+    rows = sink.scan(row_filter=found.sink_filter, selected_fields=selected).to_arrow()
+    counts = {e.shard_id: 0 for e in found.found}
     for shard in rows.column(COL_SHARD).to_pylist():
         counts[shard] += 1
-    return counts
+    found.sink_rows = counts
+    if not by_file:
+        found.note = (
+            f"{group.sink} has no {COL_FILE} column yet (it was written before icegroup recorded each row's source "
+            "file): every row of the shards that read the file is named"
+        )
+    elif unknown := rows.column(COL_FILE).null_count:
+        found.note = (
+            f"{unknown} of the {rows.num_rows} sink rows named carry no source-file reference (a replayed window's "
+            "rows, an aggregating transform's output, or rows written before icegroup recorded it): they are named "
+            "because their shard read the file"
+        )
+    whole = sorted(shard for shard, (_, exact) in asked.items() if not exact)
+    if by_file and whole:
+        found.note += (
+            f"{'; ' if found.note else ''}shard(s) {', '.join(whole)} are named whole: their files are not recorded, "
+            "so their rows cannot be told apart by file"
+        )
+
+
+def shard_files(lineage: LineageNow, found: Answer) -> dict[str, tuple[list[str], bool]]:
+    """Per shard of the answer: the files it asks about, and whether a reference names one file of the shard."""
+    asked: dict[str, list[str]] = {}
+    whole: set[str] = set()
+    for entry in found.found:
+        if entry.source_file is None:
+            whole.add(entry.shard_id)
+        asked.setdefault(entry.shard_id, []).append(entry.source_file or "")
+    windows = {e.shard_id: e.window for e in found.found}
+    all_files: dict[str, list[str]] = {}
+    for entry in lineage.shard_entries(windows):
+        all_files.setdefault(entry.shard_id, []).append(entry.source_file or "")
+    return {
+        shard: (files, shard not in whole and unambiguous(all_files.get(shard, files)))
+        for shard, files in asked.items()
+    }
+
+
+def shard_clause(shard: str, files: tuple[list[str], bool], by_file: bool) -> str:
+    """The sink rows of one shard made from ``files``: by their reference when it names one file, else all of them."""
+    paths, exact = files
+    if not (by_file and exact):
+        return f"{COL_SHARD} = {quoted(shard)}"
+    refs = ", ".join(str(file_ref(path)) for path in sorted(set(paths)))
+    return f"({COL_SHARD} = {quoted(shard)} AND ({COL_FILE} IN ({refs}) OR {COL_FILE} IS NULL))"
 
 
 def upstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> GroupConfig | None:
@@ -249,17 +324,16 @@ def trace_back(catalog: Catalog, groups: Mapping[str, GroupConfig], group: Group
                     snapshots.add(entry.source_snapshot)
                 continue
             shards.update(read)
-        table = lineage_table(catalog, upstream)
-        hop = shard_entries(table, shards)
+        lineage = lineage_now(catalog, upstream)
+        hop = lineage.shard_entries(shards)
         if snapshots:
-            hop += entries(table, f"sink_snapshot IN ({', '.join(str(s) for s in sorted(snapshots))})")
-        through = recorded_through(table)
+            hop += lineage.entries(f"sink_snapshot IN ({', '.join(str(s) for s in sorted(snapshots))})")
         answer_now = Answer(
             group=upstream.name,
             question=f"upstream of {current.name}",
             found=unique(hop),
-            recorded_through=through,
-            unrecorded=unrecorded_commits(catalog, upstream, through),
+            recorded_through=lineage.through,
+            unrecorded=lineage.unrecorded,
             row_filter=found.row_filter,
         )
         if found.row_filter is not None:
@@ -280,13 +354,14 @@ def trace_forward(catalog: Catalog, groups: Mapping[str, GroupConfig], group: Gr
             if downstream.name in seen or not sinks:
                 continue
             seen.add(downstream.name)
+            lineage = lineage_now(catalog, downstream)
             hop = answer(
-                catalog,
+                lineage,
                 downstream,
                 f"downstream of {current.name}",
                 f"source_snapshot IN ({', '.join(str(s) for s in sinks)})",
             )
-            hop.sink_rows = sink_rows_of(catalog, downstream, hop.found)
+            forward_rows(catalog, downstream, lineage, hop)
             found.hops.append(hop)
             frontier.append((downstream, hop))
 

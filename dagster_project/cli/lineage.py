@@ -146,7 +146,9 @@ def as_json(found: Answer) -> dict[str, Any]:
 
 
 def sink_filter(found: Answer) -> str | None:
-    """The filter that selects, in the group's sink, the rows these shards made."""
+    """The filter that selects, in the group's sink, the rows the answer names: from its files, or its shards' rows."""
+    if found.sink_filter is not None:
+        return found.sink_filter
     ids = sorted({e.shard_id for e in found.found})
     return f"{COL_SHARD} IN ({', '.join(repr(i) for i in ids)})" if ids else None
 
@@ -157,7 +159,7 @@ def as_text(found: Answer) -> str:
     if found.unrecorded:
         lines.append(
             f"  lineage is recorded through sink snapshot {text(found.recorded_through)}; {found.unrecorded} later "
-            "commits of the group are not yet recorded (the Leader records them at its next tick)"
+            "commits of the group are answered from the commits themselves (the Leader records them at its next tick)"
         )
     if found.note:
         lines.append(f"  {found.note}")

@@ -23,7 +23,9 @@ COL_EPOCH = "_ig_epoch"
 # The replay window (its Dagster partition key); the sink is partitioned by it, so a replay replaces
 # whole partitions, however the sink's files were compacted.
 COL_WINDOW = "_ig_window"
-LINEAGE_COLUMNS = (COL_GROUP, COL_LEASE, COL_SHARD, COL_EPOCH, COL_WINDOW)
+# The row's source file as a number (``iceberg/protocol/file_ref.py``); null where Spark cannot tell.
+COL_FILE = "_ig_file"
+LINEAGE_COLUMNS = (COL_GROUP, COL_LEASE, COL_SHARD, COL_EPOCH, COL_WINDOW, COL_FILE)
 
 KEY_GROUP = "icegroup.group"
 KEY_SOURCE = "icegroup.source"

@@ -137,24 +137,42 @@ def walked_to(snapshots: list[Snapshot], cursor: int, sink: Table) -> bool:
     return parent == cursor or (parent is None and former_parent(sink, oldest.snapshot_id) == cursor)
 
 
-def record_lineage(
-    catalog: Catalog, group: GroupConfig, shards: Mapping[str, Shard], sink: Table | None, table: Table | None
-) -> Recorded:
-    """Record the entries of the sink's commits since the lineage table's cursor; one CAS commit, or none.
+@dataclass(frozen=True)
+class Pending:
+    """The sink's commits after the lineage table's cursor, as entries: what the next recording pass commits.
 
-    ``sink`` and ``table`` (the lineage table) are as the tick loaded them (None: they do not exist
-    yet); the catalog creates the lineage table at the first commit to record, and
-    ``Recorded.table`` is the table as it stands after this pass. ``shards`` are the registry's
-    shards before this tick reconciles: the ones the new commits committed still name their files.
-    Raises ``RegistryConflict`` if another Leader recorded first.
+    ``entries`` are the new entries; ``superseded`` windows and ``drop_shards`` are stored entries
+    that replays replaced and resets voided. ``head`` is the sink snapshot they run through (None:
+    nothing to record) and ``commits`` counts the group's commits among them.
+    """
+
+    entries: list[LineageEntry] = field(default_factory=list)
+    superseded: frozenset[str] = frozenset()
+    drop_shards: frozenset[str] = frozenset()
+    head: Snapshot | None = None
+    cursor: int | None = None
+    commits: int = 0
+
+    def current(self, stored: Iterable[LineageEntry]) -> list[LineageEntry]:
+        """Stored entries as they stand once these commits are recorded, without the new entries."""
+        return [e for e in stored if e.window not in self.superseded and e.shard_id not in self.drop_shards]
+
+
+def pending_lineage(
+    group: GroupConfig, shards: Mapping[str, Shard], sink: Table | None, table: Table | None
+) -> Pending:
+    """The entries of the sink's commits since the lineage table's cursor, read and not recorded.
+
+    ``sink`` and ``table`` (the lineage table) as loaded (None: they do not exist yet); ``shards``
+    are the registry's shards before the commits are reconciled: they still name their files.
     """
     head = sink.current_snapshot() if sink is not None else None
     if sink is None or head is None:
-        return Recorded(table=table)
+        return Pending()
     # A group started again after `icegroup delete` records from where the deleted group's commits end.
     cursor = recorded_through(table) if table is not None else deleted_through(sink, group.name)
     if cursor == head.snapshot_id:
-        return Recorded(through=cursor, table=table)
+        return Pending(cursor=cursor)
     walked = list(walk_commits(sink, cursor))
     walked.reverse()
     if table is not None and cursor is not None and not walked_to([w.snapshot for w in walked], cursor, sink):
@@ -168,11 +186,13 @@ def record_lineage(
     pending: list[LineageEntry] = []
     superseded: set[str] = set()
     drop_shards: set[str] = set()
+    commits = 0
     for written in walked:
         props = written.snapshot.summary.additional_properties if written.snapshot.summary is not None else {}
         commit, replay = written.commit, written.replay
         if commit is not None and commit.group == group.name:
             pending.extend(consumed(commit, shards, group.replay_window))
+            commits += 1
             continue
         if replay is not None and replay.group == group.name:
             stored = [] if replay.window in superseded or table is None else window_entries(table, replay.window)
@@ -180,6 +200,7 @@ def record_lineage(
             mine = [e for e in pending if e.window == replay.window]
             pending = [e for e in pending if e.window != replay.window] + replayed(replay, earlier + mine)
             superseded.add(replay.window)
+            commits += 1
         elif KEY_RESET in props and props.get(KEY_GROUP) == group.name:
             resets = parse_resets(sink.properties.get(resets_key(group.name), ""))
             newest = max((r.epoch for r in resets), default=0)
@@ -187,15 +208,38 @@ def record_lineage(
             drop_shards |= voided(stored, resets)
             gone = voided(pending, resets)
             pending = [e for e in pending if e.shard_id not in gone]
-    if not pending and not superseded and not drop_shards:
-        return Recorded(through=cursor, table=table)
+            commits += 1
+    return Pending(pending, frozenset(superseded), frozenset(drop_shards), head, cursor, commits)
+
+
+def record_lineage(
+    catalog: Catalog, group: GroupConfig, shards: Mapping[str, Shard], sink: Table | None, table: Table | None
+) -> Recorded:
+    """Record the entries of the sink's commits since the lineage table's cursor; one CAS commit, or none.
+
+    ``sink`` and ``table`` (the lineage table) are as the tick loaded them (None: they do not exist
+    yet); the catalog creates the lineage table at the first commit to record, and
+    ``Recorded.table`` is the table as it stands after this pass. ``shards`` are the registry's
+    shards before this tick reconciles: the ones the new commits committed still name their files.
+    Raises ``RegistryConflict`` if another Leader recorded first.
+    """
+    found = pending_lineage(group, shards, sink, table)
+    if found.head is None:
+        return Recorded(through=found.cursor, table=table)
+    if not found.entries and not found.superseded and not found.drop_shards:
+        return Recorded(through=found.cursor, table=table)
+    head = found.head
     table = table if table is not None else create_lineage(catalog, group.name)
-    commit_entries(table, pending, superseded, drop_shards, head.snapshot_id, head.sequence_number or 0)
+    commit_entries(
+        table, found.entries, set(found.superseded), set(found.drop_shards), head.snapshot_id, head.sequence_number or 0
+    )
     log.info(
         "group %s: lineage recorded through sink snapshot %d: %d entries, %d windows superseded, %d shards voided",
-        group.name, head.snapshot_id, len(pending), len(superseded), len(drop_shards),
+        group.name, head.snapshot_id, len(found.entries), len(found.superseded), len(found.drop_shards),
     )  # fmt: skip
-    return Recorded(len(pending), tuple(sorted(superseded)), len(drop_shards), head.snapshot_id, table)
+    return Recorded(
+        len(found.entries), tuple(sorted(found.superseded)), len(found.drop_shards), head.snapshot_id, table
+    )
 
 
 def commit_entries(

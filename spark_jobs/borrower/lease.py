@@ -26,7 +26,7 @@ from functools import reduce
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
@@ -42,6 +42,7 @@ from iceberg.store.tables import load_source, oldest_snapshot_id, shard_columns
 from spark_jobs.borrower.redelivery import catalog_reachable, platform_retry, record_poison_shard, stage_with_redelivery
 from spark_jobs.borrower.user_errors import describe_error
 from spark_jobs.code_shipping import ship_transform
+from spark_jobs.row_files import file_ref_column
 from spark_jobs.session import activate
 from spark_jobs.shards import read_shard
 from spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard, stage_shard
@@ -385,9 +386,14 @@ def _output(run: LeaseRun, shards: list[Shard], root: int | None, source: Table)
     group, lease = run.group, run.lease
     columns = shard_columns(source, shards[0].schema_id)
 
+    ref: Column | None = None  # read from the first shard's plan: every shard's plan has the transform's shape
+
     def one(shard: Shard) -> DataFrame:
+        nonlocal ref
         read = read_shard(run.spark, run.source_table, shard, root, group.filter, columns)
         window = window_label(shard.window_start_ms, group.replay_window)
-        return with_lineage(run.transform(read), group.name, lease.lease_id, shard.shard_id, lease.epoch, window)
+        out = run.transform(read)
+        ref = file_ref_column(out) if ref is None else ref
+        return with_lineage(out, group.name, lease.lease_id, shard.shard_id, lease.epoch, window, ref)
 
     return lambda: reduce(DataFrame.unionByName, [one(shard) for shard in shards])

@@ -10,11 +10,19 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg.errors import SinkError
-from iceberg.protocol.sink_commit import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, COL_WINDOW, LINEAGE_COLUMNS
+from iceberg.protocol.sink_commit import (
+    COL_EPOCH,
+    COL_FILE,
+    COL_GROUP,
+    COL_LEASE,
+    COL_SHARD,
+    COL_WINDOW,
+    LINEAGE_COLUMNS,
+)
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +44,31 @@ SINK_PROPERTIES = {
 }
 
 
-def with_lineage(df: DataFrame, group: str, lease_id: str, shard_id: str, epoch: int, window: str) -> DataFrame:
-    """Add the lineage columns and the replay window; a transform must not produce columns with these names."""
+def with_lineage(
+    df: DataFrame,
+    group: str,
+    lease_id: str,
+    shard_id: str,
+    epoch: int,
+    window: str,
+    file_ref: Column | None = None,
+) -> DataFrame:
+    """Add the lineage columns and the replay window; a transform must not produce columns with these names.
+
+    ``file_ref`` is each row's source-file reference (``spark_jobs.row_files.file_ref_column``);
+    without it, rows carry null there and lineage names their whole shard.
+    """
     clash = [c for c in df.columns if c in LINEAGE_COLUMNS]
     if clash:
         raise SinkError(f"transform: output has reserved lineage column(s) {clash}; rename them")
-    return (
-        df.withColumn(COL_GROUP, F.lit(group))
-        .withColumn(COL_LEASE, F.lit(lease_id))
-        .withColumn(COL_SHARD, F.lit(shard_id))
-        .withColumn(COL_EPOCH, F.lit(epoch).cast("int"))
-        .withColumn(COL_WINDOW, F.lit(window))
+    return df.select(
+        "*",
+        F.lit(group).alias(COL_GROUP),
+        F.lit(lease_id).alias(COL_LEASE),
+        F.lit(shard_id).alias(COL_SHARD),
+        F.lit(epoch).cast("int").alias(COL_EPOCH),
+        F.lit(window).alias(COL_WINDOW),
+        (F.lit(None).cast("long") if file_ref is None else file_ref).alias(COL_FILE),
     )
 
 

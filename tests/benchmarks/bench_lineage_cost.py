@@ -3,8 +3,8 @@
 W1's throughput ratio (``bench_throughput.py``) sets ``icegroup consume`` against a plain Spark job
 that reads, transforms and appends. A Borrower does more per row: it reads a pinned snapshot range
 restricted to the shard's own files, adds the lineage columns that lineage queries, replays and
-resets use (group, lease, shard, epoch, window), and stages the output in the window-partitioned
-sink for the fenced commit. This isolates those steps on one warm SparkSession, on one W1 shard:
+resets use (group, lease, shard, epoch, window, the row's source file), and stages the output in
+the window-partitioned sink for the fenced commit. This isolates those steps on one warm SparkSession, on one W1 shard:
 stream ``region=eu`` of W1's source, 12 snapshots, 1.68 million rows, the same transform.
 
 - ``plain``: the stream's rows at the head snapshot, transformed, appended to a plain table;
@@ -13,7 +13,9 @@ stream ``region=eu`` of W1's source, 12 snapshots, 1.68 million rows, the same t
 - ``staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
   (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``);
 - ``strings4`` and ``longs4``: ``plain`` with four constant columns added, strings of the lineage
-  columns' lengths or ``long`` numbers: what the columns' type costs.
+  columns' lengths or ``long`` numbers: what the columns' type costs;
+- ``file_ref``: ``plain`` with each row's source-file reference (``_ig_file``: xxhash64 of
+  ``input_file_name()``), which ``lineage`` and ``staged`` carry too.
 
 Each arm writes a fresh table, in a rotating order, ROUNDS rounds after one warm-up round. The
 figures are medians, and each arm's cost as a multiple of ``plain``. The publish (a catalog commit,
@@ -37,6 +39,7 @@ from iceberg.leader import tick
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import Shard
+from spark_jobs.row_files import file_ref_column
 from spark_jobs.session import get_session
 from spark_jobs.shards import read_shard
 from spark_jobs.sink.fenced_commit import stage_shard
@@ -46,7 +49,7 @@ from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 
 ROUNDS = 5
-ARMS = ("plain", "shard_read", "lineage", "staged", "strings4", "longs4")
+ARMS = ("plain", "shard_read", "lineage", "staged", "strings4", "longs4", "file_ref")
 STREAM = "0:region=eu"
 RESULTS = Path(__file__).parent / "results" / "lineage_cost.json"
 # Four constants as the lineage columns have them (group, lease, shard, window), and four numbers.
@@ -64,7 +67,8 @@ def arm_writers(
         rows.writeTo(table).append()
 
     def lineage(rows: DataFrame) -> DataFrame:
-        return with_lineage(rows, "bench", "lease0123456789ab", shard.shard_id, 0, "2026-11-25")
+        ref = file_ref_column(rows)
+        return with_lineage(rows, "bench", "lease0123456789ab", shard.shard_id, 0, "2026-11-25", ref)
 
     def read() -> DataFrame:
         return enrich_events(read_shard(spark, source, shard, root, None))
@@ -84,6 +88,7 @@ def arm_writers(
         "plain": lambda table: plain_table(table, plain()),
         "strings4": lambda table: plain_table(table, constants(STRINGS)),
         "longs4": lambda table: plain_table(table, constants(LONGS)),
+        "file_ref": lambda table: plain_table(table, plain().select("*", file_ref_column(plain()).alias("ref"))),
         "shard_read": lambda table: plain_table(table, read()),
         "lineage": lambda table: plain_table(table, lineage(read())),
         "staged": staged,

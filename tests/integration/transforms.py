@@ -38,3 +38,18 @@ def reject_large_amounts(df: DataFrame) -> DataFrame:
 def amount_in_cents(df: DataFrame) -> DataFrame:
     """A changed transform: the amount in cents, so a replayed window's rows differ from the first output."""
     return df.withColumn("amount", F.round(F.col("amount") * 100))
+
+
+def totals_by_region(df: DataFrame) -> DataFrame:
+    """An aggregation: a row per region, made from many source files at once."""
+    return df.groupBy("region").agg(F.sum("amount").alias("amount"), F.max("event_id").alias("event_id"))
+
+
+def sorted_by_amount(df: DataFrame) -> DataFrame:
+    """Row-wise output, but sorted within each task: the sort holds rows back across file boundaries."""
+    return df.sortWithinPartitions("amount")
+
+
+def spread_over_two_tasks(df: DataFrame) -> DataFrame:
+    """Row-wise output, but shuffled into two partitions: rows leave the task that read their file."""
+    return df.repartition(2)

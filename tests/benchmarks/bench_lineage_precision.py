@@ -1,0 +1,103 @@
+"""Forward lineage from a source file, checked row by row: precision and recall, by file and by shard.
+
+A group with the demo transform (a select: rows keep their file's reference) consumes a source of
+many small appends, so each shard reads several files. For a random sample of source files, the
+truth is the event ids the file holds, read from the file itself. Two answers are scored:
+
+- ``by_file``: the rows ``icegroup lineage --source-file`` names (its ``sink_filter``: the file's
+  shards, and within them the rows whose ``_ig_file`` is the file's reference);
+- ``by_shard``: every row of the file's shards, what the answer named before rows carried their
+  file.
+
+Precision is the share of named rows that came from the file; recall, the share of the file's rows
+that were named. Run: ``make bench`` (writes tests/benchmarks/results/lineage_precision.json).
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+from pyiceberg.table import Table
+
+from iceberg.config.lakehouse import load_lakehouse
+from iceberg.lineage import by_source_file
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.sink_commit import COL_SHARD
+from iceberg.store.lineage import is_in
+from spark_jobs.session import get_session
+from tests.benchmarks.workloads import Workload, fill
+from tests.factories import create_source
+from tests.integration.helpers import drive
+
+WORKLOAD = Workload("P", snapshots=40, rows_per_snapshot=2_000)
+SAMPLE = 25
+RESULTS = Path(__file__).parent / "results" / "lineage_precision.json"
+
+
+def file_events(table: Table) -> dict[str, set[int]]:
+    """Every data file of the table and the event ids it holds, read from the file itself."""
+    held = {}
+    for path in table.inspect.files().column("file_path").to_pylist():
+        with table.io.new_input(path).open() as stream:
+            held[path] = set(pq.read_table(stream, columns=["event_id"]).column("event_id").to_pylist())
+    return held
+
+
+def scored(named: list[int], truth: set[int]) -> tuple[float, float]:
+    """Precision and recall of the named event ids against the file's own."""
+    hits = sum(1 for event_id in named if event_id in truth)
+    return hits / len(named) if named else 0.0, len(truth & set(named)) / len(truth)
+
+
+def main() -> None:
+    """Consume the source, then score both answers for a sample of its files; record the figures."""
+    with tempfile.TemporaryDirectory(prefix="icegroup-bench-precision-") as tmp:
+        lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(Path(tmp) / "lake")})
+        catalog = lakehouse.catalog()
+        transform = "spark_jobs.transforms:enrich_events"
+        group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out", transform=transform)
+        fill(create_source(catalog, group.source), WORKLOAD)
+        spark = get_session(lakehouse)
+        drive(spark, lakehouse, group)
+        spark.stop()
+        held = file_events(catalog.load_table(group.source))
+        sink = catalog.load_table(group.sink)
+        scores: dict[str, list[tuple[float, float]]] = {"by_file": [], "by_shard": []}
+        answer_s = []
+        for path in random.Random(27).sample(sorted(held), SAMPLE):
+            started = time.perf_counter()
+            found = by_source_file(catalog, group, path)
+            answer_s.append(time.perf_counter() - started)
+            assert found.sink_filter is not None
+            exact = sink.scan(row_filter=found.sink_filter, selected_fields=("event_id",)).to_arrow()
+            shards = is_in(COL_SHARD, {e.shard_id for e in found.found})
+            whole = sink.scan(row_filter=shards, selected_fields=("event_id",)).to_arrow()
+            scores["by_file"].append(scored(exact.column("event_id").to_pylist(), held[path]))
+            scores["by_shard"].append(scored(whole.column("event_id").to_pylist(), held[path]))
+    result = {
+        "workload": {"snapshots": WORKLOAD.snapshots, "rows_per_snapshot": WORKLOAD.rows_per_snapshot},
+        "source_files": len(held),
+        "sampled_files": SAMPLE,
+        "transform": group.transform,
+        "answer_median_s": round(statistics.median(answer_s), 3),
+        **{
+            arm: {
+                "precision_min": round(min(p for p, _ in values), 4),
+                "precision_mean": round(statistics.mean(p for p, _ in values), 4),
+                "recall_min": round(min(r for _, r in values), 4),
+            }
+            for arm, values in scores.items()
+        },
+    }
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(json.dumps(result, indent=2))
+
+
+if __name__ == "__main__":
+    main()

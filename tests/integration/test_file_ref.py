@@ -1,0 +1,81 @@
+"""Each sink row's source file, as Spark tells it: the hash matches, and the plan decides where it is exact."""
+
+from __future__ import annotations
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.protocol.file_ref import file_ref
+from spark_jobs.row_files import file_ref_column, streams_rows
+from spark_jobs.transforms import enrich_events, load_transform
+from tests.factories import MakeGroup, append_batches, create_source
+
+pytestmark = pytest.mark.spark
+
+LOCATIONS = [
+    "",
+    "a",
+    "/w/0.parquet",
+    "file:/tmp/lake/warehouse/shop/orders/data/region=eu/00000-5-0f3c.parquet",
+    "s3://bucket/warehouse/db/t/data/" + "x" * 31 + ".parquet",
+    "/données/日本/ü.parquet",
+]
+
+
+def test_sparks_xxhash64_of_a_location_is_the_reference_python_computes(spark: SparkSession) -> None:
+    frame = spark.createDataFrame([(location,) for location in LOCATIONS], "location string")
+
+    hashed = {
+        row["location"]: row["ref"] for row in frame.select("location", F.xxhash64("location").alias("ref")).collect()
+    }
+
+    assert hashed == {location: file_ref(location) for location in LOCATIONS}
+
+
+@pytest.fixture
+def source_rows(spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup) -> DataFrame:
+    """A source table of three appends, as Spark reads it from Iceberg."""
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 3, 30)
+    return spark.table(f"{lakehouse.catalog_name}.{group.source}")
+
+
+@pytest.mark.parametrize(
+    ("transform", "exact"),
+    [
+        ("spark_jobs.transforms:identity", True),
+        ("spark_jobs.transforms:enrich_events", True),
+        ("tests.integration.transforms:amount_in_cents", True),
+        ("tests.integration.transforms:totals_by_region", False),
+        ("tests.integration.transforms:sorted_by_amount", False),
+        ("tests.integration.transforms:reject_large_amounts", False),
+        ("tests.integration.transforms:spread_over_two_tasks", False),
+    ],
+    ids=["identity", "select", "new-column", "aggregation", "sort", "python-udf", "shuffle"],
+)
+def test_the_plan_tells_where_each_rows_file_is_known(source_rows: DataFrame, transform: str, exact: bool) -> None:
+    out = load_transform(transform)(source_rows)
+
+    assert streams_rows(out) is exact
+
+
+def test_a_row_wise_transforms_rows_carry_the_reference_of_the_file_that_held_them(source_rows: DataFrame) -> None:
+    truth = {row["event_id"]: file_ref(row["_file"]) for row in source_rows.select("event_id", "_file").collect()}
+    out = enrich_events(source_rows)
+
+    refs = {row["event_id"]: row["ref"] for row in out.select("event_id", file_ref_column(out).alias("ref")).collect()}
+
+    assert refs == truth
+    assert len(set(truth.values())) > 3, "several files, so a wrong file would show"
+
+
+def test_a_sorted_outputs_rows_carry_no_reference_rather_than_a_wrong_one(source_rows: DataFrame) -> None:
+    out = load_transform("tests.integration.transforms:sorted_by_amount")(source_rows)
+
+    refs = out.select(file_ref_column(out).alias("ref")).collect()
+
+    assert refs
+    assert all(row["ref"] is None for row in refs)
