@@ -1,4 +1,4 @@
-"""Lineage questions, both ways, answered from the lineage tables (``iceberg/store/lineage.py``).
+"""Lineage questions, both ways, answered from the lineage tables and the commits they have not recorded yet.
 
 Backwards, from output to input: a sink snapshot, a window, or sink rows matching a filter give the
 shards that made them, with their source snapshot ranges and source files. Forwards, from input to
@@ -6,8 +6,11 @@ output: a source file or a source snapshot gives the sink snapshots, windows and
 from it. Through chained groups (a group whose source is another group's sink), ``through`` follows
 each answer upstream to the first source, or downstream to the last sink.
 
-Sink rows carry their shard id (``_ig_shard``), so rows still resolve after the sink was compacted;
-entries keep their files, so they still resolve after the source's snapshots expired.
+Sink rows carry their shard id (``_ig_shard``), so rows still resolve after the sink was compacted,
+and their source file's reference (``_ig_file``), so a row names its file and a file its rows;
+entries keep their files, so they still resolve after the source's snapshots expired. The entries
+come from ``iceberg/store/lineage_now.py``: the lineage table, and the sink's newest commits that
+the Leader has not recorded yet.
 """
 
 from __future__ import annotations
@@ -93,8 +96,9 @@ def by_sink_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> 
     found = answer(lineage_now(catalog, group), group, f"sink snapshot {snapshot_id}", where)
     if not found.found and snapshot is None:
         raise UsageError(
-            f"--sink-snapshot: {snapshot_id} is not a snapshot of {group.sink}, and no lineage of group "
-            f"{group.name} names it; `icegroup checkpoints {group.name}` lists the group's sink commits"
+            f"--sink-snapshot: {snapshot_id} is not in {group.sink}'s metadata (expired, or never one of its "
+            f"snapshots), and no current lineage entry of group {group.name} names it (its output may have been "
+            f"replaced since); `icegroup checkpoints {group.name}` lists the group's sink commits"
         )
     if not found.found and snapshot is not None and commit is None and replay is None:
         operation = snapshot.summary.operation.value if snapshot.summary is not None else "unknown"
@@ -147,35 +151,41 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
         note=note,
         row_filter=row_filter,
     )
-    exact = by_their_files(found.found, refs)
-    if exact is None:
-        narrowed(catalog, group, found, row_filter)
-    else:
-        found.found = exact
+    kept, rest = by_their_files(found.found, refs)
+    if not rest:
+        found.found = kept
         found.note += "; only the source files the rows were read from are listed"
+        return found
+    found.found = rest
+    narrowed(catalog, group, found, row_filter)
+    if kept:
+        found.found = kept + found.found
+        found.note += f" ({len({e.shard_id for e in kept})} shard(s) by the files their rows were read from)"
     return found
 
 
-def by_their_files(found: list[LineageEntry], refs: Mapping[str, set[int | None]]) -> list[LineageEntry] | None:
-    """The entries of the files the rows name by reference; None when a row names none, or not one the shard read.
+def by_their_files(
+    found: list[LineageEntry], refs: Mapping[str, set[int | None]]
+) -> tuple[list[LineageEntry], list[LineageEntry]]:
+    """The entries of the files the rows name by reference, and the entries of shards that cannot be told so.
 
-    A reference shared by two of a shard's files, or one that is none of its files, cannot be told
-    apart: the caller falls back to asking the source files themselves.
+    A shard cannot when one of its rows names no file, one of its entries has none, two of its files
+    share a reference, or a row names a file it did not read: those are asked of the source files.
     """
     by_shard: dict[str, list[LineageEntry]] = {}
     for entry in found:
         by_shard.setdefault(entry.shard_id, []).append(entry)
-    kept = []
+    kept: list[LineageEntry] = []
+    rest: list[LineageEntry] = []
     for shard, shard_found in by_shard.items():
         named = refs.get(shard, set())
         paths = [e.source_file for e in shard_found]
-        if None in named or None in paths:
-            return None
-        known = {file_ref(p): p for p in paths if p is not None}
-        if len(known) != len(paths) or not named <= known.keys():
-            return None
+        known = {file_ref(p) for p in paths if p is not None}
+        if None in named or None in paths or len(known) != len(paths) or not named <= known:
+            rest += shard_found
+            continue
         kept += [e for e in shard_found if e.source_file is not None and file_ref(e.source_file) in named]
-    return kept
+    return kept, rest
 
 
 def by_source_file(catalog: Catalog, group: GroupConfig, path: str) -> Answer:
@@ -238,9 +248,11 @@ def forward_rows(catalog: Catalog, group: GroupConfig, lineage: LineageNow, foun
     sink = load_optional(catalog, group.sink)
     if not found.found or sink is None:
         return
-    by_file = COL_FILE in {f.name for f in sink.schema().fields}
+    columns = {f.name for f in sink.schema().fields}
+    by_file = COL_FILE in columns
     asked = shard_files(lineage, found)
-    found.sink_filter = " OR ".join(shard_clause(shard, files, by_file) for shard, files in asked.items())
+    windows = {e.window for e in found.found} if COL_WINDOW in columns else set()
+    found.sink_filter = forward_filter(asked, windows, by_file)
     selected = (COL_SHARD, COL_FILE) if by_file else (COL_SHARD,)
     rows = sink.scan(row_filter=found.sink_filter, selected_fields=selected).to_arrow()
     counts = {e.shard_id: 0 for e in found.found}
@@ -261,8 +273,8 @@ def forward_rows(catalog: Catalog, group: GroupConfig, lineage: LineageNow, foun
     whole = sorted(shard for shard, (_, exact) in asked.items() if not exact)
     if by_file and whole:
         found.note += (
-            f"{'; ' if found.note else ''}shard(s) {', '.join(whole)} are named whole: their files are not recorded, "
-            "so their rows cannot be told apart by file"
+            f"{'; ' if found.note else ''}shard(s) {', '.join(whole)} are named whole: their files are not recorded "
+            "(or two share a reference), so their rows cannot be told apart by file"
         )
 
 
@@ -284,13 +296,23 @@ def shard_files(lineage: LineageNow, found: Answer) -> dict[str, tuple[list[str]
     }
 
 
-def shard_clause(shard: str, files: tuple[list[str], bool], by_file: bool) -> str:
-    """The sink rows of one shard made from ``files``: by their reference when it names one file, else all of them."""
-    paths, exact = files
-    if not (by_file and exact):
-        return f"{COL_SHARD} = {quoted(shard)}"
-    refs = ", ".join(str(file_ref(path)) for path in sorted(set(paths)))
-    return f"({COL_SHARD} = {quoted(shard)} AND ({COL_FILE} IN ({refs}) OR {COL_FILE} IS NULL))"
+def forward_filter(asked: Mapping[str, tuple[list[str], bool]], windows: set[str], by_file: bool) -> str:
+    """The sink rows made from the asked files: of exact shards by file reference, of the others all their rows.
+
+    One ``IN`` of references serves every exact shard: a source file is read by one shard, so a
+    reference names rows of that shard only. The windows prune the sink's partitions (rows written
+    before the sink had its window column have none, and are kept).
+    """
+    exact = sorted(shard for shard, (_, ok) in asked.items() if by_file and ok)
+    whole = sorted(shard for shard, (_, ok) in asked.items() if not (by_file and ok))
+    parts = [is_in(COL_SHARD, whole)] if whole else []
+    if exact:
+        refs = ", ".join(str(r) for r in sorted({file_ref(path) for shard in exact for path in asked[shard][0]}))
+        parts.append(f"({is_in(COL_SHARD, exact)} AND ({COL_FILE} IN ({refs}) OR {COL_FILE} IS NULL))")
+    rows = " OR ".join(parts)
+    if not windows:
+        return rows
+    return f"({is_in(COL_WINDOW, windows)} OR {COL_WINDOW} IS NULL) AND ({rows})"
 
 
 def upstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> GroupConfig | None:

@@ -10,7 +10,8 @@ out of the plan before the reader opens the next file.
 An operator that holds rows back (a sort, an aggregation, a Python UDF's batches) or a shuffle
 breaks that: the file named would be the one open when the row came out, or none. For such plans
 the reference is null, and lineage names the whole shard for those rows. The plan is read, not
-guessed: ``streams_rows`` allows only operators known to hand rows on one at a time.
+guessed: ``streams_rows`` allows only operators known to hand rows on one at a time, and only
+scans of the shard's own table (a union with another table's rows would name that table's files).
 """
 
 from __future__ import annotations
@@ -21,15 +22,14 @@ from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
 # Physical operators that emit each input row (or rows made from it) before they take the next.
-# A broadcast join streams its probe side; its broadcast side is a stage of its own and reads no
-# file of the shard. Anything not named here (Sort, Exchange, HashAggregate, Window,
-# BatchEvalPython, ArrowEvalPython, MapInPandas, MapPartitions, ...) makes the reference null.
+# Anything not named here (Sort, Exchange, HashAggregate, Window, every join, BatchEvalPython,
+# ArrowEvalPython, MapInPandas, MapPartitions, ...) makes the reference null. Joins are out even
+# when broadcast: Spark may broadcast the shard and stream the other table, whose files
+# ``input_file_name()`` would then name.
 STREAMING = frozenset(
     {
         "AdaptiveSparkPlan",
         "BatchScan",
-        "BroadcastHashJoin",
-        "BroadcastNestedLoopJoin",
         "ColumnarToRow",
         "Expand",
         "Filter",
@@ -42,7 +42,6 @@ STREAMING = frozenset(
         "WholeStageCodegen",
     }
 )
-BROADCAST = frozenset({"BroadcastExchange", "BroadcastQueryStage"})
 
 
 def node_kind(name: str) -> str:
@@ -50,26 +49,32 @@ def node_kind(name: str) -> str:
     return name.split(" ", 1)[0]
 
 
-def plan_kinds(plan: Any) -> list[str]:
-    """The kinds of the operators of a physical plan that rows of the scan pass through, root first."""
-    kind = node_kind(str(plan.nodeName()))
-    if kind in BROADCAST:
-        return []
-    if kind == "AdaptiveSparkPlan":
-        return [kind, *plan_kinds(plan.inputPlan())]
+def plan_nodes(plan: Any) -> list[str]:
+    """The node names of a physical plan, root first (an adaptive plan's input plan in its place)."""
+    name = str(plan.nodeName())
+    if node_kind(name) == "AdaptiveSparkPlan":
+        return [name, *plan_nodes(plan.inputPlan())]
     children = plan.children()
-    return [kind, *(k for i in range(children.size()) for k in plan_kinds(children.apply(i)))]
+    return [name, *(n for i in range(children.size()) for n in plan_nodes(children.apply(i)))]
 
 
-def streams_rows(df: DataFrame) -> bool:
-    """Whether every operator between ``df``'s scans and its rows hands rows on one by one, in order."""
-    plan = df._jdf.queryExecution().executedPlan()
-    return all(kind in STREAMING for kind in plan_kinds(plan))
+def streams_rows(df: DataFrame, source: str) -> bool:
+    """Whether ``df``'s rows come from scans of ``source`` only, through operators that hand rows on one by one."""
+    names = plan_nodes(df._jdf.queryExecution().executedPlan())
+    scans = [name for name in names if node_kind(name) == "BatchScan"]
+    return (
+        bool(scans)
+        and all(node_kind(name) in STREAMING for name in names)
+        and all(name == f"BatchScan {source}" for name in scans)
+    )
 
 
-def file_ref_column(df: DataFrame) -> Column:
-    """Each row's source-file reference (``iceberg.protocol.file_ref``): xxhash64 of its file, or null if unknown."""
-    if not streams_rows(df):
+def file_ref_column(df: DataFrame, source: str) -> Column:
+    """Each row's source-file reference (``iceberg.protocol.file_ref``): xxhash64 of its file, or null if unknown.
+
+    ``source`` is the table the shard was read from, as Spark names it (``catalog.namespace.table``).
+    """
+    if not streams_rows(df, source):
         return F.lit(None).cast("long")
     name = F.input_file_name()
     return F.when(name != "", F.xxhash64(name))

@@ -17,7 +17,7 @@ from dagster_project.cli.expire import add_expire
 from dagster_project.cli.init import add_init, cmd_init
 from dagster_project.cli.lineage import add_lineage
 from dagster_project.cli.logfile import log_traceback, pointer
-from dagster_project.cli.output import JSON_HELP, dumps
+from dagster_project.cli.output import JSON_HELP, dumps, stdout_closed
 from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, render, table, view_json
 from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
 from iceberg.checkpoints import list_checkpoints
@@ -48,11 +48,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         label, code = exit_for(exc)
         print(f"icegroup: {label}: {exc}{logged(exc)}", file=sys.stderr)
         return code
-    except BrokenPipeError:  # the reader went away (``| head``): ``entry.main`` ends quietly
-        raise
     except Exception as exc:  # a failure icegroup did not foresee: one line here, the traceback in a log file
-        if args.verbose:
-            raise
+        if args.verbose or (isinstance(exc, BrokenPipeError) and stdout_closed()):
+            raise  # with --verbose, or when the reader went away (``| head``): ``entry.main`` ends quietly
         command = args.run.__name__.removeprefix("cmd_").replace("_", "-")
         path = log_traceback(dagster_home(), command, exc)
         cause = (str(exc).strip().splitlines() or [""])[0][:300]

@@ -2,7 +2,8 @@
 
 One question per call, as text or ``--json``. Backwards: ``--sink-snapshot``, ``--window`` or
 ``--row``. Forwards: ``--source-file`` or ``--source-snapshot``. ``--through`` follows the answer
-across chained groups. The answers come from the lineage tables (``iceberg/lineage.py``).
+across chained groups. The answers come from the lineage tables and the sink's newest commits
+(``iceberg/lineage.py``).
 """
 
 from __future__ import annotations

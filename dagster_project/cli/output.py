@@ -13,9 +13,11 @@ ends the command quietly with exit 0, as ``git log | head`` does.
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import re
+import select
 import sys
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -67,6 +69,20 @@ def text(value: object) -> str:
     if isinstance(value, list | tuple):
         return ",".join(text(item) for item in value) or ABSENT
     return str(value)
+
+
+def stdout_closed() -> bool:
+    """Whether stdout is a pipe whose reader went away (``| head``): polling it reports an error.
+
+    Tells a closed ``| head`` from a broken pipe elsewhere (a socket), which is a failure.
+    """
+    try:
+        fd = sys.stdout.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return False
+    poller = select.poll()
+    poller.register(fd, select.POLLOUT)
+    return any(event & select.POLLERR for _, event in poller.poll(0))
 
 
 def quiet_pipe(run: Callable[[], int]) -> int:

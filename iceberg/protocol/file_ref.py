@@ -5,8 +5,9 @@ location of the source file it was read from (``input_file_name()``, evaluated a
 transform, in the same task as the read). A ``long`` costs a fraction of a string column, and it
 needs no list of files to decode: a lineage question about a file hashes the file's location as the
 table's metadata spells it and asks the sink for the rows of its shards with that hash. Rows whose
-transform shuffled (an aggregation, a join by shuffle) lose the file they came from; Spark then
-reports no file, and they carry null.
+transform holds rows back or moves them between tasks (an aggregation, a sort, a join, a Python
+UDF) carry null: the Borrower reads the transform's plan and writes no reference where Spark's
+answer could name the wrong file (``spark_jobs/row_files.py``).
 
 This module computes the same hash without Spark: XXH64 of the location's UTF-8 bytes with seed 42,
 Spark's default (``tests/integration/test_file_ref.py`` checks it against Spark's own).

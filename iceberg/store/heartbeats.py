@@ -245,7 +245,7 @@ def heartbeat(
     (``judge_holder``). A warm Borrower keeps it instead (``forget_at_end=False``) with one last beat:
     its Dagster run ends a moment after the block, and a run with no row would look like one that
     never beat, which the Leader ends once two session timeouts have passed since its start. The
-    Leader prunes the row once its process is gone and it is long silent.
+    Leader prunes the row once it is long silent and its holder holds nothing.
     """
     stop = threading.Event()
     made: list[bool] = []

@@ -171,8 +171,8 @@ def pending_lineage(
         return Pending()
     # A group started again after `icegroup delete` records from where the deleted group's commits end.
     cursor = recorded_through(table) if table is not None else deleted_through(sink, group.name)
-    if cursor == head.snapshot_id:
-        return Pending(cursor=cursor)
+    if cursor == head.snapshot_id or (table is not None and recorded_sequence(table) >= (head.sequence_number or 1)):
+        return Pending(cursor=cursor)  # recorded through this head, or past it (the table was read after the sink)
     walked = list(walk_commits(sink, cursor))
     walked.reverse()
     if table is not None and cursor is not None and not walked_to([w.snapshot for w in walked], cursor, sink):

@@ -3,8 +3,8 @@
 The Leader records lineage at its tick after a commit, so the newest output (the commit a user just
 made, the replay ``make demo`` ends with) is in the sink before it is in the lineage table. A
 question about it is answered from the commits themselves, by the same rules the Leader records
-them with (``pending_lineage``), so an answer never waits for a tick and never differs from what
-the tick will record.
+them with (``pending_lineage``), so an answer never waits for a tick and gives what the tick
+will record.
 """
 
 from __future__ import annotations
@@ -65,12 +65,16 @@ class LineageNow:
 
 
 def lineage_now(catalog: Catalog, group: GroupConfig) -> LineageNow:
-    """The group's lineage as it stands, or an error when the group has committed nothing yet."""
-    table = load_lineage(catalog, group.name)
+    """The group's lineage as it stands, or an error when the group has committed nothing yet.
+
+    The sink is read first, then the registry, then the lineage table: the Leader records a commit's
+    lineage before its registry drops the commit's shards, so every commit in the sink read that the
+    table read has not recorded still has its shards, and their files, in the registry read.
+    """
+    sink = load_optional(catalog, group.sink)
     state = load_state(catalog, group.name).state
-    pending = pending_lineage(
-        group, state.shards if state is not None else {}, load_optional(catalog, group.sink), table
-    )
+    table = load_lineage(catalog, group.name)
+    pending = pending_lineage(group, state.shards if state is not None else {}, sink, table)
     if table is None and not pending.commits:
         raise UsageError(
             f"group {group.name!r} has no lineage recorded yet: it has committed no output to {group.sink} "

@@ -386,14 +386,15 @@ def _output(run: LeaseRun, shards: list[Shard], root: int | None, source: Table)
     group, lease = run.group, run.lease
     columns = shard_columns(source, shards[0].schema_id)
 
-    ref: Column | None = None  # read from the first shard's plan: every shard's plan has the transform's shape
+    # Read from the first shard's plan: with no join or shuffle allowed, no shard's size changes its shape.
+    ref: Column | None = None
 
     def one(shard: Shard) -> DataFrame:
         nonlocal ref
         read = read_shard(run.spark, run.source_table, shard, root, group.filter, columns)
         window = window_label(shard.window_start_ms, group.replay_window)
         out = run.transform(read)
-        ref = file_ref_column(out) if ref is None else ref
+        ref = file_ref_column(out, run.source_table) if ref is None else ref
         return with_lineage(out, group.name, lease.lease_id, shard.shard_id, lease.epoch, window, ref)
 
     return lambda: reduce(DataFrame.unionByName, [one(shard) for shard in shards])

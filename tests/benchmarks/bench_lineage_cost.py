@@ -67,7 +67,7 @@ def arm_writers(
         rows.writeTo(table).append()
 
     def lineage(rows: DataFrame) -> DataFrame:
-        ref = file_ref_column(rows)
+        ref = file_ref_column(rows, source)
         return with_lineage(rows, "bench", "lease0123456789ab", shard.shard_id, 0, "2026-11-25", ref)
 
     def read() -> DataFrame:
@@ -81,6 +81,9 @@ def arm_writers(
     def plain() -> DataFrame:
         return enrich_events(spark.table(source).where("region = 'eu'"))
 
+    def with_ref(rows: DataFrame) -> DataFrame:
+        return rows.select("*", file_ref_column(rows, source).alias("ref"))
+
     def constants(values: tuple[object, ...]) -> DataFrame:
         return plain().select("*", *[F.lit(value).alias(f"c{index}") for index, value in enumerate(values)])
 
@@ -88,7 +91,9 @@ def arm_writers(
         "plain": lambda table: plain_table(table, plain()),
         "strings4": lambda table: plain_table(table, constants(STRINGS)),
         "longs4": lambda table: plain_table(table, constants(LONGS)),
-        "file_ref": lambda table: plain_table(table, plain().select("*", file_ref_column(plain()).alias("ref"))),
+        "file_ref": lambda table: plain_table(
+            table, plain().select("*", file_ref_column(plain(), source).alias("ref"))
+        ),
         "shard_read": lambda table: plain_table(table, read()),
         "lineage": lambda table: plain_table(table, lineage(read())),
         "staged": staged,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
@@ -35,12 +37,23 @@ def test_sparks_xxhash64_of_a_location_is_the_reference_python_computes(spark: S
     assert hashed == {location: file_ref(location) for location in LOCATIONS}
 
 
+@dataclass(frozen=True)
+class Source:
+    """A source table of three appends, as Spark reads it, and its name; a second table to join or union with."""
+
+    rows: DataFrame
+    name: str
+    other: DataFrame
+
+
 @pytest.fixture
-def source_rows(spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup) -> DataFrame:
-    """A source table of three appends, as Spark reads it from Iceberg."""
+def source(spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup) -> Source:
+    """The source, and another table of the same schema."""
     group = make_group()
     append_batches(create_source(catalog, group.source), 3, 30)
-    return spark.table(f"{lakehouse.catalog_name}.{group.source}")
+    append_batches(create_source(catalog, group.sink), 2, 10)
+    name = f"{lakehouse.catalog_name}.{group.source}"
+    return Source(spark.table(name), name, spark.table(f"{lakehouse.catalog_name}.{group.sink}"))
 
 
 @pytest.mark.parametrize(
@@ -56,26 +69,39 @@ def source_rows(spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalo
     ],
     ids=["identity", "select", "new-column", "aggregation", "sort", "python-udf", "shuffle"],
 )
-def test_the_plan_tells_where_each_rows_file_is_known(source_rows: DataFrame, transform: str, exact: bool) -> None:
-    out = load_transform(transform)(source_rows)
+def test_the_plan_tells_where_each_rows_file_is_known(source: Source, transform: str, exact: bool) -> None:
+    out = load_transform(transform)(source.rows)
 
-    assert streams_rows(out) is exact
+    assert streams_rows(out, source.name) is exact
 
 
-def test_a_row_wise_transforms_rows_carry_the_reference_of_the_file_that_held_them(source_rows: DataFrame) -> None:
-    truth = {row["event_id"]: file_ref(row["_file"]) for row in source_rows.select("event_id", "_file").collect()}
-    out = enrich_events(source_rows)
+def test_rows_joined_or_unioned_with_another_table_name_no_file(source: Source) -> None:
+    """Spark may broadcast the shard and stream the other table: its files are not the shard's."""
+    dimension = source.other.select(F.col("user_id"), F.col("region").alias("home"))
+    broadcast_shard = dimension.join(F.broadcast(source.rows), "user_id")
+    broadcast_other = source.rows.join(F.broadcast(dimension), "user_id")
 
-    refs = {row["event_id"]: row["ref"] for row in out.select("event_id", file_ref_column(out).alias("ref")).collect()}
+    assert not streams_rows(broadcast_shard, source.name)
+    assert not streams_rows(broadcast_other, source.name)
+    assert not streams_rows(source.rows.unionByName(source.other), source.name)
+    assert streams_rows(source.rows.unionByName(source.rows.where("amount > 50")), source.name)
+
+
+def test_a_row_wise_transforms_rows_carry_the_reference_of_the_file_that_held_them(source: Source) -> None:
+    truth = {row["event_id"]: file_ref(row["_file"]) for row in source.rows.select("event_id", "_file").collect()}
+    out = enrich_events(source.rows)
+
+    ref = file_ref_column(out, source.name).alias("ref")
+    refs = {row["event_id"]: row["ref"] for row in out.select("event_id", ref).collect()}
 
     assert refs == truth
     assert len(set(truth.values())) > 3, "several files, so a wrong file would show"
 
 
-def test_a_sorted_outputs_rows_carry_no_reference_rather_than_a_wrong_one(source_rows: DataFrame) -> None:
-    out = load_transform("tests.integration.transforms:sorted_by_amount")(source_rows)
+def test_a_sorted_outputs_rows_carry_no_reference_rather_than_a_wrong_one(source: Source) -> None:
+    out = load_transform("tests.integration.transforms:sorted_by_amount")(source.rows)
 
-    refs = out.select(file_ref_column(out).alias("ref")).collect()
+    refs = out.select(file_ref_column(out, source.name).alias("ref")).collect()
 
     assert refs
     assert all(row["ref"] is None for row in refs)

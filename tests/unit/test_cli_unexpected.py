@@ -45,17 +45,16 @@ def test_verbose_lets_the_traceback_through(broken_list: Path) -> None:
     assert not broken_list.exists()
 
 
-def test_a_reader_that_went_away_is_no_error_here_but_for_entry_to_end_quietly(
+def test_a_broken_pipe_that_is_not_stdouts_is_an_unforeseen_error(
     monkeypatch: pytest.MonkeyPatch, broken_list: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """``icegroup describe g | head -2``: the closed pipe reaches ``quiet_pipe`` (exit 0), not the error line."""
+    """A socket's broken pipe is a failure; only a closed stdout (``| head``, ``test_cli_output``) ends quietly."""
 
     def piped_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
         raise BrokenPipeError(32, "Broken pipe")
 
     monkeypatch.setattr(commands, "cmd_list", piped_list)
 
-    with pytest.raises(BrokenPipeError):
-        commands.main(["list"])
-    assert capsys.readouterr().err == ""
-    assert not broken_list.exists()
+    assert main(["list"]) == Exit.RUN_FAILED
+    assert "unexpected error: BrokenPipeError" in capsys.readouterr().err
+    assert list(broken_list.glob("icegroup-*.log")), "its traceback is in a log file"

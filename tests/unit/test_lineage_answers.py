@@ -1,0 +1,74 @@
+"""The pure parts of lineage answers: pending entries merged with stored ones, and rows told apart by file."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from pyiceberg.expressions.parser import parse
+
+from iceberg.lineage import by_their_files, forward_filter
+from iceberg.protocol.file_ref import file_ref
+from iceberg.protocol.lineage import CONSUMED, LineageEntry
+from iceberg.store.lineage import Pending
+from iceberg.store.lineage_now import matching
+
+ENTRY = LineageEntry(
+    group="g",
+    window="2026-11-26",
+    stream="0:region=eu",
+    shard_id="s1",
+    from_snapshot=None,
+    to_snapshot=2,
+    to_sequence=2,
+    source_file="/w/a.parquet",
+    source_snapshot=1,
+    file_records=10,
+    file_bytes=100,
+    shard_rows=20,
+    sink_snapshot=7,
+    committed_at_ms=0,
+    kind=CONSUMED,
+    generation=0,
+    lease_id="l1",
+    attempt=0,
+    epoch=0,
+    run_id=None,
+    config_hash=None,
+)
+A, B = ENTRY, replace(ENTRY, source_file="/w/b.parquet")
+C = replace(ENTRY, shard_id="s2", source_file="/w/c.parquet", window="2026-11-27")
+
+
+def test_pending_commits_replace_what_they_supersede_or_void_and_match_a_filter_like_a_scan() -> None:
+    pending = Pending(entries=[C], superseded=frozenset({"2026-11-26"}), drop_shards=frozenset({"s9"}))
+    voided = replace(ENTRY, shard_id="s9", window="2026-11-25")
+    kept = replace(ENTRY, shard_id="s3", window="2026-11-25")
+
+    assert pending.current([A, B, voided, kept]) == [kept]
+    assert matching([A, C], "shard_id = 's2' AND window = '2026-11-27'") == [C]
+    assert matching([A, C], "sink_snapshot = 8") == []
+
+
+def test_rows_name_their_files_per_shard_and_a_shard_that_cannot_is_left_to_the_source() -> None:
+    refs: dict[str, set[int | None]] = {"s1": {file_ref("/w/b.parquet")}, "s2": {None}}
+
+    kept, rest = by_their_files([A, B, C], refs)
+
+    assert kept == [B], "only the file the row was read from"
+    assert rest == [C], "a row with no reference: its shard is asked of the source files"
+    assert by_their_files([A], {"s1": {file_ref("/w/elsewhere.parquet")}}) == ([], [A]), "a file the shard did not read"
+    assert by_their_files([replace(A, source_file=None)], {"s1": {1}})[1], "an entry without its file"
+
+
+def test_the_forward_filter_names_exact_shards_by_reference_and_the_others_whole() -> None:
+    asked = {"s1": (["/w/a.parquet"], True), "s2": ([""], False)}
+
+    where = forward_filter(asked, {"2026-11-26"}, by_file=True)
+
+    by_reference = f"_ig_file IN ({file_ref('/w/a.parquet')}) OR _ig_file IS NULL"
+    assert where == (
+        "(_ig_window IN ('2026-11-26') OR _ig_window IS NULL) AND "
+        f"(_ig_shard IN ('s2') OR (_ig_shard IN ('s1') AND ({by_reference})))"
+    )
+    parse(where)
+    assert forward_filter(asked, set(), by_file=False) == "_ig_shard IN ('s1', 's2')"
