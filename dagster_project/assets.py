@@ -9,9 +9,9 @@ import dagster as dg
 
 from dagster_project.resources import lakehouse_of
 from iceberg.lag import Lag
-from iceberg.lineage import WindowProvenance
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
+from iceberg.provenance import WindowProvenance
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.replay import ReplayReport, replay_window
 

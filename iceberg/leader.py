@@ -30,7 +30,6 @@ from pyiceberg.table import Table
 from iceberg.cascade import followed
 from iceberg.errors import SourceError
 from iceberg.failpoints import failpoint
-from iceberg.lineage import WindowProvenance, window_provenance
 from iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from iceberg.protocol.dead_letters import STOPPED, DeadLetter
 from iceberg.protocol.fences import replay_fence_key
@@ -49,6 +48,7 @@ from iceberg.protocol.phases import (
 from iceberg.protocol.replay import expire_replays
 from iceberg.protocol.shards import Shard, snapshot_range
 from iceberg.protocol.state import GroupState, Lease, retire_streams
+from iceberg.provenance import WindowProvenance, window_provenance
 from iceberg.rebuild import sync_tables
 from iceberg.shards import plan_increment
 from iceberg.store.dead_letters import open_in

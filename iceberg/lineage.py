@@ -3,8 +3,9 @@
 Backwards, from output to input: a sink snapshot, a window, or sink rows matching a filter give the
 shards that made them, with their source snapshot ranges and source files. Forwards, from input to
 output: a source file or a source snapshot gives the sink snapshots, windows and sink rows made
-from it. Through chained groups (a group whose source is another group's sink), ``through`` follows
-each answer upstream to the first source, or downstream to the last sink.
+from it. Through chained groups (a group whose source is another group's sink),
+``iceberg/lineage_chain.py`` follows each answer upstream to the first source, or downstream to the
+last sink; ``iceberg/provenance.py`` sums a complete window's entries for Dagster.
 
 Sink rows carry their shard id (``_ig_shard``), so rows still resolve after the sink was compacted,
 and their source file's reference (``_ig_file``), so a row names its file and a file its rows;
@@ -30,9 +31,10 @@ from iceberg.errors import UsageError
 from iceberg.protocol.file_ref import file_ref, unambiguous
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.lineage import LineageEntry
-from iceberg.protocol.shards import snapshot_range, window_label, window_start_ms
+from iceberg.protocol.locations import file_forms
+from iceberg.protocol.shards import window_label, window_start_ms
 from iceberg.protocol.sink_commit import COL_FILE, COL_SHARD, COL_WINDOW, parse_commit, parse_replay
-from iceberg.store.lineage import entries, is_in, quoted
+from iceberg.store.lineage import is_in, quoted
 from iceberg.store.lineage_now import LineageNow, lineage_now
 from iceberg.store.tables import load_optional
 
@@ -196,32 +198,6 @@ def by_source_file(catalog: Catalog, group: GroupConfig, path: str) -> Answer:
     return found
 
 
-def file_forms(path: str) -> list[str]:
-    """Every spelling of a local file's location that a table's metadata may hold, or just ``path`` if not local.
-
-    A local file appears as ``/p``, ``file:/p`` or ``file:///p`` depending on which engine wrote the
-    metadata (Spark writes ``file:``, pyiceberg the plain path), and people paste any of them. They
-    all name one file, so a question about one matches all three. Other schemes (``s3://``) are
-    matched exactly.
-    """
-    local = local_path(path)
-    return [path] if local is None else sorted({local, f"file:{local}", f"file://{local}"})
-
-
-def local_path(path: str) -> str | None:
-    """The absolute path a ``/p``, ``file:/p`` or ``file:///p`` location names; None for anything else."""
-    if path.startswith("file:"):
-        rest = path.removeprefix("file:")
-        if rest.startswith("//"):
-            rest = rest.removeprefix("//")
-            if not rest.startswith("/"):  # file://host/p names another host: not a local path
-                return None
-        path = rest
-    if not path.startswith("/"):
-        return None
-    return "/" + path.lstrip("/")
-
-
 def by_source_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> Answer:
     """Forwards from a source snapshot; its commit time prunes the read to one window while it has not expired."""
     source = load_optional(catalog, group.source)
@@ -315,90 +291,6 @@ def forward_filter(asked: Mapping[str, tuple[list[str], bool]], windows: set[str
     return f"({is_in(COL_WINDOW, windows)} OR {COL_WINDOW} IS NULL) AND ({rows})"
 
 
-def upstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> GroupConfig | None:
-    """The group whose sink this group consumes, if any."""
-    return next((g for g in groups.values() if g.sink == group.source and g.name != group.name), None)
-
-
-def downstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> list[GroupConfig]:
-    """The groups that consume this group's sink."""
-    return [g for g in groups.values() if g.source == group.sink and g.name != group.name]
-
-
-def trace_back(catalog: Catalog, groups: Mapping[str, GroupConfig], group: GroupConfig, found: Answer) -> None:
-    """Follow ``found`` upstream, group by group, to the first source: each hop is the upstream's answer.
-
-    The files of a chained group's source are the upstream sink's files, and their rows carry the
-    upstream shard ids: reading those two columns names the upstream shards exactly. A file that is
-    gone (expired) falls back to the upstream commit that added it, the entry's source snapshot.
-    """
-    seen = {group.name}
-    current, answer_now = group, found
-    while (upstream := upstream_of(groups, current)) is not None and upstream.name not in seen:
-        seen.add(upstream.name)
-        source = load_optional(catalog, current.source)
-        shards: dict[str, str] = {}
-        snapshots: set[int] = set()
-        for entry in answer_now.found:
-            read = shards_in_file(source, entry.source_file) if source is not None and entry.source_file else None
-            if read is None:
-                if entry.source_snapshot is not None:
-                    snapshots.add(entry.source_snapshot)
-                continue
-            shards.update(read)
-        lineage = lineage_now(catalog, upstream)
-        hop = lineage.shard_entries(shards)
-        if snapshots:
-            hop += lineage.entries(f"sink_snapshot IN ({', '.join(str(s) for s in sorted(snapshots))})")
-        answer_now = Answer(
-            group=upstream.name,
-            question=f"upstream of {current.name}",
-            found=unique(hop),
-            recorded_through=lineage.through,
-            unrecorded=lineage.unrecorded,
-            row_filter=found.row_filter,
-        )
-        if found.row_filter is not None:
-            narrowed(catalog, upstream, answer_now, found.row_filter)
-            answer_now.note = answer_now.note.removeprefix("; ")
-        found.hops.append(answer_now)
-        current = upstream
-
-
-def trace_forward(catalog: Catalog, groups: Mapping[str, GroupConfig], group: GroupConfig, found: Answer) -> None:
-    """Follow ``found`` downstream: the sink snapshots it names are the source snapshots of the next group."""
-    seen = {group.name}
-    frontier = [(group, found)]
-    while frontier:
-        current, answer_now = frontier.pop(0)
-        sinks = sorted({e.sink_snapshot for e in answer_now.found})
-        for downstream in downstream_of(groups, current):
-            if downstream.name in seen or not sinks:
-                continue
-            seen.add(downstream.name)
-            lineage = lineage_now(catalog, downstream)
-            hop = answer(
-                lineage,
-                downstream,
-                f"downstream of {current.name}",
-                f"source_snapshot IN ({', '.join(str(s) for s in sinks)})",
-            )
-            forward_rows(catalog, downstream, lineage, hop)
-            found.hops.append(hop)
-            frontier.append((downstream, hop))
-
-
-def shards_in_file(source: Table, path: str) -> dict[str, str] | None:
-    """The upstream shard ids (with their windows) of the rows in one of the upstream sink's files; None if gone."""
-    try:
-        with source.io.new_input(path).open() as stream:
-            rows = pq.read_table(stream, columns=[COL_SHARD, COL_WINDOW])
-    except (OSError, ValueError):
-        return None
-    pairs = zip(rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), strict=True)
-    return {shard: window for shard, window in pairs if shard is not None and window is not None}
-
-
 def holding(source: Table | None, found: list[LineageEntry], row_filter: str) -> list[LineageEntry] | None:
     """The entries whose source file holds a row matching ``row_filter``: the exact files, not the shard's.
 
@@ -433,50 +325,3 @@ def narrowed(catalog: Catalog, group: GroupConfig, found: Answer, row_filter: st
     else:
         found.found = exact
         found.note += "; only the source files that hold matching rows are listed"
-
-
-def unique(found: list[LineageEntry]) -> list[LineageEntry]:
-    """Entries without repeats, in their first order."""
-    return list(dict.fromkeys(found))
-
-
-@dataclass(frozen=True)
-class WindowProvenance:
-    """What a complete window's output was made from, for its Dagster materialization.
-
-    ``source_range`` runs from the exclusive start of its earliest shard to the end of its latest
-    (shards of several streams interleave in it); ``source_snapshot`` is that end, the source
-    version the window was computed from.
-    """
-
-    window: str
-    shards: int
-    source_files: int
-    source_rows: int
-    source_range: str
-    source_snapshot: int
-    sink_snapshots: tuple[int, ...]
-
-
-def window_provenance(table: Table | None, group: GroupConfig, starts: list[int]) -> dict[int, WindowProvenance]:
-    """The provenance of each window (by start) in the lineage ``table``; one read of their partitions."""
-    if table is None or not starts:
-        return {}
-    labels = {window_label(start, group.replay_window): start for start in starts}
-    by_window: dict[str, list[LineageEntry]] = {}
-    for entry in entries(table, is_in("window", labels)):
-        by_window.setdefault(entry.window, []).append(entry)
-    found = {}
-    for label, window_entries in by_window.items():
-        ordered = sorted(window_entries, key=lambda e: (e.to_sequence or 0, e.shard_id))
-        shards = {e.shard_id: e.shard_rows or 0 for e in ordered}
-        found[labels[label]] = WindowProvenance(
-            window=label,
-            shards=len(shards),
-            source_files=sum(e.source_file is not None for e in ordered),
-            source_rows=sum(shards.values()),
-            source_range=snapshot_range(ordered[0].from_snapshot, ordered[-1].to_snapshot),
-            source_snapshot=ordered[-1].to_snapshot,
-            sink_snapshots=tuple(sorted({e.sink_snapshot for e in ordered})),
-        )
-    return found

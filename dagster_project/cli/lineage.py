@@ -24,9 +24,8 @@ from iceberg.lineage import (
     by_source_file,
     by_source_snapshot,
     by_window,
-    trace_back,
-    trace_forward,
 )
+from iceberg.lineage_chain import trace_back, trace_forward
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.lineage import LineageEntry
 from iceberg.protocol.shards import parse_window_label, snapshot_range

@@ -32,9 +32,8 @@ from iceberg.lineage import (
     by_source_file,
     by_source_snapshot,
     by_window,
-    trace_back,
-    trace_forward,
 )
+from iceberg.lineage_chain import trace_back, trace_forward
 from iceberg.protocol.completion import CLOSE_GRACE_MS
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.lineage import CONSUMED, REPLAYED, LineageEntry

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from dagster_project.cli.lineage import absolute_if_relative
-from iceberg.lineage import file_forms
+from iceberg.protocol.locations import file_forms
 
 
 def test_a_relative_path_is_read_from_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

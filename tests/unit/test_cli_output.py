@@ -17,7 +17,7 @@ from dagster_project.cli import entry
 from dagster_project.cli.logfile import log_path, run_output
 from dagster_project.cli.output import dumps, json_ready, text
 from iceberg.errors import UsageError
-from iceberg.lineage import file_forms, local_path
+from iceberg.protocol.locations import file_forms, local_path
 from tests.conftest import repo_root
 
 BIG = 3_949_470_894_046_880_921  # a real snapshot id: a double turns it into 3949470894046880768
