@@ -16,10 +16,15 @@ scans of the shard's own table (a union with another table's rows would name tha
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
+
+from iceberg.protocol.file_ref import file_ref
+from iceberg.protocol.locations import file_forms
 
 # Physical operators that emit each input row (or rows made from it) before they take the next.
 # Anything not named here (Sort, Exchange, HashAggregate, Window, every join, BatchEvalPython,
@@ -69,12 +74,52 @@ def streams_rows(df: DataFrame, source: str) -> bool:
     )
 
 
+# Each row's source-file reference as Spark SQL: null where the task read no file.
+FILE_REF_SQL = "CASE WHEN input_file_name() <> '' THEN xxhash64(input_file_name()) END"
+
+
 def file_ref_column(df: DataFrame, source: str) -> Column:
     """Each row's source-file reference (``iceberg.protocol.file_ref``): xxhash64 of its file, or null if unknown.
 
     ``source`` is the table the shard was read from, as Spark names it (``catalog.namespace.table``).
     """
-    if not streams_rows(df, source):
-        return F.lit(None).cast("long")
-    name = F.input_file_name()
-    return F.when(name != "", F.xxhash64(name))
+    return F.expr(FILE_REF_SQL) if streams_rows(df, source) else F.lit(None).cast("long")
+
+
+@dataclass
+class RowFiles:
+    """Whether a lease's transform streams rows, found once from the first output planned and kept for the rest.
+
+    Reading the physical plan plans the scan, which costs as much again as the write's own planning
+    for a scan of many snapshots. The verdict depends on the transform, not on the rows: no
+    operator that ``streams_rows`` allows changes with the size of its input.
+    """
+
+    source: str
+    streams: bool | None = None
+
+    def ref(self, df: DataFrame) -> Column | None:
+        """Each row's source-file reference where the transform streams rows; None where it does not."""
+        if self.streams is None:
+            self.streams = streams_rows(df, self.source)
+        return F.expr(FILE_REF_SQL) if self.streams else None
+
+
+def by_file(values: Mapping[str, str]) -> Column:
+    """Each row's value in ``values`` (by source-file location), chosen by the row's file; for streaming plans only.
+
+    Every spelling of a location is matched (``iceberg.protocol.locations``). A row whose file is not in
+    ``values`` fails its task: it would otherwise be written without the lineage it needs. The choice
+    is one SQL expression, built in one call, however many files there are.
+    """
+    branches = []
+    for value in sorted(set(values.values())):
+        refs = sorted({file_ref(form) for path, v in values.items() if v == value for form in file_forms(path)})
+        branches.append(f"WHEN {FILE_REF_SQL} IN ({', '.join(map(str, refs))}) THEN {sql_string(value)}")
+    fail = "raise_error(concat('a row of a source file the batch does not hold: ', input_file_name()))"
+    return F.expr(f"CASE {' '.join(branches)} ELSE {fail} END")
+
+
+def sql_string(value: str) -> str:
+    """A Spark SQL string literal of ``value`` (Spark unescapes backslashes; two quotes are two literals)."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"

@@ -1,23 +1,21 @@
-"""Reading exactly one shard: its pinned snapshot range, its stream's files, the group's filter."""
+"""Reading shards exactly: their pinned snapshot range, their own files, the group's filter; several in one scan."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from functools import reduce
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg.errors import SourceError
-from iceberg.protocol.shards import Shard
+from iceberg.protocol.shard_reads import OPEN_COST_BYTES, file_sizes, split_bytes
+from iceberg.protocol.shards import PartitionValue, Shard
 from iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
+from spark_jobs.row_files import sql_string
 
 FILE_COLUMN = "_file"
 UPSTREAM_SHARD_COLUMN = "_ig_upstream_shard"
-# Iceberg weighs each file at least 4 MiB when it packs files into read tasks, and splits the scan
-# so every core has tasks: a shard of hundreds of kilobyte-sized files became about one task per
-# four files, each a task start and an output file. Weighing a file at 1 MiB packs them far denser;
-# files larger than that are packed by their size, as before.
-READ_OPTIONS = {"file-open-cost": str(1024 * 1024)}
 
 
 def read_shard(
@@ -36,28 +34,68 @@ def read_shard(
     ``columns`` (see ``iceberg.store.tables.shard_columns``) maps the current schema back to the one the
     shard was written with. A chained group reads another group's sink: the upstream lineage
     columns are dropped, because this group writes its own.
-    Iceberg's incremental read needs an exclusive start; a shard that starts at the table's first
-    snapshot reads that snapshot on its own and the rest of the range incrementally.
     """
-    reader = spark.read.format("iceberg").options(**READ_OPTIONS)
-    if shard.from_snapshot is None:
+    return read_shards(
+        spark, table, [shard], (shard.from_snapshot, shard.to_snapshot), root_snapshot, row_filter, columns
+    )
+
+
+def read_shards(
+    spark: SparkSession,
+    table: str,
+    shards: Sequence[Shard],
+    span: tuple[int | None, int],
+    root_snapshot: int | None,
+    row_filter: str | None,
+    columns: list[tuple[str, str]] | None = None,
+) -> DataFrame:
+    """Rows of every file of ``shards``, read in one scan of ``span`` (``iceberg.protocol.shard_reads.spanning_range``).
+
+    As ``read_shard``, for shards of one schema: the streams' identity values prune the other
+    streams' files, and ``_file`` keeps exactly the shards' own. Iceberg's incremental read needs an
+    exclusive start; a span that starts at the table's first snapshot reads that snapshot on its
+    own and the rest incrementally.
+    """
+    start, end = span
+    options = read_options(spark, shards)
+    if start is None:
         if root_snapshot is None:
-            raise SourceError(f"shard {shard.shard_id} starts at the table's first snapshot, and it has none left")
-        parts = [reader.option("snapshot-id", str(root_snapshot)).load(table).select("*", FILE_COLUMN)]
-        if shard.to_snapshot != root_snapshot:
-            parts.append(_incremental(spark, table, root_snapshot, shard.to_snapshot))
-        df = parts[0] if len(parts) == 1 else parts[0].unionByName(parts[1])
+            raise SourceError(f"shard {shards[0].shard_id} starts at the table's first snapshot, and it has none left")
+        reader = spark.read.format("iceberg").options(**options)
+        df = reader.option("snapshot-id", str(root_snapshot)).load(table).select("*", FILE_COLUMN)
+        if end != root_snapshot:
+            df = df.unionByName(_incremental(spark, table, root_snapshot, end, options))
     else:
-        df = _incremental(spark, table, shard.from_snapshot, shard.to_snapshot)
-    for column, value in shard.identity.items():
-        df = df.where(F.col(column).isNull() if value is None else F.col(column) == F.lit(value))
-    df = df.where(F.col(FILE_COLUMN).isin(shard.files))
+        df = _incremental(spark, table, start, end, options)
+    streams = [
+        identity_filter(identity) for identity in {tuple(s.identity.items()): s.identity for s in shards}.values()
+    ]
+    if all(stream is not None for stream in streams):
+        df = df.where(reduce(lambda a, b: a | b, [stream for stream in streams if stream is not None]))
+    df = df.where(of_files(shard.files for shard in shards))
     if row_filter:
         df = df.where(row_filter)
     df = df.drop(FILE_COLUMN)
     if columns is not None:
         df = df.select(*[F.col(f"`{now}`").alias(then) for now, then in columns])
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
+
+
+def of_files(files: Iterable[Iterable[str]]) -> Column:
+    """``_file IN (...)`` as one SQL expression: a literal per file through py4j took seconds for a few hundred."""
+    return F.expr(f"{FILE_COLUMN} IN ({', '.join(sql_string(f) for group in files for f in group)})")
+
+
+def identity_filter(identity: dict[str, PartitionValue]) -> Column | None:
+    """The condition a stream's identity partition values set, for Iceberg to prune by; None if it has none."""
+    conditions = [F.col(c).isNull() if v is None else F.col(c) == F.lit(v) for c, v in identity.items()]
+    return reduce(lambda a, b: a & b, conditions) if conditions else None
+
+
+def read_options(spark: SparkSession, shards: Sequence[Shard]) -> dict[str, str]:
+    """The reader's packing of the shards' files into tasks: dense for tiny files, spread over every core."""
+    split = split_bytes(file_sizes(shards), spark.sparkContext.defaultParallelism)
+    return {"file-open-cost": str(OPEN_COST_BYTES), "split-size": str(split)}
 
 
 def read_files(spark: SparkSession, table: str, snapshot_id: int, files: Iterable[str]) -> DataFrame:
@@ -75,10 +113,12 @@ def read_files(spark: SparkSession, table: str, snapshot_id: int, files: Iterabl
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 
-def _incremental(spark: SparkSession, table: str, start_exclusive: int, end_inclusive: int) -> DataFrame:
+def _incremental(
+    spark: SparkSession, table: str, start_exclusive: int, end_inclusive: int, options: dict[str, str]
+) -> DataFrame:
     return (
         spark.read.format("iceberg")
-        .options(**READ_OPTIONS)
+        .options(**options)
         .option("start-snapshot-id", str(start_exclusive))
         .option("end-snapshot-id", str(end_inclusive))
         .load(table)

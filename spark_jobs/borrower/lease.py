@@ -22,11 +22,10 @@ import logging
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import reduce
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
@@ -34,19 +33,19 @@ from iceberg.failpoints import failpoint
 from iceberg.openlineage import output_dataset, run_events
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import BorrowerPhase
-from iceberg.protocol.shards import Shard, commit_batches, window_label
+from iceberg.protocol.shards import Shard, commit_batches
 from iceberg.protocol.sink_commit import SinkCommit, commit_properties
 from iceberg.protocol.state import Lease
 from iceberg.store.registry import load_state
-from iceberg.store.tables import load_source, oldest_snapshot_id, shard_columns
+from iceberg.store.tables import load_source, oldest_snapshot_id
+from spark_jobs.borrower.output import shard_output
 from spark_jobs.borrower.redelivery import catalog_reachable, platform_retry, record_poison_shard, stage_with_redelivery
 from spark_jobs.borrower.user_errors import describe_error
 from spark_jobs.code_shipping import ship_transform
-from spark_jobs.row_files import file_ref_column
+from spark_jobs.row_files import RowFiles
 from spark_jobs.session import activate
-from spark_jobs.shards import read_shard
 from spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard, stage_shard
-from spark_jobs.sink.shape import align_to_sink, ensure_sink, with_lineage
+from spark_jobs.sink.shape import align_to_sink, ensure_sink
 from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
@@ -94,6 +93,11 @@ class LeaseRun:
     run_id: str | None = None
     claimed: bool = False
     sink_ready: bool = False
+    row_files: RowFiles = field(init=False)
+
+    def __post_init__(self) -> None:
+        """A new attempt has no verdict on its transform yet."""
+        self.row_files = RowFiles(self.source_table)
 
     @property
     def sink_table(self) -> str:
@@ -272,7 +276,7 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -
     """Stage one shard, delivering it again when that fails and recording it as poison at the last, then publish it."""
     failpoint("borrower.before_read")
     started = time.perf_counter()
-    build = _output(run, [shard], root, source)
+    build = output(run, [shard], root, source)
     staged = stage_with_redelivery(
         run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress,
         lambda: catalog_reachable(run.catalog, run.group.source),
@@ -294,7 +298,7 @@ def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source:
     failpoint("borrower.before_read")
     started = time.perf_counter()
     try:
-        staged = deliver(run, _output(run, batch, root, source)())
+        staged = deliver(run, output(run, batch, root, source)())
     except IcegroupError:
         raise
     except Exception as exc:
@@ -366,6 +370,13 @@ def refused_as_duplicate(run: LeaseRun, shards: list[Shard], exc: AlreadyCommitt
     return left
 
 
+def output(run: LeaseRun, shards: list[Shard], root: int | None, source: Table) -> Callable[[], DataFrame]:
+    """The shards' output for one commit, built afresh per delivery (``spark_jobs/borrower/output.py``)."""
+    return shard_output(
+        run.spark, run.source_table, run.group, run.lease, run.transform, shards, root, source, run.row_files
+    )
+
+
 def count_shard(run: LeaseRun, shard: Shard) -> None:
     """Add a shard this attempt committed to its report."""
     run.report.committed.append(shard.shard_id)
@@ -379,22 +390,3 @@ def report(run: LeaseRun) -> LeaseReport:
     run.report.phase = BorrowerPhase.UNSUBSCRIBING
     run.progress(f"unsubscribing, {len(run.report.committed)} committed")
     return run.report
-
-
-def _output(run: LeaseRun, shards: list[Shard], root: int | None, source: Table) -> Callable[[], DataFrame]:
-    """The shards' output as a fresh DataFrame per delivery, each row with its own shard's lineage columns."""
-    group, lease = run.group, run.lease
-    columns = shard_columns(source, shards[0].schema_id)
-
-    # Read from the first shard's plan: with no join or shuffle allowed, no shard's size changes its shape.
-    ref: Column | None = None
-
-    def one(shard: Shard) -> DataFrame:
-        nonlocal ref
-        read = read_shard(run.spark, run.source_table, shard, root, group.filter, columns)
-        window = window_label(shard.window_start_ms, group.replay_window)
-        out = run.transform(read)
-        ref = file_ref_column(out, run.source_table) if ref is None else ref
-        return with_lineage(out, group.name, lease.lease_id, shard.shard_id, lease.epoch, window, ref)
-
-    return lambda: reduce(DataFrame.unionByName, [one(shard) for shard in shards])

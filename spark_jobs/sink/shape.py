@@ -48,15 +48,16 @@ def with_lineage(
     df: DataFrame,
     group: str,
     lease_id: str,
-    shard_id: str,
+    shard_id: str | Column,
     epoch: int,
-    window: str,
+    window: str | Column,
     file_ref: Column | None = None,
 ) -> DataFrame:
     """Add the lineage columns and the replay window; a transform must not produce columns with these names.
 
     ``file_ref`` is each row's source-file reference (``spark_jobs.row_files.file_ref_column``);
-    without it, rows carry null there and lineage names their whole shard.
+    without it, rows carry null there and lineage names their whole shard. Rows of several shards
+    read in one scan name their shard and window by their file (``spark_jobs.row_files.by_file``).
     """
     clash = [c for c in df.columns if c in LINEAGE_COLUMNS]
     if clash:
@@ -65,9 +66,9 @@ def with_lineage(
         "*",
         F.lit(group).alias(COL_GROUP),
         F.lit(lease_id).alias(COL_LEASE),
-        F.lit(shard_id).alias(COL_SHARD),
+        (F.lit(shard_id) if isinstance(shard_id, str) else shard_id).alias(COL_SHARD),
         F.lit(epoch).cast("int").alias(COL_EPOCH),
-        F.lit(window).alias(COL_WINDOW),
+        (F.lit(window) if isinstance(window, str) else window).alias(COL_WINDOW),
         (F.lit(None).cast("long") if file_ref is None else file_ref).alias(COL_FILE),
     )
 

@@ -8,9 +8,10 @@ from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted
+from iceberg.protocol.file_ref import file_ref
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import COL_SHARD, KEY_SHARD_IDS, commit_properties, parse_commit
+from iceberg.protocol.sink_commit import COL_FILE, COL_SHARD, KEY_SHARD_IDS, commit_properties, parse_commit
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import run_lease
@@ -112,3 +113,44 @@ def test_a_batch_holding_one_committed_shard_is_refused_whole(
 
     assert len(catalog.load_table(group.sink).snapshots()) == before
     assert icegroup_commits(catalog, group) == [[shards[0].shard_id]]
+
+
+def test_a_batch_read_in_one_scan_labels_each_row_with_its_own_files_shard(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """A row-wise transform's batch is one scan: each row's shard and file reference are those of its file."""
+    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=8)
+    append_batches(create_source(catalog, group.source), 4, 7)
+    lease, shards = first_lease(catalog, group)
+    assert len({s.stream for s in shards}) > 1, "the batch spans streams, so the scan spans their ranges"
+
+    run_lease(spark, lakehouse, group, lease, shards, progress=quiet)
+
+    shard_of_ref = {file_ref(path): s.shard_id for s in shards for path in s.files}
+    rows = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD, COL_FILE, "event_id")).to_arrow()
+    assert rows.num_rows == sum(s.rows for s in shards)
+    labels = list(zip(rows.column(COL_FILE).to_pylist(), rows.column(COL_SHARD).to_pylist(), strict=True))
+    assert all(ref is not None for ref, _ in labels), "an identity transform streams rows: every row names its file"
+    assert [shard for _, shard in labels] == [shard_of_ref[ref] for ref, _ in labels]
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_batch_whose_transform_aggregates_is_transformed_shard_by_shard(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """An aggregation sees each shard on its own, as a lone shard would: one total per region and shard."""
+    group = make_group(
+        max_borrowers=1,
+        shard_caps={"max_files": 1},
+        lease_max_shards=8,
+        transform="tests.integration.transforms:totals_by_region",
+    )
+    append_batches(create_source(catalog, group.source), 4, 7)
+    lease, shards = first_lease(catalog, group)
+
+    report = run_lease(spark, lakehouse, group, lease, shards, progress=quiet)
+
+    assert len(report.sink_snapshots) == 1, "the shards still commit together"
+    rows = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD, COL_FILE)).to_arrow()
+    assert sorted(rows.column(COL_SHARD).to_pylist()) == sorted(s.shard_id for s in shards)
+    assert set(rows.column(COL_FILE).to_pylist()) == {None}

@@ -1,0 +1,59 @@
+"""How shards are read: the snapshot range one scan of several shards spans, and how finely it is cut into tasks.
+
+Iceberg packs a scan's files into tasks of at most its split size. Unless a read names one, it
+adapts the split size to the scan, but never below 16 MiB: a W1 shard of twelve 1.7 MB files became
+three tasks holding one, two and nine files, and the nine-file task ran alone on one core for most
+of the shard's time. A shard's read names its split size instead: its files, each weighed at least
+the open cost as Iceberg weighs them, spread over ``TASKS_PER_CORE`` tasks per core. Files are never
+cut below the open cost, so a read of many tiny files still packs them densely.
+
+Small shards that commit together are read in one scan of the range that spans them all: a scan per
+shard cost a table load, a scan planning and at least one task each, which made a batch of a few
+hundred tiny files take longer to plan than to read.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+
+from iceberg.protocol.shards import Shard
+
+# What Iceberg weighs a file at least when it packs files into tasks: opening one costs about this
+# much reading. Iceberg's default is 4 MiB; a shard of hundreds of kilobyte-sized files packs far denser at 1 MiB.
+OPEN_COST_BYTES = 1024 * 1024
+# Two tasks per core: the bin packing of uneven files then still gives every core about as much to read.
+TASKS_PER_CORE = 2
+
+
+def split_bytes(file_sizes: Iterable[int], cores: int) -> int:
+    """The split size that cuts a read of files of ``file_sizes`` into about ``TASKS_PER_CORE`` tasks per core."""
+    weight = sum(max(size, OPEN_COST_BYTES) for size in file_sizes)
+    return max(math.ceil(weight / (max(cores, 1) * TASKS_PER_CORE)), OPEN_COST_BYTES)
+
+
+def file_sizes(shards: Sequence[Shard]) -> list[int]:
+    """Each file's size; a shard planned before sizes were kept spreads its bytes evenly over its files."""
+    sizes: list[int] = []
+    for shard in shards:
+        if shard.file_stats:
+            sizes += [size for _, _, size in shard.file_stats]
+        else:
+            sizes += [shard.bytes // max(len(shard.files), 1)] * len(shard.files)
+    return sizes
+
+
+def spanning_range(shards: Sequence[Shard], sequence_of: Callable[[int], int]) -> tuple[int | None, int]:
+    """The snapshot range (exclusive start, inclusive end) that holds every file of ``shards``.
+
+    It starts where the earliest shard starts (None: at the table's first snapshot) and ends at the
+    latest shard's end. Shards of other streams or leases inside it are no concern: the read keeps
+    exactly the given shards' files. ``sequence_of`` is a snapshot's sequence number.
+    """
+    if not shards:
+        raise ValueError("spanning_range: no shards")
+    end = max(shards, key=lambda s: s.to_sequence).to_snapshot
+    starts = [s.from_snapshot for s in shards]
+    if any(start is None for start in starts):
+        return None, end
+    return min((s for s in starts if s is not None), key=sequence_of), end

@@ -1,0 +1,88 @@
+"""A lease's output for one sink commit: its shards read, transformed and given their lineage columns.
+
+A lone shard is read, transformed and labelled with its shard id and window. Several small shards
+that commit together are read in one scan and transformed once, when the transform hands rows on
+one by one (``spark_jobs.row_files.streams_rows``): each row then names its shard and window by its
+source file, and the batch costs one scan planning and a few tasks instead of one per shard. A
+transform that holds rows back (an aggregation, a sort, a join) sees each shard on its own, as
+before, so that its output stays per shard.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from functools import reduce
+
+from pyiceberg.table import Table
+from pyspark.sql import Column, DataFrame, SparkSession
+
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.shard_reads import spanning_range
+from iceberg.protocol.shards import Shard, window_label
+from iceberg.protocol.state import Lease
+from iceberg.store.tables import shard_columns
+from spark_jobs.row_files import RowFiles, by_file
+from spark_jobs.shards import read_shard, read_shards
+from spark_jobs.sink.shape import with_lineage
+from spark_jobs.transforms import Transform
+
+
+def sequence_number(source: Table, snapshot_id: int) -> int:
+    """A source snapshot's sequence number; a shard's start that has expired since sorts first."""
+    snapshot = source.snapshot_by_id(snapshot_id)
+    return -1 if snapshot is None or snapshot.sequence_number is None else snapshot.sequence_number
+
+
+def shard_output(
+    spark: SparkSession,
+    source_table: str,
+    group: GroupConfig,
+    lease: Lease,
+    transform: Transform,
+    shards: Sequence[Shard],
+    root: int | None,
+    source: Table,
+    row_files: RowFiles,
+) -> Callable[[], DataFrame]:
+    """The shards' output as a fresh DataFrame per delivery, each row with its own shard's lineage columns.
+
+    ``row_files`` holds the lease's verdict on its transform; the first output planned finds it.
+    """
+    columns = shard_columns(source, shards[0].schema_id)
+
+    def window(shard: Shard) -> str:
+        return window_label(shard.window_start_ms, group.replay_window)
+
+    def read(shard: Shard) -> DataFrame:
+        return transform(read_shard(spark, source_table, shard, root, group.filter, columns))
+
+    def together() -> DataFrame | None:
+        # The verdict from one shard's plan: planning the whole batch's scan only for it cost seconds.
+        if row_files.streams is None and row_files.ref(read(shards[0])) is None:
+            return None
+        span = spanning_range(shards, lambda snapshot: sequence_number(source, snapshot))
+        out = transform(read_shards(spark, source_table, shards, span, root, group.filter, columns))
+        ref = row_files.ref(out)
+        if ref is None:
+            return None
+        by_shard = by_file({path: shard.shard_id for shard in shards for path in shard.files})
+        windows = {window(shard) for shard in shards}
+        by_window: str | Column = (
+            windows.pop() if len(windows) == 1 else by_file({path: window(s) for s in shards for path in s.files})
+        )
+        return with_lineage(out, group.name, lease.lease_id, by_shard, lease.epoch, by_window, ref)
+
+    def one(shard: Shard) -> DataFrame:
+        out = read(shard)
+        return with_lineage(
+            out, group.name, lease.lease_id, shard.shard_id, lease.epoch, window(shard), row_files.ref(out)
+        )
+
+    def each() -> DataFrame:
+        return reduce(DataFrame.unionByName, [one(shard) for shard in shards])
+
+    def batch() -> DataFrame:
+        out = together()
+        return each() if out is None else out
+
+    return each if len(shards) == 1 else batch

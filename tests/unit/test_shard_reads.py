@@ -1,0 +1,52 @@
+"""How shards are read: the range one scan of a batch spans, the split size that spreads it over the cores."""
+
+from __future__ import annotations
+
+import pytest
+
+from iceberg.protocol.shard_reads import OPEN_COST_BYTES, TASKS_PER_CORE, file_sizes, spanning_range, split_bytes
+from spark_jobs.row_files import sql_string
+from tests.factories import shard
+
+MIB = 1024 * 1024
+
+
+def test_twelve_mid_sized_files_are_cut_into_two_tasks_per_core() -> None:
+    sizes = [int(1.7 * MIB)] * 12
+    split = split_bytes(sizes, cores=2)
+    assert split == -(-sum(sizes) // (2 * TASKS_PER_CORE))
+    assert sum(sizes) / split <= 2 * TASKS_PER_CORE, "no more tasks than two a core"
+    assert split < 16 * MIB, "below Iceberg's adaptive floor, which packed nine of the twelve files in one task"
+
+
+def test_tiny_files_weigh_the_open_cost_and_a_split_is_never_below_it() -> None:
+    assert split_bytes([10] * 600, cores=2) == 600 * OPEN_COST_BYTES // (2 * TASKS_PER_CORE)
+    assert split_bytes([10], cores=8) == OPEN_COST_BYTES
+    assert split_bytes([], cores=0) == OPEN_COST_BYTES
+
+
+def test_file_sizes_come_from_the_shards_stats_or_spread_their_bytes_evenly() -> None:
+    kept = shard(1, files=["a", "b"], file_stats=[(101, 5, 300), (101, 5, 700)])
+    older = shard(2, files=["c", "d"], rows=10, bytes=1000)
+    assert file_sizes([kept, older]) == [300, 700, 500, 500]
+
+
+def test_a_batch_spans_from_its_earliest_start_to_its_latest_end_across_streams() -> None:
+    sequence = {100 + n: n for n in range(10)}.__getitem__
+    first_of_b = shard(2, stream="b")
+    later_of_a = shard(5, stream="a")
+    assert spanning_range([later_of_a, first_of_b], sequence) == (101, 105)
+    assert spanning_range([later_of_a, shard(1, stream="b", from_snapshot=None)], sequence) == (None, 105)
+
+
+def test_a_batch_of_no_shards_has_no_range() -> None:
+    with pytest.raises(ValueError, match="no shards"):
+        spanning_range([], lambda _: 0)
+
+
+@pytest.mark.parametrize(
+    ("value", "literal"),
+    [("s3://b/it's.parquet", r"'s3://b/it\'s.parquet'"), (r"C:\data\x", r"'C:\\data\\x'"), ("plain", "'plain'")],
+)
+def test_a_location_becomes_a_spark_sql_literal_that_unescapes_to_itself(value: str, literal: str) -> None:
+    assert sql_string(value) == literal
