@@ -132,6 +132,7 @@ def test_a_batch_read_in_one_scan_labels_each_row_with_its_own_files_shard(
     labels = list(zip(rows.column(COL_FILE).to_pylist(), rows.column(COL_SHARD).to_pylist(), strict=True))
     assert all(ref is not None for ref, _ in labels), "an identity transform streams rows: every row names its file"
     assert [shard for _, shard in labels] == [shard_of_ref[ref] for ref, _ in labels]
+    drive(spark, lakehouse, group)
     assert verify_group(catalog, group, key="event_id").ok
 
 
