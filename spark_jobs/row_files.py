@@ -17,7 +17,7 @@ scans of the shard's own table (a union with another table's rows would name tha
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -88,21 +88,26 @@ def file_ref_column(df: DataFrame, source: str) -> Column:
 
 @dataclass
 class RowFiles:
-    """Whether a lease's transform streams rows, found once from the first output planned and kept for the rest.
+    """Whether a lease's transform streams rows, per source schema: found from the first output planned, kept.
 
     Reading the physical plan plans the scan, which costs as much again as the write's own planning
-    for a scan of many snapshots. The verdict depends on the transform, not on the rows: no
-    operator that ``streams_rows`` allows changes with the size of its input.
+    for a scan of many snapshots. The verdict depends on the transform and the columns it is given,
+    not on the number of rows: no operator that ``streams_rows`` allows changes with the size of its
+    input. A transform may branch on its input's columns, so each source schema gets its own.
     """
 
     source: str
-    streams: bool | None = None
+    verdicts: dict[int | None, bool] = field(default_factory=dict)
 
-    def ref(self, df: DataFrame) -> Column | None:
+    def known(self, schema_id: int | None) -> bool | None:
+        """The verdict for rows of ``schema_id``, if one was found yet."""
+        return self.verdicts.get(schema_id)
+
+    def ref(self, df: DataFrame, schema_id: int | None) -> Column | None:
         """Each row's source-file reference where the transform streams rows; None where it does not."""
-        if self.streams is None:
-            self.streams = streams_rows(df, self.source)
-        return F.expr(FILE_REF_SQL) if self.streams else None
+        if schema_id not in self.verdicts:
+            self.verdicts[schema_id] = streams_rows(df, self.source)
+        return F.expr(FILE_REF_SQL) if self.verdicts[schema_id] else None
 
 
 def by_file(values: Mapping[str, str]) -> Column:
@@ -121,5 +126,5 @@ def by_file(values: Mapping[str, str]) -> Column:
 
 
 def sql_string(value: str) -> str:
-    """A Spark SQL string literal of ``value`` (Spark unescapes backslashes; two quotes are two literals)."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+    """A Spark SQL string of ``value`` as a binary literal: no parser setting or variable substitution alters it."""
+    return f"CAST(X'{value.encode().hex()}' AS STRING)"

@@ -56,6 +56,10 @@ def read_shards(
     exclusive start; a span that starts at the table's first snapshot reads that snapshot on its
     own and the rest incrementally.
     """
+    if len({shard.schema_id for shard in shards}) != 1:
+        raise ValueError(
+            f"read_shards: shards of one source schema only, got {sorted({str(s.schema_id) for s in shards})}"
+        )
     start, end = span
     options = read_options(spark, shards)
     if start is None:

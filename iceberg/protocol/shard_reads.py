@@ -43,17 +43,24 @@ def file_sizes(shards: Sequence[Shard]) -> list[int]:
     return sizes
 
 
-def spanning_range(shards: Sequence[Shard], sequence_of: Callable[[int], int]) -> tuple[int | None, int]:
-    """The snapshot range (exclusive start, inclusive end) that holds every file of ``shards``.
+def spanning_range(shards: Sequence[Shard], sequence_of: Callable[[int], int | None]) -> tuple[int | None, int] | None:
+    """The snapshot range (exclusive start, inclusive end) that holds every file of ``shards``; None if unsure.
 
     It starts where the earliest shard starts (None: at the table's first snapshot) and ends at the
     latest shard's end. Shards of other streams or leases inside it are no concern: the read keeps
-    exactly the given shards' files. ``sequence_of`` is a snapshot's sequence number.
+    exactly the given shards' files. ``sequence_of`` is a snapshot's sequence number, None for one
+    the table no longer has. A start that is too late would leave files out unnoticed, so when the
+    starts cannot be ordered for sure (one has expired, or two share a sequence number, as a table
+    upgraded from format v1 has them) there is no span, and the shards are read one by one.
     """
     if not shards:
         raise ValueError("spanning_range: no shards")
     end = max(shards, key=lambda s: s.to_sequence).to_snapshot
-    starts = [s.from_snapshot for s in shards]
-    if any(start is None for start in starts):
+    starts = {s.from_snapshot for s in shards}
+    if None in starts:
         return None, end
-    return min((s for s in starts if s is not None), key=sequence_of), end
+    sequences = {start: sequence_of(start) for start in starts if start is not None}
+    known = {start: seq for start, seq in sequences.items() if seq is not None}
+    if len(known) < len(sequences) or len(set(known.values())) < len(known):
+        return None
+    return min(known, key=known.__getitem__), end

@@ -27,10 +27,10 @@ from spark_jobs.sink.shape import with_lineage
 from spark_jobs.transforms import Transform
 
 
-def sequence_number(source: Table, snapshot_id: int) -> int:
-    """A source snapshot's sequence number; a shard's start that has expired since sorts first."""
+def sequence_number(source: Table, snapshot_id: int) -> int | None:
+    """A source snapshot's sequence number; None if it has expired since (its shards are then read one by one)."""
     snapshot = source.snapshot_by_id(snapshot_id)
-    return -1 if snapshot is None or snapshot.sequence_number is None else snapshot.sequence_number
+    return None if snapshot is None else snapshot.sequence_number
 
 
 def shard_output(
@@ -58,11 +58,14 @@ def shard_output(
 
     def together() -> DataFrame | None:
         # The verdict from one shard's plan: planning the whole batch's scan only for it cost seconds.
-        if row_files.streams is None and row_files.ref(read(shards[0])) is None:
+        schema = shards[0].schema_id
+        if row_files.known(schema) is None and row_files.ref(read(shards[0]), schema) is None:
             return None
         span = spanning_range(shards, lambda snapshot: sequence_number(source, snapshot))
+        if span is None or not row_files.known(schema):
+            return None
         out = transform(read_shards(spark, source_table, shards, span, root, group.filter, columns))
-        ref = row_files.ref(out)
+        ref = row_files.ref(out, schema)
         if ref is None:
             return None
         by_shard = by_file({path: shard.shard_id for shard in shards for path in shard.files})
@@ -75,7 +78,13 @@ def shard_output(
     def one(shard: Shard) -> DataFrame:
         out = read(shard)
         return with_lineage(
-            out, group.name, lease.lease_id, shard.shard_id, lease.epoch, window(shard), row_files.ref(out)
+            out,
+            group.name,
+            lease.lease_id,
+            shard.shard_id,
+            lease.epoch,
+            window(shard),
+            row_files.ref(out, shard.schema_id),
         )
 
     def each() -> DataFrame:

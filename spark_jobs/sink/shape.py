@@ -55,7 +55,7 @@ def with_lineage(
 ) -> DataFrame:
     """Add the lineage columns and the replay window; a transform must not produce columns with these names.
 
-    ``file_ref`` is each row's source-file reference (``spark_jobs.row_files.file_ref_column``);
+    ``file_ref`` is each row's source-file reference (``spark_jobs.row_files.RowFiles``);
     without it, rows carry null there and lineage names their whole shard. Rows of several shards
     read in one scan name their shard and window by their file (``spark_jobs.row_files.by_file``).
     """

@@ -123,8 +123,12 @@ def test_a_batch_read_in_one_scan_labels_each_row_with_its_own_files_shard(
     append_batches(create_source(catalog, group.source), 4, 7)
     lease, shards = first_lease(catalog, group)
     assert len({s.stream for s in shards}) > 1, "the batch spans streams, so the scan spans their ranges"
+    said: list[str] = []
 
-    run_lease(spark, lakehouse, group, lease, shards, progress=quiet)
+    report = run_lease(spark, lakehouse, group, lease, shards, progress=said.append)
+
+    assert len(report.sink_snapshots) == 1
+    assert not [line for line in said if "alone" in line], "the batch was staged as one, not shard by shard"
 
     shard_of_ref = {file_ref(path): s.shard_id for s in shards for path in s.files}
     rows = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD, COL_FILE, "event_id")).to_arrow()

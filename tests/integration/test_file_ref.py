@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.protocol.file_ref import file_ref
-from spark_jobs.row_files import file_ref_column, streams_rows
+from spark_jobs.row_files import file_ref_column, sql_string, streams_rows
 from spark_jobs.transforms import enrich_events, load_transform
 from tests.factories import MakeGroup, append_batches, create_source
 
@@ -105,3 +105,8 @@ def test_a_sorted_outputs_rows_carry_no_reference_rather_than_a_wrong_one(source
 
     assert refs
     assert all(row["ref"] is None for row in refs)
+
+
+@pytest.mark.parametrize("value", ["s3://b/it's.parquet", r"C:\\data\\x", "${env:HOME}/p", "é"])
+def test_a_location_as_a_sql_literal_reads_back_as_itself_in_spark(spark: SparkSession, value: str) -> None:
+    assert spark.range(1).select(F.expr(sql_string(value)).alias("v")).first()["v"] == value  # type: ignore[index]

@@ -39,14 +39,21 @@ def test_a_batch_spans_from_its_earliest_start_to_its_latest_end_across_streams(
     assert spanning_range([later_of_a, shard(1, stream="b", from_snapshot=None)], sequence) == (None, 105)
 
 
+def test_starts_that_cannot_be_ordered_for_sure_give_no_span() -> None:
+    a, b = shard(5, stream="a"), shard(2, stream="b")
+    assert spanning_range([a, b], {104: 4}.get) is None, "an expired start: the shards are read one by one"
+    assert spanning_range([a, b], lambda _: 0) is None, "format v1 sequence numbers all 0: no order"
+    assert spanning_range([a, shard(5, stream="b")], {104: 4}.get) == (104, 105), "one start, however many streams"
+
+
 def test_a_batch_of_no_shards_has_no_range() -> None:
     with pytest.raises(ValueError, match="no shards"):
         spanning_range([], lambda _: 0)
 
 
-@pytest.mark.parametrize(
-    ("value", "literal"),
-    [("s3://b/it's.parquet", r"'s3://b/it\'s.parquet'"), (r"C:\data\x", r"'C:\\data\\x'"), ("plain", "'plain'")],
-)
-def test_a_location_becomes_a_spark_sql_literal_that_unescapes_to_itself(value: str, literal: str) -> None:
-    assert sql_string(value) == literal
+@pytest.mark.parametrize("value", ["s3://b/it's.parquet", r"C:\data\x", "${env:HOME}/p", "plain", "é"])
+def test_a_location_becomes_a_binary_spark_sql_literal_of_its_utf8_bytes(value: str) -> None:
+    literal = sql_string(value)
+    assert literal.startswith("CAST(X'")
+    assert literal.endswith("' AS STRING)")
+    assert bytes.fromhex(literal.removeprefix("CAST(X'").removesuffix("' AS STRING)")).decode() == value
