@@ -144,7 +144,7 @@ def plot(result: dict[str, dict[str, dict[str, float]]], png: Path) -> None:
     axes.invert_yaxis()
     axes.set_xlabel("seconds, median of the rounds; each arm a process of its own (JVM start included)")
     axes.set_title("Where the time goes: icegroup consume against a plain Spark job (A2) on the same rows")
-    axes.legend(fontsize=8, ncols=4, loc="lower right")
+    axes.legend(fontsize=8, ncols=4, loc="upper right")
     figure.tight_layout()
     figure.savefig(png, dpi=110)
 
