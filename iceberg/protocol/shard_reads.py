@@ -24,12 +24,19 @@ from iceberg.protocol.shards import Shard
 OPEN_COST_BYTES = 1024 * 1024
 # Two tasks per core: the bin packing of uneven files then still gives every core about as much to read.
 TASKS_PER_CORE = 2
+# Iceberg's own default split size. A huge shard is cut no coarser: a task's memory and a retried
+# task's lost work stay what a plain Iceberg read's are.
+MAX_SPLIT_BYTES = 128 * 1024 * 1024
 
 
 def split_bytes(file_sizes: Iterable[int], cores: int) -> int:
-    """The split size that cuts a read of files of ``file_sizes`` into about ``TASKS_PER_CORE`` tasks per core."""
+    """The split size that cuts a read of files of ``file_sizes`` into about ``TASKS_PER_CORE`` tasks per core.
+
+    It stays between the open cost and ``MAX_SPLIT_BYTES``: a huge shard gets more tasks than that, not bigger ones.
+    """
     weight = sum(max(size, OPEN_COST_BYTES) for size in file_sizes)
-    return max(math.ceil(weight / (max(cores, 1) * TASKS_PER_CORE)), OPEN_COST_BYTES)
+    share = math.ceil(weight / (max(cores, 1) * TASKS_PER_CORE))
+    return min(max(share, OPEN_COST_BYTES), MAX_SPLIT_BYTES)
 
 
 def file_sizes(shards: Sequence[Shard]) -> list[int]:

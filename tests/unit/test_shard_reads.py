@@ -4,7 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from iceberg.protocol.shard_reads import OPEN_COST_BYTES, TASKS_PER_CORE, file_sizes, spanning_range, split_bytes
+from iceberg.protocol.shard_reads import (
+    MAX_SPLIT_BYTES,
+    OPEN_COST_BYTES,
+    TASKS_PER_CORE,
+    file_sizes,
+    spanning_range,
+    split_bytes,
+)
 from spark_jobs.row_files import sql_string
 from tests.factories import shard
 
@@ -20,9 +27,15 @@ def test_twelve_mid_sized_files_are_cut_into_two_tasks_per_core() -> None:
 
 
 def test_tiny_files_weigh_the_open_cost_and_a_split_is_never_below_it() -> None:
-    assert split_bytes([10] * 600, cores=2) == 600 * OPEN_COST_BYTES // (2 * TASKS_PER_CORE)
+    assert split_bytes([10] * 400, cores=2) == 400 * OPEN_COST_BYTES // (2 * TASKS_PER_CORE)
     assert split_bytes([10], cores=8) == OPEN_COST_BYTES
     assert split_bytes([], cores=0) == OPEN_COST_BYTES
+
+
+def test_a_huge_shard_gets_more_tasks_not_bigger_ones() -> None:
+    sizes = [512 * MIB] * 40
+    assert split_bytes(sizes, cores=2) == MAX_SPLIT_BYTES
+    assert split_bytes([MAX_SPLIT_BYTES * 2 * TASKS_PER_CORE], cores=1) == MAX_SPLIT_BYTES
 
 
 def test_file_sizes_come_from_the_shards_stats_or_spread_their_bytes_evenly() -> None:
