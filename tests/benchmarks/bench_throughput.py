@@ -117,7 +117,8 @@ def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[st
     new_instance(folder / "dagster")
     seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
     for index in range(rounds):
-        order = PROCESS_ARMS[index % 4 :] + PROCESS_ARMS[: index % 4]
+        turn = index % len(PROCESS_ARMS)
+        order = PROCESS_ARMS[turn:] + PROCESS_ARMS[:turn]
         for arm in order:
             sink, command = process_arm(arm, index, folder, env)
             log = folder / f"{arm}_{index}.log"

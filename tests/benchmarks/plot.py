@@ -27,8 +27,9 @@ def plot() -> Path:
     width = 0.8 / max(1, len(workloads))
     for offset, workload in enumerate(workloads):
         ratios = throughput[workload]["throughput_over_A2"]
-        xs = [i + offset * width for i in range(len(THROUGHPUT_ARMS))]
-        heights = [ratios.get(a, 0.0) for a in THROUGHPUT_ARMS]
+        ran = [i for i, arm in enumerate(THROUGHPUT_ARMS) if arm in ratios]  # an arm not run has no bar, not a 0
+        xs = [i + offset * width for i in ran]
+        heights = [ratios[THROUGHPUT_ARMS[i]] for i in ran]
         bars = left.bar(xs, heights, width, label=_label(throughput[workload]))
         left.bar_label(bars, fmt="%.2f", fontsize=8)
     left.axhline(1.0, color="grey", linewidth=0.8)
