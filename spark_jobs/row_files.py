@@ -26,51 +26,38 @@ from pyspark.sql import functions as F
 from iceberg.protocol.file_ref import file_ref
 from iceberg.protocol.locations import file_forms
 
-# Physical operators that emit each input row (or rows made from it) before they take the next.
-# Anything not named here (Sort, Exchange, HashAggregate, Window, every join, BatchEvalPython,
-# ArrowEvalPython, MapInPandas, MapPartitions, ...) makes the reference null. Joins are out even
-# when broadcast: Spark may broadcast the shard and stream the other table, whose files
-# ``input_file_name()`` would then name.
-STREAMING = frozenset(
-    {
-        "AdaptiveSparkPlan",
-        "BatchScan",
-        "ColumnarToRow",
-        "Expand",
-        "Filter",
-        "Generate",
-        "InputAdapter",
-        "LocalLimit",
-        "Project",
-        "Sample",
-        "Union",
-        "WholeStageCodegen",
-    }
-)
-
-
-def node_kind(name: str) -> str:
-    """An operator's kind from its node name: ``WholeStageCodegen (3)`` and ``BatchScan cat.db.t`` name theirs first."""
-    return name.split(" ", 1)[0]
+# Logical operators that Spark plans as operators emitting each input row (or rows made from it)
+# before they take the next. Anything not named here (Sort, Aggregate, Window, Repartition, Join,
+# Deduplicate, GlobalLimit, BatchEvalPython, ArrowEvalPython, MapInPandas, InMemoryRelation,
+# LocalRelation, ...) makes the reference null. Python UDFs show as operators of their own here:
+# the optimizer pulls them out of projections and filters. Joins are out even when broadcast:
+# Spark may broadcast the shard and stream the other table, whose files ``input_file_name()``
+# would then name. A plan made of these alone needs no exchange, so the physical plan adds none.
+STREAMING = frozenset({"Expand", "Filter", "Generate", "LocalLimit", "Project", "Sample", "Union"})
+SCAN = "DataSourceV2ScanRelation"
 
 
 def plan_nodes(plan: Any) -> list[str]:
-    """The node names of a physical plan, root first (an adaptive plan's input plan in its place)."""
+    """The node names of a logical plan, root first; a scan's is ``SCAN`` and the table it reads."""
     name = str(plan.nodeName())
-    if node_kind(name) == "AdaptiveSparkPlan":
-        return [name, *plan_nodes(plan.inputPlan())]
+    if name == SCAN:
+        return [f"{SCAN} {plan.relation().table().name()}"]
     children = plan.children()
     return [name, *(n for i in range(children.size()) for n in plan_nodes(children.apply(i)))]
 
 
 def streams_rows(df: DataFrame, source: str) -> bool:
-    """Whether ``df``'s rows come from scans of ``source`` only, through operators that hand rows on one by one."""
-    names = plan_nodes(df._jdf.queryExecution().executedPlan())
-    scans = [name for name in names if node_kind(name) == "BatchScan"]
+    """Whether ``df``'s rows come from scans of ``source`` only, through operators that hand rows on one by one.
+
+    The optimized logical plan tells, and it costs a fraction of the physical plan: that one plans
+    the scan's files, which the write then plans again (3.3 s of a cold consume's first lease on W1).
+    """
+    names = plan_nodes(df._jdf.queryExecution().optimizedPlan())
+    scans = [name for name in names if name.startswith(f"{SCAN} ")]
     return (
         bool(scans)
-        and all(node_kind(name) in STREAMING for name in names)
-        and all(name == f"BatchScan {source}" for name in scans)
+        and all(name == f"{SCAN} {source}" for name in scans)
+        and all(name in STREAMING for name in names if name not in scans)
     )
 
 
@@ -90,10 +77,10 @@ def file_ref_column(df: DataFrame, source: str) -> Column:
 class RowFiles:
     """Whether a lease's transform streams rows, per source schema: found from the first output planned, kept.
 
-    Reading the physical plan plans the scan, which costs as much again as the write's own planning
-    for a scan of many snapshots. The verdict depends on the transform and the columns it is given,
-    not on the number of rows: no operator that ``streams_rows`` allows changes with the size of its
-    input. A transform may branch on its input's columns, so each source schema gets its own.
+    Each verdict costs an optimization of the plan, which the write does again. The verdict depends
+    on the transform and the columns it is given, not on the number of rows: no operator that
+    ``streams_rows`` allows changes with the size of its input. A transform may branch on its
+    input's columns, so each source schema gets its own.
     """
 
     source: str
