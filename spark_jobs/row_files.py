@@ -26,38 +26,63 @@ from pyspark.sql import functions as F
 from iceberg.protocol.file_ref import file_ref
 from iceberg.protocol.locations import file_forms
 
-# Logical operators that Spark plans as operators emitting each input row (or rows made from it)
-# before they take the next. Anything not named here (Sort, Aggregate, Window, Repartition, Join,
-# Deduplicate, GlobalLimit, BatchEvalPython, ArrowEvalPython, MapInPandas, InMemoryRelation,
-# LocalRelation, ...) makes the reference null. Python UDFs show as operators of their own here:
-# the optimizer pulls them out of projections and filters. Joins are out even when broadcast:
-# Spark may broadcast the shard and stream the other table, whose files ``input_file_name()``
-# would then name. A plan made of these alone needs no exchange, so the physical plan adds none.
-STREAMING = frozenset({"Expand", "Filter", "Generate", "LocalLimit", "Project", "Sample", "Union"})
-SCAN = "DataSourceV2ScanRelation"
+# Logical operators of an analyzed plan that Spark plans as operators emitting each input row (or
+# rows made from it) before they take the next. Anything not named here (Sort, Aggregate, Window,
+# Repartition, Join, Distinct, GlobalLimit, ResolvedHint, MapInPandas, LocalRelation, ...) makes
+# the reference null. Joins are out even when broadcast: Spark may broadcast the shard and stream
+# the other table, whose files ``input_file_name()`` would then name.
+STREAMING = frozenset({"Expand", "Filter", "Generate", "LocalLimit", "Project", "Sample", "SubqueryAlias", "Union"})
+SCAN = "DataSourceV2Relation"
+# Expressions the optimizer turns into operators of their own: Python UDFs are evaluated in batches
+# (BatchEvalPython, ArrowEvalPython), and a subquery may become a join.
+HOLDING_EXPRESSIONS = frozenset(
+    {"Exists", "InSubquery", "LateralSubquery", "ListQuery", "PythonUDAF", "PythonUDF", "PythonUDTF", "ScalarSubquery"}
+)
 
 
 def plan_nodes(plan: Any) -> list[str]:
-    """The node names of a logical plan, root first; a scan's is ``SCAN`` and the table it reads."""
+    """The node names of an analyzed plan, root first; a scan's is ``SCAN`` and the table it reads."""
     name = str(plan.nodeName())
     if name == SCAN:
-        return [f"{SCAN} {plan.relation().table().name()}"]
+        return [f"{SCAN} {plan.table().name()}"]
     children = plan.children()
     return [name, *(n for i in range(children.size()) for n in plan_nodes(children.apply(i)))]
+
+
+def expression_kinds(plan: Any) -> set[str]:
+    """The class names of every expression in an analyzed plan, its nodes' and their children's."""
+    found: set[str] = set()
+    nodes = [plan]
+    while nodes:
+        node = nodes.pop()
+        children = node.children()
+        nodes += [children.apply(i) for i in range(children.size())]
+        top = node.expressions()
+        pending = [top.apply(i) for i in range(top.size())]
+        while pending:
+            expression = pending.pop()
+            found.add(str(expression.getClass().getSimpleName()))
+            inner = expression.children()
+            pending += [inner.apply(i) for i in range(inner.size())]
+    return found
 
 
 def streams_rows(df: DataFrame, source: str) -> bool:
     """Whether ``df``'s rows come from scans of ``source`` only, through operators that hand rows on one by one.
 
-    The optimized logical plan tells, and it costs a fraction of the physical plan: that one plans
-    the scan's files, which the write then plans again (3.3 s of a cold consume's first lease on W1).
+    The analyzed plan tells, and Spark made it already with the DataFrame: reading the physical
+    plan planned the scan's files, which the write then planned again (3.3 s of a cold consume's
+    first lease on W1), and even optimizing it cost a cold JVM 2 to 4 s. It is the stricter reading:
+    the optimizer may remove an operator, but adds one only for the expressions refused here.
     """
-    names = plan_nodes(df._jdf.queryExecution().optimizedPlan())
+    plan = df._jdf.queryExecution().analyzed()
+    names = plan_nodes(plan)
     scans = [name for name in names if name.startswith(f"{SCAN} ")]
     return (
         bool(scans)
         and all(name == f"{SCAN} {source}" for name in scans)
         and all(name in STREAMING for name in names if name not in scans)
+        and not expression_kinds(plan) & HOLDING_EXPRESSIONS
     )
 
 
@@ -77,10 +102,9 @@ def file_ref_column(df: DataFrame, source: str) -> Column:
 class RowFiles:
     """Whether a lease's transform streams rows, per source schema: found from the first output planned, kept.
 
-    Each verdict costs an optimization of the plan, which the write does again. The verdict depends
-    on the transform and the columns it is given, not on the number of rows: no operator that
-    ``streams_rows`` allows changes with the size of its input. A transform may branch on its
-    input's columns, so each source schema gets its own.
+    The verdict depends on the transform and the columns it is given, not on the number of rows:
+    no operator that ``streams_rows`` allows changes with the size of its input. A transform may
+    branch on its input's columns, so each source schema gets its own.
     """
 
     source: str

@@ -87,6 +87,17 @@ def test_rows_joined_or_unioned_with_another_table_name_no_file(source: Source) 
     assert streams_rows(source.rows.unionByName(source.rows.where("amount > 50")), source.name)
 
 
+def test_rows_filtered_by_a_subquery_name_no_file(source: Source, spark: SparkSession) -> None:
+    """Spark may plan a subquery in a filter as a join, and a join may shuffle the shard's rows."""
+    source.other.createOrReplaceTempView("other_rows")
+    big_spenders = source.rows.where("user_id IN (SELECT user_id FROM other_rows WHERE amount > 50)")
+    above_average = source.rows.where("amount > (SELECT avg(amount) FROM other_rows)")
+
+    assert not streams_rows(big_spenders, source.name)
+    assert not streams_rows(above_average, source.name)
+    assert streams_rows(source.rows.where("user_id IN (1, 2, 3)"), source.name), "a list of values is no subquery"
+
+
 def test_a_row_wise_transforms_rows_carry_the_reference_of_the_file_that_held_them(source: Source) -> None:
     truth = {row["event_id"]: file_ref(row["_file"]) for row in source.rows.select("event_id", "_file").collect()}
     out = enrich_events(source.rows)
