@@ -28,15 +28,28 @@ from iceberg.protocol.locations import file_forms
 
 # Logical operators of an analyzed plan that Spark plans as operators emitting each input row (or
 # rows made from it) before they take the next. Anything not named here (Sort, Aggregate, Window,
-# Repartition, Join, Distinct, GlobalLimit, ResolvedHint, MapInPandas, LocalRelation, ...) makes
-# the reference null. Joins are out even when broadcast: Spark may broadcast the shard and stream
-# the other table, whose files ``input_file_name()`` would then name.
+# Repartition, Join, Distinct, GlobalLimit, ResolvedHint, MapInPandas, LocalRelation,
+# InMemoryRelation, ...) makes the reference null. Joins are out even when broadcast: Spark may
+# broadcast the shard and stream the other table, whose files ``input_file_name()`` would then name.
 STREAMING = frozenset({"Expand", "Filter", "Generate", "LocalLimit", "Project", "Sample", "SubqueryAlias", "Union"})
 SCAN = "DataSourceV2Relation"
 # Expressions the optimizer turns into operators of their own: Python UDFs are evaluated in batches
-# (BatchEvalPython, ArrowEvalPython), and a subquery may become a join.
+# (BatchEvalPython, ArrowEvalPython), and a subquery may become a join. A Hive UDTF may emit rows
+# after its input ended.
 HOLDING_EXPRESSIONS = frozenset(
-    {"Exists", "InSubquery", "LateralSubquery", "ListQuery", "PythonUDAF", "PythonUDF", "PythonUDTF", "ScalarSubquery"}
+    {
+        "DynamicPruningSubquery",
+        "Exists",
+        "FunctionTableSubqueryArgumentExpression",
+        "HiveGenericUDTF",
+        "InSubquery",
+        "LateralSubquery",
+        "ListQuery",
+        "PythonUDAF",
+        "PythonUDF",
+        "PythonUDTF",
+        "ScalarSubquery",
+    }
 )
 
 
@@ -70,12 +83,14 @@ def expression_kinds(plan: Any) -> set[str]:
 def streams_rows(df: DataFrame, source: str) -> bool:
     """Whether ``df``'s rows come from scans of ``source`` only, through operators that hand rows on one by one.
 
-    The analyzed plan tells, and Spark made it already with the DataFrame: reading the physical
-    plan planned the scan's files, which the write then planned again (3.3 s of a cold consume's
-    first lease on W1), and even optimizing it cost a cold JVM 2 to 4 s. It is the stricter reading:
-    the optimizer may remove an operator, but adds one only for the expressions refused here.
+    The analyzed plan tells, with cached data in place (an ``InMemoryRelation``, refused: a cached
+    partition is read whole before its rows come out). Spark made it already with the DataFrame:
+    reading the physical plan planned the scan's files, which the write then planned again (3.3 s
+    of a cold consume's first lease on W1), and even optimizing it cost a cold JVM 2 to 4 s. It is
+    the stricter reading: the optimizer may remove an operator, but adds one only for the
+    expressions refused here.
     """
-    plan = df._jdf.queryExecution().analyzed()
+    plan = df._jdf.queryExecution().withCachedData()
     names = plan_nodes(plan)
     scans = [name for name in names if name.startswith(f"{SCAN} ")]
     return (

@@ -98,6 +98,17 @@ def test_rows_filtered_by_a_subquery_name_no_file(source: Source, spark: SparkSe
     assert streams_rows(source.rows.where("user_id IN (1, 2, 3)"), source.name), "a list of values is no subquery"
 
 
+def test_cached_rows_name_no_file(source: Source) -> None:
+    """A cached partition is read whole before its rows come out: the file then open is the task's last."""
+    cached = source.rows.select("event_id", "amount").cache()
+    try:
+        assert not streams_rows(cached, source.name)
+        assert not streams_rows(enrich_events(source.rows.persist()), source.name)
+    finally:
+        cached.unpersist()
+        source.rows.unpersist()
+
+
 def test_a_row_wise_transforms_rows_carry_the_reference_of_the_file_that_held_them(source: Source) -> None:
     truth = {row["event_id"]: file_ref(row["_file"]) for row in source.rows.select("event_id", "_file").collect()}
     out = enrich_events(source.rows)
