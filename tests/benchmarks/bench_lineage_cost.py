@@ -29,12 +29,13 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.config.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.leader import tick
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
@@ -100,20 +101,39 @@ def arm_writers(
     }
 
 
+@dataclass(frozen=True)
+class W1Shard:
+    """W1's source in a lakehouse of its own, and its shard of STREAM, as a real Leader tick cut it."""
+
+    lakehouse: LakehouseConfig
+    source: str
+    shard: Shard
+    root: int
+
+    def writers(self, spark: SparkSession) -> dict[str, Callable[[str], None]]:
+        """Every arm's writer on this shard, in ``spark``."""
+        return arm_writers(spark, self.lakehouse.catalog_name, self.source, self.shard, self.root)
+
+
+def w1_shard(home: Path) -> W1Shard:
+    """Fill W1's source in a lakehouse at ``home`` and cut its shards with a Leader tick; the shard of STREAM."""
+    lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(home)})
+    catalog = lakehouse.catalog()
+    group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out")
+    table = create_source(catalog, group.source)
+    fill(table, W1)
+    root = min(table.snapshots(), key=lambda s: s.sequence_number or 0).snapshot_id
+    shards = tick(catalog, group, lambda _: RunState.MISSING).state.shards.values()
+    shard = next(s for s in shards if s.stream == STREAM)
+    return W1Shard(lakehouse, f"{lakehouse.catalog_name}.{group.source}", shard, root)
+
+
 def main() -> None:
     """Fill W1's source, cut its shards with a real Leader tick, then time the arms and record them."""
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-lineage-") as tmp:
-        lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(Path(tmp) / "lake")})
-        catalog = lakehouse.catalog()
-        group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out")
-        table = create_source(catalog, group.source)
-        fill(table, W1)
-        first = min(table.snapshots(), key=lambda s: s.sequence_number or 0).snapshot_id
-        shards = tick(catalog, group, lambda _: RunState.MISSING).state.shards.values()
-        shard = next(s for s in shards if s.stream == STREAM)
-        spark = get_session(lakehouse)
-        name = lakehouse.catalog_name
-        writers = arm_writers(spark, name, f"{name}.{group.source}", shard, first)
+        bench = w1_shard(Path(tmp) / "lake")
+        shard, spark = bench.shard, get_session(bench.lakehouse)
+        writers, name = bench.writers(spark), bench.lakehouse.catalog_name
         seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
         print(f"shard {shard.shard_id}: {shard.rows} rows, {len(shard.files)} files", flush=True)
         for index in range(ROUNDS + 1):

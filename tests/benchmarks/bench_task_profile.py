@@ -37,14 +37,8 @@ from typing import Any
 from matplotlib.figure import Figure
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
 from spark_jobs.session import get_session
-from tests.benchmarks.bench_lineage_cost import STREAM, arm_writers
-from tests.benchmarks.workloads import W1, fill
-from tests.factories import create_source
+from tests.benchmarks.bench_lineage_cost import STREAM, w1_shard
 
 ROUNDS = 5
 ARMS = ("plain", "shard_read", "lineage", "staged")
@@ -117,9 +111,7 @@ def plot(shares: dict[str, dict[str, float]], png: Path) -> None:
     axes.set_xlim(0, max(left) * 1.1)
     axes.invert_yaxis()
     axes.set_xlabel("executor CPU samples (JFR), as a multiple of the plain write's; one W1 shard, 1.68 M rows")
-    axes.set_title(
-        "Where a shard's task time goes: the plain write, the pinned read, the lineage columns, the staged sink"
-    )
+    axes.set_title("Where a shard's task time goes: plain write, pinned read, lineage columns, staged sink")
     figure.legend(fontsize=7, ncols=8, loc="lower center")
     figure.tight_layout(rect=(0, 0.07, 1, 1))
     figure.savefig(png, dpi=110)
@@ -128,18 +120,9 @@ def plot(shares: dict[str, dict[str, float]], png: Path) -> None:
 def main() -> None:
     """Fill W1's source, cut its shards with a real Leader tick, profile every arm, record and draw the shares."""
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-profile-") as tmp:
-        lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(Path(tmp) / "lake")})
-        catalog = lakehouse.catalog()
-        group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out")
-        table = create_source(catalog, group.source)
-        fill(table, W1)
-        first = min(table.snapshots(), key=lambda s: s.sequence_number or 0).snapshot_id
-        shard = next(
-            s for s in tick(catalog, group, lambda _: RunState.MISSING).state.shards.values() if s.stream == STREAM
-        )
-        spark = get_session(lakehouse)
-        name = lakehouse.catalog_name
-        writers = arm_writers(spark, name, f"{name}.{group.source}", shard, first)
+        bench = w1_shard(Path(tmp) / "lake")
+        shard, spark = bench.shard, get_session(bench.lakehouse)
+        writers, name = bench.writers(spark), bench.lakehouse.catalog_name
         for arm in ARMS:  # warm-up: the JIT compiles every arm's code before any is recorded
             writers[arm](f"{name}.bench.{arm}_warm")
         counts: dict[str, Counter[str]] = {}
