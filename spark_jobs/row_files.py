@@ -27,11 +27,25 @@ from iceberg.protocol.file_ref import file_ref
 from iceberg.protocol.locations import file_forms
 
 # Logical operators of an analyzed plan that Spark plans as operators emitting each input row (or
-# rows made from it) before they take the next. Anything not named here (Sort, Aggregate, Window,
-# Repartition, Join, Distinct, GlobalLimit, ResolvedHint, MapInPandas, LocalRelation,
-# InMemoryRelation, ...) makes the reference null. Joins are out even when broadcast: Spark may
-# broadcast the shard and stream the other table, whose files ``input_file_name()`` would then name.
-STREAMING = frozenset({"Expand", "Filter", "Generate", "LocalLimit", "Project", "Sample", "SubqueryAlias", "Union"})
+# rows made from it) before they take the next, or that planning removes (a view's or an alias's
+# name, a join hint). Anything not named here (Sort, Aggregate, Window, Repartition, Join, Distinct,
+# GlobalLimit, MapInPandas, LocalRelation, InMemoryRelation, a SQL ``WITH``'s CTE nodes, ...)
+# makes the reference null. Joins are out even when broadcast: Spark may broadcast the shard and
+# stream the other table, whose files ``input_file_name()`` would then name.
+STREAMING = frozenset(
+    {
+        "Expand",
+        "Filter",
+        "Generate",
+        "LocalLimit",
+        "Project",
+        "ResolvedHint",
+        "Sample",
+        "SubqueryAlias",
+        "Union",
+        "View",
+    }
+)
 SCAN = "DataSourceV2Relation"
 # Expressions the optimizer turns into operators of their own: Python UDFs are evaluated in batches
 # (BatchEvalPython, ArrowEvalPython), and a subquery may become a join. A Hive UDTF may emit rows
@@ -51,6 +65,10 @@ HOLDING_EXPRESSIONS = frozenset(
         "ScalarSubquery",
     }
 )
+
+
+# Expressions without children, common enough in a shard's read to spare their py4j calls.
+LEAVES = frozenset({"AttributeReference", "Literal"})
 
 
 def plan_nodes(plan: Any) -> list[str]:
@@ -74,9 +92,11 @@ def expression_kinds(plan: Any) -> set[str]:
         pending = [top.apply(i) for i in range(top.size())]
         while pending:
             expression = pending.pop()
-            found.add(str(expression.getClass().getSimpleName()))
-            inner = expression.children()
-            pending += [inner.apply(i) for i in range(inner.size())]
+            kind = str(expression.getClass().getSimpleName())
+            found.add(kind)
+            if kind not in LEAVES:  # a shard's ``_file IN (...)`` holds a literal per file: py4j calls each
+                inner = expression.children()
+                pending += [inner.apply(i) for i in range(inner.size())]
     return found
 
 
@@ -87,8 +107,8 @@ def streams_rows(df: DataFrame, source: str) -> bool:
     partition is read whole before its rows come out). Spark made it already with the DataFrame:
     reading the physical plan planned the scan's files, which the write then planned again (3.3 s
     of a cold consume's first lease on W1), and even optimizing it cost a cold JVM 2 to 4 s. It is
-    the stricter reading: the optimizer may remove an operator, but adds one only for the
-    expressions refused here.
+    the stricter reading: Spark's optimizer may remove an operator, but adds one only for the
+    expressions refused here (rules a session extension adds are not known to this check).
     """
     plan = df._jdf.queryExecution().withCachedData()
     names = plan_nodes(plan)
@@ -115,7 +135,7 @@ def file_ref_column(df: DataFrame, source: str) -> Column:
 
 @dataclass
 class RowFiles:
-    """Whether a lease's transform streams rows, per source schema: found from the first output planned, kept.
+    """Whether a lease's transform streams rows, per source schema: found from the first output built, kept.
 
     The verdict depends on the transform and the columns it is given, not on the number of rows:
     no operator that ``streams_rows`` allows changes with the size of its input. A transform may

@@ -47,7 +47,7 @@ def shard_output(
 ) -> Callable[[], DataFrame]:
     """The shards' output as a fresh DataFrame per delivery, each row with its own shard's lineage columns.
 
-    ``row_files`` holds the lease's verdict on its transform; the first output planned finds it.
+    ``row_files`` holds the lease's verdict on its transform; the first output built finds it.
     """
     columns = shard_columns(source, shards[0].schema_id)
 
@@ -58,7 +58,7 @@ def shard_output(
         return transform(read_shard(spark, source_table, shard, root, group.filter, columns))
 
     def together() -> DataFrame | None:
-        # The verdict from one shard's plan: planning the whole batch's scan only for it cost seconds.
+        # The verdict from one shard's output: the batch's read holds a literal per file of every shard.
         schema = shards[0].schema_id
         if row_files.known(schema) is None:
             row_files.ref(read(shards[0]), schema)

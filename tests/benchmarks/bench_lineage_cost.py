@@ -15,7 +15,11 @@ stream ``region=eu`` of W1's source, 12 snapshots, 1.68 million rows, the same t
 - ``strings4`` and ``longs4``: ``plain`` with four constant columns added, strings of the lineage
   columns' lengths or ``long`` numbers: what the columns' type costs;
 - ``file_ref``: ``plain`` with each row's source-file reference (``_ig_file``: xxhash64 of
-  ``input_file_name()``), which ``lineage`` and ``staged`` carry too.
+  ``input_file_name()``), which ``lineage`` and ``staged`` carry too;
+- ``six``, ``three``, ``three_long`` and ``window_ref``: ``plain`` with the reference and constants
+  shaped as lineage columns could be: today's six (group, lease, shard, window strings, the epoch
+  an ``int``); only the shard and the window; the shard as a ``long``; only the window. What
+  dropping columns, or storing them as numbers, would save.
 
 Each arm writes a fresh table, in a rotating order, ROUNDS rounds after one warm-up round. The
 figures are medians, and each arm's cost as a multiple of ``plain``. The publish (a catalog commit,
@@ -49,8 +53,20 @@ from spark_jobs.transforms import enrich_events
 from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 
-ROUNDS = 5
-ARMS = ("plain", "shard_read", "lineage", "staged", "strings4", "longs4", "file_ref")
+ROUNDS = 9
+ARMS = (
+    "plain",
+    "shard_read",
+    "lineage",
+    "staged",
+    "strings4",
+    "longs4",
+    "file_ref",
+    "six",
+    "three",
+    "three_long",
+    "window_ref",
+)
 STREAM = "0:region=eu"
 RESULTS = Path(__file__).parent / "results" / "lineage_cost.json"
 # Four constants as the lineage columns have them (group, lease, shard, window), and four numbers.
@@ -86,15 +102,18 @@ def arm_writers(
         return rows.select("*", file_ref_column(rows, source).alias("ref"))
 
     def constants(values: tuple[object, ...]) -> DataFrame:
+        """``plain`` with a constant column per value; a Python ``int`` is Spark's ``int`` if it fits, else ``long``."""
         return plain().select("*", *[F.lit(value).alias(f"c{index}") for index, value in enumerate(values)])
 
     return {
         "plain": lambda table: plain_table(table, plain()),
         "strings4": lambda table: plain_table(table, constants(STRINGS)),
         "longs4": lambda table: plain_table(table, constants(LONGS)),
-        "file_ref": lambda table: plain_table(
-            table, plain().select("*", file_ref_column(plain(), source).alias("ref"))
-        ),
+        "file_ref": lambda table: plain_table(table, with_ref(plain())),
+        "six": lambda table: plain_table(table, with_ref(constants((*STRINGS[:3], 0, STRINGS[3])))),
+        "three": lambda table: plain_table(table, with_ref(constants(STRINGS[2:]))),
+        "three_long": lambda table: plain_table(table, with_ref(constants((LONGS[2], STRINGS[3])))),
+        "window_ref": lambda table: plain_table(table, with_ref(constants(STRINGS[3:]))),
         "shard_read": lambda table: plain_table(table, read()),
         "lineage": lambda table: plain_table(table, lineage(read())),
         "staged": staged,

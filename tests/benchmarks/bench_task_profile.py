@@ -4,7 +4,8 @@
 spends it. One warm SparkSession runs ``bench_lineage_cost``'s arms on the same W1 shard
 (``plain``, ``shard_read``, ``lineage``, ``staged``); after a warm-up round of every arm, each arm
 runs ROUNDS times under a JFR recording of its own (started and stopped through the JVM's
-``jdk.jfr.Recording``, the ``profile`` settings: a Java sample every 10 ms per running thread).
+``jdk.jfr.Recording``, the ``profile`` settings: every 10 ms, a sample of up to five threads
+running Java code; a stack keeps its 64 frames nearest the running method).
 Only the samples of Spark's executor task threads count, and each is put in the first category
 (CATEGORIES, in order) that a frame of its stack names:
 
@@ -26,7 +27,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 import tempfile
 from collections import Counter
@@ -68,12 +68,11 @@ def category(frames: list[str]) -> str:
     return "other"
 
 
-def executor_samples(recording: Path) -> Counter[str]:
-    """The recording's executor-thread samples, counted per category (``jfr print`` reads the file)."""
-    jfr = shutil.which("jfr")
-    if jfr is None:
-        raise RuntimeError("jfr: not on PATH; it comes with a JDK 17 (make jvm installs openjdk-17-jdk-headless)")
-    command = [jfr, "print", "--events", "jdk.ExecutionSample", "--stack-depth", "96", str(recording)]
+def executor_samples(recording: Path, jfr: Path) -> Counter[str]:
+    """The recording's executor-thread samples, counted per category (the JDK's ``jfr print`` reads the file)."""
+    if not jfr.is_file():
+        raise RuntimeError(f"{jfr}: missing; the session's Java has no jfr tool (a JDK 17 has it: make jvm)")
+    command = [str(jfr), "print", "--events", "jdk.ExecutionSample", "--stack-depth", "64", str(recording)]
     printed = subprocess.run(command, capture_output=True, text=True, check=True).stdout
     counts: Counter[str] = Counter()
     for sample in printed.split("jdk.ExecutionSample")[1:]:
@@ -82,17 +81,20 @@ def executor_samples(recording: Path) -> Counter[str]:
     return counts
 
 
-def recorded(spark: SparkSession, path: Path, work: Callable[[], None]) -> None:
-    """Run ``work`` under a JFR recording of the session's JVM, written to ``path``."""
+def recorded(spark: SparkSession, path: Path, work: Callable[[], None]) -> Path:
+    """Run ``work`` under a JFR recording of the session's JVM, written to ``path``; the JVM's ``jfr`` tool."""
     jvm: Any = spark._jvm
     recording = jvm.jdk.jfr.Recording(jvm.jdk.jfr.Configuration.getConfiguration("profile"))
     recording.start()
     try:
         work()
     finally:
-        recording.stop()
-        recording.dump(jvm.java.io.File(str(path)).toPath())
-        recording.close()
+        try:
+            recording.stop()
+            recording.dump(jvm.java.io.File(str(path)).toPath())
+        finally:
+            recording.close()
+    return Path(str(jvm.java.lang.System.getProperty("java.home"))) / "bin" / "jfr"
 
 
 def plot(shares: dict[str, dict[str, float]], png: Path) -> None:
@@ -133,11 +135,12 @@ def main() -> None:
                 for index in range(ROUNDS):
                     writers[arm](f"{name}.bench.{arm}_{index}")
 
-            recorded(spark, path, rounds)
-            counts[arm] = executor_samples(path)
+            counts[arm] = executor_samples(path, recorded(spark, path, rounds))
             print(f"{arm}: {sum(counts[arm].values())} executor samples {dict(counts[arm].most_common())}", flush=True)
         spark.stop()
     plain = sum(counts["plain"].values())
+    if plain == 0:
+        raise RuntimeError(f"no sample of a thread named {EXECUTOR_THREAD!r}: is the session's master local?")
     shares = {arm: {k: round(v / plain, 3) for k, v in c.items()} for arm, c in counts.items()}
     totals = {arm: round(sum(c.values()) / plain, 2) for arm, c in counts.items()}
     result = {

@@ -90,12 +90,27 @@ def test_rows_joined_or_unioned_with_another_table_name_no_file(source: Source) 
 def test_rows_filtered_by_a_subquery_name_no_file(source: Source, spark: SparkSession) -> None:
     """Spark may plan a subquery in a filter as a join, and a join may shuffle the shard's rows."""
     source.other.createOrReplaceTempView("other_rows")
-    big_spenders = source.rows.where("user_id IN (SELECT user_id FROM other_rows WHERE amount > 50)")
-    above_average = source.rows.where("amount > (SELECT avg(amount) FROM other_rows)")
+    try:
+        big_spenders = source.rows.where("user_id IN (SELECT user_id FROM other_rows WHERE amount > 50)")
+        above_average = source.rows.where("amount > (SELECT avg(amount) FROM other_rows)")
 
-    assert not streams_rows(big_spenders, source.name)
-    assert not streams_rows(above_average, source.name)
+        assert not streams_rows(big_spenders, source.name)
+        assert not streams_rows(above_average, source.name)
+    finally:
+        spark.catalog.dropTempView("other_rows")
     assert streams_rows(source.rows.where("user_id IN (1, 2, 3)"), source.name), "a list of values is no subquery"
+
+
+def test_sql_over_a_view_of_the_shard_and_a_hint_keep_the_reference(source: Source, spark: SparkSession) -> None:
+    """A transform in SQL reads the shard through a temporary view; a hint alone changes no operator."""
+    source.rows.createOrReplaceTempView("shard_rows")
+    try:
+        in_sql = spark.sql("SELECT event_id, amount * 100 AS cents FROM shard_rows WHERE amount > 10")
+
+        assert streams_rows(in_sql, source.name)
+    finally:
+        spark.catalog.dropTempView("shard_rows")
+    assert streams_rows(source.rows.hint("broadcast"), source.name)
 
 
 def test_cached_rows_name_no_file(source: Source) -> None:
