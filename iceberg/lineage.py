@@ -32,11 +32,19 @@ from iceberg.protocol.file_ref import file_ref, unambiguous
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.lineage import LineageEntry
 from iceberg.protocol.locations import file_forms
-from iceberg.protocol.shards import window_label, window_start_ms
-from iceberg.protocol.sink_commit import COL_FILE, COL_SHARD, COL_WINDOW, parse_commit, parse_replay
+from iceberg.protocol.shards import window_label, window_start_ms, window_texts
+from iceberg.protocol.sink_commit import (
+    COL_FILE,
+    COL_SHARD,
+    COL_WINDOW,
+    parse_commit,
+    parse_replay,
+    shard_filter,
+    shard_texts,
+)
 from iceberg.store.lineage import is_in, quoted
 from iceberg.store.lineage_now import LineageNow, lineage_now
-from iceberg.store.tables import load_optional
+from iceberg.store.tables import load_optional, shards_as_numbers
 
 # A filter on sink rows that matches more shards than this is answered for these only, and says so.
 MAX_ROW_SHARDS = 1000
@@ -133,9 +141,12 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
     refs: dict[str, set[int | None]] = {}
     files = rows.column(COL_FILE).to_pylist() if by_file else [None] * rows.num_rows
     for shard, window, ref in zip(
-        rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), files, strict=True
+        shard_texts(rows.column(COL_SHARD).to_pylist()),
+        window_texts(rows.column(COL_WINDOW).to_pylist()),
+        files,
+        strict=True,
     ):
-        if shard is not None:
+        if shard is not None and window is not None:
             counts[(shard, window)] = counts.get((shard, window), 0) + 1
             refs.setdefault(shard, set()).add(ref)
     chosen = sorted(counts)[:MAX_ROW_SHARDS]
@@ -228,12 +239,13 @@ def forward_rows(catalog: Catalog, group: GroupConfig, lineage: LineageNow, foun
     by_file = COL_FILE in columns
     asked = shard_files(lineage, found)
     windows = {e.window for e in found.found} if COL_WINDOW in columns else set()
-    found.sink_filter = forward_filter(asked, windows, by_file)
+    found.sink_filter = forward_filter(asked, windows, by_file, shards_as_numbers(sink))
     selected = (COL_SHARD, COL_FILE) if by_file else (COL_SHARD,)
     rows = sink.scan(row_filter=found.sink_filter, selected_fields=selected).to_arrow()
     counts = {e.shard_id: 0 for e in found.found}
-    for shard in rows.column(COL_SHARD).to_pylist():
-        counts[shard] += 1
+    for shard in shard_texts(rows.column(COL_SHARD).to_pylist()):
+        if shard is not None:
+            counts[shard] += 1
     found.sink_rows = counts
     if not by_file:
         found.note = (
@@ -272,19 +284,20 @@ def shard_files(lineage: LineageNow, found: Answer) -> dict[str, tuple[list[str]
     }
 
 
-def forward_filter(asked: Mapping[str, tuple[list[str], bool]], windows: set[str], by_file: bool) -> str:
+def forward_filter(asked: Mapping[str, tuple[list[str], bool]], windows: set[str], by_file: bool, numeric: bool) -> str:
     """The sink rows made from the asked files: of exact shards by file reference, of the others all their rows.
 
     One ``IN`` of references serves every exact shard: a source file is read by one shard, so a
     reference names rows of that shard only. The windows prune the sink's partitions (rows written
-    before the sink had its window column have none, and are kept).
+    before the sink had its window column have none, and are kept). ``numeric``: the sink stores
+    shard ids as numbers (``shard_number``), as sinks created now do.
     """
     exact = sorted(shard for shard, (_, ok) in asked.items() if by_file and ok)
     whole = sorted(shard for shard, (_, ok) in asked.items() if not (by_file and ok))
-    parts = [is_in(COL_SHARD, whole)] if whole else []
+    parts = [shard_filter(whole, numeric)] if whole else []
     if exact:
         refs = ", ".join(str(r) for r in sorted({file_ref(path) for shard in exact for path in asked[shard][0]}))
-        parts.append(f"({is_in(COL_SHARD, exact)} AND ({COL_FILE} IN ({refs}) OR {COL_FILE} IS NULL))")
+        parts.append(f"({shard_filter(exact, numeric)} AND ({COL_FILE} IN ({refs}) OR {COL_FILE} IS NULL))")
     rows = " OR ".join(parts)
     if not windows:
         return rows
@@ -325,3 +338,18 @@ def narrowed(catalog: Catalog, group: GroupConfig, found: Answer, row_filter: st
     else:
         found.found = exact
         found.note += "; only the source files that hold matching rows are listed"
+
+
+def name_sink_rows(catalog: Catalog, groups: Mapping[str, GroupConfig], found: Answer) -> None:
+    """Give each answer, and its hops', the filter of its rows in its group's sink, where it has none yet.
+
+    Forwards answers name their rows by file (``forward_rows``); the others name their shards'
+    rows, written as the sink stores shard ids: numbers, or text in an older sink.
+    """
+    ids = sorted({e.shard_id for e in found.found})
+    group = groups.get(found.group)
+    if found.sink_filter is None and ids and group is not None:
+        sink = load_optional(catalog, group.sink)
+        found.sink_filter = shard_filter(ids, sink is None or shards_as_numbers(sink))
+    for hop in found.hops:
+        name_sink_rows(catalog, groups, hop)

@@ -16,7 +16,8 @@ from pyiceberg.table import Table
 from iceberg.lineage import Answer, answer, forward_rows, narrowed
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.lineage import LineageEntry
-from iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW
+from iceberg.protocol.shards import window_texts
+from iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, shard_texts
 from iceberg.store.lineage_now import lineage_now
 from iceberg.store.tables import load_optional
 
@@ -101,7 +102,8 @@ def shards_in_file(source: Table, path: str) -> dict[str, str] | None:
             rows = pq.read_table(stream, columns=[COL_SHARD, COL_WINDOW])
     except (OSError, ValueError):
         return None
-    pairs = zip(rows.column(COL_SHARD).to_pylist(), rows.column(COL_WINDOW).to_pylist(), strict=True)
+    windows = window_texts(rows.column(COL_WINDOW).to_pylist())
+    pairs = zip(shard_texts(rows.column(COL_SHARD).to_pylist()), windows, strict=True)
     return {shard: window for shard, window in pairs if shard is not None and window is not None}
 
 

@@ -19,7 +19,7 @@ from iceberg.protocol.fences import epoch_key
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.phases import check_drift
 from iceberg.protocol.rebuild import rebuild_state, registry_behind
-from iceberg.protocol.sink_commit import COL_GROUP, COL_SHARD, parse_resets
+from iceberg.protocol.sink_commit import COL_SHARD, parse_resets, shard_texts
 from iceberg.protocol.state import GroupState
 from iceberg.reset import check_interrupted
 from iceberg.start import initial_state
@@ -171,10 +171,9 @@ def check_history_complete(catalog: Catalog, group: GroupConfig, history: SinkHi
     sink = load_optional(catalog, group.sink)
     if sink is None or history.head is None:
         return
-    rows = sink.scan(
-        row_filter=f"{COL_GROUP} = '{group.name}'", selected_fields=(COL_SHARD,), snapshot_id=history.head
-    ).to_arrow()
-    missing = set(rows.column(COL_SHARD).to_pylist()) - history.shard_ids()
+    rows = sink.scan(selected_fields=(COL_SHARD,), snapshot_id=history.head).to_arrow()
+    held = {shard_id for shard_id in shard_texts(rows.column(COL_SHARD).to_pylist()) if shard_id is not None}
+    missing = held - history.shard_ids()
     if missing:
         raise SinkError(
             f"group {group.name!r}: cannot rebuild the registry from {group.sink!r}: it holds rows of {len(missing)} "

@@ -35,6 +35,7 @@ from iceberg.protocol.sink_commit import (
     ShardRange,
     parse_resets,
     resets_key,
+    shard_texts,
 )
 from iceberg.protocol.state import ReplayTicket
 from iceberg.retry import again_while_losing
@@ -244,7 +245,8 @@ def locate_replaced(
 def rows_by_shard(table: Table, path: str) -> Counter[str]:
     """Rows per ``_ig_shard`` in one data file of an icegroup sink (the plan's row counts)."""
     with table.io.new_input(path).open() as stream:
-        return Counter(pq.read_table(stream, columns=[COL_SHARD]).column(COL_SHARD).to_pylist())
+        shards = shard_texts(pq.read_table(stream, columns=[COL_SHARD]).column(COL_SHARD).to_pylist())
+    return Counter(shard_id for shard_id in shards if shard_id is not None)
 
 
 def locate(
@@ -281,14 +283,14 @@ def check_sink_rows(sink: Table, plan: ReplayPlan, covered: list[ShardRange]) ->
     window_rows = sink.scan(row_filter=f"{COL_WINDOW} = '{plan.window}'", selected_fields=(COL_SHARD,)).to_arrow()
     plan.sink_rows = window_rows.num_rows
     ids = {shard.shard_id for shard in covered}
-    unknown = sorted(set(window_rows.column(COL_SHARD).to_pylist()) - ids)
+    unknown = sorted({s for s in shard_texts(window_rows.column(COL_SHARD).to_pylist()) if s is not None} - ids)
     if unknown:
         plan.missing.append(
             f"the sink holds rows of shards {', '.join(unknown[:5])}{' ...' if len(unknown) > 5 else ''} in the "
             "window whose commits are no longer in the sink's history (expired sink snapshots)"
         )
     legacy = sink.scan(row_filter=f"{COL_WINDOW} IS NULL", selected_fields=(COL_SHARD,)).to_arrow()
-    stranded = sum(1 for shard_id in legacy.column(COL_SHARD).to_pylist() if shard_id in ids)
+    stranded = sum(1 for shard_id in shard_texts(legacy.column(COL_SHARD).to_pylist()) if shard_id in ids)
     if stranded:
         plan.missing.append(
             f"{stranded} sink rows of the window were written before the sink had the {COL_WINDOW} "

@@ -23,7 +23,7 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import LostRace, WindowMoved
 from iceberg.openlineage import output_dataset, run_events
 from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.replay import replay_lease_id
+from iceberg.protocol.shards import window_value
 from iceberg.protocol.sink_commit import replay_properties
 from iceberg.protocol.state import ReplayTicket
 from iceberg.replay import ReplayPlan, ReplayShard, plan_replay, replay_ticket
@@ -33,7 +33,13 @@ from spark_jobs.code_shipping import ship_transform
 from spark_jobs.session import activate
 from spark_jobs.shards import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
 from spark_jobs.sink.fenced_commit import publish_replay, stage_shard
-from spark_jobs.sink.shape import align_to_sink, ensure_staged_writes, ensure_window_partition, with_lineage
+from spark_jobs.sink.shape import (
+    align_to_sink,
+    ensure_staged_writes,
+    ensure_window_partition,
+    window_type,
+    with_lineage,
+)
 from spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
@@ -154,7 +160,6 @@ def publish(
     """Stage the window's new output and replace the old in one fenced commit."""
     sink = f"{lakehouse.catalog_name}.{group.sink}"
     source = f"{lakehouse.catalog_name}.{group.source}"
-    lease_id = replay_lease_id(group.name, ticket.window, ticket.generation)
     snapshots = sorted({item.read_snapshot for item in plan.shards})
     # Every shard's branch scans its base, so the base is cached in as many partitions as there are
     # cores, not one per small file: a window of many shards over many files stays a few tasks a shard.
@@ -168,16 +173,15 @@ def publish(
         for at in snapshots
     }
     frames: list[DataFrame] = []
+    window = window_value(ticket.window, group.replay_window)
     for item in plan.shards:
         rows = bases[item.read_snapshot].where(shard_rows(item)).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
         if group.filter:
             rows = rows.where(group.filter)
-        frames.append(
-            with_lineage(transform(rows), group.name, lease_id, item.shard.shard_id, ticket.epoch, ticket.window)
-        )
+        frames.append(with_lineage(transform(rows), item.shard.shard_id, window))
     output = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
     ensure_staged_writes(spark, sink)
-    ensure_window_partition(spark, sink)
+    ensure_window_partition(spark, sink, window_type(group.replay_window))
     aligned, evolve = align_to_sink(spark, sink, output)
     try:
         token = stage_shard(aligned, sink, evolve=evolve)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from datetime import date
 from typing import Any
 
 from pyspark.sql import Column, DataFrame
@@ -156,7 +157,7 @@ class RowFiles:
         return F.expr(FILE_REF_SQL) if self.verdicts[schema_id] else None
 
 
-def by_file(values: Mapping[str, str]) -> Column:
+def by_file(values: Mapping[str, str | int | date]) -> Column:
     """Each row's value in ``values`` (by source-file location), chosen by the row's file; for streaming plans only.
 
     Every spelling of a location is matched (``iceberg.protocol.locations``). A row whose file is not in
@@ -164,11 +165,19 @@ def by_file(values: Mapping[str, str]) -> Column:
     is one SQL expression, built in one call, however many files there are.
     """
     branches = []
-    for value in sorted(set(values.values())):
+    for value in sorted(set(values.values()), key=str):
         refs = sorted({file_ref(form) for path, v in values.items() if v == value for form in file_forms(path)})
-        branches.append(f"WHEN {FILE_REF_SQL} IN ({', '.join(map(str, refs))}) THEN {sql_string(value)}")
+        literal = sql_literal(value)
+        branches.append(f"WHEN {FILE_REF_SQL} IN ({', '.join(map(str, refs))}) THEN {literal}")
     fail = "raise_error(concat('a row of a source file the batch does not hold: ', input_file_name()))"
     return F.expr(f"CASE {' '.join(branches)} ELSE {fail} END")
+
+
+def sql_literal(value: str | int | date) -> str:
+    """A Spark SQL literal of a string, a ``long`` or a date."""
+    if isinstance(value, str):
+        return sql_string(value)
+    return f"DATE'{value.isoformat()}'" if isinstance(value, date) else f"CAST({value} AS BIGINT)"
 
 
 def sql_string(value: str) -> str:

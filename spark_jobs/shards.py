@@ -13,6 +13,7 @@ from iceberg.protocol.shard_reads import OPEN_COST_BYTES, file_sizes, split_byte
 from iceberg.protocol.shards import PartitionValue, Shard
 from iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
 from spark_jobs.row_files import sql_string
+from spark_jobs.sink.shape import shard_as_text
 
 FILE_COLUMN = "_file"
 UPSTREAM_SHARD_COLUMN = "_ig_upstream_shard"
@@ -108,12 +109,15 @@ def read_files(spark: SparkSession, table: str, snapshot_id: int, files: Iterabl
     A replay reads a window's shards by their files, not by their snapshot ranges, because those
     snapshots may have expired while the files are still live in the table. It reads the files of
     many shards at once and splits the rows by ``_file``. A source that is another group's sink keeps
-    its rows' shard ids as ``UPSTREAM_SHARD_COLUMN``: rows an upstream replay rewrote are split by them.
+    its rows' shard ids (as text, whichever way that sink stores them) as ``UPSTREAM_SHARD_COLUMN``:
+    rows an upstream replay rewrote are split by them.
     """
     df = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id)).load(table).select("*", FILE_COLUMN)
     df = df.where(F.col(FILE_COLUMN).isin(list(files)))
     if COL_SHARD in df.columns:
-        df = df.withColumn(UPSTREAM_SHARD_COLUMN, F.col(COL_SHARD))
+        upstream = F.col(COL_SHARD)
+        text = upstream if dict(df.dtypes)[COL_SHARD] == "string" else shard_as_text(upstream)
+        df = df.withColumn(UPSTREAM_SHARD_COLUMN, text)
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 

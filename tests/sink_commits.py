@@ -1,8 +1,8 @@
 """Sink commits without Spark: pyiceberg appends that carry what the fenced commit writes.
 
-The rows carry the lineage columns and the snapshot summary carries the lineage properties, exactly
-as a Borrower commits them, so Leader-side code (rebuild, checkpoints, describe) can be tested
-against a real catalog without starting Spark.
+The rows carry their shard as a Borrower writes it (``shard_number``) and the snapshot summary
+carries the lineage properties, exactly as a Borrower commits them, so Leader-side code (rebuild,
+checkpoints, describe) can be tested against a real catalog without starting Spark.
 """
 
 from __future__ import annotations
@@ -11,20 +11,17 @@ import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
-from pyiceberg.types import IntegerType, LongType, NestedField, StringType
+from pyiceberg.types import LongType, NestedField
 
 from iceberg.leader import tick
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import COL_EPOCH, COL_GROUP, COL_LEASE, COL_SHARD, commit_properties
+from iceberg.protocol.sink_commit import COL_SHARD, commit_properties, shard_number
 from iceberg.protocol.state import GroupState, Lease
 
 SINK_SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),
-    NestedField(2, COL_GROUP, StringType(), required=False),
-    NestedField(3, COL_LEASE, StringType(), required=False),
-    NestedField(4, COL_SHARD, StringType(), required=False),
-    NestedField(5, COL_EPOCH, IntegerType(), required=False),
+    NestedField(2, COL_SHARD, LongType(), required=False),
 )
 
 # A sink with nothing but an id column, for tests whose rows carry no lineage.
@@ -44,10 +41,7 @@ def commit_lease(
     sink = sink_of(catalog, group)
     for shard_id in lease.shard_ids:
         shard = state.shards[shard_id]
-        rows = [
-            {"id": n, COL_GROUP: group.name, COL_LEASE: lease.lease_id, COL_SHARD: shard_id, COL_EPOCH: lease.epoch}
-            for n in range(shard.rows)
-        ]
+        rows = [{"id": n, COL_SHARD: shard_number(shard_id)} for n in range(shard.rows)]
         props = commit_properties(
             group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard], lease.origin, run_id
         )

@@ -24,12 +24,12 @@ from iceberg.lineage import (
     by_source_file,
     by_source_snapshot,
     by_window,
+    name_sink_rows,
 )
 from iceberg.lineage_chain import trace_back, trace_forward
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.lineage import LineageEntry
 from iceberg.protocol.shards import parse_window_label, snapshot_range
-from iceberg.protocol.sink_commit import COL_SHARD
 
 QUESTIONS = ("sink_snapshot", "window", "row", "source_file", "source_snapshot")
 
@@ -87,6 +87,7 @@ def cmd_lineage(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         found = by_source_snapshot(catalog, group, args.source_snapshot)
     if args.through:
         (trace_back if backwards else trace_forward)(catalog, groups, group, found)
+    name_sink_rows(catalog, groups, found)
     print(dumps(as_json(found)) if args.json else as_text(found))
     return Exit.OK
 
@@ -140,17 +141,9 @@ def as_json(found: Answer) -> dict[str, Any]:
         "unrecorded_sink_commits": found.unrecorded,
         "note": found.note or None,
         "shards": [shard_json(files, found.sink_rows) for files in shards],
-        "sink_filter": sink_filter(found),
+        "sink_filter": found.sink_filter,
         "hops": [as_json(hop) for hop in found.hops],
     }
-
-
-def sink_filter(found: Answer) -> str | None:
-    """The filter that selects, in the group's sink, the rows the answer names: from its files, or its shards' rows."""
-    if found.sink_filter is not None:
-        return found.sink_filter
-    ids = sorted({e.shard_id for e in found.found})
-    return f"{COL_SHARD} IN ({', '.join(repr(i) for i in ids)})" if ids else None
 
 
 def as_text(found: Answer) -> str:
@@ -176,7 +169,7 @@ def as_text(found: Answer) -> str:
         files = [{**f, "shard": s["shard"]} for s in shards for f in s["files"]]
         file_columns = ["path", "source_snapshot", "records", "bytes", "shard"]
         lines += ["", f"source files ({len(files)}):", table(files, file_columns)]
-        lines += ["", f"its rows in the sink: {sink_filter(found)}"]
+        lines += ["", f"its rows in the sink: {found.sink_filter}"]
     for hop in found.hops:
         lines += ["", as_text(hop)]
     return "\n".join(lines)

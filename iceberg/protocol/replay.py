@@ -9,7 +9,6 @@ a superseded or zombie replay cannot commit (``spark_jobs/sink/jvm/.../WindowRep
 
 from __future__ import annotations
 
-import hashlib
 import time
 from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
@@ -70,11 +69,6 @@ def window_coverage(
         if not any(reset.voids(epoch, shard) for reset in voiding):
             covered.setdefault(shard.shard_id, shard)
     return sorted(covered.values(), key=lambda s: (s.to_sequence or 0, s.stream, s.shard_id))
-
-
-def replay_lease_id(group: str, window: str, generation: int) -> str:
-    """The ``_ig_lease`` a replay's rows carry: 16 hex, like a lease id, unique per window and generation."""
-    return hashlib.sha256(f"{group}|replay|{window}|{generation}".encode()).hexdigest()[:16]
 
 
 def holder_alive(

@@ -10,22 +10,32 @@ Property keys are lower case: Spark lower-cases write options. ``KEY_STAGE``, ``
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import Origin
 
-COL_GROUP = "_ig_group"
-COL_LEASE = "_ig_lease"
+# The row's shard: its 16 hex digits as one signed 64-bit number (``shard_number``). Sinks created
+# before that hold the hex text; readers take either (``shard_text``), writers write the sink's kind.
 COL_SHARD = "_ig_shard"
-COL_EPOCH = "_ig_epoch"
-# The replay window (its Dagster partition key); the sink is partitioned by it, so a replay replaces
-# whole partitions, however the sink's files were compacted.
+# The replay window (its Dagster partition key): a day as a ``date``, an hour as its label
+# (``window_value``; an older sink holds days as text too). The sink is partitioned by it, so a
+# replay replaces whole partitions, however the sink's files were compacted.
 COL_WINDOW = "_ig_window"
 # The row's source file as a number (``iceberg/protocol/file_ref.py``); null where Spark cannot tell.
 COL_FILE = "_ig_file"
-LINEAGE_COLUMNS = (COL_GROUP, COL_LEASE, COL_SHARD, COL_EPOCH, COL_WINDOW, COL_FILE)
+# What every row carries now. The group, lease and epoch are the same for every row of a sink commit,
+# so they live in its summary (``commit_properties``) and the lineage table, not in each row: as
+# strings in every row they cost a shard a quarter of a plain write (``bench_lineage_cost``).
+ROW_LINEAGE = (COL_SHARD, COL_WINDOW, COL_FILE)
+# Sinks created by an older icegroup carry these in every row as well; new rows leave them null there.
+COL_GROUP = "_ig_group"
+COL_LEASE = "_ig_lease"
+COL_EPOCH = "_ig_epoch"
+# Every reserved name: a transform may not produce them, and a chained group's read drops them.
+LINEAGE_COLUMNS = (*ROW_LINEAGE, COL_GROUP, COL_LEASE, COL_EPOCH)
+SHARD_ID_DIGITS = 16
 
 KEY_GROUP = "icegroup.group"
 KEY_SOURCE = "icegroup.source"
@@ -50,6 +60,30 @@ KEY_COVERS = "icegroup.replay-covers"
 KEY_RESET = "icegroup.reset"
 # A fence commit (an empty snapshot that moves main with the fences it raises) names the properties it set.
 KEY_FENCE = "icegroup.fence"
+
+
+def shard_number(shard_id: str) -> int:
+    """A shard id (16 hex digits) as the signed 64-bit number a sink row stores: one long, not a string per row."""
+    if len(shard_id) != SHARD_ID_DIGITS or any(c not in "0123456789abcdef" for c in shard_id):
+        raise ValueError(f"{COL_SHARD}: {shard_id!r} is not a shard id ({SHARD_ID_DIGITS} lower-case hex digits)")
+    value = int(shard_id, 16)
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def shard_text(value: int | str) -> str:
+    """A row's ``_ig_shard`` as its shard id, whether the sink stores numbers or (an older sink) text."""
+    return value if isinstance(value, str) else f"{value & ((1 << 64) - 1):0{SHARD_ID_DIGITS}x}"
+
+
+def shard_texts(values: Sequence[int | str | None]) -> list[str | None]:
+    """``shard_text`` of a column's values, nulls kept."""
+    return [None if value is None else shard_text(value) for value in values]
+
+
+def shard_filter(shard_ids: Iterable[str], numeric: bool) -> str:
+    """``_ig_shard IN (...)`` in pyiceberg's and Spark's filter syntax, for a sink that stores numbers or text."""
+    values = sorted(str(shard_number(i)) if numeric else f"'{i}'" for i in set(shard_ids))
+    return f"{COL_SHARD} IN ({', '.join(values)})"
 
 
 def reset_key(group: str) -> str:

@@ -14,8 +14,9 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
 from iceberg.errors import LostRace, SinkError
-from iceberg.protocol.sink_commit import COL_SHARD
+from iceberg.protocol.sink_commit import shard_filter
 from iceberg.retry import again_while_losing
+from iceberg.store.tables import shards_as_numbers
 
 
 def lost_race(exc: Exception) -> bool:
@@ -62,12 +63,12 @@ def remove_property(table: Table, key: str, what: str) -> None:
 
 def delete_shards(table: Table, shard_ids: Collection[str], properties: dict[str, str], what: str) -> None:
     """Delete the rows of ``shard_ids`` in one commit carrying ``properties``; a repeat finds nothing and is a no-op."""
-    ids = ", ".join(f"'{shard_id}'" for shard_id in sorted(shard_ids))
 
     def delete(fresh: Table) -> None:
         with warnings.catch_warnings():
             # A delete made again after a crash finds the rows already deleted: that is the expected no-op.
             warnings.filterwarnings("ignore", "Delete operation did not match any records")
-            fresh.delete(delete_filter=f"{COL_SHARD} IN ({ids})", snapshot_properties=properties)
+            rows = shard_filter(shard_ids, shards_as_numbers(fresh))
+            fresh.delete(delete_filter=rows, snapshot_properties=properties)
 
     commit_retrying(table, delete, what)

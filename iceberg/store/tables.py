@@ -10,11 +10,13 @@ from pyiceberg.exceptions import NoSuchTableError
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
+from pyiceberg.types import LongType
 from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from iceberg.errors import SourceError
+from iceberg.protocol.sink_commit import COL_SHARD
 
 
 def load_source(catalog: Catalog, identifier: str, field: str = "source") -> Table:
@@ -138,3 +140,9 @@ def shard_columns(table: Table, schema_id: int | None) -> list[tuple[str, str]] 
 def expire_snapshots(catalog: Catalog, identifier: str, snapshot_ids: list[int]) -> None:
     """Expire these snapshots of the table in one commit; ``CommitFailedException`` if the table moved meanwhile."""
     catalog.load_table(identifier).maintenance.expire_snapshots().by_ids(snapshot_ids).commit()
+
+
+def shards_as_numbers(table: Table) -> bool:
+    """Whether a sink's rows hold their shard id as a number (``shard_number``); an older sink holds text."""
+    fields = {f.name: f for f in table.schema().fields}
+    return COL_SHARD in fields and isinstance(fields[COL_SHARD].field_type, LongType)

@@ -11,6 +11,7 @@ before, so that its output stays per shard.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from datetime import date
 from functools import reduce
 
 from pyiceberg.table import Table
@@ -19,7 +20,8 @@ from pyspark.sql import functions as F
 
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shard_reads import spanning_range
-from iceberg.protocol.shards import Shard, window_label
+from iceberg.protocol.shards import Shard, sink_window
+from iceberg.protocol.sink_commit import shard_number
 from iceberg.protocol.state import Lease
 from iceberg.store.tables import shard_columns
 from spark_jobs.row_files import FILE_REF_SQL, RowFiles, by_file
@@ -51,8 +53,8 @@ def shard_output(
     """
     columns = shard_columns(source, shards[0].schema_id)
 
-    def window(shard: Shard) -> str:
-        return window_label(shard.window_start_ms, group.replay_window)
+    def window(shard: Shard) -> date | str:
+        return sink_window(shard.window_start_ms, group.replay_window)
 
     def read(shard: Shard) -> DataFrame:
         return transform(read_shard(spark, source_table, shard, root, group.filter, columns))
@@ -67,24 +69,16 @@ def shard_output(
             return None
         out = transform(read_shards(spark, source_table, shards, span, root, group.filter, columns))
         ref = F.expr(FILE_REF_SQL)
-        by_shard = by_file({path: shard.shard_id for shard in shards for path in shard.files})
+        by_shard = by_file({path: shard_number(shard.shard_id) for shard in shards for path in shard.files})
         windows = {window(shard) for shard in shards}
-        by_window: str | Column = (
+        by_window: date | str | Column = (
             windows.pop() if len(windows) == 1 else by_file({path: window(s) for s in shards for path in s.files})
         )
-        return with_lineage(out, group.name, lease.lease_id, by_shard, lease.epoch, by_window, ref)
+        return with_lineage(out, by_shard, by_window, ref)
 
     def one(shard: Shard) -> DataFrame:
         out = read(shard)
-        return with_lineage(
-            out,
-            group.name,
-            lease.lease_id,
-            shard.shard_id,
-            lease.epoch,
-            window(shard),
-            row_files.ref(out, shard.schema_id),
-        )
+        return with_lineage(out, shard.shard_id, window(shard), row_files.ref(out, shard.schema_id))
 
     def each() -> DataFrame:
         return reduce(DataFrame.unionByName, [one(shard) for shard in shards])

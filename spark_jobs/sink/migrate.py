@@ -28,7 +28,7 @@ from iceberg.store.tables import load_optional
 from spark_jobs.session import activate
 from spark_jobs.shards import FILE_COLUMN
 from spark_jobs.sink.fenced_commit import stage_shard
-from spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition
+from spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition, shard_as_text, window_type
 
 log = logging.getLogger(__name__)
 KEY_MIGRATE = "icegroup.migrate"
@@ -59,7 +59,7 @@ def migrate_sink(
     if sink is None:
         return Migrated(0, 0, None)
     ensure_staged_writes(spark, table)
-    ensure_window_partition(spark, table)
+    ensure_window_partition(spark, table, window_type(group.replay_window))
     commits, _ = sink_history(sink, group.name)
     windows = {
         s.shard_id: window_label(s.window_start_ms, group.replay_window)
@@ -72,7 +72,8 @@ def migrate_sink(
     if not files:
         return Migrated(0, 0, None)
     old = rows.where(F.col(FILE_COLUMN).isin(files))
-    shards = {r[0] for r in old.select(COL_SHARD).distinct().collect()}
+    shard = F.col(COL_SHARD) if dict(rows.dtypes)[COL_SHARD] == "string" else shard_as_text(F.col(COL_SHARD))
+    shards = {r[0] for r in old.select(shard).distinct().collect()}
     unknown = sorted(str(s) for s in shards if s not in windows)
     if unknown:
         raise SinkError(
@@ -83,8 +84,8 @@ def migrate_sink(
     progress(f"migrating {len(files)} files of {group.sink}: rows get their window")
     mapping = spark.createDataFrame(list(windows.items()), ["_ig_shard_of", "_ig_window_of"])
     filled = (
-        old.join(F.broadcast(mapping), old[COL_SHARD] == mapping["_ig_shard_of"], "left")
-        .withColumn(COL_WINDOW, F.col("_ig_window_of"))
+        old.join(F.broadcast(mapping), shard == mapping["_ig_shard_of"], "left")
+        .withColumn(COL_WINDOW, F.col("_ig_window_of").cast(dict(rows.dtypes)[COL_WINDOW]))
         .select(*[F.col(f"`{c}`") for c in spark.table(table).columns])
     )
     count = old.count()

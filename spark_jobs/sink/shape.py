@@ -8,29 +8,22 @@ the fenced commit (``spark_jobs/sink/fenced_commit.py``) publishes them.
 from __future__ import annotations
 
 import logging
+from datetime import date
 from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from iceberg.errors import SinkError
-from iceberg.protocol.sink_commit import (
-    COL_EPOCH,
-    COL_FILE,
-    COL_GROUP,
-    COL_LEASE,
-    COL_SHARD,
-    COL_WINDOW,
-    LINEAGE_COLUMNS,
-)
+from iceberg.protocol.shards import Window
+from iceberg.protocol.sink_commit import COL_FILE, COL_SHARD, COL_WINDOW, LINEAGE_COLUMNS, SHARD_ID_DIGITS, shard_number
 
 log = logging.getLogger(__name__)
 
 SINK_PROPERTIES = {
     "format-version": "2",
-    # Exact bounds on the lineage columns keep lineage queries and replays by shard exact.
+    # Exact bounds on the shard column keep lineage queries and replays by shard exact.
     "write.metadata.metrics.column._ig_shard": "full",
-    "write.metadata.metrics.column._ig_lease": "full",
     # Shard output is staged, then published by the fenced commit.
     "write.wap.enabled": "true",
     # Outputs may lack columns (older shards) or add them (the source gained one); see stage_shard.
@@ -45,30 +38,24 @@ SINK_PROPERTIES = {
 
 
 def with_lineage(
-    df: DataFrame,
-    group: str,
-    lease_id: str,
-    shard_id: str | Column,
-    epoch: int,
-    window: str | Column,
-    file_ref: Column | None = None,
+    df: DataFrame, shard_id: str | Column, window: date | str | Column, file_ref: Column | None = None
 ) -> DataFrame:
-    """Add the lineage columns and the replay window; a transform must not produce columns with these names.
+    """Add the row lineage: the shard (as its number), the window (``window_value``) and the source-file reference.
 
-    ``file_ref`` is each row's source-file reference (``spark_jobs.row_files.RowFiles``);
-    without it, rows carry null there and lineage names their whole shard. Rows of several shards
-    read in one scan name their shard and window by their file (``spark_jobs.row_files.by_file``).
+    The group, lease and epoch of a commit are in its summary, not in its rows: three string columns
+    that hold one value per commit cost each row their encoding. ``file_ref`` is each row's
+    source-file reference (``spark_jobs.row_files.RowFiles``); without it, rows carry null there
+    and lineage names their whole shard. Rows of several shards read in one scan name their shard
+    and window by their file (``spark_jobs.row_files.by_file``). A transform must not produce
+    columns with the reserved names (``LINEAGE_COLUMNS``).
     """
     clash = [c for c in df.columns if c in LINEAGE_COLUMNS]
     if clash:
         raise SinkError(f"transform: output has reserved lineage column(s) {clash}; rename them")
     return df.select(
         "*",
-        F.lit(group).alias(COL_GROUP),
-        F.lit(lease_id).alias(COL_LEASE),
-        (F.lit(shard_id) if isinstance(shard_id, str) else shard_id).alias(COL_SHARD),
-        F.lit(epoch).cast("int").alias(COL_EPOCH),
-        (F.lit(window) if isinstance(window, str) else window).alias(COL_WINDOW),
+        (F.lit(shard_number(shard_id)).cast("long") if isinstance(shard_id, str) else shard_id).alias(COL_SHARD),
+        (window if isinstance(window, Column) else F.lit(window)).alias(COL_WINDOW),
         (F.lit(None).cast("long") if file_ref is None else file_ref).alias(COL_FILE),
     )
 
@@ -97,7 +84,7 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
         if not spark.catalog.tableExists(f"{catalog}.{sink}"):
             raise
     ensure_staged_writes(spark, f"{catalog}.{sink}")
-    ensure_window_partition(spark, f"{catalog}.{sink}")
+    ensure_window_partition(spark, f"{catalog}.{sink}", dict(df.dtypes)[COL_WINDOW])
 
 
 def ensure_staged_writes(spark: SparkSession, table: str) -> None:
@@ -118,20 +105,20 @@ def window_partitioned(spark: SparkSession, table: str) -> bool:
     return any(str(field.name()) == COL_WINDOW for field in spec.fields())
 
 
-def ensure_window_partition(spark: SparkSession, table: str) -> None:
+def ensure_window_partition(spark: SparkSession, table: str, column_type: str) -> None:
     """Partition the sink by the replay window, in addition to any partitioning it already has.
 
     A sink created before the window column (or by the user, with partitioning of its own) gains
-    the column and the partition field by schema and partition-spec evolution; its existing files
-    keep their spec, and new output is written per window. Borrowers may do this at once: whoever
-    loses the race finds the field there.
+    the column (of ``column_type``: ``window_type``) and the partition field by schema and
+    partition-spec evolution; its existing files keep their spec, and new output is written per
+    window. Borrowers may do this at once: whoever loses the race finds the field there.
     """
     if window_partitioned(spark, table):
         return
     columns = {f.name for f in spark.table(table).schema.fields}
     try:
         if COL_WINDOW not in columns:
-            spark.sql(f"ALTER TABLE {table} ADD COLUMN {COL_WINDOW} string")
+            spark.sql(f"ALTER TABLE {table} ADD COLUMN {COL_WINDOW} {column_type}")
         spark.sql(f"ALTER TABLE {table} ADD PARTITION FIELD {COL_WINDOW}")
     except Exception:
         if not window_partitioned(spark, table):
@@ -143,9 +130,16 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
     """Order the output's columns as the sink has them; fail if a column has another type than the sink's.
 
     Returns the aligned output and whether it has columns the sink lacks: the write then adds them
-    (the source gained a column, say). Columns the output lacks are written as null.
+    (the source gained a column, say). Columns the output lacks are written as null: an older sink's
+    group, lease and epoch columns among them. An older sink holds shard ids and days as text; they
+    are written so there (a ``date`` as text is its label).
     """
     sink_fields = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}
+    types = dict(df.dtypes)
+    if sink_fields.get(COL_SHARD) == "string" and types.get(COL_SHARD) == "bigint":
+        df = df.withColumn(COL_SHARD, shard_as_text(F.col(COL_SHARD)))
+    if sink_fields.get(COL_WINDOW) == "string" and types.get(COL_WINDOW) == "date":
+        df = df.withColumn(COL_WINDOW, F.col(COL_WINDOW).cast("string"))
     problems = [
         f"{f.name} ({f.dataType.simpleString()}): sink has {sink_fields[f.name]}"
         for f in df.schema.fields
@@ -158,3 +152,13 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
         )
     ordered = [c for c in sink_fields if c in df.columns] + [c for c in df.columns if c not in sink_fields]
     return df.select(*[F.col(f"`{c}`") for c in ordered]), any(c not in sink_fields for c in df.columns)
+
+
+def shard_as_text(shard: Column) -> Column:
+    """A shard number as its id, for a sink that holds ids as text: Spark's ``hex`` of a negative long is unsigned."""
+    return F.lpad(F.lower(F.hex(shard)), SHARD_ID_DIGITS, "0")
+
+
+def window_type(window: Window) -> str:
+    """The Spark type of a sink's window column for a group's windows: what ``window_value`` gives."""
+    return "date" if window == "day" else "string"

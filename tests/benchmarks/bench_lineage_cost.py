@@ -3,9 +3,10 @@
 W1's throughput ratio (``bench_throughput.py``) sets ``icegroup consume`` against a plain Spark job
 that reads, transforms and appends. A Borrower does more per row: it reads a pinned snapshot range
 restricted to the shard's own files, adds the lineage columns that lineage queries, replays and
-resets use (group, lease, shard, epoch, window, the row's source file), and stages the output in
-the window-partitioned sink for the fenced commit. This isolates those steps on one warm SparkSession, on one W1 shard:
-stream ``region=eu`` of W1's source, 12 snapshots, 1.68 million rows, the same transform.
+resets use (the shard as a ``long``, the day window as a ``date``, the row's source file), and
+stages the output in the window-partitioned sink for the fenced commit. This isolates those steps
+on one warm SparkSession, on one W1 shard: stream ``region=eu`` of W1's source, 12 snapshots, 1.68
+million rows, the same transform.
 
 - ``plain``: the stream's rows at the head snapshot, transformed, appended to a plain table;
 - ``shard_read``: the shard as the Borrower reads it (``read_shard``), transformed, to a plain table;
@@ -17,9 +18,10 @@ stream ``region=eu`` of W1's source, 12 snapshots, 1.68 million rows, the same t
 - ``file_ref``: ``plain`` with each row's source-file reference (``_ig_file``: xxhash64 of
   ``input_file_name()``), which ``lineage`` and ``staged`` carry too;
 - ``six``, ``three``, ``three_long`` and ``window_ref``: ``plain`` with the reference and constants
-  shaped as lineage columns could be: today's six (group, lease, shard, window strings, the epoch
-  an ``int``); only the shard and the window; the shard as a ``long``; only the window. What
-  dropping columns, or storing them as numbers, would save.
+  shaped as lineage columns can be: the six that rows carried before (group, lease, shard, window
+  strings, the epoch an ``int``); only the shard and the window, as strings; the shard as a
+  ``long``; only the window (a string). What each column costs; ``lineage`` writes the shard as a
+  ``long`` and the window as a ``date``.
 
 Each arm writes a fresh table, in a rotating order, ROUNDS rounds after one warm-up round. The
 figures are medians, and each arm's cost as a multiple of ``plain``. The publish (a catalog commit,
@@ -34,6 +36,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date
 from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
@@ -85,7 +88,7 @@ def arm_writers(
 
     def lineage(rows: DataFrame) -> DataFrame:
         ref = file_ref_column(rows, source)
-        return with_lineage(rows, "bench", "lease0123456789ab", shard.shard_id, 0, "2026-11-25", ref)
+        return with_lineage(rows, shard.shard_id, date(2026, 11, 25), ref)
 
     def read() -> DataFrame:
         return enrich_events(read_shard(spark, source, shard, root, None))

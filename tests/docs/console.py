@@ -64,6 +64,8 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"\b\d[\d,_]*(?:\.\d+)?\s?(?:[kKMGT]i?B|rows?|files?|commits?|snapshots?)?/s\b"), "<rate>"),
     (re.compile(r"\b\d+(?:\.\d+)?\s?(?:ms|µs|us|s|sec|secs|seconds?|m|min|mins|minutes?|h|hours?|d|days?)\b"), "<dur>"),
     (re.compile(r"<dur>(?:\s?<dur>)+"), "<dur>"),
+    # A number's sign is part of its value, not its shape: a shard number or file reference has either.
+    (re.compile(r"(?<![\w)\]])-(?=\d)"), ""),
     # A hex id (a shard, a lease) is a number too: one that happens to hold no letter must keep its shape.
     (re.compile(r"\b(?=[0-9a-f]*[a-f])[0-9a-f]{8,}\b"), "<n>"),
     (re.compile(r"\d[\d,_]*(?:\.\d+)?(?:[eE][+-]?\d+)?"), "<n>"),

@@ -117,6 +117,7 @@ def test_a_here_string_is_not_a_heredoc() -> None:
         ("12,000 rows/s in 3.2s", "<rate> in <dur>"),
         ("took 1m 5s, then 150 ms", "took <dur>, then <dur>"),
         ("shard a1b2c3d4e5f6a7b8 and 2158310094725513", "shard <n> and <n>"),
+        ("_ig_shard IN (-4718204113245151150, 24372703) and x-1", "_ig_shard IN (<n> <n>) and x-<n>"),
         ("GROUP    LAG     ROWS", "GROUP LAG ROWS"),
         ("-----  --------", "--- ---"),
         ("\x1b[31mred\x1b[0m", "red"),

@@ -10,8 +10,15 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted
 from iceberg.protocol.file_ref import file_ref
 from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import COL_FILE, COL_SHARD, KEY_SHARD_IDS, commit_properties, parse_commit
+from iceberg.protocol.shards import sink_window
+from iceberg.protocol.sink_commit import (
+    COL_FILE,
+    COL_SHARD,
+    KEY_SHARD_IDS,
+    commit_properties,
+    parse_commit,
+    shard_texts,
+)
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from spark_jobs.borrower.lease import run_lease
@@ -49,8 +56,10 @@ def test_a_lease_of_small_shards_publishes_them_in_one_commit_that_names_each(
     assert report.committed == [s.shard_id for s in shards]
     assert len(report.sink_snapshots) == 1
     assert icegroup_commits(catalog, group) == [[s.shard_id for s in shards]]
-    rows = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD,)).to_arrow().column(COL_SHARD)
-    per_shard = {s.shard_id: rows.to_pylist().count(s.shard_id) for s in shards}
+    rows = shard_texts(
+        catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD,)).to_arrow()[COL_SHARD].to_pylist()
+    )
+    per_shard = {s.shard_id: rows.count(s.shard_id) for s in shards}
     assert per_shard == {s.shard_id: s.rows for s in shards}, "each row keeps its own shard's lineage"
     drive(spark, lakehouse, group)
     state = load_state(catalog, group.name).state
@@ -96,11 +105,8 @@ def test_a_batch_holding_one_committed_shard_is_refused_whole(
     frames = [
         with_lineage(
             read_shard(spark, f"{lakehouse.catalog_name}.{group.source}", s, root, None),
-            group.name,
-            lease.lease_id,
             s.shard_id,
-            lease.epoch,
-            window_label(s.window_start_ms, group.replay_window),
+            sink_window(s.window_start_ms, group.replay_window),
         )
         for s in shards[:2]
     ]
@@ -133,7 +139,7 @@ def test_a_batch_read_in_one_scan_labels_each_row_with_its_own_files_shard(
     shard_of_ref = {file_ref(path): s.shard_id for s in shards for path in s.files}
     rows = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD, COL_FILE, "event_id")).to_arrow()
     assert rows.num_rows == sum(s.rows for s in shards)
-    labels = list(zip(rows.column(COL_FILE).to_pylist(), rows.column(COL_SHARD).to_pylist(), strict=True))
+    labels = list(zip(rows.column(COL_FILE).to_pylist(), shard_texts(rows.column(COL_SHARD).to_pylist()), strict=True))
     assert all(ref is not None for ref, _ in labels), "an identity transform streams rows: every row names its file"
     assert [shard for _, shard in labels] == [shard_of_ref[ref] for ref, _ in labels]
     drive(spark, lakehouse, group)
@@ -157,5 +163,5 @@ def test_a_batch_whose_transform_aggregates_is_transformed_shard_by_shard(
 
     assert len(report.sink_snapshots) == 1, "the shards still commit together"
     rows = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD, COL_FILE)).to_arrow()
-    assert sorted(rows.column(COL_SHARD).to_pylist()) == sorted(s.shard_id for s in shards)
+    assert sorted(map(str, shard_texts(rows.column(COL_SHARD).to_pylist()))) == sorted(s.shard_id for s in shards)
     assert set(rows.column(COL_FILE).to_pylist()) == {None}

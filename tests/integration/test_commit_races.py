@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import date
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -42,14 +43,7 @@ def test_sink_commits_racing_at_max_borrowers_are_retried_not_failed(
     staged = []
     for lease in result.launch:
         shard = result.state.shards[lease.shard_ids[0]]
-        out = with_lineage(
-            read_shard(spark, source_table, shard, root, None),
-            group.name,
-            lease.lease_id,
-            shard.shard_id,
-            0,
-            "2026-01-01",
-        )
+        out = with_lineage(read_shard(spark, source_table, shard, root, None), shard.shard_id, date(2026, 1, 1))
         ensure_sink(spark, lakehouse.catalog_name, group.sink, out)
         staged.append((lease, shard, stage_shard(out, sink_table)))
     barrier = threading.Barrier(len(staged), timeout=60)

@@ -12,7 +12,7 @@ from iceberg.leader import tick
 from iceberg.protocol.fences import fence_key
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import Shard, window_label
+from iceberg.protocol.shards import Shard, sink_window
 from iceberg.protocol.sink_commit import COL_SHARD, KEY_FENCE, commit_properties
 from iceberg.protocol.state import Lease
 from iceberg.verify import verify_group
@@ -80,11 +80,8 @@ def test_second_commit_of_a_shard_is_refused_at_commit_time(
 
     rows = with_lineage(
         read_shard(spark, f"{lakehouse.catalog_name}.{group.source}", shard, root, None),
-        group.name,
-        lease.lease_id,
         shard.shard_id,
-        lease.epoch,
-        window_label(shard.window_start_ms, group.replay_window),
+        sink_window(shard.window_start_ms, group.replay_window),
     )
     props = commit_properties(group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, [shard])
     token = stage_shard(rows, sink_table)

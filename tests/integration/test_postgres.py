@@ -5,6 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from datetime import date
 from pathlib import Path
 from typing import Any
 
@@ -99,7 +100,7 @@ def test_borrowers_creating_the_sink_at_once_all_go_on(
     """The first Borrowers of a group race to create the sink; the losers must not fail."""
     group = make_group()
     events = pg_spark.range(3).withColumnRenamed("id", "event_id")
-    frame = with_lineage(events, group.name, "lease", "shard", 0, "2026-01-01")
+    frame = with_lineage(events, "0123456789abcdef", date(2026, 1, 1))
     barrier = threading.Barrier(6)
 
     def create() -> None:

@@ -14,6 +14,7 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
+from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import IntegerType, NestedField, StringType
 from pyspark.sql import SparkSession
@@ -24,7 +25,7 @@ from iceberg.leader import tick
 from iceberg.protocol.fences import replay_fence_key
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.replay import replay_lease_id
+from iceberg.protocol.shards import window_texts
 from iceberg.protocol.sink_commit import (
     COL_EPOCH,
     COL_GROUP,
@@ -33,7 +34,6 @@ from iceberg.protocol.sink_commit import (
     COL_WINDOW,
     KEY_FENCE,
     KEY_REPLAY,
-    LINEAGE_COLUMNS,
     commit_properties,
 )
 from iceberg.replay import begin_replay, end_replay, plan_replay
@@ -61,6 +61,11 @@ def sink_rows(catalog: Catalog, group: GroupConfig) -> pa.Table:
     return catalog.load_table(group.sink).scan().to_arrow()
 
 
+def live_files(sink: Table, snapshot_id: int | None = None) -> frozenset[str]:
+    """The data files a reader of the sink sees (at ``snapshot_id``, or now): a replay writes the window's anew."""
+    return frozenset(task.file.file_path for task in sink.scan(snapshot_id=snapshot_id).plan_files())
+
+
 def amounts(rows: pa.Table) -> dict[int, float]:
     """Event id to amount."""
     return dict(zip(rows.column("event_id").to_pylist(), rows.column("amount").to_pylist(), strict=True))
@@ -85,7 +90,7 @@ def test_a_replay_with_a_changed_transform_replaces_the_window_in_one_commit(
     assert Counter(after.column("event_id").to_pylist()) == Counter(range(1, 181)), "each event exactly once"
     old, new = amounts(before), amounts(after)
     assert all(new[i] == round(old[i] * 100) for i in old), "every row of the window is the new transform's"
-    assert set(after.column(COL_WINDOW).to_pylist()) == {today(group)}
+    assert set(window_texts(after.column(COL_WINDOW).to_pylist())) == {today(group)}
     assert report.rows_in == 180
     assert (report.rows_out, report.rows_replaced) == (180, 180)
     sink = catalog.load_table(group.sink)
@@ -190,6 +195,7 @@ def test_a_lease_that_commits_into_the_window_after_the_plan_makes_the_replay_pl
     ticket = begin_replay(catalog, group, today(group), holder="replay-live")
     plan = plan_replay(catalog, group, today(group))
     run_lease(spark, lakehouse, group, lease, [granted.state.shards[s] for s in lease.shard_ids], progress=quiet)
+    leases_output = live_files(catalog.load_table(group.sink))
 
     report = ReplayReport(window=today(group), generation=ticket.generation)
     with pytest.raises(WindowMoved, match="after the replay planned it"):
@@ -201,7 +207,7 @@ def test_a_lease_that_commits_into_the_window_after_the_plan_makes_the_replay_pl
     rows = sink_rows(catalog, group)
     assert Counter(rows.column("event_id").to_pylist()) == Counter(range(1, 31))
     assert report.rows_replaced == 30
-    assert len(set(rows.column(COL_LEASE).to_pylist())) == 1, "every row is the replay's"
+    assert live_files(catalog.load_table(group.sink)).isdisjoint(leases_output), "every row is the replay's"
 
 
 def test_replay_reads_live_files_of_expired_snapshots_and_refuses_when_files_are_gone(
@@ -263,8 +269,8 @@ def test_a_reader_scanning_during_replays_sees_the_old_or_the_new_window_never_b
     def read_in_a_loop() -> None:
         reader = lakehouse.catalog()
         while not stop.is_set():
-            rows = reader.load_table(group.sink).scan(selected_fields=("event_id", COL_LEASE)).to_arrow()
-            seen.append((rows.num_rows, frozenset(rows.column(COL_LEASE).to_pylist())))
+            sink = reader.load_table(group.sink)
+            seen.append((sink.scan(selected_fields=("event_id",)).to_arrow().num_rows, live_files(sink)))
 
     reader = threading.Thread(target=read_in_a_loop)
     reader.start()
@@ -274,13 +280,14 @@ def test_a_reader_scanning_during_replays_sees_the_old_or_the_new_window_never_b
         stop.set()
         reader.join()
 
-    versions = [frozenset({replay_lease_id(group.name, today(group), r.generation)}) for r in replays]
+    sink = catalog.load_table(group.sink)
+    versions = [live_files(sink, r.sink_snapshot) for r in replays]
     assert len(seen) > 10, "the reader scanned throughout"
     assert {count for count, _ in seen} == {60}, "never both versions, never neither"
     first = seen[0][1]
-    assert len(first) > 1, "the first version is the leases' output"
-    assert {leases for _, leases in seen} <= {first, *versions}, "each scan is one version of the window"
-    assert versions[-1] in {leases for _, leases in seen[-3:]}
+    assert len({first, *versions}) == 4, "each replay wrote the window's rows anew"
+    assert {files for _, files in seen} <= {first, *versions}, "each scan is one version of the window"
+    assert versions[-1] in {files for _, files in seen[-3:]}
 
 
 def write_legacy_sink(catalog: Catalog, group: GroupConfig) -> int:
@@ -288,7 +295,8 @@ def write_legacy_sink(catalog: Catalog, group: GroupConfig) -> int:
     granted = tick(catalog, group, lambda _: RunState.MISSING)
     (lease,) = granted.launch
     source = catalog.load_table(group.source)
-    lineage = [NestedField(100 + i, name, StringType(), required=False) for i, name in enumerate(LINEAGE_COLUMNS[:3])]
+    older = (COL_GROUP, COL_LEASE, COL_SHARD)
+    lineage = [NestedField(100 + i, name, StringType(), required=False) for i, name in enumerate(older)]
     fields = [NestedField(f.field_id, f.name, f.field_type, required=False) for f in source.schema().fields]
     schema = Schema(*fields, *lineage, NestedField(110, COL_EPOCH, IntegerType(), required=False))
     catalog.create_namespace_if_not_exists(group.sink.split(".")[0])
@@ -322,8 +330,12 @@ def test_a_sink_written_before_the_window_column_is_migrated_then_replayed(
     assert head is not None
     assert head.summary is not None
     assert head.summary.operation.value == "replace", "the same rows: a downstream group ignores it"
-    windows = sink.scan(selected_fields=(COL_WINDOW,)).to_arrow().column(COL_WINDOW).to_pylist()
+    windows = window_texts(sink.scan(selected_fields=(COL_WINDOW,)).to_arrow().column(COL_WINDOW).to_pylist())
     assert windows == [today(group)] * 24
     assert migrate_sink(spark, lakehouse, group, progress=quiet).files == 0, "nothing left to migrate"
+    legacy_ids = Counter(sink.scan(selected_fields=(COL_SHARD,)).to_arrow().column(COL_SHARD).to_pylist())
     assert replay_window(spark, lakehouse, group, today(group), progress=quiet).rows_replaced == 24
     assert verify_group(catalog, group, key="event_id").ok
+    replayed = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD, COL_GROUP)).to_arrow()
+    assert Counter(replayed.column(COL_SHARD).to_pylist()) == legacy_ids, "new rows keep the older sink's text ids"
+    assert replayed.column(COL_GROUP).null_count == 24, "the group is in the commit now, not in each row"

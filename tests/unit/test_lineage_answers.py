@@ -4,11 +4,13 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
 from pyiceberg.expressions.parser import parse
 
 from iceberg.lineage import by_their_files, forward_filter
 from iceberg.protocol.file_ref import file_ref
 from iceberg.protocol.lineage import CONSUMED, LineageEntry
+from iceberg.protocol.sink_commit import shard_number, shard_texts
 from iceberg.store.lineage import Pending
 from iceberg.store.lineage_now import matching
 
@@ -61,14 +63,28 @@ def test_rows_name_their_files_per_shard_and_a_shard_that_cannot_is_left_to_the_
 
 
 def test_the_forward_filter_names_exact_shards_by_reference_and_the_others_whole() -> None:
-    asked = {"s1": (["/w/a.parquet"], True), "s2": ([""], False)}
+    exact, whole = "00000000000000ff", "ffffffffffffffff"
+    asked = {exact: (["/w/a.parquet"], True), whole: ([""], False)}
 
-    where = forward_filter(asked, {"2026-11-26"}, by_file=True)
+    where = forward_filter(asked, {"2026-11-26"}, by_file=True, numeric=True)
 
     by_reference = f"_ig_file IN ({file_ref('/w/a.parquet')}) OR _ig_file IS NULL"
     assert where == (
         "(_ig_window IN ('2026-11-26') OR _ig_window IS NULL) AND "
-        f"(_ig_shard IN ('s2') OR (_ig_shard IN ('s1') AND ({by_reference})))"
+        f"(_ig_shard IN (-1) OR (_ig_shard IN (255) AND ({by_reference})))"
     )
     parse(where)
-    assert forward_filter(asked, set(), by_file=False) == "_ig_shard IN ('s1', 's2')"
+    older_sink = forward_filter(asked, set(), by_file=False, numeric=False)
+    assert older_sink == f"_ig_shard IN ('{exact}', '{whole}')"
+
+
+def test_a_shard_id_is_stored_as_one_signed_long_and_read_back_from_either_kind_of_sink() -> None:
+    ids = ["0000000000000000", "7fffffffffffffff", "8000000000000000", "ffffffffffffffff", "0123456789abcdef"]
+    numbers = [shard_number(i) for i in ids]
+    assert numbers[:4] == [0, 2**63 - 1, -(2**63), -1]
+    assert all(-(2**63) <= n < 2**63 for n in numbers)
+    assert shard_texts([*numbers, None]) == [*ids, None]
+    assert shard_texts(ids) == ids, "an older sink's text is the id already"
+    for bad in ("s1", "0123456789ABCDEF", "0123456789abcdef0"):
+        with pytest.raises(ValueError, match=r"_ig_shard: .* is not a shard id"):
+            shard_number(bad)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable, Mapping
-from datetime import UTC, datetime
+from datetime import UTC, date, datetime
 
 import pytest
 
@@ -19,6 +19,8 @@ from iceberg.protocol.shards import (
     make_shard_id,
     window_label,
     window_start_ms,
+    window_texts,
+    window_value,
 )
 
 
@@ -257,6 +259,9 @@ def test_window_start_and_label(window: Window, start: str, label: str) -> None:
 
     assert window_start_ms(moment, window) == ms(start)
     assert window_label(window_start_ms(moment, window), window) == label
+    value = window_value(label, window)
+    assert value == (date(2026, 3, 4) if window == "day" else label), "a day is a date in the sink, an hour its label"
+    assert window_texts([value, label, None]) == [label, label, None], "either kind reads back as the label"
 
 
 @pytest.mark.parametrize("window", ["hour", "day"])
