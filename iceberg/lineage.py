@@ -139,6 +139,7 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
         ) from None
     counts: dict[tuple[str, str], int] = {}
     refs: dict[str, set[int | None]] = {}
+    unwindowed = 0
     files = rows.column(COL_FILE).to_pylist() if by_file else [None] * rows.num_rows
     for shard, window, ref in zip(
         shard_texts(rows.column(COL_SHARD).to_pylist()),
@@ -146,13 +147,20 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
         files,
         strict=True,
     ):
-        if shard is not None and window is not None:
+        if shard is not None and window is None:
+            unwindowed += 1
+        elif shard is not None and window is not None:
             counts[(shard, window)] = counts.get((shard, window), 0) + 1
             refs.setdefault(shard, set()).add(ref)
     chosen = sorted(counts)[:MAX_ROW_SHARDS]
     note = f"{rows.num_rows} sink rows match, from {len(counts)} shards"
     if len(counts) > MAX_ROW_SHARDS:
         note += f"; the first {MAX_ROW_SHARDS} are shown, narrow the filter for the rest"
+    if unwindowed:
+        note += (
+            f"; {unwindowed} of them have no {COL_WINDOW} (written before the sink had one), so their shards are not "
+            f"named: run `icegroup migrate {group.name} --execute`"
+        )
     lineage = lineage_now(catalog, group)
     found = Answer(
         group=group.name,

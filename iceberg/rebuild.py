@@ -26,7 +26,7 @@ from iceberg.start import initial_state
 from iceberg.store.fences import raise_fences
 from iceberg.store.group_tables import GroupTables
 from iceberg.store.registry import commit_state, load_state
-from iceberg.store.sink_history import SinkHistory, history_of, read_sink_history
+from iceberg.store.sink_history import SinkHistory, history_of, other_groups_shards, read_sink_history
 from iceberg.store.tables import load_optional, load_source
 
 log = logging.getLogger(__name__)
@@ -173,7 +173,7 @@ def check_history_complete(catalog: Catalog, group: GroupConfig, history: SinkHi
         return
     rows = sink.scan(selected_fields=(COL_SHARD,), snapshot_id=history.head).to_arrow()
     held = {shard_id for shard_id in shard_texts(rows.column(COL_SHARD).to_pylist()) if shard_id is not None}
-    missing = held - history.shard_ids()
+    missing = held - history.shard_ids() - other_groups_shards(sink, group.name)
     if missing:
         raise SinkError(
             f"group {group.name!r}: cannot rebuild the registry from {group.sink!r}: it holds rows of {len(missing)} "

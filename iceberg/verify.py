@@ -9,6 +9,8 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
 
 from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.sink_commit import COL_SHARD, shard_texts
+from iceberg.store.sink_history import other_groups_shards
 from iceberg.store.tables import load_optional, load_source
 
 
@@ -39,7 +41,8 @@ class Verification:
 def verify_group(catalog: Catalog, group: GroupConfig, key: str, after_snapshot: int | None = None) -> Verification:
     """Compare keys of source rows (appended after ``after_snapshot``, matching the filter) with the sink.
 
-    A sink belongs to one group (``iceberg.config.groups`` refuses a second), so every row in it counts.
+    Rows of another group's shards are not counted: a group renamed after a config change writes to
+    the same sink (``other_groups_shards``).
     """
     source = load_source(catalog, group.source)
     row_filter = group.row_filter or AlwaysTrue()
@@ -53,7 +56,13 @@ def verify_group(catalog: Catalog, group: GroupConfig, key: str, after_snapshot:
     sink = load_optional(catalog, group.sink)
     found: Counter[object] = Counter()
     if sink is not None and sink.current_snapshot() is not None:
-        found = Counter(sink.scan(selected_fields=(key,)).to_arrow().column(key).to_pylist())
+        others = other_groups_shards(sink, group.name)
+        out = sink.scan(selected_fields=(key, COL_SHARD) if others else (key,)).to_arrow()
+        keys = out.column(key).to_pylist()
+        if others:
+            shards = shard_texts(out.column(COL_SHARD).to_pylist())
+            keys = [k for k, shard in zip(keys, shards, strict=True) if shard not in others]
+        found = Counter(keys)
     return Verification(
         expected=sum(expected.values()),
         found=sum(found.values()),

@@ -110,6 +110,16 @@ def deleted_through(table: Table, group: str) -> int | None:
     return int(value) if value else None
 
 
+def other_groups_shards(table: Table, group: str) -> set[str]:
+    """The shards other groups committed to the sink: a group renamed after a config change keeps its sink.
+
+    Rows carry their shard, not their group, so the rows of ``group`` are those of no other group's
+    shard (rows whose commits expired from the history count as the group's own).
+    """
+    commits, _ = sink_history(table, None)
+    return {shard.shard_id for commit in commits if commit.group != group for shard in commit.shards}
+
+
 def read_sink_history(catalog: Catalog, sink: str, group: str, since: int | None) -> SinkHistory:
     """Commits of ``group`` in ``sink`` after snapshot ``since``; empty while the sink does not exist."""
     return history_of(load_optional(catalog, sink), group, since)

@@ -140,6 +140,11 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
         df = df.withColumn(COL_SHARD, shard_as_text(F.col(COL_SHARD)))
     if sink_fields.get(COL_WINDOW) == "string" and types.get(COL_WINDOW) == "date":
         df = df.withColumn(COL_WINDOW, F.col(COL_WINDOW).cast("string"))
+    if sink_fields.get(COL_WINDOW) == "date" and types.get(COL_WINDOW) == "string":
+        raise SinkError(
+            f"replay_window: {table} holds day windows ({COL_WINDOW} is a date), so it cannot take hour windows; "
+            "restore replay_window: day, or consume into a new sink under a new group name"
+        )
     problems = [
         f"{f.name} ({f.dataType.simpleString()}): sink has {sink_fields[f.name]}"
         for f in df.schema.fields

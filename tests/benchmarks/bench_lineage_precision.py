@@ -28,8 +28,8 @@ from pyiceberg.table import Table
 from iceberg.config.lakehouse import load_lakehouse
 from iceberg.lineage import by_source_file
 from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import COL_SHARD
-from iceberg.store.lineage import is_in
+from iceberg.protocol.sink_commit import shard_filter
+from iceberg.store.tables import shards_as_numbers
 from spark_jobs.session import get_session
 from tests.benchmarks.workloads import Workload, fill
 from tests.factories import create_source
@@ -76,7 +76,7 @@ def main() -> None:
             answer_s.append(time.perf_counter() - started)
             assert found.sink_filter is not None
             exact = sink.scan(row_filter=found.sink_filter, selected_fields=("event_id",)).to_arrow()
-            shards = is_in(COL_SHARD, {e.shard_id for e in found.found})
+            shards = shard_filter({e.shard_id for e in found.found}, shards_as_numbers(sink))
             whole = sink.scan(row_filter=shards, selected_fields=("event_id",)).to_arrow()
             scores["by_file"].append(scored(exact.column("event_id").to_pylist(), held[path]))
             scores["by_shard"].append(scored(whole.column("event_id").to_pylist(), held[path]))

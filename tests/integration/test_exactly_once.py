@@ -125,3 +125,21 @@ def test_consume_logs_say_where_time_goes_and_name_the_group_and_lease(
         r"read, transformed and staged in [\d.]+s, published in [\d.]+s"
     )
     assert all(re.fullmatch(pattern, line) for line in shard_lines), shard_lines
+
+
+def test_a_group_renamed_onto_its_sink_is_verified_by_its_own_rows(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """A changed transform's remedy is a new name: the sink then holds both names' rows, told apart by shard."""
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 2, 12)
+    drive(spark, lakehouse, group)
+    renamed = group.model_copy(update={"name": f"{group.name}_v2"})
+
+    drive(spark, lakehouse, renamed)
+
+    assert set(sink_ids(catalog, group).values()) == {2}, "each name consumed every row once"
+    for each in (group, renamed):
+        check = verify_group(catalog, each, key="event_id")
+        assert check.ok, check.line()
+        assert check.found == 24

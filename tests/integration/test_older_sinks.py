@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 
+import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.partitioning import PartitionField, PartitionSpec
@@ -18,6 +19,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.errors import SinkError
 from iceberg.lineage import by_rows
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.sink_commit import (
@@ -28,9 +30,11 @@ from iceberg.protocol.sink_commit import (
     COL_SHARD,
     COL_WINDOW,
     KEY_SHARDS,
+    ROW_LINEAGE,
 )
 from iceberg.verify import verify_group
 from spark_jobs.replay import replay_window
+from spark_jobs.sink.shape import align_to_sink, with_lineage
 from tests.factories import MakeGroup, append_batches, create_source, today
 from tests.integration.helpers import drive, quiet
 
@@ -89,3 +93,23 @@ def test_an_older_sink_gets_text_shard_ids_and_days_and_is_replayed_and_traced(
     replayed = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD, COL_WINDOW)).to_arrow()
     assert set(replayed.column(COL_SHARD).to_pylist()) == committed
     assert set(replayed.column(COL_WINDOW).to_pylist()) == {today(group)}
+
+    sink = catalog.load_table(group.sink)
+    unmigrated = {f.name: None for f in sink.schema().fields} | {"event_id": 999, COL_SHARD: sorted(committed)[0]}
+    sink.append(pa.Table.from_pylist([unmigrated], schema=sink.schema().as_arrow()))
+    note = by_rows(catalog, group, "event_id = 999").note
+    assert "1 of them have no _ig_window" in note
+    assert "icegroup migrate" in note
+
+
+def test_a_day_sink_refuses_hour_windows_naming_the_setting(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 1, 6)
+    drive(spark, lakehouse, group)
+    sink = f"{lakehouse.catalog_name}.{group.sink}"
+    hourly = with_lineage(spark.table(sink).drop(*ROW_LINEAGE), "0123456789abcdef", "2026-11-26-13:00")
+
+    with pytest.raises(SinkError, match=r"replay_window: .* holds day windows .* restore replay_window: day"):
+        align_to_sink(spark, sink, hourly)

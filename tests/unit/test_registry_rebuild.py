@@ -119,6 +119,22 @@ def test_a_sink_whose_history_lost_commits_is_not_rebuilt_from_what_is_left(
     assert not catalog.table_exists(registry_identifier(group.name)), "nothing was committed"
 
 
+def test_a_group_renamed_onto_the_same_sink_rebuilds_past_the_old_names_rows(
+    catalog: Catalog, group: GroupConfig
+) -> None:
+    """The remedy for a changed transform is a new name: the sink then holds rows of both names."""
+    consume_all(catalog, group)
+    renamed = group.model_copy(update={"name": f"{group.name}_v2"})
+    consume_all(catalog, renamed)
+    drop_registry(catalog, renamed)
+
+    run(catalog, renamed)
+
+    state = load_state(catalog, renamed.name).state
+    assert state is not None
+    assert state.epoch > 0, "rebuilt from the renamed group's own commits"
+
+
 def test_a_changed_filter_stops_the_group_naming_the_choices(catalog: Catalog, group: GroupConfig) -> None:
     run(catalog, group)
     changed = group.model_copy(update={"filter": "region = 'eu'"})
