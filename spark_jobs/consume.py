@@ -123,6 +123,9 @@ def consume(
                 terminate(result.terminate)
             if result.stopped:
                 runner.drain()
+                # A lease of this process may have stopped the group before its error reached the loop:
+                # its own error (the poison shard and its deliveries) says more than the stop does.
+                account(runner.finished(0))
                 raise GroupStopped(result.stop_message())
             if result.caught_up and not result.more_windows_due:
                 summary.caught_up = True
