@@ -13,7 +13,7 @@ from iceberg.protocol.shard_reads import OPEN_COST_BYTES, file_sizes, split_byte
 from iceberg.protocol.shards import PartitionValue, Shard
 from iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
 from spark_jobs.row_files import sql_string
-from spark_jobs.sink.shape import shard_as_text
+from spark_jobs.sink.shape import shard_ids
 
 FILE_COLUMN = "_file"
 UPSTREAM_SHARD_COLUMN = "_ig_upstream_shard"
@@ -115,9 +115,7 @@ def read_files(spark: SparkSession, table: str, snapshot_id: int, files: Iterabl
     df = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id)).load(table).select("*", FILE_COLUMN)
     df = df.where(F.col(FILE_COLUMN).isin(list(files)))
     if COL_SHARD in df.columns:
-        upstream = F.col(COL_SHARD)
-        text = upstream if dict(df.dtypes)[COL_SHARD] == "string" else shard_as_text(upstream)
-        df = df.withColumn(UPSTREAM_SHARD_COLUMN, text)
+        df = df.withColumn(UPSTREAM_SHARD_COLUMN, shard_ids(df))
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 

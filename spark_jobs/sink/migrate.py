@@ -22,13 +22,13 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import SinkError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, KEY_GROUP
+from iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP
 from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import load_optional
 from spark_jobs.session import activate
 from spark_jobs.shards import FILE_COLUMN
 from spark_jobs.sink.fenced_commit import stage_shard
-from spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition, shard_as_text, window_type
+from spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition, shard_ids, window_type
 
 log = logging.getLogger(__name__)
 KEY_MIGRATE = "icegroup.migrate"
@@ -72,7 +72,7 @@ def migrate_sink(
     if not files:
         return Migrated(0, 0, None)
     old = rows.where(F.col(FILE_COLUMN).isin(files))
-    shard = F.col(COL_SHARD) if dict(rows.dtypes)[COL_SHARD] == "string" else shard_as_text(F.col(COL_SHARD))
+    shard = shard_ids(rows)
     shards = {r[0] for r in old.select(shard).distinct().collect()}
     unknown = sorted(str(s) for s in shards if s not in windows)
     if unknown:

@@ -137,7 +137,7 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
     sink_fields = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}
     types = dict(df.dtypes)
     if sink_fields.get(COL_SHARD) == "string" and types.get(COL_SHARD) == "bigint":
-        df = df.withColumn(COL_SHARD, shard_as_text(F.col(COL_SHARD)))
+        df = df.withColumn(COL_SHARD, shard_ids(df))
     if sink_fields.get(COL_WINDOW) == "string" and types.get(COL_WINDOW) == "date":
         df = df.withColumn(COL_WINDOW, F.col(COL_WINDOW).cast("string"))
     if sink_fields.get(COL_WINDOW) == "date" and types.get(COL_WINDOW) == "string":
@@ -159,9 +159,13 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
     return df.select(*[F.col(f"`{c}`") for c in ordered]), any(c not in sink_fields for c in df.columns)
 
 
-def shard_as_text(shard: Column) -> Column:
-    """A shard number as its id, for a sink that holds ids as text: Spark's ``hex`` of a negative long is unsigned."""
-    return F.lpad(F.lower(F.hex(shard)), SHARD_ID_DIGITS, "0")
+def shard_ids(df: DataFrame) -> Column:
+    """The rows' ``_ig_shard`` as shard ids (text), whether ``df`` holds numbers or (an older sink's) text.
+
+    Spark's ``hex`` of a negative long is unsigned: padded to 16 digits, it is the id.
+    """
+    shard = F.col(COL_SHARD)
+    return shard if dict(df.dtypes)[COL_SHARD] == "string" else F.lpad(F.lower(F.hex(shard)), SHARD_ID_DIGITS, "0")
 
 
 def window_type(window: Window) -> str:
