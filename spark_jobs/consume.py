@@ -18,7 +18,7 @@ from pyspark.sql import SparkSession
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import CatalogUnavailable, GroupStopped, NotCaughtUp, RegistryConflict, ResetInFlight
 from iceberg.leader import RunObserver, TickResult, tick
-from iceberg.protocol.consume import DEFAULTS
+from iceberg.protocol.consume import DEFAULTS, next_poll_s
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState, hold_of
 from iceberg.protocol.state import Lease, LeasePhase
@@ -59,8 +59,9 @@ def consume(
     the loop ticks again as soon as one ends, or every ``poll_s`` while a slot is free, so new
     source snapshots are granted to a free slot within about ``poll_s``. Caught up also means every
     window due is reported complete: one tick reports at most ``MAX_PER_TICK``, so it ticks on.
-    With ``follow`` it goes on after catching up, polling the source every ``poll_s``, until it is
-    interrupted.
+    With ``follow`` it goes on after catching up, looking at the source at every multiple of
+    ``poll_s`` (``next_poll_s``: the rhythm of Structured Streaming's ``processingTime`` trigger),
+    until it is interrupted.
     The process beats for its leases while it runs (``iceberg/store/heartbeats.py``), so if it dies its leases
     are re-granted at the next tick of a Leader on its machine, else a session timeout later. Leases
     held by other live Borrowers are waited for, up to ``max_wait_s`` without progress; then it raises
@@ -134,7 +135,8 @@ def consume(
                     said_caught_up = result.source_head
                 if not follow:
                     return summary
-                time.sleep(poll_s)
+                now = time.time()
+                time.sleep(next_poll_s(now, poll_s) - now)
                 continue
             mine = [le for le in result.launch if le.owner_run_id == owner_run_id and not runner.knows(le)]
             if result.paused and not mine and not runner.busy and not result.more_windows_due:

@@ -110,7 +110,10 @@ def parser() -> argparse.ArgumentParser:
         "--follow", action="store_true", help="keep consuming new source commits after catching up, until Ctrl-C"
     )
     consume.add_argument(
-        "--poll", type=float, default=DEFAULTS.poll_s, help="seconds between source checks while following"
+        "--poll",
+        type=float,
+        default=DEFAULTS.poll_s,
+        help="seconds between looks at the source while following (at its multiples, like a processingTime trigger)",
     )
     consume.add_argument("--json", action="store_true", help=f"{JSON_HELP}; no progress bars")
     consume.set_defaults(run=cmd_consume)

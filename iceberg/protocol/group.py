@@ -118,8 +118,8 @@ class GroupConfig(BaseModel):
         ge=1,
         le=3600,
         description="Seconds between the Leader sensor's ticks: how soon a new source snapshot is noticed. An "
-        "idle tick reads the registry, the source's and the sink's heads and the heartbeats (about 15 ms); "
-        "Dagster's sensor daemon adds its own loop, so ticks come no faster than it evaluates them.",
+        "idle tick reads the registry, the source's and the sink's heads and the heartbeats (about 15 ms). "
+        "Dagster's sensor daemon evaluates sensors every 5 s, so the interval is rounded up to a multiple of 5 s.",
     )
     start: StartPosition = Field(default="earliest", description=f"Where a new group starts; {START_HELP}.")
     non_append: Literal["fail", "skip"] = Field(

@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from dagster_project.sensors import minimum_interval_s
 from iceberg.borrower import take_leases
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.pause import set_paused
@@ -51,7 +52,7 @@ def test_the_leader_sensor_ticks_at_the_groups_interval(make_group: MakeGroup) -
     group = make_group(sensor_interval_s=2)
     built = build_definitions({group.name: group}, "lake")
 
-    assert built.resolve_sensor_def(f"{group.name}_leader").minimum_interval_seconds == 2
+    assert built.resolve_sensor_def(f"{group.name}_leader").minimum_interval_seconds == minimum_interval_s(2)
     assert make_group().sensor_interval_s == 5, "the default notices a new snapshot within seconds"
 
 
