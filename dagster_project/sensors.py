@@ -9,7 +9,7 @@ from dagster_project.assets import complete_events, source_observation
 from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.errors import GroupStopped, RegistryConflict, ResetInFlight
+from iceberg.errors import GroupStopped, RegistryConflict, ResetInFlight, SourceBlocked
 from iceberg.leader import TickResult, tick
 from iceberg.protocol.borrower import borrowers_to_start, census, waiting
 from iceberg.protocol.group import GroupConfig
@@ -82,6 +82,9 @@ def leader_sensor(
         except RegistryConflict as exc:
             context.log.info(f"{group.name}: backing off: {exc}")
             return dg.SkipReason(f"another Leader or a Borrower committed first: {exc}")
+        except SourceBlocked as exc:  # a state of the group, shown until it is followed or skipped; not a failed tick
+            context.log.warning(str(exc))
+            return dg.SkipReason(f"{group.name}: {exc.status()}")
         for run_id in terminate_runs(context.instance, group.name, result.terminate):
             context.log.warning(
                 f"{group.name}: terminated run {run_id}: its Borrower went silent or ran past its deadline"

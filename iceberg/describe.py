@@ -14,7 +14,8 @@ from typing import Any, TypedDict
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.errors import UsageError
+from iceberg.cascade import followed
+from iceberg.errors import SourceBlocked, UsageError
 from iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from iceberg.protocol.durations import format_duration
 from iceberg.protocol.group import GroupConfig
@@ -24,7 +25,7 @@ from iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState
 from iceberg.rebuild import sync_tables
-from iceberg.shards import plan_increment
+from iceberg.shards import blocked_at, plan_increment
 from iceberg.store.dead_letters import open_in
 from iceberg.store.group_tables import load_group_tables
 from iceberg.store.heartbeats import read_beats
@@ -146,6 +147,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         lag_rows[shard.stream] += shard.rows
         heads[shard.stream] = max(heads.get(shard.stream, (0, 0)), (shard.to_sequence, shard.to_snapshot))
     plan = plan_increment(source, state.planned_through, group.model_copy(update={"non_append": "skip"}))
+    blocked = blocked_at(source, state.planned_through, group, lambda: followed(tables.sink, group.name))
     sequence = {s.snapshot_id: s.sequence_number for s in plan.appends}
     committed_at = {s.snapshot_id: s.timestamp_ms for s in source.snapshots()}
     floors = {name: stream.position_sequence for name, stream in state.streams.items()}
@@ -156,6 +158,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         lag_rows[entry.stream] += entry.record_count
         heads[entry.stream] = max(heads.get(entry.stream, (0, 0)), (sequence[entry.snapshot_id], entry.snapshot_id))
     beats = {holder: b.beat_ms for holder, b in read_beats(catalog, group.name).items()}
+    redrive = f"icegroup redrive {group.name} --execute"
     leases_by_stream: dict[str, list[str]] = defaultdict(list)
     for lease in state.leases.values():
         for stream in lease.streams:
@@ -185,9 +188,12 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         source_head=head.snapshot_id if head else None,
         unplanned_snapshots=len(plan.appends) + plan.remaining,
         streams=streams,
-        holds=[hold_of(lease, beats, group.session_timeout_s) for lease in state.leases.values()],
+        holds=[
+            hold_of(lease, beats, group.session_timeout_s, redrive if set(lease.shard_ids) & set(letters) else None)
+            for lease in state.leases.values()
+        ],
         as_of_ms=now_ms,
-        status=status_of(state, letters, sum(len(s) for s in lag_snaps.values())),
+        status=status_of(state, letters, sum(len(s) for s in lag_snaps.values()), blocked),
         replays=replay_lines(state, beats, now_ms),
         retention=retention_lines(source, group, streams, now_ms),
     )
@@ -319,8 +325,15 @@ def counts_of(group: GroupConfig, state: GroupState) -> Counts:
     )
 
 
-def status_of(state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: int) -> str:
-    """One word for where the group stands: stopped, paused, parked, consuming, lagging or caught up."""
+def status_of(
+    state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: int, blocked: SourceBlocked | None = None
+) -> str:
+    """Where the group stands: stopped, paused, parked, consuming, lagging or caught up, with what moves it on.
+
+    ``blocked`` is the source snapshot planning stops at (an upstream replay, say): with nothing
+    before it left to run the group is stopped there, else it is heading for that stop, and its lag
+    still counts the appends past it, which it has not consumed.
+    """
     actions = {letter.action for sid, letter in letters.items() if sid in state.shards}
     if STOPPED in actions:
         return "stopped (poison shard; see icegroup dead-letters)"
@@ -330,8 +343,14 @@ def status_of(state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: 
     if PARKED in actions:
         return "parked (poison shard; the other streams go on)"
     if state.leases:
-        return "consuming"
-    return "lagging" if lag_snapshots else "caught up"
+        now = "consuming"
+    elif blocked is not None and not state.shards:
+        return blocked.status()
+    else:
+        now = "lagging" if lag_snapshots else "caught up"
+    if blocked is None:
+        return now
+    return f"{now}; it stops next at source snapshot {blocked.snapshot_id}, {blocked.kind} ({blocked.remedy})"
 
 
 def unknown_stream_position(state: GroupState) -> int | None:

@@ -29,6 +29,25 @@ class SourceError(IcegroupError):
     """The source table cannot be consumed as configured (missing, non-append snapshot, expired)."""
 
 
+class SourceBlocked(SourceError):
+    """The group stopped at a source snapshot it cannot step over: an upstream replay or reset, or a delete.
+
+    It is a state of the group, not a failure of a tick: ``describe``, ``list`` and the Leader
+    sensor's skip reason show it with ``remedy``, until the snapshot is followed or skipped.
+    """
+
+    def __init__(self, message: str, snapshot_id: int, kind: str, remedy: str) -> None:
+        """``message`` is the whole story; ``kind`` and ``remedy`` are its short form for one status line."""
+        super().__init__(message)
+        self.snapshot_id = snapshot_id
+        self.kind = kind
+        self.remedy = remedy
+
+    def status(self) -> str:
+        """One line for ``describe`` and ``list``: where the group stopped, and what moves it on."""
+        return f"stopped at source snapshot {self.snapshot_id}, {self.kind} ({self.remedy})"
+
+
 class RegistryConflict(IcegroupError):
     """Another Leader committed the registry first; this tick's decisions are void."""
 

@@ -28,7 +28,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from iceberg.cascade import followed
-from iceberg.errors import SourceError
+from iceberg.errors import SourceBlocked
 from iceberg.failpoints import failpoint
 from iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from iceberg.protocol.dead_letters import STOPPED, DeadLetter
@@ -276,7 +276,7 @@ def complete(
     return state.model_copy(update={"windows_complete_through_ms": done[-1] + window_width_ms(group)}), done
 
 
-def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceError | None]:
+def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceBlocked | None]:
     """Read what the source's snapshots after the planning cursor added, and cut it into shards.
 
     Also returns the error of a non-append snapshot planning stopped at (``plan_increment``).

@@ -6,7 +6,7 @@ the table's size (the same algorithm as Iceberg's ``BaseIncrementalAppendScan``)
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
 from pyiceberg.expressions import BooleanExpression
@@ -18,7 +18,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
 
-from iceberg.errors import SourceError
+from iceberg.errors import SourceBlocked, SourceError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
 from iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
@@ -39,7 +39,7 @@ class Plan:
     through: SnapshotInfo | None
     skipped: list[SnapshotInfo]
     remaining: int
-    blocked: SourceError | None = None
+    blocked: SourceBlocked | None = None
     pruned: int = 0
 
 
@@ -89,22 +89,13 @@ def plan_increment(
     """
     pending = new_snapshots(table, after, group)
     batch = pending[: group.max_snapshots_per_tick]
-    appends: list[SnapshotInfo] = []
-    skipped: list[SnapshotInfo] = []
-    blocked: SourceError | None = None
-    stepped_over: Collection[int] | None = None
-    for index, info in enumerate(batch):
-        if info.operation == APPEND:
-            appends.append(info)
-            continue
-        if info.operation != REPLACE and group.non_append != "skip" and stepped_over is None:
-            stepped_over = followed()
-        if info.operation == REPLACE or group.non_append == "skip" or info.snapshot_id in (stepped_over or ()):
-            skipped.append(info)
-            continue
-        blocked = non_append_error(table, info, group)
-        batch = batch[:index]
-        break
+    blocked: SourceBlocked | None = None
+    stop = first_blocking(batch, group, followed)
+    if stop is not None:
+        blocked = non_append_error(table, batch[stop], group)
+        batch = batch[:stop]
+    appends = [info for info in batch if info.operation == APPEND]
+    skipped = [info for info in batch if info.operation != APPEND]
     predicate = pruning_predicate(table, group)
     found = added_files(table, appends)
     files = [entry for entry in found if may_match(predicate, dict(entry.identity))]
@@ -119,31 +110,75 @@ def plan_increment(
     )
 
 
-def non_append_error(table: Table, info: SnapshotInfo, group: GroupConfig) -> SourceError:
+def first_blocking(
+    snapshots: Sequence[SnapshotInfo], group: GroupConfig, followed: Callable[[], Collection[int]]
+) -> int | None:
+    """The index of the first snapshot planning cannot step over, if any.
+
+    Appends are planned, compactions (``replace``) change no rows, and with ``non_append: skip``
+    every other snapshot is stepped over too; so are the upstream replays this group followed
+    (``followed``, read once and only when a candidate shows up).
+    """
+    stepped_over: Collection[int] | None = None
+    for index, info in enumerate(snapshots):
+        if info.operation in (APPEND, REPLACE) or group.non_append == "skip":
+            continue
+        if stepped_over is None:
+            stepped_over = followed()
+        if info.snapshot_id not in stepped_over:
+            return index
+    return None
+
+
+def blocked_at(
+    table: Table, after: int | None, group: GroupConfig, followed: Callable[[], Collection[int]] = frozenset
+) -> SourceBlocked | None:
+    """Where planning after ``after`` will stop, from the snapshot log alone (no manifest is read).
+
+    ``describe`` asks this of the whole history ahead of the group, where a tick plans only
+    ``max_snapshots_per_tick`` of it: a group still consuming the appends before an upstream replay
+    is shown as heading for that stop.
+    """
+    pending = new_snapshots(table, after, group)
+    stop = first_blocking(pending, group, followed)
+    return non_append_error(table, pending[stop], group) if stop is not None else None
+
+
+def non_append_error(table: Table, info: SnapshotInfo, group: GroupConfig) -> SourceBlocked:
     """The error for a source snapshot that deleted rows: what it was, and this group's choices."""
     snapshot = table.snapshot_by_id(info.snapshot_id)
     props = snapshot.summary.additional_properties if snapshot is not None and snapshot.summary else {}
     by = props.get(KEY_GROUP, "?")
     where = f"group {group.name!r}: source snapshot {info.snapshot_id} of {group.source!r}"
     if KEY_REPLAY in props:
-        return SourceError(
+        follow = f"icegroup replay {group.name} --follow-upstream --execute"
+        return SourceBlocked(
             f"{where} is a replay of window {props[KEY_REPLAY]} by group {by!r}: it replaced rows this group "
-            f"consumed with their new version. Run `icegroup replay {group.name} --follow-upstream --execute` to "
+            f"consumed with their new version. Run `{follow}` to "
             "replay this group's windows that consumed them (the group then goes on past it), or set non_append: "
             f"skip to keep this group's output of the old version. Next time, `icegroup replay {by} --window "
-            f"{props[KEY_REPLAY]} --cascade --execute` does both replays at once"
+            f"{props[KEY_REPLAY]} --cascade --execute` does both replays at once",
+            info.snapshot_id,
+            f"a replay of window {props[KEY_REPLAY]} upstream",
+            f"run `{follow}`, or set non_append: skip",
         )
     if KEY_RESET in props:
-        return SourceError(
+        return SourceBlocked(
             f"{where} is a reset ({props[KEY_RESET]}) of group {by!r}: it deleted rows this group consumed, which "
             "the upstream group consumes again. A downstream group cannot follow it without repeating or losing "
             "rows. Set non_append: skip to keep this group's output of the old version (the rows consumed again "
-            "upstream are consumed again here too), or consume the upstream sink with a new group"
+            "upstream are consumed again here too), or consume the upstream sink with a new group",
+            info.snapshot_id,
+            f"a reset of group {by!r} upstream",
+            "set non_append: skip, or consume the upstream sink with a new group",
         )
-    return SourceError(
+    return SourceBlocked(
         f"{where} is an {info.operation!r} snapshot, which an append-only consumer cannot follow without losing "
         "or repeating rows. Set non_append: skip to ignore such snapshots, or consume the table "
-        "with a new group starting after it."
+        "with a new group starting after it.",
+        info.snapshot_id,
+        f"an {info.operation!r} snapshot",
+        "set non_append: skip, or start a new group after it",
     )
 
 

@@ -156,7 +156,12 @@ def regrant(
 
 @dataclass(frozen=True)
 class Hold:
-    """Who holds a lease, when it was last heard of, and when it is re-granted if it stays silent."""
+    """Who holds a lease, when it was last heard of, and when it is re-granted if it stays silent.
+
+    A lease nobody executes says so instead (``waits``): one parked on a poison shard waits for a
+    re-drive, one granted but not yet taken waits for a Borrower. Neither is re-granted by a
+    timeout, so neither shows one.
+    """
 
     lease_id: str
     attempt: int
@@ -165,9 +170,12 @@ class Hold:
     last_beat_ms: int | None
     regrant_at_ms: int
     deadline_ms: int
+    waits: str | None = None
 
     def describe(self, now_ms: int) -> str:
         """One line for a person: the lease, its holder, and until when it is theirs."""
+        if self.waits is not None:
+            return f"lease {self.lease_id}#{self.attempt} ({', '.join(self.streams)}): {self.waits}"
         lease = f"lease {self.lease_id}#{self.attempt} ({', '.join(self.streams)}) held by {self.holder}"
         if self.last_beat_ms is None:
             heard = "no heartbeat yet"
@@ -177,17 +185,28 @@ class Hold:
         return f"{lease}: {heard}; {until}, at the latest in {max(0, self.deadline_ms - now_ms) / 1000:.0f}s"
 
 
-def hold_of(lease: Lease, beats: Mapping[str, int], session_timeout_s: int) -> Hold:
-    """The hold on ``lease``: a silent holder loses it a session timeout after its last beat (next tick)."""
+def hold_of(lease: Lease, beats: Mapping[str, int], session_timeout_s: int, redrive: str | None = None) -> Hold:
+    """The hold on ``lease``: a silent holder loses it a session timeout after its last beat (next tick).
+
+    ``redrive`` is the command that re-drives the group's poison shards, given when a shard of the
+    lease is in the dead-letter table: whoever ran it has stopped, and the lease waits for that
+    command (``lease_action`` parks it at the next tick).
+    """
     holder = holder_of(lease)
     last = beats.get(holder)
     regrant = min(lease.deadline_ms, last + session_timeout_s * 1000) if last is not None else lease.deadline_ms
+    waits = None
+    if redrive is not None or lease.phase is LeasePhase.PARKED:
+        waits = f"on a poison shard; waits for `{redrive or 'icegroup redrive'}` after the fix"
+    elif lease.owner_run_id is None:
+        waits = "granted, waiting for a Borrower to take it"
     return Hold(
         lease_id=lease.lease_id,
         attempt=lease.attempt,
         streams=tuple(lease.streams),
         holder=holder,
         last_beat_ms=last,
+        waits=waits,
         regrant_at_ms=regrant,
         deadline_ms=lease.deadline_ms,
     )

@@ -12,14 +12,17 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import dagster as dg
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.cli import main
+from dagster_project.definitions import build_definitions
 from iceberg.cascade import plan_follows, record_follows
 from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.describe import describe_group
 from iceberg.errors import ReplayIncomplete, SourceError
 from iceberg.leader import tick
 from iceberg.pause import set_paused
@@ -71,6 +74,17 @@ def amounts(catalog: Catalog, table: str) -> dict[int, float]:
     ids = rows.column("event_id").to_pylist()
     assert len(ids) == len(set(ids)), f"{table} holds an event twice"
     return dict(zip(ids, rows.column("amount").to_pylist(), strict=True))
+
+
+def leader_skip(group: GroupConfig) -> str:
+    """Why the group's Leader sensor, evaluated once on a test instance, launched nothing."""
+    built = build_definitions({group.name: group}, "lake")
+    with dg.instance_for_test() as instance:
+        result = built.resolve_sensor_def(f"{group.name}_leader")(
+            dg.build_sensor_context(instance=instance, resources=built.resources)
+        )
+    assert isinstance(result, dg.SkipReason), result
+    return str(result.skip_message)
 
 
 def test_replay_cascade_remakes_the_downstream_windows_from_the_new_rows(
@@ -127,6 +141,13 @@ def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follo
     old = amounts(catalog, second.sink)
     assert len(old) == 24, "everything before the replay was consumed, in its old version"
     assert old != amounts(catalog, first.sink)
+    replayed = catalog.load_table(first.sink).snapshots()[-1].snapshot_id
+    stopped_at = f"stopped at source snapshot {replayed}, a replay of window {window} upstream"
+    follow = f"icegroup replay {second.name} --follow-upstream --execute"
+    status = describe_group(catalog, second).status
+    assert status.startswith(stopped_at), "not caught up: stopped, and saying where"
+    assert follow in status
+    assert leader_skip(second).endswith(status), "the sensor skips saying so, where it used to fail every tick"
 
     path = write_groups(tmp_path / "groups.yaml", chain.cents, second)
     assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--json"]) == 0
@@ -138,6 +159,7 @@ def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follo
     assert "followed: 1 window replayed" in capsys.readouterr().out
     drive(spark, lakehouse, second)
     assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
+    assert describe_group(catalog, second).status == "caught up"
     window_rows = catalog.load_table(second.sink).scan(row_filter=f"{COL_WINDOW} = '{window}'").to_arrow()
     assert isinstance(window_rows, pa.Table)
     assert window_rows.num_rows == 24

@@ -261,3 +261,15 @@ def test_a_tick_regrants_at_once_the_leases_of_a_consumer_killed_with_kill_9(
     assert alive.launch == []
     assert [(x.owner_run_id, x.attempt) for x in after.launch] == [("consumer-2", 1)]
     assert [(x.lease_id, x.attempt) for x in after.terminate] == [(x.lease_id, 0) for x in granted.launch]
+
+
+def test_a_lease_nobody_executes_says_what_it_waits_for_not_a_regrant_time() -> None:
+    held = lease(["a"], owner_run_id="run-7", deadline_ms=NOW + 1_603_000, streams=["0:region=eu"])
+    waiting = lease(["b"], owner_run_id=None, streams=["1:region=us"])
+    parked = held.model_copy(update={"phase": LeasePhase.PARKED})
+    redrive = "icegroup redrive g --execute"
+
+    poison = f"lease {held.lease_id}#0 (0:region=eu): on a poison shard; waits for `{redrive}` after the fix"
+    assert hold_of(held, {}, 30, redrive).describe(NOW) == poison, "its consume stopped at the poison and exited"
+    assert hold_of(parked, {}, 30).describe(NOW).endswith("waits for `icegroup redrive` after the fix")
+    assert hold_of(waiting, {}, 30).describe(NOW).endswith(": granted, waiting for a Borrower to take it")

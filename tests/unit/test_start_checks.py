@@ -6,7 +6,7 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from iceberg.describe import status_of
-from iceberg.errors import ConfigError, SourceError
+from iceberg.errors import ConfigError, SourceBlocked, SourceError
 from iceberg.leader import tick
 from iceberg.protocol.dead_letters import PARKED, STOPPED
 from iceberg.protocol.group import GroupConfig
@@ -94,3 +94,28 @@ def test_a_group_says_where_it_stands(actions: set[str], leases: bool, lag: int,
     letters = {pending[i].shard_id: dead_letter(pending[i].shard_id, a) for i, a in enumerate(sorted(actions))}
 
     assert status_of(state, letters, lag).startswith(expected)
+
+
+REPLAY = SourceBlocked("the whole story", 42, "a replay of window 2026-11-26 upstream", "run `icegroup replay g …`")
+
+
+@pytest.mark.parametrize(
+    ("leases", "pending", "expected"),
+    [
+        pytest.param(
+            False,
+            False,
+            "stopped at source snapshot 42, a replay of window 2026-11-26 upstream (run `icegroup replay g …`)",
+            id="stopped-there",
+        ),
+        pytest.param(False, True, "lagging; it stops next at source snapshot 42, a replay", id="lagging-towards-it"),
+        pytest.param(True, True, "consuming; it stops next at source snapshot 42, a replay", id="consuming-towards-it"),
+    ],
+)
+def test_a_group_at_an_upstream_replay_says_it_stopped_there_and_what_moves_it_on(
+    leases: bool, pending: bool, expected: str
+) -> None:
+    shards = [shard(1, stream="s1")] if pending else []
+    held = [lease([shards[0].shard_id], streams=["s1"])] if leases else []
+
+    assert status_of(group_state(shards, held), {}, 1 if pending else 0, REPLAY).startswith(expected)
