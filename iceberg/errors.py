@@ -30,14 +30,15 @@ class SourceError(IcegroupError):
 
 
 class SourceBlocked(SourceError):
-    """The group stopped at a source snapshot it cannot step over: an upstream replay or reset, or a delete.
+    """The group stopped at a source snapshot it cannot step over (upstream replay or reset, a delete): a state."""
 
-    It is a state of the group, not a failure of a tick: ``describe``, ``list`` and the Leader
-    sensor's skip reason show it with ``remedy``, until the snapshot is followed or skipped.
-    """
+    def __init__(self, message: str, snapshot_id: int | None = None, kind: str = "", remedy: str = "") -> None:
+        """``message`` is the whole story; ``kind`` and ``remedy`` are its short form.
 
-    def __init__(self, message: str, snapshot_id: int, kind: str, remedy: str) -> None:
-        """``message`` is the whole story; ``kind`` and ``remedy`` are its short form for one status line."""
+        ``describe``, ``list`` and the Leader sensor's skip reason show the short form in one status
+        line, until the snapshot is followed or skipped. Built from the message alone (unpickled, say),
+        the status line is the whole story.
+        """
         super().__init__(message)
         self.snapshot_id = snapshot_id
         self.kind = kind
@@ -45,6 +46,8 @@ class SourceBlocked(SourceError):
 
     def status(self) -> str:
         """One line for ``describe`` and ``list``: where the group stopped, and what moves it on."""
+        if self.snapshot_id is None:
+            return f"stopped: {self}"
         return f"stopped at source snapshot {self.snapshot_id}, {self.kind} ({self.remedy})"
 
 
