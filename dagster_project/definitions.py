@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.assets import Labels, sink_asset, source_spec, table_key
+from dagster_project.checks import sink_checks
 from dagster_project.cli.group_files import groups_path, load_checked_groups
 from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, expire_job, replay_job
 from dagster_project.resources import DEFAULT_KEY, lakehouse_config_of, lakehouse_resource
@@ -87,6 +88,7 @@ def build_definitions(
     sinks = {sink for _, sink in keys.values()}
     specs: dict[dg.AssetKey, dg.AssetSpec] = {}
     assets: list[dg.AssetsDefinition] = []
+    checks: list[dg.AssetChecksDefinition] = []
     jobs: list[dg.JobDefinition | UnresolvedAssetJobDefinition] = []
     sensors: list[dg.SensorDefinition] = []
     schedules: list[dg.ScheduleDefinition] = []
@@ -96,6 +98,7 @@ def build_definitions(
             specs[source_key] = source_spec(group, source_key, naming.labels)
         sink = sink_asset(group, sink_key, source_key, naming.labels, name)
         assets.append(sink)
+        checks += sink_checks(group, sink_key, name)
         borrower = borrower_job(group, sink_key, resources)
         consume = consume_job(group, sink_key, source_key, resources)
         jobs += [borrower, consume, replay_job(group, sink)]
@@ -108,7 +111,12 @@ def build_definitions(
         jobs.append(expire)
         schedules.append(expire_schedule(expire))
     return dg.Definitions(
-        assets=[*specs.values(), *assets], jobs=jobs, sensors=sensors, schedules=schedules, resources=resources
+        assets=[*specs.values(), *assets],
+        asset_checks=checks,
+        jobs=jobs,
+        sensors=sensors,
+        schedules=schedules,
+        resources=resources,
     )
 
 

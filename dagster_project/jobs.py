@@ -10,6 +10,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from pydantic import Field
 
 from dagster_project.assets import complete_events, lease_metadata, source_observation
+from dagster_project.checks import exactly_once_evaluation
 from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import observe_runs, terminate_runs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
@@ -148,6 +149,13 @@ def consume_job(
         def ticked(result: TickResult) -> None:
             for event in complete_events(group, sink_key, source_key, result.complete, result.provenance):
                 context.log_event(event)
+            check = (
+                exactly_once_evaluation(lakehouse.catalog(), group, sink_key, context.log)
+                if result.provenance
+                else None
+            )
+            if check is not None:  # windows with output became final: the sink judged as it is now
+                context.instance.report_runless_asset_event(check)  # on the instance, as the Leader's are
             if result.source_head is not None and result.source_head not in observed[-1:]:
                 context.log_event(source_observation(source_key, result.source_head))
                 observed.append(result.source_head)

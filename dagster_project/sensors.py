@@ -1,21 +1,50 @@
 """The Leader: one sensor per group, running one registry-CAS tick per evaluation, and starting warm Borrowers."""
 
+import json
 import math
 import time
+from dataclasses import dataclass
 
 import dagster as dg
 
 from dagster_project.assets import complete_events, source_observation
+from dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation
 from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.errors import GroupStopped, RegistryConflict, ResetInFlight, SourceBlocked
+from iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
 from iceberg.leader import TickResult, tick
 from iceberg.protocol.borrower import borrowers_to_start, census, waiting
 from iceberg.protocol.group import GroupConfig
 
 DAEMON_LOOP_S = 5
 """How often Dagster's sensor daemon evaluates sensors: ``MIN_INTERVAL_LOOP_TIME`` in ``dagster/_daemon/sensor.py``."""
+
+
+@dataclass(frozen=True)
+class LeaderCursor:
+    """What the Leader sensor last reported: the source head it observed, and the poison shards it checked.
+
+    Kept in the sensor's cursor so each is reported when it changes, not at every tick; ``poison``
+    is None until the first report. A cursor written before the poison shards were kept in it is
+    the source head alone.
+    """
+
+    head: str = ""
+    poison: str | None = None
+
+    @classmethod
+    def read(cls, text: str | None) -> "LeaderCursor":
+        """The cursor as the last evaluation wrote it (nothing yet: the empty cursor)."""
+        if not text:
+            return cls()
+        if not text.startswith("{"):
+            return cls(head=text)
+        return cls(**json.loads(text))
+
+    def write(self) -> str:
+        """The cursor as the sensor stores it."""
+        return json.dumps({"head": self.head, "poison": self.poison})
 
 
 def minimum_interval_s(sensor_interval_s: int) -> int:
@@ -58,8 +87,11 @@ def leader_sensor(
 ) -> dg.SensorDefinition:
     """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, start warm Borrowers.
 
-    It also materializes the sink's partition of each window that became complete, and observes the
-    source's version (its snapshot id) whenever it moved; the sensor's cursor is the last one observed.
+    It also materializes the sink's partition of each window that became complete, with that
+    window's ``exactly_once`` check; reports the ``dead_letters`` check whenever the group's poison
+    shards change; and observes the source's version (its snapshot id) whenever it moved
+    (``LeaderCursor``). A group stopped by a poison shard or at an upstream replay skips, saying so
+    and naming the command that moves it on: a state of the group, not a failed tick.
     """
 
     @dg.sensor(
@@ -74,8 +106,9 @@ def leader_sensor(
     def leader(context: dg.SensorEvaluationContext, **_called_with: object) -> dg.SensorResult | dg.SkipReason:
         # A sensor called directly (tests, ``build_sensor_context``) is also handed its resources by keyword.
         icegroup = lakehouse_of(context.resources, resource_key)
+        catalog = icegroup.catalog()
         try:
-            result = tick(icegroup.catalog(), group, observe_runs(context.instance, group.name))
+            result = tick(catalog, group, observe_runs(context.instance, group.name))
         except ResetInFlight as exc:
             context.log.info(f"{group.name}: waiting for a reset: {exc}")
             return dg.SkipReason(str(exc))
@@ -91,14 +124,26 @@ def leader_sensor(
             )
         for letter in result.parked:
             context.log.warning(f"{group.name}: shard {letter.shard_id} is parked: {letter.error}")
-        if result.stopped:
-            raise GroupStopped(result.stop_message())
-        events: list[dg.AssetMaterialization | dg.AssetObservation] = [
-            *complete_events(group, sink_key, source_key, result.complete, result.provenance)
+        cursor = LeaderCursor.read(context.cursor)
+        events: list[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation] = [
+            *complete_events(group, sink_key, source_key, result.complete, result.provenance),
         ]
-        if result.source_head is not None and str(result.source_head) != context.cursor:
+        audit = exactly_once_evaluation(catalog, group, sink_key, context.log) if result.provenance else None
+        if audit is not None:  # windows with output became final: the sink judged as it is now
+            events.append(audit)
+        letters = [*result.stopped, *result.parked]
+        poison = ",".join(sorted(f"{letter.shard_id}:{letter.action}" for letter in letters))
+        if poison != cursor.poison:
+            events.append(dead_letter_evaluation(group, sink_key, letters))
+        if result.source_head is not None and str(result.source_head) != cursor.head:
             events.append(source_observation(source_key, result.source_head))
-            context.update_cursor(str(result.source_head))
+        head = str(result.source_head) if result.source_head is not None else cursor.head
+        now = LeaderCursor(head=head, poison=poison)
+        if now != cursor:
+            context.update_cursor(now.write())
+        if result.stopped:
+            context.log.error(result.stop_message())  # the dead_letters check fails with it, in the asset graph
+            return dg.SensorResult(asset_events=events, skip_reason=f"{group.name}: {result.stop_message()}")
         requests = borrower_requests(context, group, result)
         context.log.info(
             f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
@@ -113,6 +158,8 @@ def leader_sensor(
             reason = f"{group.name}: caught up"
         else:
             reason = f"{group.name}: {len(result.state.leases)} leases in flight, no Borrower to start"
+        if result.blocked is not None:
+            reason += f"; {result.blocked.ahead()}"
         return dg.SensorResult(asset_events=events, skip_reason=reason) if events else dg.SkipReason(reason)
 
     return leader

@@ -83,11 +83,14 @@ class GroupView:
     def hold_lines(self) -> list[str]:
         """Each lease in flight: its holder, its last heartbeat, and when it is re-granted if silent.
 
-        A view of the past has no heartbeats (they are not kept); it shows each lease's deadline.
+        A view of the past has no heartbeats (they are not kept); it shows each held lease's deadline,
+        and what a lease nobody executed waited for.
         """
         if self.historical:
             return [
-                f"lease {h.lease_id}#{h.attempt} ({', '.join(h.streams)}) held by {h.holder}; deadline "
+                h.describe(self.as_of_ms)
+                if h.waits is not None
+                else f"lease {h.lease_id}#{h.attempt} ({', '.join(h.streams)}) held by {h.holder}; deadline "
                 f"{datetime.fromtimestamp(h.deadline_ms / 1000, tz=UTC).isoformat(timespec='seconds')}"
                 for h in self.holds
             ]
@@ -147,7 +150,8 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         lag_rows[shard.stream] += shard.rows
         heads[shard.stream] = max(heads.get(shard.stream, (0, 0)), (shard.to_sequence, shard.to_snapshot))
     plan = plan_increment(source, state.planned_through, group.model_copy(update={"non_append": "skip"}))
-    blocked = blocked_at(source, state.planned_through, group, lambda: followed(tables.sink, group.name))
+    stop = blocked_at(source, state.planned_through, group, lambda: followed(tables.sink, group.name))
+    blocked, appends_ahead = stop if stop is not None else (None, False)
     sequence = {s.snapshot_id: s.sequence_number for s in plan.appends}
     committed_at = {s.snapshot_id: s.timestamp_ms for s in source.snapshots()}
     floors = {name: stream.position_sequence for name, stream in state.streams.items()}
@@ -193,7 +197,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
             for lease in state.leases.values()
         ],
         as_of_ms=now_ms,
-        status=status_of(state, letters, sum(len(s) for s in lag_snaps.values()), blocked),
+        status=status_of(state, letters, sum(len(s) for s in lag_snaps.values()), blocked, appends_ahead),
         replays=replay_lines(state, beats, now_ms),
         retention=retention_lines(source, group, streams, now_ms),
     )
@@ -326,13 +330,18 @@ def counts_of(group: GroupConfig, state: GroupState) -> Counts:
 
 
 def status_of(
-    state: GroupState, letters: dict[str, DeadLetter], lag_snapshots: int, blocked: SourceBlocked | None = None
+    state: GroupState,
+    letters: dict[str, DeadLetter],
+    lag_snapshots: int,
+    blocked: SourceBlocked | None = None,
+    appends_ahead: bool = False,
 ) -> str:
     """Where the group stands: stopped, paused, parked, consuming, lagging or caught up, with what moves it on.
 
     ``blocked`` is the source snapshot planning stops at (an upstream replay, say): with nothing
-    before it left to run the group is stopped there, else it is heading for that stop, and its lag
-    still counts the appends past it, which it has not consumed.
+    before it left to run (no lease, no shard, no append to plan: ``appends_ahead``) the group is
+    stopped there, else it is heading for that stop; its lag still counts the appends past it,
+    which it has not consumed.
     """
     actions = {letter.action for sid, letter in letters.items() if sid in state.shards}
     if STOPPED in actions:
@@ -344,13 +353,13 @@ def status_of(
         return "parked (poison shard; the other streams go on)"
     if state.leases:
         now = "consuming"
-    elif blocked is not None and not state.shards:
+    elif blocked is not None and not state.shards and not appends_ahead:
         return blocked.status()
     else:
         now = "lagging" if lag_snapshots else "caught up"
     if blocked is None:
         return now
-    return f"{now}; it stops next at source snapshot {blocked.snapshot_id}, {blocked.kind} ({blocked.remedy})"
+    return f"{now}; {blocked.ahead()}"
 
 
 def unknown_stream_position(state: GroupState) -> int | None:

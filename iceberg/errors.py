@@ -50,6 +50,12 @@ class SourceBlocked(SourceError):
             return f"stopped: {self}"
         return f"stopped at source snapshot {self.snapshot_id}, {self.kind} ({self.remedy})"
 
+    def ahead(self) -> str:
+        """The same, for a group still running what comes before the stop."""
+        if self.snapshot_id is None:
+            return f"it stops next: {self}"
+        return f"it stops next at source snapshot {self.snapshot_id}, {self.kind} ({self.remedy})"
+
 
 class RegistryConflict(IcegroupError):
     """Another Leader committed the registry first; this tick's decisions are void."""

@@ -76,7 +76,8 @@ class TickResult:
     from (windows without output have none). ``terminate`` holds the revoked
     attempts whose runs were still alive past their deadline. ``beats`` holds each holder's last
     heartbeat, and ``gone`` the holders whose process ended on this machine, for the Leader's census
-    of its Borrower runs.
+    of its Borrower runs. ``blocked`` is the source snapshot planning stopped at while leases or
+    shards before it are still open; once none are, the tick raises it instead.
     """
 
     state: GroupState
@@ -94,6 +95,7 @@ class TickResult:
     provenance: dict[int, WindowProvenance] = field(default_factory=dict)
     beats: dict[str, int] = field(default_factory=dict)
     gone: frozenset[str] = frozenset()
+    blocked: SourceBlocked | None = None
 
     @property
     def paused(self) -> bool:
@@ -185,9 +187,9 @@ def tick(
     provenance = window_provenance(tables.open_lineage() if done else None, group, done)
     register(source, group, state, now_ms)
     fence_and_commit(tables, state, {**live.fences, **replay_fences})
-    if blocked is not None and not live.launch and not granted.grants and not stopped and not held:
-        # Stopped at a snapshot it cannot step over, with nothing to run before it: say so. The state is
-        # committed first, so leases in flight are still reconciled and re-granted while it is stopped.
+    if blocked is not None and not state.leases and not state.shards and not stopped and not held:
+        # Stopped at a snapshot it cannot step over, with nothing left to run before it: say so. The state
+        # is committed first; while leases are in flight the tick returns, naming the stop ahead.
         raise blocked
 
     return TickResult(
@@ -206,6 +208,7 @@ def tick(
         rebuilt=synced.rebuilt,
         beats=beats,
         gone=gone,
+        blocked=blocked,
     )
 
 

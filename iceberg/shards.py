@@ -131,17 +131,19 @@ def first_blocking(
 
 
 def blocked_at(
-    table: Table, after: int | None, group: GroupConfig, followed: Callable[[], Collection[int]] = frozenset
-) -> SourceBlocked | None:
+    table: Table, after: int | None, group: GroupConfig, followed: Callable[[], Collection[int]]
+) -> tuple[SourceBlocked, bool] | None:
     """Where planning after ``after`` will stop, from the snapshot log alone (no manifest is read).
 
     ``describe`` asks this of the whole history ahead of the group, where a tick plans only
-    ``max_snapshots_per_tick`` of it: a group still consuming the appends before an upstream replay
-    is shown as heading for that stop.
+    ``max_snapshots_per_tick`` of it. With the stop comes whether appends before it are still to be
+    planned: a group with those is heading for the stop, not stopped at it yet.
     """
     pending = new_snapshots(table, after, group)
     stop = first_blocking(pending, group, followed)
-    return non_append_error(table, pending[stop], group) if stop is not None else None
+    if stop is None:
+        return None
+    return non_append_error(table, pending[stop], group), any(info.operation == APPEND for info in pending[:stop])
 
 
 def non_append_error(table: Table, info: SnapshotInfo, group: GroupConfig) -> SourceBlocked:

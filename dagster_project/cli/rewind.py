@@ -153,7 +153,8 @@ def run_replays(
     done: list[dict[str, object]] = []
     for window in windows:
         result = execute(job, instance, home, partition_key=window)
-        (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
+        # The run's steps are the sink asset's and its checks'; only the asset's step materializes.
+        (materialization,) = [m for n in result.job_def.nodes for m in result.asset_materializations_for_node(n.name)]
         meta = {key: value.value for key, value in materialization.metadata.items()}
         done.append({"group": group.name, "window": window, "run_id": result.run_id, **meta})
     return done

@@ -119,7 +119,8 @@ class GroupConfig(BaseModel):
         le=3600,
         description="Seconds between the Leader sensor's ticks: how soon a new source snapshot is noticed. An "
         "idle tick reads the registry, the source's and the sink's heads and the heartbeats (about 15 ms). "
-        "Dagster's sensor daemon evaluates sensors every 5 s, so the interval is rounded up to a multiple of 5 s.",
+        "Dagster's sensor daemon evaluates sensors every 5 s: the Leader ticks at the first of those loops at least "
+        "this many seconds less 2 after its last tick, so 5 ticks every 5 s and 6 to 10 every 10 s.",
     )
     start: StartPosition = Field(default="earliest", description=f"Where a new group starts; {START_HELP}.")
     non_append: Literal["fail", "skip"] = Field(

@@ -58,6 +58,8 @@ KEY_GENERATION = "icegroup.replay-generation"
 KEY_COVERS = "icegroup.replay-covers"
 # A reset's delete of the output it consumes again names the reset.
 KEY_RESET = "icegroup.reset"
+# ``icegroup migrate``'s rewrite of rows written before a lineage column names the column it filled.
+KEY_MIGRATE = "icegroup.migrate"
 # A fence commit (an empty snapshot that moves main with the fences it raises) names the properties it set.
 KEY_FENCE = "icegroup.fence"
 

@@ -22,7 +22,7 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import SinkError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP
+from iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP, KEY_MIGRATE
 from iceberg.store.sink_history import sink_history
 from iceberg.store.tables import load_optional
 from spark_jobs.session import activate
@@ -31,7 +31,6 @@ from spark_jobs.sink.fenced_commit import stage_shard
 from spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition, shard_ids, window_type
 
 log = logging.getLogger(__name__)
-KEY_MIGRATE = "icegroup.migrate"
 
 
 @dataclass(frozen=True)

@@ -51,6 +51,7 @@ from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.sink_commit import LINEAGE_COLUMNS
 from iceberg.store.registry import load_state
 from iceberg.store.sink_history import read_sink_history
+from iceberg.window_audit import audit_sink
 from tests.chaos.admin import REPLAY, RESET, Admin, AdminRun
 from tests.factories import append_batches, create_source
 from tests.stack_env import home_env
@@ -113,6 +114,7 @@ class Outcome:
     order_violations: list[str] = field(default_factory=list)
     lease_problems: list[str] = field(default_factory=list)
     worker_problems: list[str] = field(default_factory=list)
+    audit_problems: list[str] = field(default_factory=list)
     leases_done: int = 0
     attempts_max: int = 0
     elapsed_s: float = 0.0
@@ -143,6 +145,7 @@ class Outcome:
             and not self.order_violations
             and not self.lease_problems
             and not self.worker_problems
+            and not self.audit_problems
             and not [run for run in self.admin if run.problem]
         )
 
@@ -372,6 +375,7 @@ def check_sink(lakehouse: LakehouseConfig, group: GroupConfig, outcome: Outcome)
             last[(commit.epoch, shard.stream)] = seq
     outcome.streams = len({stream for _, stream in last})
     outcome.lease_problems.extend(f"shard {s} committed {n} times" for s, n in shards.items() if n > 1)
+    outcome.audit_problems = [window.describe() for window in audit_sink(catalog, group).failing()]
     state = load_state(catalog, group.name).state
     assert state is not None
     leases = {c.lease_id for c in history.commits}

@@ -35,6 +35,7 @@ def test_kill_9_chaos_keeps_exactly_once(tmp_path: Path, borrowers: bool) -> Non
     assert outcome.order_violations == []
     assert outcome.lease_problems == []
     assert outcome.worker_problems == []
+    assert outcome.audit_problems == [], "the sink's exactly_once check passes in every window"
     assert [run.kind for run in outcome.admin] == ["replay", "reset"], "every fourth fault is an operator action"
     assert [run.problem for run in outcome.admin if run.problem] == []
     assert all(run.completed for run in outcome.admin if run.kind == "reset"), "a killed reset is completed"

@@ -162,7 +162,8 @@ def test_a_components_sink_materializes_with_spark(
         )
 
     assert consumed.success
-    (materialization,) = replayed.asset_materializations_for_node(replayed.job_def.nodes[0].name)
+    (materialization,) = [m for n in replayed.job_def.nodes for m in replayed.asset_materializations_for_node(n.name)]
+    assert all(check.passed for check in replayed.get_asset_check_evaluations()), "its checks ran, and passed"
     assert materialization.asset_key == dg.AssetKey(["lake", ns, "orders_clean"])
     assert materialization.partition == window
     assert materialization.metadata["rows_out"].value == 60

@@ -12,16 +12,19 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from dagster_project.sensors import minimum_interval_s
+from dagster_project.sensors import LeaderCursor, minimum_interval_s
 from iceberg.borrower import take_leases
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.pause import set_paused
+from iceberg.protocol.dead_letters import STOPPED
 from iceberg.protocol.shards import window_label
+from iceberg.store.dead_letters import record
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
-from tests.factories import MakeGroup, append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source, dead_letter
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease
 from tests.stack_env import use_home
@@ -209,8 +212,11 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
 
     result = built.resolve_job_def(f"{group.name}_replay").execute_in_process(instance=instance, partition_key=window)
 
-    (materialization,) = result.asset_materializations_for_node(result.job_def.nodes[0].name)
+    (materialization,) = [m for node in result.job_def.nodes for m in result.asset_materializations_for_node(node.name)]
     assert materialization.partition == window
+    checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
+    assert sorted(checks) == [DEAD_LETTERS, EXACTLY_ONCE], "a run that materializes the sink runs its checks"
+    assert checks[EXACTLY_ONCE].passed, checks[EXACTLY_ONCE].description
     meta = materialization.metadata
     assert meta["replayed_windows"].value == [window]
     assert meta["rows_in"].value == meta["rows_replaced"].value == meta["rows_out"].value == 60
@@ -238,5 +244,72 @@ def test_the_leader_materializes_each_complete_window_once_and_never_the_open_on
     head = catalog.load_table(group.source).current_snapshot()
     assert head is not None
     assert observed.data_version == str(head.snapshot_id), "the source's version is its snapshot id"
-    assert context.cursor == str(head.snapshot_id)
+    assert LeaderCursor.read(context.cursor).head == str(head.snapshot_id)
     assert not isinstance(second, dg.SensorResult) or not second.asset_events, "each window once; the same source"
+
+
+def check_events(result: dg.SensorResult | dg.SkipReason | None, name: str) -> list[dg.AssetCheckEvaluation]:
+    """The evaluations of check ``name`` a Leader evaluation reported."""
+    events = result.asset_events if isinstance(result, dg.SensorResult) else []
+    return [e for e in events if isinstance(e, dg.AssetCheckEvaluation) and e.check_name == name]
+
+
+def test_a_poison_stop_skips_the_leader_saying_so_and_fails_the_dead_letters_check_once(
+    instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 1, 6)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    context = dg.build_sensor_context(instance=instance, resources=built.resources)
+    first = sensor(context)
+    (passed,) = check_events(first, DEAD_LETTERS)
+    assert passed.passed, "the check starts out passing"
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    shard_id = sorted(state.shards)[0]
+    record(catalog, group.name, [dead_letter(shard_id, STOPPED)])
+
+    stopped = sensor(context)
+
+    assert f"group '{group.name}' is stopped by poison shards: shard {shard_id}" in skip_message(stopped)
+    assert f"icegroup redrive {group.name} --execute" in skip_message(stopped)
+    (failed,) = check_events(stopped, DEAD_LETTERS)
+    assert (failed.passed, failed.severity) == (False, dg.AssetCheckSeverity.ERROR)
+    assert failed.metadata["stopped"] == dg.MetadataValue.int(1)
+    assert not check_events(sensor(context), DEAD_LETTERS), "reported when it changes, not at every tick"
+
+
+def test_the_exactly_once_check_passes_on_a_consumed_sink_and_fails_naming_the_window_of_a_row_deleted_by_hand(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    make_group: MakeGroup,
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 30)
+    drive(spark, lakehouse, group)
+    built = build_definitions({group.name: group}, "lake")
+    sink_key = dg.AssetKey(["lake", *group.sink.split(".")])
+    check = built.get_repository_def().asset_checks_defs_by_key[dg.AssetCheckKey(sink_key, EXACTLY_ONCE)]
+
+    def run_check() -> dg.AssetCheckEvaluation:
+        assets = [built.resolve_assets_def(sink_key), check]
+        selection = dg.AssetSelection.checks(check)
+        ran = dg.materialize(assets, selection=selection, instance=instance)
+        (evaluation,) = ran.get_asset_check_evaluations()
+        return evaluation
+
+    fine = run_check()
+    assert fine.passed, fine.description
+    assert fine.metadata["rows"] == dg.MetadataValue.int(60)
+    window = window_label(int(time.time() * 1000), group.replay_window)
+
+    catalog.load_table(group.sink).delete("event_id = 7")
+
+    broken = run_check()
+    assert not broken.passed
+    assert broken.metadata["failing_windows"] == dg.MetadataValue.json([window])
+    assert (broken.description or "").startswith(f"window {window} of group {group.name}: ")
+    assert f"icegroup replay {group.name} --window {window} --execute" in (broken.description or "")

@@ -41,6 +41,7 @@ from iceberg.store.fences import raise_fences
 from iceberg.store.heartbeats import beat
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
+from iceberg.window_audit import audit_sink
 from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import ReplayReport, publish, replay_window
 from spark_jobs.sink.migrate import migrate_sink
@@ -105,6 +106,9 @@ def test_a_replay_with_a_changed_transform_replaces_the_window_in_one_commit(
     assert state.replays == {}, "the ticket is given back"
     assert len(state.config_changes) == 1, "the config change is recorded"
     assert verify_group(catalog, group, key="event_id").ok
+    audit = audit_sink(catalog, group)
+    assert audit.ok, audit.describe()
+    assert audit.rows == 180, "the replay's commit holds the window now"
 
 
 def test_replay_works_after_the_sink_was_compacted_and_consumption_goes_on(
@@ -118,6 +122,7 @@ def test_replay_works_after_the_sink_was_compacted_and_consumption_goes_on(
     sink = catalog.load_table(group.sink)
     assert sink.current_snapshot() is not None
     assert sink.current_snapshot().summary.operation.value == "replace"
+    assert audit_sink(catalog, group).ok, "a compaction moves rows, it does not change them"
 
     replay_window(spark, lakehouse, group, today(group), progress=quiet)
     append_batches(catalog.load_table(group.source), 2, 12)
@@ -126,6 +131,7 @@ def test_replay_works_after_the_sink_was_compacted_and_consumption_goes_on(
     ids = Counter(sink_rows(catalog, group).column("event_id").to_pylist())
     assert ids == Counter(range(1, 85))
     assert verify_group(catalog, group, key="event_id").ok
+    assert audit_sink(catalog, group).ok
 
 
 def test_a_second_replay_of_a_window_in_flight_fails_and_names_the_first(
@@ -336,6 +342,7 @@ def test_a_sink_written_before_the_window_column_is_migrated_then_replayed(
     legacy_ids = Counter(sink.scan(selected_fields=(COL_SHARD,)).to_arrow().column(COL_SHARD).to_pylist())
     assert replay_window(spark, lakehouse, group, today(group), progress=quiet).rows_replaced == 24
     assert verify_group(catalog, group, key="event_id").ok
+    assert audit_sink(catalog, group).ok
     replayed = catalog.load_table(group.sink).scan(selected_fields=(COL_SHARD, COL_GROUP)).to_arrow()
     assert Counter(replayed.column(COL_SHARD).to_pylist()) == legacy_ids, "new rows keep the older sink's text ids"
     assert replayed.column(COL_GROUP).null_count == 24, "the group is in the commit now, not in each row"

@@ -13,14 +13,17 @@ import re
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import SourceError, UsageError
+from iceberg.errors import SourceBlocked, SourceError, UsageError
+from iceberg.leader import tick
 from iceberg.protocol.cascade import plan_follow, replaced_commits, superseding
+from iceberg.protocol.liveness import RunState
 from iceberg.protocol.reset import StreamMove
 from iceberg.protocol.shards import SnapshotInfo
 from iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
 from iceberg.reset_targets import check_reachable
 from iceberg.shards import plan_increment
 from tests.factories import MakeGroup, append_batches, create_source
+from tests.sink_commits import commit_lease
 
 DAY_1, DAY_2 = 1_000, 2_000
 
@@ -149,3 +152,23 @@ def test_a_reset_back_needs_every_snapshot_of_the_shards_it_consumes_again(make_
     with pytest.raises(UsageError, match="planning would restart after snapshot 9, which is no longer in"):
         check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (9, 1), [])], 9)
     check_reachable(make_group(), expired, [StreamMove("s", (13, 4), (11, 2), [])], 11)
+
+
+def test_a_tick_with_leases_in_flight_names_the_stop_ahead_and_raises_it_once_they_end(
+    catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, 1, 6)
+    granted = tick(catalog, group, lambda _: RunState.RUNNING)
+    source.delete("region = 'eu'", snapshot_properties={KEY_REPLAY: "2026-01-01", KEY_GROUP: "up"})
+
+    running = tick(catalog, group, lambda _: RunState.RUNNING)
+
+    assert running.state.leases, "the lease before the replay still runs"
+    assert running.blocked is not None
+    assert running.blocked.ahead().startswith("it stops next at source snapshot")
+    for lease in granted.launch:
+        commit_lease(catalog, group, granted.state, lease)
+    with pytest.raises(SourceBlocked, match=f"icegroup replay {group.name} --follow-upstream"):
+        tick(catalog, group, lambda _: RunState.SUCCEEDED)

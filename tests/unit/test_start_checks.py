@@ -100,22 +100,25 @@ REPLAY = SourceBlocked("the whole story", 42, "a replay of window 2026-11-26 ups
 
 
 @pytest.mark.parametrize(
-    ("leases", "pending", "expected"),
+    ("leases", "pending", "ahead", "expected"),
     [
         pytest.param(
+            False,
             False,
             False,
             "stopped at source snapshot 42, a replay of window 2026-11-26 upstream (run `icegroup replay g …`)",
             id="stopped-there",
         ),
-        pytest.param(False, True, "lagging; it stops next at source snapshot 42, a replay", id="lagging-towards-it"),
-        pytest.param(True, True, "consuming; it stops next at source snapshot 42, a replay", id="consuming-towards-it"),
+        pytest.param(False, False, True, "lagging; it stops next at source snapshot 42, a replay", id="to-plan"),
+        pytest.param(False, True, False, "lagging; it stops next at source snapshot 42, a replay", id="to-grant"),
+        pytest.param(True, True, False, "consuming; it stops next at source snapshot 42, a replay", id="consuming"),
     ],
 )
 def test_a_group_at_an_upstream_replay_says_it_stopped_there_and_what_moves_it_on(
-    leases: bool, pending: bool, expected: str
+    leases: bool, pending: bool, ahead: bool, expected: str
 ) -> None:
     shards = [shard(1, stream="s1")] if pending else []
     held = [lease([shards[0].shard_id], streams=["s1"])] if leases else []
+    state = group_state(shards, held)
 
-    assert status_of(group_state(shards, held), {}, 1 if pending else 0, REPLAY).startswith(expected)
+    assert status_of(state, {}, 1 if pending or ahead else 0, REPLAY, appends_ahead=ahead).startswith(expected)
