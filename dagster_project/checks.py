@@ -1,8 +1,8 @@
 """Asset checks on each sink: exactly once per window, and no shard stopped by poison.
 
 Dagster shows a check's latest result on the asset and in its Checks tab, and a failed one in the
-asset graph. Each check runs on demand from the UI (``Execute``) and in every run that materializes
-the sink (a replay or a UI backfill selects the asset's checks), and is also reported as the group
+asset graph. Each check runs on demand from the UI (``Execute``) and in each run of the group's
+replay job (``icegroup replay``: the job selects the asset's checks), and is also reported as the group
 goes: ``exactly_once`` whenever the Leader or a consume run finds windows complete, so the sink is
 judged whenever a window's output becomes final; ``dead_letters`` by the Leader whenever the group's
 poison shards change.
