@@ -6,8 +6,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
+from pyiceberg.table import Table
 
 from dagster_project.resources import lakehouse_of
+from dagster_project.table_metadata import TABLE_NAME, table_metadata
 from iceberg.lag import Lag
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
@@ -46,6 +48,7 @@ def source_spec(group: GroupConfig, key: dg.AssetKey, labels: Labels) -> dg.Asse
     return dg.AssetSpec(
         key,
         description=f"Iceberg table {group.source}, appended to by producers; consumed by group {group.name}.",
+        metadata={TABLE_NAME: ".".join(key.path)},
         kinds={"iceberg"},
         group_name=labels.group_name or "sources",
         owners=labels.owners,
@@ -114,12 +117,13 @@ def lineage_command(group: GroupConfig, question: str) -> dg.MetadataValue:
     return dg.MetadataValue.md(f"`icegroup lineage {group.name} {question}`")
 
 
-def source_observation(source_key: dg.AssetKey, snapshot_id: int) -> dg.AssetObservation:
-    """The source's version: its current snapshot id, as the source asset's data version."""
+def source_observation(source_key: dg.AssetKey, snapshot_id: int, table: Table | None = None) -> dg.AssetObservation:
+    """The source's version: its current snapshot id, as the source asset's data version, and the table as it is."""
+    shown = table_metadata(table, ".".join(source_key.path)) if table is not None else {}
     return dg.AssetObservation(
         asset_key=source_key,
         tags={DATA_VERSION_TAG: str(snapshot_id)},
-        metadata={"snapshot_id": str(snapshot_id)},
+        metadata={"snapshot_id": str(snapshot_id), **shown},
     )
 
 
@@ -142,16 +146,19 @@ def complete_events(
     source_key: dg.AssetKey,
     windows: list[int],
     provenance: Mapping[int, WindowProvenance],
+    sink: Table | None = None,
 ) -> list[dg.AssetMaterialization]:
     """A materialization of each window the Leader found complete: its partition reads finished from now on.
 
     A window with output carries its provenance, and as data versions the sink snapshots holding
-    it and the source snapshot it was computed from.
+    it and the source snapshot it was computed from; each carries the ``sink`` table as it is now
+    (Dagster's standard table metadata), when given.
     """
+    shown = table_metadata(sink, ".".join(sink_key.path)) if sink is not None and windows else {}
     events = []
     for start in windows:
         label = window_label(start, group.replay_window)
-        metadata: dict[str, Any] = {"window": label, "complete": True, "group": group.name}
+        metadata: dict[str, Any] = {"window": label, "complete": True, "group": group.name, **shown}
         tags = {}
         made = provenance.get(start)
         if made is not None:
@@ -196,6 +203,7 @@ def sink_asset(
         group_name=labels.group_name or group.name,
         owners=labels.owners,
         tags={**labels.tags, "icegroup/group": group.name},
+        metadata={TABLE_NAME: ".".join(key.path)},
         required_resource_keys={resource_key},
         description=f"Rows of {group.source} through {group.transform}, exactly once, by group {group.name}.",
     )

@@ -23,6 +23,7 @@ from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
 from iceberg.protocol.state import Lease
 from iceberg.retention import StateRetention, expire
+from iceberg.store.tables import load_optional
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.borrower.warm import borrow
 from spark_jobs.consume import consume
@@ -147,7 +148,8 @@ def consume_job(
         observed: list[int] = []
 
         def ticked(result: TickResult) -> None:
-            for event in complete_events(group, sink_key, source_key, result.complete, result.provenance):
+            sink = load_optional(lakehouse.catalog(), group.sink) if result.complete else None
+            for event in complete_events(group, sink_key, source_key, result.complete, result.provenance, sink):
                 context.log_event(event)
             check = (
                 exactly_once_evaluation(lakehouse.catalog(), group, sink_key, context.log)
@@ -157,7 +159,8 @@ def consume_job(
             if check is not None:  # windows with output became final: the sink judged as it is now
                 context.instance.report_runless_asset_event(check)  # on the instance, as the Leader's are
             if result.source_head is not None and result.source_head not in observed[-1:]:
-                context.log_event(source_observation(source_key, result.source_head))
+                source = lakehouse.catalog().load_table(group.source)
+                context.log_event(source_observation(source_key, result.source_head, source))
                 observed.append(result.source_head)
 
         summary = consume(

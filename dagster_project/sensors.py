@@ -16,6 +16,7 @@ from iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
 from iceberg.leader import TickResult, tick
 from iceberg.protocol.borrower import borrowers_to_start, census, waiting
 from iceberg.protocol.group import GroupConfig
+from iceberg.store.tables import load_optional
 
 DAEMON_LOOP_S = 5
 """How often Dagster's sensor daemon evaluates sensors: ``MIN_INTERVAL_LOOP_TIME`` in ``dagster/_daemon/sensor.py``."""
@@ -125,8 +126,9 @@ def leader_sensor(
         for letter in result.parked:
             context.log.warning(f"{group.name}: shard {letter.shard_id} is parked: {letter.error}")
         cursor = LeaderCursor.read(context.cursor)
+        sink = load_optional(catalog, group.sink) if result.complete else None  # shown on each window completed
         events: list[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation] = [
-            *complete_events(group, sink_key, source_key, result.complete, result.provenance),
+            *complete_events(group, sink_key, source_key, result.complete, result.provenance, sink),
         ]
         audit = exactly_once_evaluation(catalog, group, sink_key, context.log) if result.provenance else None
         if audit is not None:  # windows with output became final: the sink judged as it is now
@@ -136,7 +138,7 @@ def leader_sensor(
         if poison != cursor.poison:
             events.append(dead_letter_evaluation(group, sink_key, letters))
         if result.source_head is not None and str(result.source_head) != cursor.head:
-            events.append(source_observation(source_key, result.source_head))
+            events.append(source_observation(source_key, result.source_head, catalog.load_table(group.source)))
         head = str(result.source_head) if result.source_head is not None else cursor.head
         now = LeaderCursor(head=head, poison=poison)
         if now != cursor:

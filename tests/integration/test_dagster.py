@@ -12,15 +12,18 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from dagster_project.assets import complete_events
 from dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from dagster_project.sensors import LeaderCursor, minimum_interval_s
+from dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TABLE_NAME, URI
 from iceberg.borrower import take_leases
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.pause import set_paused
 from iceberg.protocol.dead_letters import STOPPED
-from iceberg.protocol.shards import window_label
+from iceberg.protocol.shards import parse_window_label, window_label
+from iceberg.protocol.sink_commit import ROW_LINEAGE
 from iceberg.store.dead_letters import record
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
@@ -245,6 +248,12 @@ def test_the_leader_materializes_each_complete_window_once_and_never_the_open_on
     assert head is not None
     assert observed.data_version == str(head.snapshot_id), "the source's version is its snapshot id"
     assert LeaderCursor.read(context.cursor).head == str(head.snapshot_id)
+    source_key = dg.AssetKey(["lake", *group.source.split(".")])
+    assert observed.metadata[TABLE_NAME].value == ".".join(source_key.path), "Dagster's standard table metadata"
+    assert observed.metadata[ROW_COUNT].value == 10
+    assert observed.metadata[URI].value == catalog.load_table(group.source).location()
+    columns = observed.metadata[COLUMN_SCHEMA].value.columns
+    assert ("event_id", False) in [(c.name, c.constraints.nullable) for c in columns]
     assert not isinstance(second, dg.SensorResult) or not second.asset_events, "each window once; the same source"
 
 
@@ -305,6 +314,13 @@ def test_the_exactly_once_check_passes_on_a_consumed_sink_and_fails_naming_the_w
     assert fine.passed, fine.description
     assert fine.metadata["rows"] == dg.MetadataValue.int(60)
     window = window_label(int(time.time() * 1000), group.replay_window)
+    source_key = dg.AssetKey(["lake", *group.source.split(".")])
+    start = parse_window_label(window, group.replay_window)
+    (done,) = complete_events(group, sink_key, source_key, [start], {}, catalog.load_table(group.sink))
+    assert done.metadata[ROW_COUNT].value == 60, "a completed window shows the sink's rows and columns"
+    assert {c.name for c in done.metadata[COLUMN_SCHEMA].value.columns} >= {"event_id", *ROW_LINEAGE}
+    sink_def = built.resolve_assets_def(sink_key)
+    assert sink_def.metadata_by_key[sink_key][TABLE_NAME] == ".".join(sink_key.path)
 
     catalog.load_table(group.sink).delete("event_id = 7")
 
