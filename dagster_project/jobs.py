@@ -11,6 +11,7 @@ from pydantic import Field
 
 from dagster_project.assets import complete_events, lease_metadata, source_observation
 from dagster_project.checks import exactly_once_evaluation
+from dagster_project.lineage_runs import expire_run
 from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import observe_runs, terminate_runs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
@@ -22,7 +23,7 @@ from iceberg.protocol.durations import parse_duration
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
 from iceberg.protocol.state import Lease
-from iceberg.retention import StateRetention, expire
+from iceberg.retention import StateRetention
 from iceberg.store.tables import load_optional
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.borrower.warm import borrow
@@ -219,7 +220,7 @@ def expire_job(groups: dict[str, GroupConfig], resources: Mapping[str, Any]) -> 
         """Expire the snapshots no group needs; log each table's verdict and what holds what it keeps."""
         icegroup = lakehouse_of(context.resources, key)
         keep = StateRetention(config.keep_state, parse_duration(config.keep_state_for))
-        plans = expire(icegroup.catalog(), groups, keep, execute=True)
+        plans = expire_run(icegroup.lakehouse(), groups, keep, execute=True)
         for plan in plans:
             row = plan.row()
             context.log.info(

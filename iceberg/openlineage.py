@@ -1,13 +1,16 @@
-"""OpenLineage run events for Borrower and replay runs: START, then COMPLETE or FAIL.
+"""OpenLineage run events for every run that reads or writes data: START, then COMPLETE or FAIL.
 
-Off unless the lakehouse config has an ``openlineage`` section; its transport is the OpenLineage
-client's own (console, file, HTTP to Marquez, ...). Inputs and outputs are the Iceberg tables, named
-by their location as OpenLineage names tables (namespace ``file`` or ``s3://bucket``, name the
-path) with the catalog identifier as a symlink, and versioned by snapshot id: the source at the
-last snapshot the run read, the sink at the snapshot it committed. A lease attempt's run id is
-derived from the group, lease and attempt, and a replay's from its window and generation, so
-every event of one run carries the same id. An event that cannot be sent is logged, never raised:
-lineage must not fail the work it describes.
+The runs are lease attempts, replays, resets and expiries. Off unless the lakehouse config has an
+``openlineage`` section (or ``ICEGROUP_OPENLINEAGE_FILE`` names a file); its transport is the
+OpenLineage client's own (console, file, HTTP to Marquez, ...). Inputs and outputs are the Iceberg
+tables, named by their location as OpenLineage names tables (namespace ``file`` or ``s3://bucket``,
+name the path) with the catalog identifier as a symlink, versioned by snapshot id (the source at
+the last snapshot the run read, the sink at the snapshot it committed) and described by the schema
+of that snapshot. Where the transform is a projection, the sink carries column lineage: which
+source columns each sink column is made from, and whether it is a copy or computed. A lease
+attempt's run id is derived from the group, lease and attempt, and a replay's from its window and
+generation, so every event of one run carries the same id. An event that cannot be sent is logged,
+never raised: lineage must not fail the work it describes.
 """
 
 from __future__ import annotations
@@ -16,6 +19,8 @@ import logging
 import threading
 import traceback
 import uuid
+from collections.abc import Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from urllib.parse import urlparse
@@ -25,13 +30,17 @@ from openlineage.client.event_v2 import InputDataset, Job, OutputDataset, Run, R
 from openlineage.client.facet_v2 import (
     DatasetFacet,
     RunFacet,
+    column_lineage_dataset,
     dataset_version_dataset,
     error_message_run,
     job_type_job,
     output_statistics_output_dataset,
+    schema_dataset,
     symlinks_dataset,
 )
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyiceberg.types import NestedField, StructType
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.config.sections import OpenLineageSettings
@@ -67,6 +76,15 @@ def table_name(location: str) -> tuple[str, str]:
     return f"{parsed.scheme}://{parsed.netloc}", parsed.path.lstrip("/")
 
 
+@dataclass(frozen=True)
+class ColumnOrigin:
+    """Where one output column of a projection comes from: source columns, copied or computed."""
+
+    inputs: tuple[str, ...]
+    identity: bool
+    sql: str
+
+
 @dataclass
 class RunEvents:
     """One run's events; with no client (OpenLineage off) every method does nothing."""
@@ -88,9 +106,30 @@ class RunEvents:
         """The run began: its inputs, at the versions it will read."""
         self._emit(RunState.START, [])
 
-    def complete(self, outputs: list[OutputDataset]) -> None:
-        """The run ended well: its outputs, at the versions it committed."""
+    def complete(self, outputs: list[OutputDataset], columns: Mapping[str, ColumnOrigin] | None = None) -> None:
+        """The run ended well: its outputs, at the versions it committed, with ``columns`` as their column lineage."""
+        if columns and self.inputs:
+            facet = column_lineage(self.inputs[0], columns)
+            outputs = [
+                OutputDataset(
+                    o.namespace,
+                    o.name,
+                    facets={**(o.facets or {}), "columnLineage": facet},
+                    outputFacets=o.outputFacets,
+                )
+                for o in outputs
+            ]
         self._emit(RunState.COMPLETE, outputs)
+
+    @contextmanager
+    def observe(self) -> Iterator[RunEvents]:
+        """START now, FAIL with the error if the block raises; the block calls ``complete`` with what it wrote."""
+        self.start()
+        try:
+            yield self
+        except BaseException as exc:
+            self.fail(exc)
+            raise
 
     def fail(self, error: BaseException) -> None:
         """The run failed: the error, with its traceback."""
@@ -120,33 +159,61 @@ class RunEvents:
             log.warning("OpenLineage: %s event of %s (run %s) not sent: %s", state.value, self.job, self.run_id, exc)
 
 
+def column_lineage(
+    source: InputDataset, columns: Mapping[str, ColumnOrigin]
+) -> column_lineage_dataset.ColumnLineageDatasetFacet:
+    """OpenLineage's column lineage of a projection of ``source``: a copy is IDENTITY, computed is TRANSFORMATION."""
+
+    def origin(column: ColumnOrigin, name: str) -> column_lineage_dataset.InputField:
+        kind = column_lineage_dataset.Transformation(
+            type="DIRECT",
+            subtype="IDENTITY" if column.identity else "TRANSFORMATION",
+            description="" if column.identity else column.sql,
+            masking=False,
+        )
+        return column_lineage_dataset.InputField(source.namespace, source.name, name, transformations=[kind])
+
+    fields = {
+        out: column_lineage_dataset.Fields(inputFields=[origin(column, name) for name in column.inputs])
+        for out, column in columns.items()
+    }
+    return column_lineage_dataset.ColumnLineageDatasetFacet(fields=fields, producer=PRODUCER)
+
+
 def run_events(
     lakehouse: LakehouseConfig,
     catalog: Catalog,
     group: str,
     job: str,
     key: str,
-    source: str,
+    source: str | None,
     source_version: int | None,
 ) -> RunEvents:
     """The events of one run of ``group``'s ``job`` reading ``source`` at ``source_version``; inert when off."""
     settings = lakehouse.openlineage
     if settings is None:
         return RunEvents(None, "", job, run_id_for(group, key))
-    dataset = table_dataset(catalog, lakehouse, source, source_version)
+    dataset = None if source is None else table_dataset(catalog, lakehouse, source, source_version)
     inputs = [] if dataset is None else [InputDataset(dataset[0], dataset[1], facets=dataset[2])]
     return RunEvents(client_for(settings), settings.namespace, job, run_id_for(group, key), inputs)
 
 
 def output_dataset(
-    lakehouse: LakehouseConfig, catalog: Catalog, sink: str, version: int | None, rows: int, files: int | None = None
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    sink: str,
+    version: int | None,
+    rows: int | None,
+    files: int | None = None,
 ) -> list[OutputDataset]:
-    """The sink as a run's output, at the snapshot it committed, with the rows it wrote; none if off or absent."""
+    """A table as a run's output, at the snapshot it committed, with the rows it wrote if known; none if off."""
     if lakehouse.openlineage is None:
         return []
     dataset = table_dataset(catalog, lakehouse, sink, version)
     if dataset is None:
         return []
+    if rows is None:
+        return [OutputDataset(dataset[0], dataset[1], facets=dataset[2])]
     stats = output_statistics_output_dataset.OutputStatisticsOutputDatasetFacet(
         rowCount=rows, fileCount=files, producer=PRODUCER
     )
@@ -165,9 +232,30 @@ def table_dataset(
         namespace=lakehouse.tables_namespace, name=f"{lakehouse.catalog_name}.{identifier}", type="TABLE"
     )
     links = symlinks_dataset.SymlinksDatasetFacet(identifiers=[symlink], producer=PRODUCER)
-    facets: dict[str, DatasetFacet] = {"symlinks": links}
+    facets: dict[str, DatasetFacet] = {"symlinks": links, "schema": schema_facet(table, version)}
     if version is not None:
         facets["version"] = dataset_version_dataset.DatasetVersionDatasetFacet(
             datasetVersion=str(version), producer=PRODUCER
         )
     return namespace, name, facets
+
+
+def schema_facet(table: Table, version: int | None) -> schema_dataset.SchemaDatasetFacet:
+    """The table's columns at snapshot ``version`` (the current schema without one), nested fields included."""
+    snapshot = None if version is None else table.snapshot_by_id(version)
+    schema_id = None if snapshot is None else snapshot.schema_id
+    schema = table.schemas().get(schema_id, table.schema()) if schema_id is not None else table.schema()
+
+    def fields(columns: Iterable[NestedField]) -> list[schema_dataset.SchemaDatasetFacetFields]:
+        return [
+            schema_dataset.SchemaDatasetFacetFields(
+                name=column.name,
+                type=str(column.field_type),
+                description=column.doc,
+                ordinal_position=position,
+                fields=fields(column.field_type.fields) if isinstance(column.field_type, StructType) else [],
+            )
+            for position, column in enumerate(columns, start=1)
+        ]
+
+    return schema_dataset.SchemaDatasetFacet(fields=fields(schema.fields), producer=PRODUCER)

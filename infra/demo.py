@@ -6,14 +6,19 @@ remakes today's window with a corrected transform (``enrich_events_v2``: an even
 exact, and ``large`` holds exactly the events that are large now.
 
 Runs on the embedded stack: SQLite catalog and warehouse under .lake/, Spark local[*], and the
-Dagster instance in $DAGSTER_HOME (.dagster/), so `make ui` shows the runs afterwards.
+Dagster instance in $DAGSTER_HOME (.dagster/), so `make ui` shows the runs afterwards. Every run
+that reads or writes data sends its OpenLineage events to .lake/openlineage.jsonl (unless
+``ICEGROUP_OPENLINEAGE_FILE`` names another file), one JSON event a line, for a lineage tool.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import tempfile
 import time
+from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -22,7 +27,7 @@ from pyiceberg.catalog import Catalog
 
 from dagster_project.cli import main as icegroup_main
 from dagster_project.cli.group_files import groups_path, load_checked_groups
-from iceberg.config.lakehouse import load_lakehouse
+from iceberg.config.lakehouse import ENV_HOME, ENV_OPENLINEAGE_FILE, load_lakehouse
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.sink_commit import COL_WINDOW
 from iceberg.verify import verify_group
@@ -56,6 +61,8 @@ def step(title: str) -> float:
 def main() -> int:
     """Run the demo; exit 1 if the sink does not match the source exactly."""
     started = time.perf_counter()
+    lineage = Path(os.environ.setdefault(ENV_OPENLINEAGE_FILE, lineage_file()))
+    lineage.unlink(missing_ok=True)
     lakehouse = load_lakehouse()
     groups = load_checked_groups(groups_path())
     group, chained = groups[GROUP], groups[CHAINED]
@@ -120,6 +127,8 @@ def main() -> int:
     for replay_audit in audits[1:]:
         print(f"exactly_once: {replay_audit.describe()}")
     timings["replay"] = time.perf_counter() - t
+    step(f"OpenLineage: the events of every run that read or wrote data, in {lineage}")
+    print(lineage_summary(lineage))
     timings["total"] = time.perf_counter() - started
     print("timings: " + "  ".join(f"{name} {seconds:.1f}s" for name, seconds in timings.items()))
     exact = result.ok and all(check.ok for check in replayed) and all(a.ok for a in audits) and before[0] == after[0]
@@ -127,6 +136,19 @@ def main() -> int:
         return 1
     print(NEXT_STEPS)
     return 0
+
+
+def lineage_file() -> str:
+    """Where the demo's OpenLineage events go: beside its lake."""
+    return str(Path(os.environ.get(ENV_HOME, ".")).resolve() / ".lake" / "openlineage.jsonl")
+
+
+def lineage_summary(path: Path) -> str:
+    """The events by job and type, and the sink versions the runs wrote."""
+    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    kinds = Counter(f"{e['job']['name']} {e['eventType']}" for e in events)
+    lines = [f"{count:4d} x {kind}" for kind, count in sorted(kinds.items())]
+    return "\n".join([f"{len(events)} events", *lines])
 
 
 def show_lineage(catalog: Catalog, group: GroupConfig, chained: GroupConfig) -> bool:

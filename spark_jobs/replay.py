@@ -30,6 +30,7 @@ from iceberg.replay import ReplayPlan, ReplayShard, plan_replay, replay_ticket
 from iceberg.retry import again_while_losing
 from iceberg.store.heartbeats import heartbeat
 from spark_jobs.code_shipping import ship_transform
+from spark_jobs.column_lineage import sink_columns
 from spark_jobs.session import activate
 from spark_jobs.shards import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
 from spark_jobs.sink.fenced_commit import publish_replay, stage_shard
@@ -100,13 +101,10 @@ def replay_window(
         head = catalog.load_table(group.source).current_snapshot()
         read_at = head.snapshot_id if head else None
         events = run_events(lakehouse, catalog, group.name, f"{group.name}.replay", key, group.source, read_at)
-        events.start()
-        try:
+        with events.observe():
             report = replay_generation(spark, lakehouse, group, ticket, transform, run_id, progress)
-        except BaseException as exc:
-            events.fail(exc)
-            raise
-        events.complete(output_dataset(lakehouse, catalog, group.sink, report.sink_snapshot, report.rows_out))
+            outputs = output_dataset(lakehouse, catalog, group.sink, report.sink_snapshot, report.rows_out)
+            events.complete(outputs, sink_columns(spark, lakehouse, group))
     report.elapsed_s = time.perf_counter() - started
     progress(report.line())
     return report

@@ -8,11 +8,12 @@ from dagster_project.cli.exits import Exit
 from dagster_project.cli.output import JSON_HELP, dumps
 from dagster_project.cli.support import pick, table
 from dagster_project.cli.verbs import EXECUTE_HELP, PREVIEW_RULE
+from dagster_project.lineage_runs import expire_run
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
 from iceberg.protocol.durations import option_value, parse_duration
 from iceberg.protocol.group import GroupConfig
-from iceberg.retention import StateRetention, TableExpiry, expire
+from iceberg.retention import StateRetention, TableExpiry
 
 
 def add_expire(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -44,7 +45,7 @@ def cmd_expire(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     if args.keep_state < 1:
         raise UsageError(f"--keep-state: {args.keep_state} keeps no snapshot; give 1 or more")
     keep_for = option_value("--keep-state-for", parse_duration, args.keep_state_for)
-    plans = expire(lakehouse.catalog(), chosen, StateRetention(args.keep_state, keep_for), execute=args.execute)
+    plans = expire_run(lakehouse, chosen, StateRetention(args.keep_state, keep_for), execute=args.execute)
     if args.json:
         print(dumps({"executed": args.execute, "tables": [plan_json(p) for p in plans]}))
     else:

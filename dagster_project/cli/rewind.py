@@ -19,6 +19,7 @@ from dagster_project.cli.logfile import run_output
 from dagster_project.cli.output import dumps
 from dagster_project.cli.support import dagster_home, pick, table
 from dagster_project.definitions import build_definitions
+from dagster_project.lineage_runs import reset_run
 from dagster_project.runs.execute import execute, open_instance
 from dagster_project.runs.observer import terminate_runs
 from iceberg.cascade import downstream_of, plan_follows, record_follows
@@ -30,7 +31,7 @@ from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.replay import check_window, windows_between
 from iceberg.protocol.reset import ResetTarget
 from iceberg.replay import ReplayPlan, plan_replay
-from iceberg.reset import ResetPlan, execute_reset, plan_reset
+from iceberg.reset import ResetPlan, plan_reset
 from iceberg.store.registry import load_state
 
 
@@ -266,7 +267,7 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
     target = reset_target(args)
     if args.execute:
         before = load_state(catalog, group.name).state
-        plan = execute_reset(catalog, group, target, keep_output=args.keep_output)
+        plan = reset_run(lakehouse, group, target, keep_output=args.keep_output)
         # The runs of the epochs the reset left behind (a reset that had committed already may find some).
         leases = [lease for lease in before.leases.values() if lease.epoch < plan.epoch] if before else []
         if leases:

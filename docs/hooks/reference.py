@@ -24,7 +24,9 @@ COMPONENTS_MODULE = "dagster_project.components"
 
 LAKEHOUSE_INTRO = (
     "The lakehouse config says where the catalog and the warehouse are and how Spark reaches them; "
-    "pyiceberg and Spark are both built from it. It is a YAML mapping of these fields."
+    "pyiceberg and Spark are both built from it. It is a YAML mapping of these fields. "
+    "`ICEGROUP_OPENLINEAGE_FILE=PATH` turns the `openlineage` section on with the client's file transport "
+    "(one JSON event a line in PATH), as `make demo` does."
 )
 GROUPS_INTRO = (
     "The groups file declares the consumer groups: a YAML mapping with one key, `groups`, a list whose "

@@ -37,6 +37,7 @@ _CATALOGS_LOCK = threading.Lock()
 S3_SCHEMES = ("s3://", "s3a://")
 ENV_CONFIG = "ICEGROUP_LAKEHOUSE"
 ENV_HOME = "ICEGROUP_HOME"
+ENV_OPENLINEAGE_FILE = "ICEGROUP_OPENLINEAGE_FILE"
 ENV_OVERRIDES = {
     "ICEGROUP_CATALOG_NAME": "catalog_name",
     "ICEGROUP_CATALOG_URI": "catalog_uri",
@@ -356,6 +357,8 @@ def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = Non
 
     Later sources win, so a deployment can point both engines at PostgreSQL with one variable. A file
     that names a REST catalog replaces the embedded default's SQL catalog instead of adding to it.
+    ``ICEGROUP_OPENLINEAGE_FILE`` turns OpenLineage on with the client's file transport, one JSON
+    event per line, as ``make demo`` does.
     """
     env = os.environ if env is None else env
     home = Path(env.get(ENV_HOME, "."))
@@ -374,6 +377,10 @@ def load_lakehouse(path: Path | None = None, env: Mapping[str, str] | None = Non
             into = values.setdefault(section, {}) if section else values
             into[key] = env[var]
             origins[field] = var
+    if env.get(ENV_OPENLINEAGE_FILE):
+        events = {"type": "file", "log_file_path": str(Path(env[ENV_OPENLINEAGE_FILE]).resolve()), "append": True}
+        values["openlineage"] = {**values.get("openlineage", {}), "transport": events}
+        origins["openlineage.transport"] = ENV_OPENLINEAGE_FILE
     try:
         return LakehouseConfig(**values)
     except ValidationError as exc:

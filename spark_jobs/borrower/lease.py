@@ -42,6 +42,7 @@ from spark_jobs.borrower.output import shard_output
 from spark_jobs.borrower.redelivery import catalog_reachable, platform_retry, record_poison_shard, stage_with_redelivery
 from spark_jobs.borrower.user_errors import describe_error
 from spark_jobs.code_shipping import ship_transform
+from spark_jobs.column_lineage import sink_columns
 from spark_jobs.row_files import RowFiles
 from spark_jobs.session import activate
 from spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard, stage_shard
@@ -165,7 +166,9 @@ def run_lease(
             events.fail(exc)
             raise
     last = done.sink_snapshots[-1] if done.sink_snapshots else None
-    events.complete(output_dataset(lakehouse, catalog, group.sink, last, done.rows_out))
+    events.complete(
+        output_dataset(lakehouse, catalog, group.sink, last, done.rows_out), sink_columns(spark, lakehouse, group)
+    )
     return done
 
 

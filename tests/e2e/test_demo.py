@@ -1,4 +1,7 @@
-"""`make demo`'s script from a clean lakehouse, in its own process, as a user runs it."""
+"""`make demo`'s script from a clean lakehouse, in its own process, as a user runs it.
+
+Every OpenLineage event the demo wrote is validated against the published schemas.
+"""
 
 from __future__ import annotations
 
@@ -13,6 +16,7 @@ from iceberg.config.groups import load_groups
 from iceberg.config.lakehouse import load_lakehouse
 from iceberg.verify import verify_group
 from tests.conftest import repo_root
+from tests.openlineage_events import read_events
 from tests.stack_env import home_env
 
 pytestmark = pytest.mark.demo
@@ -33,3 +37,12 @@ def test_demo_consumes_exactly_once_and_says_so(tmp_path: Path) -> None:
     group = load_groups(repo_root() / "dagster_project" / "groups.yaml")["demo"]
     assert verify_group(lakehouse.catalog(), group, key="event_id").ok
     assert (tmp_path / ".dagster" / "storage").is_dir(), "the demo's runs are in its Dagster instance"
+
+    events = read_events(tmp_path / ".lake" / "openlineage.jsonl")
+    runs: dict[str, list[str]] = {}
+    for event in events:
+        runs.setdefault(event["run"]["runId"], []).append(event["eventType"])
+    assert set(map(tuple, runs.values())) == {("START", "COMPLETE")}, "every run started and completed"
+    jobs = {event["job"]["name"] for event in events}
+    assert {"demo.lease", "large.lease", "demo.replay", "large.replay"} <= jobs
+    assert f"{len(events)} events" in done.stdout

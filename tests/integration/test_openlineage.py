@@ -1,24 +1,24 @@
 """OpenLineage events of Borrower and replay runs, read back from the client's file transport.
 
-Each event is checked against the OpenLineage run-event schema (the parts of spec 2-0-2 that a
-producer must fill, written out below: the spec's JSON file is not installable here) and against
-the sink's own commits: the versions the events name are the snapshots the runs really read and wrote.
+Each event, and each of its facets, is validated against OpenLineage's published JSON schemas
+(``tests/openlineage_events.py``) and checked against the sink's own commits: the versions the
+events name are the snapshots the runs really read and wrote, the schema facet holds the table's
+columns, and the column lineage holds what the transform's plan makes of the source's columns.
 """
 
 from __future__ import annotations
 
 import json
 import time
-import uuid
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
-import jsonschema
 import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from dagster_project.lineage_runs import expire_run, reset_run
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.config.sections import OpenLineageSettings
 from iceberg.errors import StaleLease
@@ -26,60 +26,31 @@ from iceberg.leader import tick
 from iceberg.openlineage import run_events
 from iceberg.protocol.fences import fence_key
 from iceberg.protocol.liveness import RunState
+from iceberg.protocol.reset import ResetTarget
 from iceberg.protocol.shards import window_label
+from iceberg.retention import StateRetention
 from iceberg.store.fences import raise_fences
 from iceberg.store.registry import load_state
 from spark_jobs.borrower.lease import run_lease
 from spark_jobs.replay import replay_window
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
+from tests.openlineage_events import read_events as read_valid_events
 
 pytestmark = pytest.mark.spark
 
-FACET = {"type": "object", "required": ["_producer", "_schemaURL"]}
-DATASET = {
-    "type": "object",
-    "required": ["namespace", "name"],
-    "properties": {
-        "namespace": {"type": "string", "minLength": 1},
-        "name": {"type": "string", "minLength": 1},
-        "facets": {"type": "object", "additionalProperties": FACET},
-        "inputFacets": {"type": "object", "additionalProperties": FACET},
-        "outputFacets": {"type": "object", "additionalProperties": FACET},
-    },
-}
-RUN_EVENT = {
-    "type": "object",
-    "required": ["eventTime", "producer", "schemaURL", "run", "job", "eventType"],
-    "properties": {
-        "eventTime": {"type": "string", "minLength": 1},
-        "producer": {"type": "string", "pattern": "^https?://"},
-        "schemaURL": {"type": "string", "pattern": r"^https://openlineage\.io/spec/\d+-\d+-\d+/OpenLineage\.json#"},
-        "eventType": {"enum": ["START", "RUNNING", "COMPLETE", "ABORT", "FAIL", "OTHER"]},
-        "run": {
-            "type": "object",
-            "required": ["runId"],
-            "properties": {"runId": {"type": "string"}, "facets": {"type": "object", "additionalProperties": FACET}},
-        },
-        "job": {
-            "type": "object",
-            "required": ["namespace", "name"],
-            "properties": {"namespace": {"type": "string"}, "name": {"type": "string"}},
-        },
-        "inputs": {"type": "array", "items": DATASET},
-        "outputs": {"type": "array", "items": DATASET},
-    },
-}
-
 
 def read_events(path: Path) -> list[dict[str, Any]]:
-    """The events the file transport wrote, each checked against the run-event schema."""
-    events = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The events the file transport wrote, each valid against the published schemas and stamped with its zone."""
+    events = read_valid_events(path)
     for event in events:
-        jsonschema.validate(event, RUN_EVENT)
-        uuid.UUID(event["run"]["runId"])
         assert datetime.fromisoformat(event["eventTime"]).tzinfo is not None
     return events
+
+
+def columns(dataset: dict[str, Any]) -> list[str]:
+    """The column names a dataset's schema facet holds."""
+    return [field["name"] for field in dataset["facets"]["schema"]["fields"]]
 
 
 def version(dataset: dict[str, Any]) -> int:
@@ -127,6 +98,14 @@ def test_lease_and_replay_runs_emit_start_and_complete_with_the_snapshots_they_r
         shards = json.loads(summary["icegroup.shards"])
         assert version(read) == shards[-1]["to"], "the lease read through its last shard's end"
         written.add(version(wrote))
+        assert columns(wrote) == [f.name for f in sink.schema().fields], "the sink's schema, in order"
+        assert columns(read) == [f.name for f in source.schema().fields]
+        lineage = wrote["facets"]["columnLineage"]["fields"]
+        assert set(lineage) == set(columns(read)), "the identity transform copies every source column"
+        for name, origin in lineage.items():
+            [field] = origin["inputFields"]
+            assert (field["namespace"], field["name"], field["field"]) == (read["namespace"], read["name"], name)
+            assert field["transformations"][0]["subtype"] == "IDENTITY"
     assert written == {lease[-1] for lease in by_lease.values()}, "every lease of the group ran, once"
 
     window = window_label(int(time.time() * 1000), group.replay_window)
@@ -164,3 +143,38 @@ def test_a_failed_lease_attempt_emits_fail_with_its_error_and_openlineage_is_off
     assert (start["eventType"], fail["eventType"]) == ("START", "FAIL")
     assert fail["run"]["runId"] == start["run"]["runId"]
     assert "StaleLease" in fail["run"]["facets"]["errorMessage"]["message"]
+
+
+def test_a_projection_has_column_lineage_and_resets_and_expiries_are_runs_too(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, tmp_path: Path
+) -> None:
+    emitted = tmp_path / "openlineage.jsonl"
+    settings = OpenLineageSettings(transport={"type": "file", "log_file_path": str(emitted), "append": True})
+    traced = lakehouse.model_copy(update={"openlineage": settings})
+    group = make_group(transform="spark_jobs.transforms:enrich_events")
+    append_batches(create_source(catalog, group.source), 2, 12)
+    drive(spark, traced, group)
+
+    complete = [e for e in read_events(emitted) if e["eventType"] == "COMPLETE"][-1]
+    lineage = complete["outputs"][0]["facets"]["columnLineage"]["fields"]
+    assert set(lineage) == {"event_id", "region", "event_ts", "amount", "amount_cents", "is_large"}
+    [cents] = lineage["amount_cents"]["inputFields"]
+    assert cents["field"] == "amount"
+    assert cents["transformations"][0]["subtype"] == "TRANSFORMATION"
+    assert "amount * " in cents["transformations"][0]["description"]
+    assert lineage["event_id"]["inputFields"][0]["transformations"][0]["subtype"] == "IDENTITY"
+
+    plan = reset_run(traced, group, ResetTarget("earliest"), keep_output=False)
+    expired = expire_run(traced, {group.name: group}, StateRetention(1, timedelta(0)), execute=True)
+    events = read_events(emitted)
+    reset_start, reset_done = [e for e in events if e["job"]["name"] == f"{group.name}.reset"]
+    assert (reset_start["eventType"], reset_done["eventType"]) == ("START", "COMPLETE")
+    [sink_out] = reset_done["outputs"]
+    assert version(sink_out) == plan.state.sink_cursor, "the reset wrote the sink up to its delete"
+    assert reset_start["inputs"][0]["name"] == catalog.load_table(group.source).location().removeprefix("file://")
+    expire_start, expire_done = [e for e in events if e["job"]["name"] == "expire"]
+    assert expire_done["run"]["runId"] == expire_start["run"]["runId"]
+    done = {p.table for p in expired if p.done}
+    assert done, "the registry's older snapshots expire at least"
+    outputs = {o["facets"]["symlinks"]["identifiers"][0]["name"].split(".", 1)[1] for o in expire_done["outputs"]}
+    assert outputs == done
