@@ -28,11 +28,12 @@ class LeaderCursor:
 
     Kept in the sensor's cursor so each is reported when it changes, not at every tick; ``poison``
     is None until the first report. A cursor written before the poison shards were kept in it is
-    the source head alone.
+    the source head alone. ``tick_ms`` is how long the last tick took, for ``icegroup metrics``.
     """
 
     head: str = ""
     poison: str | None = None
+    tick_ms: float | None = None
 
     @classmethod
     def read(cls, text: str | None) -> "LeaderCursor":
@@ -45,7 +46,7 @@ class LeaderCursor:
 
     def write(self) -> str:
         """The cursor as the sensor stores it."""
-        return json.dumps({"head": self.head, "poison": self.poison})
+        return json.dumps({"head": self.head, "poison": self.poison, "tick_ms": self.tick_ms})
 
 
 def minimum_interval_s(sensor_interval_s: int) -> int:
@@ -140,7 +141,7 @@ def leader_sensor(
         if result.source_head is not None and str(result.source_head) != cursor.head:
             events.append(source_observation(source_key, result.source_head, catalog.load_table(group.source)))
         head = str(result.source_head) if result.source_head is not None else cursor.head
-        now = LeaderCursor(head=head, poison=poison)
+        now = LeaderCursor(head=head, poison=poison, tick_ms=round(result.elapsed_ms, 1))
         if now != cursor:
             context.update_cursor(now.write())
         if result.stopped:

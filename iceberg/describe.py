@@ -79,6 +79,7 @@ class GroupView:
     historical: bool = False
     replays: list[str] = field(default_factory=list)
     retention: list[str] = field(default_factory=list)
+    dead_letters: int = 0
 
     def hold_lines(self) -> list[str]:
         """Each lease in flight: its holder, its last heartbeat, and when it is re-granted if silent.
@@ -198,6 +199,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         ],
         as_of_ms=now_ms,
         status=status_of(state, letters, sum(len(s) for s in lag_snaps.values()), blocked, appends_ahead),
+        dead_letters=len(set(letters) & set(state.shards)),
         replays=replay_lines(state, beats, now_ms),
         retention=retention_lines(source, group, streams, now_ms),
     )

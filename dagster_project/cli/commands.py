@@ -17,6 +17,7 @@ from dagster_project.cli.expire import add_expire
 from dagster_project.cli.init import add_init, cmd_init
 from dagster_project.cli.lineage import add_lineage
 from dagster_project.cli.logfile import log_traceback, pointer
+from dagster_project.cli.metrics import add_metrics
 from dagster_project.cli.output import JSON_HELP, dumps, stdout_closed
 from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, render, table, view_json
 from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
@@ -146,6 +147,7 @@ def parser() -> argparse.ArgumentParser:
     add_reset(sub)
     add_lineage(sub)
     add_expire(sub)
+    add_metrics(sub)
     add_verbs(sub)
     for choice in sub._choices_actions:  # each command's own --help opens with its one line, preview rule included
         sub.choices[choice.dest].description = choice.help

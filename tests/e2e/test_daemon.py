@@ -16,6 +16,7 @@ from dagster_graphql import DagsterGraphQLClient
 from dagster_graphql.client.query import LAUNCH_PARTITION_BACKFILL_MUTATION
 from pyiceberg.catalog import Catalog
 
+from dagster_project.cli.metrics import leader_ticks
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from iceberg.config.groups import load_groups
 from iceberg.config.lakehouse import load_lakehouse
@@ -78,6 +79,11 @@ def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
     assert 1 <= len(runs) < state.leases_done, "warm Borrowers: fewer runs than leases"
     assert all(r.status == dg.DagsterRunStatus.SUCCESS for r in runs), "an idle Borrower exits cleanly"
     assert all(r.tags[TAG_ROLE] == ROLE_BORROWER and r.tags["dagster/sensor_name"] == "live_leader" for r in runs)
+
+    last = leader_ticks(daemon / "dagster", {group.name: group})[group.name]
+    assert last.tick_s is not None, "the Leader sensor's cursor holds its last tick's time"
+    assert 0 < last.tick_s < 60
+    assert time.time() - last.ended_at_s < 60, "and the instance when it ended"
 
 
 def test_a_backfill_launched_through_the_ui_api_replays_the_window(daemon: Path) -> None:
