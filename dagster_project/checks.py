@@ -1,11 +1,12 @@
-"""Asset checks on each sink: exactly once per window, and no shard stopped by poison.
+"""Asset checks on each sink: exactly once per window, keeping up with the source, and no shard stopped by poison.
 
 Dagster shows a check's latest result on the asset and in its Checks tab, and a failed one in the
 asset graph. Each check runs on demand from the UI (``Execute``) and in each run of the group's
 replay job (``icegroup replay``: the job selects the asset's checks), and is also reported as the group
 goes: ``exactly_once`` whenever the Leader or a consume run finds windows complete, so the sink is
-judged whenever a window's output becomes final; ``dead_letters`` by the Leader whenever the group's
-poison shards change.
+judged whenever a window's output becomes final; ``lag`` by the Leader whenever its verdict moves
+(``iceberg/protocol/freshness.py``: stopped, paused, past a bound, or back) and at the end of each
+consume run; ``dead_letters`` by the Leader whenever the group's poison shards change.
 
 ``exactly_once`` judges the whole sink, every window, not the partition just written: its latest
 result is then the sink's state, and a window that failed stays failed in it until it is replayed.
@@ -21,13 +22,17 @@ import dagster as dg
 from pyiceberg.catalog import Catalog
 
 from dagster_project.resources import lakehouse_of
+from iceberg.describe import describe_group
 from iceberg.protocol.dead_letters import STOPPED, DeadLetter
+from iceberg.protocol.durations import format_duration
+from iceberg.protocol.freshness import LagVerdict, judge_lag
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.window_audit import SinkAudit
 from iceberg.store.dead_letters import open_letters
 from iceberg.window_audit import audit_sink
 
 EXACTLY_ONCE = "exactly_once"
+LAG = "lag"
 DEAD_LETTERS = "dead_letters"
 
 
@@ -44,6 +49,38 @@ def audit_verdict(audit: SinkAudit) -> dict[str, Any]:
             "problems": dg.MetadataValue.json({w.window: w.problems for w in audit.failing()}),
         },
     }
+
+
+def lag_check_verdict(verdict: LagVerdict) -> dict[str, Any]:
+    """The lag verdict as a check's: a warning or an error, why, and the age to plot."""
+    return {
+        "passed": verdict.passed,
+        "severity": dg.AssetCheckSeverity.ERROR if verdict.severity == "error" else dg.AssetCheckSeverity.WARN,
+        "description": verdict.description,
+        "metadata": {"lag_age_s": dg.MetadataValue.float(round(verdict.age_s or 0.0, 1))},
+    }
+
+
+def lag_evaluation(sink_key: dg.AssetKey, verdict: LagVerdict) -> dg.AssetCheckEvaluation:
+    """The ``lag`` result, as an event the Leader or a consume run reports."""
+    return dg.AssetCheckEvaluation(asset_key=sink_key, check_name=LAG, **lag_check_verdict(verdict))
+
+
+def lag_now(catalog: Catalog, group: GroupConfig) -> LagVerdict:
+    """The lag verdict from the group as ``icegroup describe`` sees it now."""
+    view = describe_group(catalog, group)
+    return judge_lag(group, view.status, view.lag_age_s, view.lag_rows)
+
+
+def lag_evaluation_now(
+    catalog: Catalog, group: GroupConfig, sink_key: dg.AssetKey, log: logging.Logger | dg.DagsterLogManager
+) -> dg.AssetCheckEvaluation | None:
+    """The ``lag`` result now, as a run reports it at its end; a failure to judge is logged, not raised."""
+    try:
+        return lag_evaluation(sink_key, lag_now(catalog, group))
+    except Exception:  # a report must not fail the run that consumed
+        log.exception(f"{group.name}: the lag check could not describe the group; `Execute` the check to retry")
+        return None
 
 
 def dead_letter_verdict(group: GroupConfig, letters: Iterable[DeadLetter]) -> dict[str, Any]:
@@ -121,4 +158,20 @@ def sink_checks(group: GroupConfig, sink_key: dg.AssetKey, resource_key: str) ->
         catalog = lakehouse_of(context.resources, resource_key).catalog()
         return dg.AssetCheckResult(**dead_letter_verdict(group, open_letters(catalog, group.name).values()))
 
-    return [exactly_once, dead_letters]
+    @dg.asset_check(
+        asset=sink_key,
+        name=LAG,
+        required_resource_keys={resource_key},
+        description=(
+            f"Group {group.name} keeps up with {group.source}: a warning once the oldest source commit it has not "
+            f"consumed is older than {format_duration(group.lag_warn_after)} (lag_warn_after), an error past "
+            f"{format_duration(group.lag_error_after)} (lag_error_after); an error at once while the group is stopped "
+            "(poison, an upstream replay), a warning while it is paused, each naming the command that moves it on."
+        ),
+    )
+    def lag(context: dg.AssetCheckExecutionContext) -> dg.AssetCheckResult:
+        """Describe the group and judge its lag."""
+        catalog = lakehouse_of(context.resources, resource_key).catalog()
+        return dg.AssetCheckResult(**lag_check_verdict(lag_now(catalog, group)))
+
+    return [exactly_once, lag, dead_letters]

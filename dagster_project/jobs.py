@@ -10,7 +10,7 @@ from dagster._core.definitions.unresolved_asset_job_definition import Unresolved
 from pydantic import Field
 
 from dagster_project.assets import complete_events, lease_metadata, source_observation
-from dagster_project.checks import exactly_once_evaluation
+from dagster_project.checks import exactly_once_evaluation, lag_evaluation_now
 from dagster_project.lineage_runs import expire_run
 from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import observe_runs, terminate_runs
@@ -183,6 +183,9 @@ def consume_job(
             f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
             f"{summary.rows_out} rows out; caught up: {summary.caught_up}"
         )
+        lag = lag_evaluation_now(lakehouse.catalog(), group, sink_key, context.log)
+        if lag is not None:
+            context.instance.report_runless_asset_event(lag)
 
     @dg.job(
         name=f"{group.name}_consume",

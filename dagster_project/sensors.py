@@ -3,18 +3,21 @@
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass, replace
 
 import dagster as dg
 
 from dagster_project.assets import complete_events, source_observation
-from dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation
+from dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation, lag_evaluation
 from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from iceberg.describe import status_of
 from iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
 from iceberg.leader import TickResult, tick
 from iceberg.protocol.borrower import borrowers_to_start, census, waiting
+from iceberg.protocol.dead_letters import DeadLetter
+from iceberg.protocol.freshness import LagVerdict, judge_lag
 from iceberg.protocol.group import GroupConfig
 from iceberg.store.tables import load_optional
 
@@ -28,12 +31,14 @@ class LeaderCursor:
 
     Kept in the sensor's cursor so each is reported when it changes, not at every tick; ``poison``
     is None until the first report. A cursor written before the poison shards were kept in it is
-    the source head alone. ``tick_ms`` is how long the last tick took, for ``icegroup metrics``.
+    the source head alone. ``tick_ms`` is how long the last tick took, for ``icegroup metrics``;
+    ``lag`` the lag check's last verdict (``LagVerdict.key``), reported again when it moves.
     """
 
     head: str = ""
     poison: str | None = None
     tick_ms: float | None = None
+    lag: str | None = None
 
     @classmethod
     def read(cls, text: str | None) -> "LeaderCursor":
@@ -46,7 +51,15 @@ class LeaderCursor:
 
     def write(self) -> str:
         """The cursor as the sensor stores it."""
-        return json.dumps({"head": self.head, "poison": self.poison, "tick_ms": self.tick_ms})
+        return json.dumps(asdict(self))
+
+
+def tick_lag(group: GroupConfig, result: TickResult, letters: list[DeadLetter]) -> LagVerdict:
+    """The lag check's verdict after a tick, from the status ``icegroup describe`` would show and the lag's age."""
+    oldest = result.oldest_unconsumed_ms
+    status = status_of(result.state, {d.shard_id: d for d in letters}, int(oldest is not None), result.blocked)
+    age_s = None if oldest is None else max(0.0, time.time() - oldest / 1000)
+    return judge_lag(group, status, age_s, None)
 
 
 def minimum_interval_s(sensor_interval_s: int) -> int:
@@ -119,7 +132,14 @@ def leader_sensor(
             return dg.SkipReason(f"another Leader or a Borrower committed first: {exc}")
         except SourceBlocked as exc:  # a state of the group, shown until it is followed or skipped; not a failed tick
             context.log.warning(str(exc))
-            return dg.SkipReason(f"{group.name}: {exc.status()}")
+            before = LeaderCursor.read(context.cursor)
+            stopped = judge_lag(group, exc.status(), None, None)
+            if stopped.key == before.lag:
+                return dg.SkipReason(f"{group.name}: {exc.status()}")
+            context.update_cursor(replace(before, lag=stopped.key).write())
+            return dg.SensorResult(
+                asset_events=[lag_evaluation(sink_key, stopped)], skip_reason=f"{group.name}: {exc.status()}"
+            )
         for run_id in terminate_runs(context.instance, group.name, result.terminate):
             context.log.warning(
                 f"{group.name}: terminated run {run_id}: its Borrower went silent or ran past its deadline"
@@ -140,8 +160,11 @@ def leader_sensor(
             events.append(dead_letter_evaluation(group, sink_key, letters))
         if result.source_head is not None and str(result.source_head) != cursor.head:
             events.append(source_observation(source_key, result.source_head, catalog.load_table(group.source)))
+        lag = tick_lag(group, result, letters)
+        if lag.key != cursor.lag:
+            events.append(lag_evaluation(sink_key, lag))
         head = str(result.source_head) if result.source_head is not None else cursor.head
-        now = LeaderCursor(head=head, poison=poison, tick_ms=round(result.elapsed_ms, 1))
+        now = LeaderCursor(head=head, poison=poison, tick_ms=round(result.elapsed_ms, 1), lag=lag.key)
         if now != cursor:
             context.update_cursor(now.write())
         if result.stopped:

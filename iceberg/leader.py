@@ -33,6 +33,7 @@ from iceberg.failpoints import failpoint
 from iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from iceberg.protocol.dead_letters import STOPPED, DeadLetter
 from iceberg.protocol.fences import replay_fence_key
+from iceberg.protocol.freshness import oldest_unconsumed_ms
 from iceberg.protocol.group import GroupConfig, check_filter
 from iceberg.protocol.liveness import RunState, holder_of
 from iceberg.protocol.phases import (
@@ -78,6 +79,8 @@ class TickResult:
     heartbeat, and ``gone`` the holders whose process ended on this machine, for the Leader's census
     of its Borrower runs. ``blocked`` is the source snapshot planning stopped at while leases or
     shards before it are still open; once none are, the tick raises it instead.
+    ``oldest_unconsumed_ms`` is when the oldest source commit the group has not consumed landed, for
+    the sink's lag check.
     """
 
     state: GroupState
@@ -96,6 +99,7 @@ class TickResult:
     beats: dict[str, int] = field(default_factory=dict)
     gone: frozenset[str] = frozenset()
     blocked: SourceBlocked | None = None
+    oldest_unconsumed_ms: int | None = None
 
     @property
     def paused(self) -> bool:
@@ -209,7 +213,17 @@ def tick(
         beats=beats,
         gone=gone,
         blocked=blocked,
+        oldest_unconsumed_ms=oldest_unconsumed_ms(state, appends_of(source)),
     )
+
+
+def appends_of(source: Table) -> list[tuple[int, int | None, int]]:
+    """The source's append snapshots as (snapshot id, sequence number, commit time in ms)."""
+    return [
+        (s.snapshot_id, s.sequence_number, s.timestamp_ms)
+        for s in source.snapshots()
+        if s.summary is not None and s.summary.operation.value == "append"
+    ]
 
 
 def read_heartbeats(

@@ -19,12 +19,10 @@ from prometheus_client.registry import Collector
 from pyiceberg.catalog import Catalog
 
 from iceberg.describe import GroupView, describe_group
+from iceberg.protocol.freshness import STATES, state_of
 from iceberg.protocol.group import GroupConfig
 
 log = logging.getLogger(__name__)
-
-STATES = ("caught up", "lagging", "consuming", "paused", "parked", "stopped")
-
 
 @dataclass(frozen=True)
 class LeaderTick:
@@ -32,11 +30,6 @@ class LeaderTick:
 
     ended_at_s: float
     tick_s: float | None
-
-
-def state_of(status: str) -> str:
-    """The one-word state of ``describe``'s status line, one of ``STATES``."""
-    return next((state for state in STATES if status.startswith(state)), "stopped")
 
 
 class GroupCollector(Collector):

@@ -9,7 +9,8 @@ SparkSession.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from pyiceberg.catalog import Catalog
@@ -89,7 +90,9 @@ def consume(
     def account(finished: list[tuple[Lease, LeaseReport]]) -> None:
         summary.add(finished, on_lease)
 
-    with heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3), runner:
+    beating = heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3)
+    releasing = released_at_end(catalog, group, owner_run_id, observe_others, summary, on_tick, progress)
+    with beating, releasing, runner:  # the runner's threads end first, then its leases are handed back
         idle_since = time.monotonic()
         said_caught_up: int | None = None
         outage = Outage(group.name, max_wait_s)
@@ -162,6 +165,60 @@ def consume(
                 raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s)
             else:
                 time.sleep(poll_s)
+
+
+@contextmanager
+def released_at_end(
+    catalog: Catalog,
+    group: GroupConfig,
+    owner_run_id: str,
+    observe_others: RunObserver,
+    summary: ConsumeSummary,
+    on_tick: Callable[[TickResult], None] | None,
+    progress: Callable[[str], None],
+) -> Iterator[None]:
+    """As the block ends, hand back the leases this process still holds, in one more tick, not at a timeout.
+
+    Every lease of this run has ended (its threads are done): the tick sees the run as ended,
+    reconciles what it committed, parks a lease on a poison shard, and revokes the rest (raising
+    their fences) for the next Borrower. So ``describe`` and ``list`` show no lease in flight for a
+    process that is gone. A tick that cannot run (a race, the catalog away) leaves them to the next
+    Leader tick or the session timeout, as before.
+    """
+    try:
+        yield
+    finally:
+        release(catalog, group, owner_run_id, observe_others, summary, on_tick, progress)
+
+
+def release(
+    catalog: Catalog,
+    group: GroupConfig,
+    owner_run_id: str,
+    observe_others: RunObserver,
+    summary: ConsumeSummary,
+    on_tick: Callable[[TickResult], None] | None,
+    progress: Callable[[str], None],
+) -> None:
+    """The tick of ``released_at_end``, when the last tick left leases of this run in the registry."""
+    last = summary.last_tick
+    if last is None or not any(lease.owner_run_id == owner_run_id for lease in last.state.leases.values()):
+        return
+
+    def ended(lease: Lease) -> RunState:
+        return RunState.SUCCEEDED if lease.owner_run_id == owner_run_id else observe_others(lease)
+
+    try:
+        result = tick(catalog, group, ended)
+    except Exception as exc:  # releasing early is a courtesy: the next tick or the session timeout still does it
+        progress(f"{group.name}: the leases of this run are released at the next tick ({describe_error(exc)})")
+        return
+    summary.last_tick = result
+    if on_tick is not None:
+        on_tick(result)
+    mine = [le for le in last.state.leases.values() if le.owner_run_id == owner_run_id]
+    held = "its lease is" if len(mine) == 1 else f"its {len(mine)} leases are"
+    progress(f"{group.name}: this run ended; {held} handed back (what they committed stays)")
 
 
 @dataclass

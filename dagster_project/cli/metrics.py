@@ -14,17 +14,16 @@ import logging
 import time
 from collections.abc import Mapping
 from pathlib import Path
-
-from prometheus_client import CollectorRegistry, generate_latest, start_http_server, write_to_textfile
+from typing import TYPE_CHECKING
 
 from dagster_project.cli.exits import Exit
 from dagster_project.cli.support import dagster_home, pick
-from dagster_project.runs.execute import open_instance
-from dagster_project.sensors import LeaderCursor
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
-from iceberg.metrics import GroupCollector, LeaderTick
 from iceberg.protocol.group import GroupConfig
+
+if TYPE_CHECKING:
+    from iceberg.metrics import LeaderTick
 
 log = logging.getLogger(__name__)
 
@@ -49,7 +48,14 @@ def add_metrics(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
 
 
 def cmd_metrics(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup metrics [GROUP ...] [--serve PORT | --textfile PATH [--every S]]``."""
+    """``icegroup metrics [GROUP ...] [--serve PORT | --textfile PATH [--every S]]``.
+
+    The Prometheus client and the Dagster instance are imported here, so other commands start without them.
+    """
+    from prometheus_client import CollectorRegistry, generate_latest, start_http_server, write_to_textfile
+
+    from iceberg.metrics import GroupCollector
+
     chosen = {name: pick(groups, name, args.groups) for name in args.group} if args.group else groups
     if args.every is not None and (args.textfile is None or args.every <= 0):
         raise UsageError("--every: give it with --textfile, as a number of seconds above 0 (e.g. --every 15)")
@@ -80,6 +86,10 @@ def wait_forever() -> None:
 
 def leader_ticks(home: Path, groups: Mapping[str, GroupConfig]) -> dict[str, LeaderTick]:
     """Each group's last Leader tick, from its sensor's state in the Dagster instance at ``home``."""
+    from dagster_project.runs.execute import open_instance
+    from dagster_project.sensors import LeaderCursor
+    from iceberg.metrics import LeaderTick
+
     by_sensor = {f"{name}_leader": name for name in groups}
     ticks: dict[str, LeaderTick] = {}
     with open_instance(home) as instance:

@@ -19,7 +19,7 @@ from pyiceberg.expressions.visitors import bind
 from pyiceberg.schema import Schema
 
 from iceberg.errors import ConfigError
-from iceberg.protocol.durations import parse_duration
+from iceberg.protocol.durations import format_duration, parse_duration
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -182,6 +182,17 @@ class GroupConfig(BaseModel):
         "`icegroup expire` in another code location stops keeping history for it. Like 30d.",
     )
 
+    lag_warn_after: timedelta = Field(
+        default=timedelta(minutes=30),
+        description="The sink's lag check warns once the oldest source commit the group has not consumed is older "
+        "than this. Like 30m, 2h.",
+    )
+    lag_error_after: timedelta = Field(
+        default=timedelta(hours=2),
+        description="... and fails with an error past this, at least lag_warn_after. A stopped group fails it at "
+        "once, whatever its lag, naming the command that moves it on. Like 2h, 1d.",
+    )
+
     retire_streams_after: timedelta = Field(
         default=timedelta(days=1),
         description="A stream (source partition) with nothing pending that has committed nothing for this long is "
@@ -189,7 +200,9 @@ class GroupConfig(BaseModel):
         "counts stay in the group's totals; new data in it starts it again from the planning cursor. Like 1d.",
     )
 
-    @field_validator("replay_retention", "inactive_after", "retire_streams_after", mode="before")
+    @field_validator(
+        "replay_retention", "inactive_after", "retire_streams_after", "lag_warn_after", "lag_error_after", mode="before"
+    )
     @classmethod
     def _duration(cls, value: Any) -> Any:
         return parse_duration(value) if isinstance(value, str) else value
@@ -244,6 +257,15 @@ class GroupConfig(BaseModel):
     def _sink_is_not_source(self) -> GroupConfig:
         if self.sink.lower() == self.source.lower():
             raise ValueError("sink: must differ from source, or the group would consume its own output")
+        return self
+
+    @model_validator(mode="after")
+    def _lag_bounds_in_order(self) -> GroupConfig:
+        if self.lag_error_after < self.lag_warn_after:
+            raise ValueError(
+                f"lag_error_after: {format_duration(self.lag_error_after)} is shorter than lag_warn_after "
+                f"{format_duration(self.lag_warn_after)}; make it at least as long, or shorten lag_warn_after"
+            )
         return self
 
     @property

@@ -15,9 +15,11 @@ from pathlib import Path
 import dagster as dg
 import pyarrow as pa
 import pytest
+from prometheus_client import CollectorRegistry
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from dagster_project.checks import LAG
 from dagster_project.cli import main
 from dagster_project.definitions import build_definitions
 from iceberg.cascade import plan_follows, record_follows
@@ -25,6 +27,7 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.describe import describe_group
 from iceberg.errors import ReplayIncomplete, SourceError
 from iceberg.leader import tick
+from iceberg.metrics import GroupCollector
 from iceberg.pause import set_paused
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
@@ -76,15 +79,25 @@ def amounts(catalog: Catalog, table: str) -> dict[int, float]:
     return dict(zip(ids, rows.column("amount").to_pylist(), strict=True))
 
 
-def leader_skip(group: GroupConfig) -> str:
-    """Why the group's Leader sensor, evaluated once on a test instance, launched nothing."""
+def leader_skip(group: GroupConfig) -> tuple[str, dg.AssetCheckEvaluation]:
+    """Why the group's Leader sensor, evaluated once on a test instance, launched nothing; and its lag check."""
     built = build_definitions({group.name: group}, "lake")
     with dg.instance_for_test() as instance:
         result = built.resolve_sensor_def(f"{group.name}_leader")(
             dg.build_sensor_context(instance=instance, resources=built.resources)
         )
-    assert isinstance(result, dg.SkipReason), result
-    return str(result.skip_message)
+    assert isinstance(result, dg.SensorResult), result
+    assert not result.run_requests
+    assert result.skip_reason is not None
+    (lag,) = [e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation) and e.check_name == LAG]
+    return str(result.skip_reason.skip_message), lag
+
+
+def metric(catalog: Catalog, group: GroupConfig, name: str, **labels: str) -> float | None:
+    """One sample of ``icegroup metrics`` for ``group``, as a scrape would read it."""
+    registry = CollectorRegistry()
+    registry.register(GroupCollector(lambda: catalog, {group.name: group}))
+    return registry.get_sample_value(name, {"group": group.name, **labels})
 
 
 def test_replay_cascade_remakes_the_downstream_windows_from_the_new_rows(
@@ -147,7 +160,11 @@ def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follo
     status = describe_group(catalog, second).status
     assert status.startswith(stopped_at), "not caught up: stopped, and saying where"
     assert follow in status
-    assert leader_skip(second).endswith(status), "the sensor skips saying so, where it used to fail every tick"
+    skipped, lag = leader_skip(second)
+    assert skipped.endswith(status), "the sensor skips saying so, where it used to fail every tick"
+    assert (lag.passed, lag.severity) == (False, dg.AssetCheckSeverity.ERROR), "the sink's lag check fails"
+    assert lag.description == f"group {second.name} is {status}"
+    assert metric(catalog, second, "icegroup_state", icegroup_state="stopped") == 1
 
     path = write_groups(tmp_path / "groups.yaml", chain.cents, second)
     assert main(["--groups", str(path), "replay", second.name, "--follow-upstream", "--json"]) == 0
@@ -160,6 +177,9 @@ def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follo
     drive(spark, lakehouse, second)
     assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
     assert describe_group(catalog, second).status == "caught up"
+    caught_up, lag = leader_skip(second)
+    assert (caught_up, lag.passed) == (f"{second.name}: caught up", True), "caught up again, everywhere"
+    assert metric(catalog, second, "icegroup_state", icegroup_state="caught up") == 1
     window_rows = catalog.load_table(second.sink).scan(row_filter=f"{COL_WINDOW} = '{window}'").to_arrow()
     assert isinstance(window_rows, pa.Table)
     assert window_rows.num_rows == 24

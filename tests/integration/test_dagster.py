@@ -13,7 +13,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from dagster_project.assets import complete_events
-from dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE
+from dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE, LAG
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from dagster_project.sensors import LeaderCursor, minimum_interval_s
@@ -218,7 +218,8 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
     (materialization,) = [m for node in result.job_def.nodes for m in result.asset_materializations_for_node(node.name)]
     assert materialization.partition == window
     checks = {e.check_name: e for e in result.get_asset_check_evaluations()}
-    assert sorted(checks) == [DEAD_LETTERS, EXACTLY_ONCE], "a run that materializes the sink runs its checks"
+    assert sorted(checks) == [DEAD_LETTERS, EXACTLY_ONCE, LAG], "a run that materializes the sink runs its checks"
+    assert checks[LAG].passed, checks[LAG].description
     assert checks[EXACTLY_ONCE].passed, checks[EXACTLY_ONCE].description
     meta = materialization.metadata
     assert meta["replayed_windows"].value == [window]
@@ -274,6 +275,9 @@ def test_a_poison_stop_skips_the_leader_saying_so_and_fails_the_dead_letters_che
     first = sensor(context)
     (passed,) = check_events(first, DEAD_LETTERS)
     assert passed.passed, "the check starts out passing"
+    (keeping_up,) = check_events(first, LAG)
+    assert keeping_up.passed, keeping_up.description
+    assert "has not consumed is " in (keeping_up.description or ""), "its lag is seconds old: within the bounds"
     state = load_state(catalog, group.name).state
     assert state is not None
     shard_id = sorted(state.shards)[0]
@@ -286,7 +290,12 @@ def test_a_poison_stop_skips_the_leader_saying_so_and_fails_the_dead_letters_che
     (failed,) = check_events(stopped, DEAD_LETTERS)
     assert (failed.passed, failed.severity) == (False, dg.AssetCheckSeverity.ERROR)
     assert failed.metadata["stopped"] == dg.MetadataValue.int(1)
-    assert not check_events(sensor(context), DEAD_LETTERS), "reported when it changes, not at every tick"
+    (behind,) = check_events(stopped, LAG)
+    assert (behind.passed, behind.severity) == (False, dg.AssetCheckSeverity.ERROR), "stopped: an error at once"
+    assert behind.description == f"group {group.name} is stopped (poison shard; see icegroup dead-letters)"
+    again = sensor(context)
+    assert not check_events(again, DEAD_LETTERS), "reported when it changes, not at every tick"
+    assert not check_events(again, LAG)
 
 
 def test_the_exactly_once_check_passes_on_a_consumed_sink_and_fails_naming_the_window_of_a_row_deleted_by_hand(

@@ -7,6 +7,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.describe import describe_group
 from iceberg.errors import GroupStopped, NotCaughtUp, PoisonShard
 from iceberg.leader import tick
 from iceberg.protocol.dead_letters import PARKED, STOPPED
@@ -40,6 +41,12 @@ def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
     assert letter.shard_id in str(caught.value)
     assert "poison row" in letter.error
     assert any("delivery 1/2 failed" in line and "again in 0.1s" in line for line in lines)
+    assert any("this run ended; its lease is handed back" in line for line in lines), lines
+    view = describe_group(catalog, group)
+    assert view.status == "stopped (poison shard; see icegroup dead-letters)"
+    (parked,) = view.holds
+    assert parked.waits == f"on a poison shard; waits for `icegroup redrive {group.name} --execute` after the fix"
+    assert view.leases_in_flight == 1, "the run ended: only the lease on the poison shard is left, parked"
     stopped = tick(catalog, group, lambda _: RunState.FAILED)
     assert stopped.stopped
     assert not [x for x in stopped.launch if x.attempt == 0]
