@@ -1,6 +1,5 @@
 """Assets: each group's source as an external spec, and its sink, partitioned by replay window."""
 
-import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -101,15 +100,12 @@ def replay_metadata(group: GroupConfig, reports: list[ReplayReport]) -> dict[str
     }
 
 
-# Dagster's own tags for data versions (``dagster._core.definitions.data_version``): an event that
-# carries them shows its version, the code version that made it (the group's config hash: its filter
-# and transform) and the version of its input it was computed from, in the UI.
+# The data version of an event reported from outside an asset's execution. Dagster's public way to give
+# one is the external-asset REST API's ``data_version`` (``/report_asset_materialization``), which the
+# webserver records as this tag (``dagster_webserver/external_assets.py``); a sensor's or a run's
+# reported events take tags only, so they carry this one tag, as that API writes it, and no other
+# tag of Dagster's. An asset's own execution (the replay) returns its version through ``MaterializeResult``.
 DATA_VERSION_TAG = "dagster/data_version"
-CODE_VERSION_TAG = "dagster/code_version"
-USER_PROVIDED_TAG = "dagster/data_version_is_user_provided"
-INPUT_DATA_VERSION_PREFIX = "dagster/input_data_version"
-INPUT_EVENT_POINTER_PREFIX = "dagster/input_event_pointer"
-NO_EVENT = "NULL"
 
 
 def lineage_command(group: GroupConfig, question: str) -> dg.MetadataValue:
@@ -136,6 +132,7 @@ def provenance_metadata(group: GroupConfig, made: WindowProvenance) -> dict[str,
         "source_rows": dg.MetadataValue.int(made.source_rows),
         "shards": dg.MetadataValue.int(made.shards),
         "sink_snapshots": dg.MetadataValue.json([str(s) for s in made.sink_snapshots]),
+        "code_version": group.config_hash,
         "lineage": lineage_command(group, f"--window {made.window}"),
     }
 
@@ -147,31 +144,37 @@ def complete_events(
     windows: list[int],
     provenance: Mapping[int, WindowProvenance],
     sink: Table | None = None,
-) -> list[dg.AssetMaterialization]:
+) -> list[dg.AssetMaterialization | dg.AssetObservation]:
     """A materialization of each window the Leader found complete: its partition reads finished from now on.
 
-    A window with output carries its provenance, and as data versions the sink snapshots holding
-    it and the source snapshot it was computed from; each carries the ``sink`` table as it is now
-    (Dagster's standard table metadata), when given.
+    A window the group consumed nothing in is not materialized: nothing was made. It is observed
+    instead, as complete and empty, so its partition shows as never materialized, and its history
+    says why.
+
+    A window with output carries its provenance (the source snapshot it was computed from, the
+    group's config hash as its code version) and, as its data version, the sink snapshot it was
+    found complete at (reading the sink at that snapshot gives the window as materialized); each
+    carries the ``sink`` table as it is now (Dagster's standard table metadata), when given.
     """
     shown = table_metadata(sink, ".".join(sink_key.path)) if sink is not None and windows else {}
-    events = []
+    head = sink.current_snapshot() if sink is not None else None
+    events: list[dg.AssetMaterialization | dg.AssetObservation] = []
     for start in windows:
         label = window_label(start, group.replay_window)
-        metadata: dict[str, Any] = {"window": label, "complete": True, "group": group.name, **shown}
-        tags = {}
+        metadata: dict[str, Any] = {"window": label, "complete": True, "group": group.name}
         made = provenance.get(start)
-        if made is not None:
-            metadata.update(provenance_metadata(group, made))
-            held = ",".join(str(s) for s in made.sink_snapshots)
-            source = source_key.to_user_string()
-            tags = {
-                DATA_VERSION_TAG: hashlib.sha256(held.encode()).hexdigest()[:16],
-                USER_PROVIDED_TAG: "true",
-                CODE_VERSION_TAG: group.config_hash,
-                f"{INPUT_DATA_VERSION_PREFIX}/{source}": str(made.source_snapshot),
-                f"{INPUT_EVENT_POINTER_PREFIX}/{source}": NO_EVENT,
-            }
+        if made is None:
+            events.append(
+                dg.AssetObservation(
+                    asset_key=sink_key,
+                    partition=label,
+                    description="The window is complete and empty: the group consumed no source rows in it.",
+                    metadata={**metadata, "empty": True, "source_rows": dg.MetadataValue.int(0)},
+                )
+            )
+            continue
+        metadata.update({**shown, **provenance_metadata(group, made)})
+        tags = {DATA_VERSION_TAG: str(head.snapshot_id)} if head is not None else {}
         events.append(
             dg.AssetMaterialization(
                 asset_key=sink_key,
@@ -215,6 +218,8 @@ def sink_asset(
             replay_window(icegroup.spark(), lakehouse, group, key, run_id=context.run.run_id, progress=context.log.info)
             for key in context.partition_keys
         ]
-        return dg.MaterializeResult(metadata=replay_metadata(group, reports))
+        heads = [r.sink_snapshot for r in reports if r.sink_snapshot]
+        version = dg.DataVersion(str(heads[-1])) if heads else None
+        return dg.MaterializeResult(metadata=replay_metadata(group, reports), data_version=version)
 
     return sink

@@ -20,9 +20,12 @@ from dagster_project.sensors import LeaderCursor, minimum_interval_s
 from dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TABLE_NAME, URI
 from iceberg.borrower import take_leases
 from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.leader import tick
 from iceberg.pause import set_paused
+from iceberg.protocol.completion import CLOSE_GRACE_MS
 from iceberg.protocol.dead_letters import STOPPED
-from iceberg.protocol.shards import parse_window_label, window_label
+from iceberg.protocol.liveness import RunState
+from iceberg.protocol.shards import DAY_MS, parse_window_label, window_label
 from iceberg.protocol.sink_commit import ROW_LINEAGE
 from iceberg.store.dead_letters import record
 from iceberg.store.registry import load_state
@@ -228,7 +231,7 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
     assert sorted(rows.column("event_id").to_pylist()) == list(range(1, 61))
 
 
-def test_the_leader_materializes_each_complete_window_once_and_never_the_open_one(
+def test_the_leader_reports_each_complete_window_once_an_empty_one_as_empty_and_never_the_open_one(
     instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     today = datetime.now(UTC).date()
@@ -242,14 +245,16 @@ def test_the_leader_materializes_each_complete_window_once_and_never_the_open_on
     second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources, cursor=context.cursor))
 
     assert isinstance(first, dg.SensorResult)
-    done = [e.partition for e in first.asset_events if isinstance(e, dg.AssetMaterialization)]
-    assert done == [(today - timedelta(days=n)).isoformat() for n in (3, 2, 1)], "empty windows complete too"
-    [observed] = [e for e in first.asset_events if isinstance(e, dg.AssetObservation)]
+    source_key = dg.AssetKey(["lake", *group.source.split(".")])
+    assert not [e for e in first.asset_events if isinstance(e, dg.AssetMaterialization)], "nothing was made in them"
+    empty = [e for e in first.asset_events if isinstance(e, dg.AssetObservation) and e.asset_key != source_key]
+    assert [e.partition for e in empty] == [(today - timedelta(days=n)).isoformat() for n in (3, 2, 1)]
+    assert all(e.metadata["empty"] == dg.MetadataValue.bool(True) for e in empty), "empty windows are shown as such"
+    [observed] = [e for e in first.asset_events if isinstance(e, dg.AssetObservation) and e.asset_key == source_key]
     head = catalog.load_table(group.source).current_snapshot()
     assert head is not None
     assert observed.data_version == str(head.snapshot_id), "the source's version is its snapshot id"
     assert LeaderCursor.read(context.cursor).head == str(head.snapshot_id)
-    source_key = dg.AssetKey(["lake", *group.source.split(".")])
     assert observed.metadata[TABLE_NAME].value == ".".join(source_key.path), "Dagster's standard table metadata"
     assert observed.metadata[ROW_COUNT].value == 10
     assert observed.metadata[URI].value == catalog.load_table(group.source).location()
@@ -305,7 +310,7 @@ def test_the_exactly_once_check_passes_on_a_consumed_sink_and_fails_naming_the_w
     catalog: Catalog,
     make_group: MakeGroup,
 ) -> None:
-    group = make_group()
+    group = make_group(window_start=datetime.now(UTC).date().isoformat())
     append_batches(create_source(catalog, group.source), 2, 30)
     drive(spark, lakehouse, group)
     built = build_definitions({group.name: group}, "lake")
@@ -325,7 +330,10 @@ def test_the_exactly_once_check_passes_on_a_consumed_sink_and_fails_naming_the_w
     window = window_label(int(time.time() * 1000), group.replay_window)
     source_key = dg.AssetKey(["lake", *group.source.split(".")])
     start = parse_window_label(window, group.replay_window)
-    (done,) = complete_events(group, sink_key, source_key, [start], {}, catalog.load_table(group.sink))
+    tomorrow = tick(catalog, group, lambda _: RunState.SUCCEEDED, now_ms=start + DAY_MS + CLOSE_GRACE_MS + 1)
+    sink = catalog.load_table(group.sink)
+    events = complete_events(group, sink_key, source_key, tomorrow.complete, tomorrow.provenance, sink)
+    (done,) = [e for e in events if isinstance(e, dg.AssetMaterialization)]
     assert done.metadata[ROW_COUNT].value == 60, "a completed window shows the sink's rows and columns"
     assert {c.name for c in done.metadata[COLUMN_SCHEMA].value.columns} >= {"event_id", *ROW_LINEAGE}
     sink_def = built.resolve_assets_def(sink_key)

@@ -17,11 +17,10 @@ from pathlib import Path
 import dagster as dg
 import pyarrow.parquet as pq
 import pytest
-from dagster._core.definitions.data_version import extract_data_provenance_from_entry, extract_data_version_from_entry
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.assets import complete_events, source_observation
+from dagster_project.assets import DATA_VERSION_TAG, complete_events, source_observation
 from dagster_project.cli import main
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import RegistryConflict
@@ -279,18 +278,24 @@ def test_a_complete_windows_materialization_carries_its_provenance_and_source_ve
     assert set(made.sink_snapshots) == {e.sink_snapshot for e in recorded}
 
     source_key, sink_key = dg.AssetKey(["lake", group.source]), dg.AssetKey(["lake", group.sink])
-    [event] = complete_events(group, sink_key, source_key, result.complete, result.provenance)
+    sink = catalog.load_table(group.sink)
+    sink_head = sink.current_snapshot()
+    assert sink_head is not None
+    [event] = complete_events(group, sink_key, source_key, result.complete, result.provenance, sink)
+    assert isinstance(event, dg.AssetMaterialization)
     assert event.metadata["source_files"] == dg.MetadataValue.int(9)
     assert event.metadata["lineage"] == dg.MetadataValue.md(f"`icegroup lineage {group.name} --window {today(group)}`")
+    assert event.metadata["source_snapshot"] == dg.MetadataValue.text(str(head.snapshot_id)), "made from the head"
+    assert event.metadata["code_version"] == dg.MetadataValue.text(group.config_hash), "by the filter and transform"
+    assert event.tags == {DATA_VERSION_TAG: str(sink_head.snapshot_id)}, "no tag of Dagster's but the data version"
     with dg.instance_for_test() as instance:
         instance.report_runless_asset_event(source_observation(source_key, head.snapshot_id))
         instance.report_runless_asset_event(event)
         record = instance.get_latest_data_version_record(sink_key, is_source=False, partition_key=today(group))
         assert record is not None
-        provenance = extract_data_provenance_from_entry(record.event_log_entry)
-        assert provenance is not None
-        assert provenance.input_data_versions == {source_key: dg.DataVersion(str(head.snapshot_id))}
-        assert provenance.code_version == group.config_hash, "made by the group's filter and transform"
+        assert record.asset_materialization is not None
+        assert record.asset_materialization.tags[DATA_VERSION_TAG] == str(sink_head.snapshot_id), "the sink snapshot"
         observed = instance.get_latest_data_version_record(source_key, is_source=True)
         assert observed is not None
-        assert extract_data_version_from_entry(observed.event_log_entry) == dg.DataVersion(str(head.snapshot_id))
+        assert observed.asset_observation is not None
+        assert observed.asset_observation.data_version == str(head.snapshot_id), "the source's snapshot"
