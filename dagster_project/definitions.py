@@ -18,7 +18,14 @@ import dagster as dg
 from dagster_project.assets import Labels, sink_asset, source_spec, table_key
 from dagster_project.checks import sink_checks
 from dagster_project.cli.group_files import groups_path, load_checked_groups
-from dagster_project.jobs import UnresolvedAssetJobDefinition, borrower_job, consume_job, expire_job, replay_job
+from dagster_project.jobs import (
+    UnresolvedAssetJobDefinition,
+    borrower_job,
+    consume_job,
+    expire_job,
+    follow_job,
+    replay_job,
+)
 from dagster_project.resources import DEFAULT_KEY, lakehouse_config_of, lakehouse_resource
 from dagster_project.schedules import consume_schedule, expire_schedule
 from dagster_project.sensors import leader_sensor
@@ -102,10 +109,12 @@ def build_definitions(
         borrower = borrower_job(group, sink_key, resources)
         consume = consume_job(group, sink_key, source_key, resources)
         jobs += [borrower, consume, replay_job(group, sink)]
+        follow = follow_job(group, sink_key, resources) if group.follow_upstream else None
+        jobs += [follow] if follow is not None else []
         if group.schedule:
             schedules.append(consume_schedule(group, consume, group.schedule))
         else:
-            sensors.append(leader_sensor(group, borrower, sink_key, source_key, name))
+            sensors.append(leader_sensor(group, borrower, sink_key, source_key, name, follow))
     if groups:
         expire = expire_job(groups, resources)
         jobs.append(expire)

@@ -9,7 +9,13 @@ import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from pydantic import Field
 
-from dagster_project.assets import complete_events, lease_metadata, source_observation
+from dagster_project.assets import (
+    DATA_VERSION_TAG,
+    complete_events,
+    lease_metadata,
+    replay_metadata,
+    source_observation,
+)
 from dagster_project.checks import exactly_once_evaluation, lag_evaluation_now
 from dagster_project.lineage_runs import expire_run
 from dagster_project.resources import lakehouse_of
@@ -28,6 +34,7 @@ from iceberg.store.tables import load_optional
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.borrower.warm import borrow
 from spark_jobs.consume import consume
+from spark_jobs.follow import follow_upstream
 
 
 class ConsumeConfig(dg.Config):
@@ -195,6 +202,47 @@ def consume_job(
     )
     def job() -> Any:
         consume_op()
+
+    return job
+
+
+def follow_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str, Any]) -> dg.JobDefinition:
+    """Follow the upstream replays of the group's source: what its Leader launches when ``follow_upstream`` is set.
+
+    The run does what ``icegroup replay GROUP --follow-upstream --execute`` does (``spark_jobs/follow.py``)
+    and materializes each window it replayed, with the replayed sink snapshot as the data version.
+    """
+    (key,) = resources
+
+    @dg.op(name=f"{group.name}_follow_op", tags={"kind": "spark"}, required_resource_keys={key})
+    def follow_op(context: dg.OpExecutionContext) -> None:
+        """Replay the group's windows that consumed rows an upstream replay replaced, then record them followed."""
+        icegroup = lakehouse_of(context.resources, key)
+        lakehouse = icegroup.lakehouse()
+        report = follow_upstream(icegroup.spark(), lakehouse, group, context.run_id, context.log.info)
+        for replayed in report.replays:
+            tags = {DATA_VERSION_TAG: str(replayed.sink_snapshot)} if replayed.sink_snapshot else {}
+            context.log_event(
+                dg.AssetMaterialization(
+                    asset_key=sink_key,
+                    partition=replayed.window,
+                    description="Replayed to follow an upstream replay of the group's source.",
+                    metadata=replay_metadata(group, [replayed]),
+                    tags=tags,
+                )
+            )
+        check = exactly_once_evaluation(lakehouse.catalog(), group, sink_key, context.log) if report.replays else None
+        if check is not None:
+            context.instance.report_runless_asset_event(check)
+
+    @dg.job(
+        name=f"{group.name}_follow",
+        resource_defs=dict(resources),
+        tags={TAG_GROUP: group.name},
+        description=f"Follow the replays of {group.source} upstream: replay the windows of {group.name} they replaced.",
+    )
+    def job() -> Any:
+        follow_op()
 
     return job
 

@@ -11,7 +11,7 @@ from dagster_project.assets import complete_events, source_observation
 from dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation, lag_evaluation
 from dagster_project.resources import lakehouse_of
 from dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
-from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from dagster_project.runs.tags import ROLE_BORROWER, TAG_FOLLOWS, TAG_GROUP, TAG_ROLE
 from iceberg.describe import status_of
 from iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
 from iceberg.leader import TickResult, tick
@@ -62,6 +62,27 @@ def tick_lag(group: GroupConfig, result: TickResult, letters: list[DeadLetter]) 
     return judge_lag(group, status, age_s, None)
 
 
+def follow_replay(
+    context: dg.SensorEvaluationContext, group: GroupConfig, follow: dg.JobDefinition, stop: SourceBlocked
+) -> dg.SensorResult | dg.SkipReason | None:
+    """Follow an upstream replay the group stopped at, once: a run of ``follow`` for it, or the one already running.
+
+    None when the group stops there after all: the stop is not a replay, or the run that followed it
+    failed (its error is in the run; the stop names the command that follows it by hand).
+    """
+    if not stop.followable or stop.snapshot_id is None:
+        return None
+    tags = {TAG_GROUP: group.name, TAG_FOLLOWS: str(stop.snapshot_id)}
+    runs = context.instance.get_runs(filters=dg.RunsFilter(job_name=follow.name, tags=tags), limit=1)
+    if not runs:
+        context.log.info(f"{group.name}: {stop.status()}; following it (follow_upstream)")
+        return dg.SensorResult(run_requests=[dg.RunRequest(job_name=follow.name, tags=tags)])
+    if not runs[0].is_finished:
+        return dg.SkipReason(f"{group.name}: following the upstream replay {stop.snapshot_id} in run {runs[0].run_id}")
+    context.log.error(f"{group.name}: run {runs[0].run_id} did not follow the upstream replay ({runs[0].status.value})")
+    return None
+
+
 def minimum_interval_s(sensor_interval_s: int) -> int:
     """The ``minimum_interval_seconds`` that ticks the Leader every ``sensor_interval_s``, in whole daemon loops.
 
@@ -77,9 +98,9 @@ def minimum_interval_s(sensor_interval_s: int) -> int:
 
 
 def borrower_requests(
-    context: dg.SensorEvaluationContext, group: GroupConfig, result: TickResult
+    context: dg.SensorEvaluationContext, group: GroupConfig, result: TickResult, job_name: str
 ) -> list[dg.RunRequest]:
-    """Start Borrower runs only for waiting leases that no live Borrower has a free slot for.
+    """Start Borrower runs of ``job_name`` only for waiting leases that no live Borrower has a free slot for.
 
     Borrower runs that a ``kill -9`` left looking alive (silent past the session timeout, or whose
     process the Leader sees ended on its own machine) are ended first, so they neither count as live
@@ -94,11 +115,17 @@ def borrower_requests(
         why = "its process ended" if run_id in result.gone else "no heartbeat for over a session timeout"
         context.log.warning(f"{group.name}: ended Borrower run {run_id}: {why}")
     starts = borrowers_to_start(len(waiting(result.state)), found, group.leases_per_borrower, group.max_borrowers)
-    return [dg.RunRequest(tags={TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}) for _ in range(starts)]
+    tags = {TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}
+    return [dg.RunRequest(job_name=job_name, tags=tags) for _ in range(starts)]
 
 
 def leader_sensor(
-    group: GroupConfig, job: dg.JobDefinition, sink_key: dg.AssetKey, source_key: dg.AssetKey, resource_key: str
+    group: GroupConfig,
+    job: dg.JobDefinition,
+    sink_key: dg.AssetKey,
+    source_key: dg.AssetKey,
+    resource_key: str,
+    follow: dg.JobDefinition | None = None,
 ) -> dg.SensorDefinition:
     """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, start warm Borrowers.
 
@@ -106,12 +133,14 @@ def leader_sensor(
     window's ``exactly_once`` check; reports the ``dead_letters`` check whenever the group's poison
     shards change; and observes the source's version (its snapshot id) whenever it moved
     (``LeaderCursor``). A group stopped by a poison shard or at an upstream replay skips, saying so
-    and naming the command that moves it on: a state of the group, not a failed tick.
+    and naming the command that moves it on: a state of the group, not a failed tick; the ``lag``
+    check fails with it. With ``follow_upstream`` it starts a run of ``follow`` at an upstream
+    replay instead (``follow_replay``).
     """
 
     @dg.sensor(
         name=f"{group.name}_leader",
-        job=job,
+        jobs=[job] if follow is None else [job, follow],
         minimum_interval_seconds=minimum_interval_s(group.sensor_interval_s),
         required_resource_keys={resource_key},
         default_status=dg.DefaultSensorStatus.RUNNING,
@@ -131,6 +160,9 @@ def leader_sensor(
             context.log.info(f"{group.name}: backing off: {exc}")
             return dg.SkipReason(f"another Leader or a Borrower committed first: {exc}")
         except SourceBlocked as exc:  # a state of the group, shown until it is followed or skipped; not a failed tick
+            following = follow_replay(context, group, follow, exc) if follow is not None else None
+            if following is not None:
+                return following
             context.log.warning(str(exc))
             before = LeaderCursor.read(context.cursor)
             stopped = judge_lag(group, exc.status(), None, None)
@@ -170,7 +202,7 @@ def leader_sensor(
         if result.stopped:
             context.log.error(result.stop_message())  # the dead_letters check fails with it, in the asset graph
             return dg.SensorResult(asset_events=events, skip_reason=f"{group.name}: {result.stop_message()}")
-        requests = borrower_requests(context, group, result)
+        requests = borrower_requests(context, group, result, job.name)
         context.log.info(
             f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
             f"{len(result.committed)} committed, {result.regranted} re-granted, "

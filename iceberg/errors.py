@@ -32,17 +32,21 @@ class SourceError(IcegroupError):
 class SourceBlocked(SourceError):
     """The group stopped at a source snapshot it cannot step over (upstream replay or reset, a delete): a state."""
 
-    def __init__(self, message: str, snapshot_id: int | None = None, kind: str = "", remedy: str = "") -> None:
+    def __init__(
+        self, message: str, snapshot_id: int | None = None, kind: str = "", remedy: str = "", followable: bool = False
+    ) -> None:
         """``message`` is the whole story; ``kind`` and ``remedy`` are its short form.
 
         ``describe``, ``list`` and the Leader sensor's skip reason show the short form in one status
         line, until the snapshot is followed or skipped. Built from the message alone (unpickled, say),
-        the status line is the whole story.
+        the status line is the whole story. ``followable``: an upstream replay, which a group with
+        ``follow_upstream`` follows by itself.
         """
         super().__init__(message)
         self.snapshot_id = snapshot_id
         self.kind = kind
         self.remedy = remedy
+        self.followable = followable
 
     def status(self) -> str:
         """One line for ``describe`` and ``list``: where the group stopped, and what moves it on."""

@@ -162,7 +162,8 @@ def non_append_error(table: Table, info: SnapshotInfo, group: GroupConfig) -> So
             f"{props[KEY_REPLAY]} --cascade --execute` does both replays at once",
             info.snapshot_id,
             f"a replay of window {props[KEY_REPLAY]} upstream",
-            f"run `{follow}`, or set non_append: skip",
+            f"run `{follow}`, set follow_upstream: true, or set non_append: skip",
+            followable=True,
         )
     if KEY_RESET in props:
         return SourceBlocked(

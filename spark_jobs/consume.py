@@ -17,7 +17,14 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import CatalogUnavailable, GroupStopped, NotCaughtUp, RegistryConflict, ResetInFlight
+from iceberg.errors import (
+    CatalogUnavailable,
+    GroupStopped,
+    NotCaughtUp,
+    RegistryConflict,
+    ResetInFlight,
+    SourceBlocked,
+)
 from iceberg.leader import RunObserver, TickResult, tick
 from iceberg.protocol.consume import DEFAULTS, next_poll_s
 from iceberg.protocol.group import GroupConfig
@@ -27,6 +34,7 @@ from iceberg.store.heartbeats import heartbeat, read_beats
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
 from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from spark_jobs.follow import follow_upstream
 from spark_jobs.transforms import load_transform
 
 
@@ -108,6 +116,13 @@ def consume(
                 account(runner.finished(poll_s))
                 if isinstance(exc, ResetInFlight) and not runner.busy:
                     time.sleep(poll_s)  # the reset commits in a moment: tick again then, not at once
+                continue
+            except SourceBlocked as exc:
+                if not (group.follow_upstream and exc.followable):
+                    raise
+                progress(f"{group.name}: {exc.status()}; following it (follow_upstream)")
+                if not follow_upstream(spark(), lakehouse, group, owner_run_id, progress).followed:
+                    raise
                 continue
             except Exception as exc:
                 if not is_infrastructure(failure_classes(exc)):

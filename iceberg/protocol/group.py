@@ -171,6 +171,13 @@ class GroupConfig(BaseModel):
         "change in the registry and go on; earlier output stays as it was made).",
     )
 
+    follow_upstream: bool = Field(
+        default=False,
+        description="When the source (another group's sink) is replayed upstream, replay this group's windows that "
+        "consumed the replaced rows by itself and go on, as `icegroup replay GROUP --follow-upstream --execute` "
+        "does; false: the group stops at the replay until that command is run.",
+    )
+
     replay_retention: timedelta = Field(
         default=timedelta(days=7),
         description="How far back `icegroup expire` keeps the source's snapshots for this group, besides all it "

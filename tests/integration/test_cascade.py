@@ -37,6 +37,7 @@ from iceberg.protocol.sink_commit import COL_WINDOW
 from iceberg.reset import execute_reset
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
+from spark_jobs.consume import consume
 from spark_jobs.replay import replay_window
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import drive, quiet
@@ -290,3 +291,42 @@ def test_a_reset_back_before_a_followed_replay_makes_the_group_follow_it_again(
     record_follows(catalog, second, {again.replay.snapshot_id})
     drive(spark, lakehouse, second)
     assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
+
+
+def test_a_group_set_to_follow_upstream_replays_follows_one_by_itself_in_consume_and_from_its_leader(
+    spark: SparkSession, lakehouse: LakehouseConfig, env: Path, catalog: Catalog, chain: Chain
+) -> None:
+    first, window = chain.first, chain.window
+    second = chain.second.model_copy(update={"follow_upstream": True})
+    append_batches(create_source(catalog, first.source), 2, 12)
+    drive(spark, lakehouse, first)
+    drive(spark, lakehouse, second)
+    replay_window(spark, lakehouse, chain.cents, window, progress=quiet)
+    lines: list[str] = []
+
+    consume(lambda: spark, lakehouse, second, "run-follow", lambda _: RunState.MISSING, progress=lines.append)
+
+    assert any("following it (follow_upstream)" in line for line in lines), lines
+    assert any(f"followed 1 upstream replays, replaying {window}" in line for line in lines), lines
+    assert amounts(catalog, second.sink) == amounts(catalog, first.sink), "the downstream window holds the new rows"
+    assert describe_group(catalog, second).status == "caught up"
+    assert verify_group(catalog, second, key="event_id").ok
+
+    replay_window(spark, lakehouse, chain.cents, window, progress=quiet)  # once more: the Leader follows this one
+    built = build_definitions({second.name: second}, "lake")
+    with dg.instance_for_test() as instance:
+        sensor = built.resolve_sensor_def(f"{second.name}_leader")
+        launched = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+        assert isinstance(launched, dg.SensorResult)
+        (request,) = launched.run_requests or []
+        assert request.job_name == f"{second.name}_follow"
+        follow = built.resolve_job_def(f"{second.name}_follow")
+        ran = follow.execute_in_process(instance=instance, tags=request.tags)
+        (made,) = [m for node in ran.job_def.nodes for m in ran.asset_materializations_for_node(node.name)]
+        assert made.partition == window
+        after = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+        assert isinstance(after, dg.SensorResult)
+        assert after.skip_reason is not None
+        assert after.skip_reason.skip_message == f"{second.name}: caught up"
+    assert amounts(catalog, second.sink) == amounts(catalog, first.sink)
+    assert describe_group(catalog, second).status == "caught up", "followed, and caught up again"
