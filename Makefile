@@ -10,7 +10,7 @@ export ICEGROUP_GROUPS ?= $(CURDIR)/dagster_project/groups.yaml
 PYTEST_ARGS ?=
 
 .DEFAULT_GOAL := help
-.PHONY: help system venv lock jvm jars dist docs instance demo test lint unit chaos bench ui clean stack-up stack-down stack-status test-stack bench-stack
+.PHONY: help system venv lock jvm jars dist docs instance demo test lint unit chaos bench ui screenshots clean stack-up stack-down stack-status test-stack bench-stack
 
 help: ## list the targets (this text)
 	@echo "icegroup: make TARGET"
@@ -81,6 +81,9 @@ bench: jvm ## side by side against plain Spark and Structured Streaming (through
 	$(PY) -m tests.benchmarks.bench_lineage_precision
 	$(PY) -m tests.benchmarks.bench_long_history
 	$(PY) -m tests.benchmarks.bench_rest
+
+screenshots: jvm ## the docs' screenshots of the Dagster UI over the demo, taken in Chromium by tests/e2e/test_ui.py
+	ICEGROUP_SCREENSHOTS=$(CURDIR)/docs/images $(PY) -m pytest -q tests/e2e/test_ui.py
 
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000

@@ -13,6 +13,7 @@ from iceberg.lag import Lag
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import window_label
 from iceberg.provenance import WindowProvenance
+from iceberg.store.tables import load_optional
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.replay import ReplayReport, replay_window
 
@@ -220,6 +221,8 @@ def sink_asset(
         ]
         heads = [r.sink_snapshot for r in reports if r.sink_snapshot]
         version = dg.DataVersion(str(heads[-1])) if heads else None
-        return dg.MaterializeResult(metadata=replay_metadata(group, reports), data_version=version)
+        table = load_optional(lakehouse.catalog(), group.sink)
+        shown = table_metadata(table, ".".join(key.path)) if table is not None else {}
+        return dg.MaterializeResult(metadata={**replay_metadata(group, reports), **shown}, data_version=version)
 
     return sink

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what Spark needs from Debian when it is missing: a Java runtime and the JDBC driver jars.
+# Installs what Spark needs from Debian when it is missing: a Java runtime and the JDBC driver jars;
+# and PostgreSQL and Chromium for the test tiers.
 # Stops with a message naming what to install where it cannot (no apt-get, or not root).
 set -euo pipefail
 
@@ -12,6 +13,8 @@ fi
 [ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
 # A PostgreSQL server: the catalog beyond one machine, and the tests' PostgreSQL tier.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
+# A browser: the UI test (tests/e2e/test_ui.py) opens the Dagster UI in Chromium through Playwright.
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 if ! python3 -c 'import venv, ensurepip' >/dev/null 2>&1; then
   need+=(python3-venv)
 fi

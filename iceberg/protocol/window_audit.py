@@ -63,7 +63,8 @@ class WindowAudit:
         """One line for a person: the window and its verdict."""
         if self.ok:
             return f"window {self.window}: {self.rows} rows from {self.commits} commits of {self.group}, exactly once"
-        return f"window {self.window} of group {self.group}: " + "; ".join(self.problems)
+        again = f"`icegroup replay {self.group} --window {self.window} --execute` writes it again from its source"
+        return f"window {self.window} of group {self.group}: " + "; ".join([*self.problems, again])
 
 
 @dataclass(frozen=True)
@@ -123,7 +124,6 @@ def audit_window(
     another group sharing the sink are theirs to judge.
     """
     problems: list[str] = []
-    again = f"`icegroup replay {group} --window {window} --execute` writes the window again from its source"
     last_rewrite = max((f.sequence for f in facts.values() if rewrote(f, group, live_rows)), default=-1)
     ours = 0
     commits = 0
@@ -136,7 +136,7 @@ def audit_window(
             continue  # the same rows in fewer files, of whichever groups share the sink: not counted as the group's
         if made.group is None:
             problems.append(
-                f"{rows} rows were written outside icegroup by sink snapshot {snapshot_id} ({made.operation}); {again}"
+                f"{rows} rows were written outside icegroup by sink snapshot {snapshot_id} ({made.operation})"
             )
             continue
         if made.group != group:
@@ -146,7 +146,7 @@ def audit_window(
             continue  # rows a reset or migrate rewrote: they belong to the commits before it
         commits += 1
         if made.sequence > last_rewrite and rows != made.added_rows:
-            problems.append(f"sink snapshot {snapshot_id} added {made.added_rows} rows, and {rows} are left; {again}")
+            problems.append(f"sink snapshot {snapshot_id} added {made.added_rows} rows, and {rows} are left")
         for shard_id in made.shard_ids:
             if shard_id in owner:
                 problems.append(
@@ -154,12 +154,12 @@ def audit_window(
                 )
             owner.setdefault(shard_id, snapshot_id)
     for snapshot_id, rows in sorted(delete_rows.items()):
-        problems.append(f"delete files of sink snapshot {snapshot_id} hide up to {rows} rows; {again}")
+        problems.append(f"delete files of sink snapshot {snapshot_id} hide up to {rows} rows")
     for snapshot_id in sorted(expected):
         made = facts.get(snapshot_id)
         if snapshot_id in live_rows or made is None or made.added_rows == 0 or made.sequence < last_rewrite:
             continue
-        problems.append(f"all {made.added_rows} rows sink snapshot {snapshot_id} added are gone; {again}")
+        problems.append(f"all {made.added_rows} rows sink snapshot {snapshot_id} added are gone")
     return WindowAudit(group=group, window=window, rows=ours, commits=commits, problems=problems)
 
 

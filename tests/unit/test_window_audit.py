@@ -45,8 +45,9 @@ def test_a_row_deleted_by_hand_fails_the_window_naming_the_commit_and_the_rewrit
     assert not audit.ok
     assert audit.problems[0].startswith("9 rows were written outside icegroup by sink snapshot 4 (overwrite)")
     assert audit.problems[1].startswith("all 10 rows sink snapshot 1 added are gone")
-    assert f"icegroup replay g --window {WINDOW} --execute" in audit.problems[1]
     assert audit.describe().startswith(f"window {WINDOW} of group g: 9 rows were written outside icegroup")
+    assert audit.describe().endswith(f"`icegroup replay g --window {WINDOW} --execute` writes it again from its source")
+    assert audit.describe().count("icegroup replay") == 1, "the remedy once, after every problem of the window"
 
 
 def test_missing_rows_delete_files_and_a_shard_committed_twice_each_fail() -> None:
