@@ -24,6 +24,7 @@ from iceberg.protocol.group import GroupConfig
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True)
 class LeaderTick:
     """The Leader sensor's last tick of a group: when it ended and how long the tick itself took."""
