@@ -131,7 +131,7 @@ def observation(
     return dg.AssetObservation(
         asset_key=sink_key,
         partition=window_label(lease.window_start_ms, group.replay_window),
-        metadata=lease_metadata(group, report, lag_of(lakehouse.catalog(), group)),
+        metadata=lease_metadata(group, report, lag_of(lakehouse.catalog(), group, committed=report.committed)),
     )
 
 

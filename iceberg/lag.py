@@ -13,6 +13,7 @@ only touched such streams, are not lag. Commits past that batch count every row,
 from __future__ import annotations
 
 import time
+from collections.abc import Collection
 from dataclasses import dataclass
 from enum import Enum
 
@@ -38,12 +39,17 @@ class Lag:
     age_s: float | None
 
 
-def lag_of(catalog: Catalog, group: GroupConfig, now_ms: int | None = None) -> Lag:
-    """The group's lag now: its cut and uncommitted shards, plus the source commits after its planning cursor."""
+def lag_of(catalog: Catalog, group: GroupConfig, now_ms: int | None = None, committed: Collection[str] = ()) -> Lag:
+    """The group's lag now: its cut and uncommitted shards, plus the source commits after its planning cursor.
+
+    ``committed`` are shards known to be in the sink already (a lease that just committed them):
+    the registry still lists them until the next tick reconciles it, and they are not lag.
+    """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     state = load_state(catalog, group.name).state
     source = load_source(catalog, group.source)
-    pending = list(state.shards.values()) if state is not None else []
+    done = set(committed)
+    pending = [s for s in state.shards.values() if s.shard_id not in done] if state is not None else []
     waiting = {snap for shard in pending for snap in shard.snapshots}
     rows = sum(shard.rows for shard in pending)
     snapshots, unplanned_rows = unplanned_lag(source, group, unplanned_appends(source, state))

@@ -19,13 +19,14 @@ from dagster_project.cli.lineage import add_lineage
 from dagster_project.cli.logfile import log_traceback, pointer
 from dagster_project.cli.metrics import add_metrics
 from dagster_project.cli.output import JSON_HELP, dumps, stdout_closed
+from dagster_project.cli.plots import plot_lines
 from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, render, table, view_json
 from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
 from iceberg.checkpoints import list_checkpoints
 from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
 from iceberg.config.search import ENV_GROUPS
 from iceberg.describe import describe_as_of, describe_group
-from iceberg.errors import IcegroupError
+from iceberg.errors import IcegroupError, UsageError
 from iceberg.lag import Work, pending_work
 from iceberg.pause import set_paused
 from iceberg.protocol.consume import DEFAULTS
@@ -99,6 +100,9 @@ def parser() -> argparse.ArgumentParser:
     describe.add_argument("group", help=GROUP_HELP)
     describe.add_argument("--json", action="store_true", help=JSON_HELP)
     describe.add_argument("--as-of", help="the group as its registry held it then (ISO-8601; UTC if no zone)")
+    describe.add_argument(
+        "--plot", action="store_true", help="then draw its lag after each lease and its rows per window (terminal bars)"
+    )
     describe.set_defaults(run=cmd_describe)
 
     consume = sub.add_parser("consume", help=f"run the Leader and Borrowers headless, as a Dagster run; {ACTS_AT_ONCE}")
@@ -238,8 +242,10 @@ def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[
 
 
 def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup describe GROUP [--as-of T]``."""
+    """``icegroup describe GROUP [--as-of T] [--plot]``."""
     group = pick(groups, args.group, args.groups)
+    if args.plot and (args.json or args.as_of is not None):
+        raise UsageError("--plot: draws the group's history as it is now, for a person; leave out --json and --as-of")
     if args.as_of is None:
         view = describe_group(lakehouse.catalog(), group)
     else:
@@ -248,6 +254,8 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
         print(dumps(view_json(lakehouse.catalog(), group, view)))
     else:
         print(render(view))
+    if args.plot:
+        print("\n".join(plot_lines(lakehouse.catalog(), group, dagster_home(), lakehouse.catalog_name)))
     return Exit.OK
 
 

@@ -156,7 +156,8 @@ def run_replays(
         result = execute(job, instance, home, partition_key=window)
         # The run's steps are the sink asset's and its checks'; only the asset's step materializes.
         (materialization,) = [m for n in result.job_def.nodes for m in result.asset_materializations_for_node(n.name)]
-        meta = {key: value.value for key, value in materialization.metadata.items()}
+        # The replay's own report; Dagster's standard table metadata (``dagster/...``) is the table's, for the UI.
+        meta = {key: value.value for key, value in materialization.metadata.items() if not key.startswith("dagster/")}
         done.append({"group": group.name, "window": window, "run_id": result.run_id, **meta})
     return done
 

@@ -49,6 +49,15 @@ def test_consume_until_caught_up_runs_through_the_instance(
     out = capsys.readouterr().out
     assert "success" in out
     assert "lag 0 snapshots / 0 rows" in out
+
+    assert main(["--groups", str(groups_file), "describe", group.name, "--plot"]) == 0
+    plotted = capsys.readouterr().out.split("lag after each lease (rows not yet committed)")[1]
+    leases, windows = plotted.split(f"rows per window in {group.sink} now")
+    lags = [int(line.rsplit(" ", 1)[1].replace(",", "")) for line in leases.splitlines()[1:] if line.strip()]
+    assert lags, "a bar per lease the consume observed"
+    assert all(0 <= lag < 60 for lag in lags), f"each lease committed some of the 60 rows before its lag: {lags}"
+    assert "█" in leases
+    assert windows.rstrip().endswith("  60"), "the sink's one window holds the 60 rows"
     with dg.DagsterInstance.get() as instance:
         runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: group.name}))
         assert [r.status for r in runs] == [dg.DagsterRunStatus.SUCCESS]
