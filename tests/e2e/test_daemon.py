@@ -115,6 +115,12 @@ def test_a_backfill_launched_through_the_ui_api_replays_the_window(daemon: Path)
 
         wait_until(finished, 300, daemon, f"backfill {backfill} to finish")
         runs = instance.get_runs(filters=dg.RunsFilter(tags={"dagster/backfill": backfill}))
+        checked = [
+            e.dagster_event.event_specific_data.check_name
+            for e in instance.all_logs(runs[0].run_id, of_type=dg.DagsterEventType.ASSET_CHECK_EVALUATION)
+            if e.dagster_event is not None
+        ]
+    assert sorted(checked) == ["dead_letters", "exactly_once", "lag"], "a UI backfill of the sink runs its checks"
     assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS]
     assert runs[0].tags["dagster/partition"] == window
     head = catalog.load_table(group.sink).current_snapshot()
