@@ -3,8 +3,9 @@
 Dagster shows a check's latest result on the asset and in its Checks tab, and a failed one in the
 asset graph. Each check runs on demand from the UI (``Execute``), in each run of the group's
 replay job (``icegroup replay``: the job selects the asset's checks) and of a UI backfill of the
-sink, and is also reported as the group goes: ``exactly_once`` whenever the Leader or a consume run finds windows complete, so the sink is
-judged whenever a window's output becomes final; ``lag`` by the Leader whenever its verdict moves
+sink, and is also reported as the group goes: ``exactly_once`` whenever the Leader or a consume run
+finds windows complete, so the sink is judged whenever a window's output becomes final; ``lag`` by
+the Leader whenever its verdict moves
 (``iceberg/protocol/freshness.py``: stopped, paused, past a bound, or back) and at the end of each
 consume run; ``dead_letters`` by the Leader whenever the group's poison shards change.
 
