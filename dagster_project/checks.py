@@ -58,7 +58,7 @@ def lag_check_verdict(verdict: LagVerdict) -> dict[str, Any]:
         "passed": verdict.passed,
         "severity": dg.AssetCheckSeverity.ERROR if verdict.severity == "error" else dg.AssetCheckSeverity.WARN,
         "description": verdict.description,
-        "metadata": {"lag_age_s": dg.MetadataValue.float(round(verdict.age_s or 0.0, 1))},
+        "metadata": {} if verdict.age_s is None else {"lag_age_s": dg.MetadataValue.float(round(verdict.age_s, 1))},
     }
 
 

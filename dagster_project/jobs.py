@@ -34,7 +34,7 @@ from iceberg.store.tables import load_optional
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.borrower.warm import borrow
 from spark_jobs.consume import consume
-from spark_jobs.follow import follow_upstream
+from spark_jobs.follow import FollowReport, follow_upstream
 
 
 class ConsumeConfig(dg.Config):
@@ -171,28 +171,31 @@ def consume_job(
                 context.log_event(source_observation(source_key, result.source_head, source))
                 observed.append(result.source_head)
 
-        summary = consume(
-            icegroup.spark,
-            lakehouse,
-            group,
-            owner_run_id=context.run_id,
-            observe_others=observe_runs(context.instance, group.name),
-            on_lease=record,
-            on_tick=ticked,
-            progress=context.log.info,
-            max_wait_s=config.max_wait_s,
-            until_caught_up=config.until_caught_up,
-            follow=config.follow,
-            poll_s=config.poll_s,
-            terminate=lambda leases: terminate_runs(context.instance, group.name, leases),
-        )
-        context.log.info(
-            f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
-            f"{summary.rows_out} rows out; caught up: {summary.caught_up}"
-        )
-        lag = lag_evaluation_now(lakehouse.catalog(), group, sink_key, context.log)
-        if lag is not None:
-            context.instance.report_runless_asset_event(lag)
+        try:
+            summary = consume(
+                icegroup.spark,
+                lakehouse,
+                group,
+                owner_run_id=context.run_id,
+                observe_others=observe_runs(context.instance, group.name),
+                on_lease=record,
+                on_tick=ticked,
+                progress=context.log.info,
+                max_wait_s=config.max_wait_s,
+                until_caught_up=config.until_caught_up,
+                follow=config.follow,
+                poll_s=config.poll_s,
+                terminate=lambda leases: terminate_runs(context.instance, group.name, leases),
+                on_follow=lambda report: followed(context, group, sink_key, lakehouse, report),
+            )
+            context.log.info(
+                f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
+                f"{summary.rows_out} rows out; caught up: {summary.caught_up}"
+            )
+        finally:  # stopped, paused or caught up: the lag check says which, also when the run fails
+            lag = lag_evaluation_now(lakehouse.catalog(), group, sink_key, context.log)
+            if lag is not None:
+                context.instance.report_runless_asset_event(lag)
 
     @dg.job(
         name=f"{group.name}_consume",
@@ -204,6 +207,30 @@ def consume_job(
         consume_op()
 
     return job
+
+
+def followed(
+    context: dg.OpExecutionContext,
+    group: GroupConfig,
+    sink_key: dg.AssetKey,
+    lakehouse: LakehouseConfig,
+    report: FollowReport,
+) -> None:
+    """Materialize each window a follow replayed, with its sink snapshot as the data version, then audit the sink."""
+    for replayed in report.replays:
+        tags = {DATA_VERSION_TAG: str(replayed.sink_snapshot)} if replayed.sink_snapshot else {}
+        context.log_event(
+            dg.AssetMaterialization(
+                asset_key=sink_key,
+                partition=replayed.window,
+                description="Replayed to follow an upstream replay of the group's source.",
+                metadata=replay_metadata(group, [replayed]),
+                tags=tags,
+            )
+        )
+    check = exactly_once_evaluation(lakehouse.catalog(), group, sink_key, context.log) if report.replays else None
+    if check is not None:
+        context.instance.report_runless_asset_event(check)
 
 
 def follow_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str, Any]) -> dg.JobDefinition:
@@ -220,20 +247,10 @@ def follow_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str
         icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
         report = follow_upstream(icegroup.spark(), lakehouse, group, context.run_id, context.log.info)
-        for replayed in report.replays:
-            tags = {DATA_VERSION_TAG: str(replayed.sink_snapshot)} if replayed.sink_snapshot else {}
-            context.log_event(
-                dg.AssetMaterialization(
-                    asset_key=sink_key,
-                    partition=replayed.window,
-                    description="Replayed to follow an upstream replay of the group's source.",
-                    metadata=replay_metadata(group, [replayed]),
-                    tags=tags,
-                )
-            )
-        check = exactly_once_evaluation(lakehouse.catalog(), group, sink_key, context.log) if report.replays else None
-        if check is not None:
-            context.instance.report_runless_asset_event(check)
+        if not report.followed:  # the Leader then stops at the replay, naming the command that follows it
+            waiting = "; ".join(report.waiting)
+            raise dg.Failure(f"group {group.name}: no upstream replay could be followed yet: {waiting}")
+        followed(context, group, sink_key, lakehouse, report)
 
     @dg.job(
         name=f"{group.name}_follow",

@@ -27,9 +27,9 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class LeaderTick:
-    """The Leader sensor's last tick of a group: when it ended and how long the tick itself took."""
+    """The Leader sensor's last tick of a group: when Dagster recorded it, and how long the tick itself took."""
 
-    ended_at_s: float
+    at_s: float
     tick_s: float | None
 
 
@@ -50,15 +50,23 @@ class GroupCollector(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily | CounterMetricFamily | StateSetMetricFamily]:
         """Describe every group now and yield its metric families."""
         started = time.perf_counter()
-        catalog = self.catalog()
-        views: dict[str, GroupView | None] = {}
-        for name, group in self.groups.items():
-            try:
-                views[name] = describe_group(catalog, group)
-            except Exception as exc:  # one unreadable group must not hide the others
-                log.warning("metrics: group %s not described: %s", name, exc)
-                views[name] = None
-        yield from families(views, self.leader_ticks(), time.time())
+        views: dict[str, GroupView | None] = dict.fromkeys(self.groups)
+        try:
+            catalog = self.catalog()
+        except Exception as exc:  # every group is down, and says so
+            log.warning("metrics: the catalog cannot be opened: %s", exc)
+        else:
+            for name, group in self.groups.items():
+                try:
+                    views[name] = describe_group(catalog, group)
+                except Exception as exc:  # one unreadable group must not hide the others
+                    log.warning("metrics: group %s not described: %s", name, exc)
+        try:
+            ticks = self.leader_ticks()
+        except Exception as exc:  # the Dagster instance away: the groups' own metrics still stand
+            log.warning("metrics: the Leader's ticks cannot be read: %s", exc)
+            ticks = {}
+        yield from families(views, ticks, time.time())
         took = GaugeMetricFamily("icegroup_scrape_duration_seconds", "Time to describe every group for this scrape.")
         took.add_metric([], time.perf_counter() - started)
         yield took
@@ -100,7 +108,7 @@ def families(
         up.add_metric([name], 0 if view is None else 1)
         last = ticks.get(name)
         if last is not None:
-            tick_age.add_metric([name], max(0.0, now_s - last.ended_at_s))
+            tick_age.add_metric([name], max(0.0, now_s - last.at_s))
             if last.tick_s is not None:
                 tick.add_metric([name], last.tick_s)
         if view is None:

@@ -193,7 +193,7 @@ def run_events(
     settings = lakehouse.openlineage
     if settings is None:
         return RunEvents(None, "", job, run_id_for(group, key))
-    dataset = None if source is None else table_dataset(catalog, lakehouse, source, source_version)
+    dataset = None if source is None else described(catalog, lakehouse, source, source_version)
     inputs = [] if dataset is None else [InputDataset(dataset[0], dataset[1], facets=dataset[2])]
     return RunEvents(client_for(settings), settings.namespace, job, run_id_for(group, key), inputs)
 
@@ -209,7 +209,7 @@ def output_dataset(
     """A table as a run's output, at the snapshot it committed, with the rows it wrote if known; none if off."""
     if lakehouse.openlineage is None:
         return []
-    dataset = table_dataset(catalog, lakehouse, sink, version)
+    dataset = described(catalog, lakehouse, sink, version)
     if dataset is None:
         return []
     if rows is None:
@@ -218,6 +218,17 @@ def output_dataset(
         rowCount=rows, fileCount=files, producer=PRODUCER
     )
     return [OutputDataset(dataset[0], dataset[1], facets=dataset[2], outputFacets={"outputStatistics": stats})]
+
+
+def described(
+    catalog: Catalog, lakehouse: LakehouseConfig, identifier: str, version: int | None
+) -> tuple[str, str, dict[str, DatasetFacet]] | None:
+    """``table_dataset``, or None (logged) when the table cannot be read: lineage must not fail the work."""
+    try:
+        return table_dataset(catalog, lakehouse, identifier, version)
+    except Exception as exc:  # a catalog hiccup after the run committed must not turn it into a failure
+        log.warning("OpenLineage: %s not described (%s); the event names no dataset for it", identifier, exc)
+        return None
 
 
 def table_dataset(

@@ -61,8 +61,10 @@ def step(title: str) -> float:
 def main() -> int:
     """Run the demo; exit 1 if the sink does not match the source exactly."""
     started = time.perf_counter()
-    lineage = Path(os.environ.setdefault(ENV_OPENLINEAGE_FILE, lineage_file()))
-    lineage.unlink(missing_ok=True)
+    lineage = Path(os.environ.get(ENV_OPENLINEAGE_FILE) or lineage_file())
+    if ENV_OPENLINEAGE_FILE not in os.environ:  # the demo's own file starts empty; a file of the user's is theirs
+        os.environ[ENV_OPENLINEAGE_FILE] = str(lineage)
+        lineage.unlink(missing_ok=True)
     lakehouse = load_lakehouse()
     groups = load_checked_groups(groups_path())
     group, chained = groups[GROUP], groups[CHAINED]

@@ -4,7 +4,8 @@ A transform that is a projection (selects, renames and computed columns, with fi
 them) maps each output column to the source columns it is made from: a plain or renamed column is
 a copy, anything else is computed, described by its SQL. A transform that aggregates, joins, sorts
 or does anything else is not a projection, and no column lineage is claimed for it. Only the plan
-is analyzed, on the source's schema: no Spark job runs.
+is analyzed, on the source's schema, once per process and group configuration: no Spark job runs,
+unless the transform itself runs one while it builds its plan (a ``count()`` inside it, say).
 """
 
 from __future__ import annotations
@@ -24,6 +25,9 @@ from spark_jobs.transforms import Transform, load_transform
 log = logging.getLogger(__name__)
 
 PASS_THROUGH = frozenset({"Filter", "SubqueryAlias"})
+# Per process: a Borrower runs many leases of one group, and the plan only changes with its config
+# (a source schema change gives columns the next process sees).
+_COMPUTED: dict[tuple[str, str, str | None, str], dict[str, ColumnOrigin] | None] = {}
 
 
 def scala_items(seq: Any) -> Iterator[Any]:
@@ -37,6 +41,14 @@ def sink_columns(spark: SparkSession, lakehouse: LakehouseConfig, group: GroupCo
     """The column lineage of ``group``'s sink, its transform over the source as a Borrower reads it; None when off."""
     if lakehouse.openlineage is None:
         return None
+    key = (lakehouse.catalog_name, group.source, group.filter, group.transform)
+    if key not in _COMPUTED:
+        _COMPUTED[key] = computed(spark, lakehouse, group)
+    return _COMPUTED[key]
+
+
+def computed(spark: SparkSession, lakehouse: LakehouseConfig, group: GroupConfig) -> dict[str, ColumnOrigin] | None:
+    """``sink_columns`` worked out: the transform's plan over the source, once per process and configuration."""
     try:
         df = spark.read.format("iceberg").load(f"{lakehouse.catalog_name}.{group.source}")
         if group.filter:

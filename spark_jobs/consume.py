@@ -34,7 +34,7 @@ from iceberg.store.heartbeats import heartbeat, read_beats
 from spark_jobs.borrower.lease import LeaseReport
 from spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
 from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
-from spark_jobs.follow import follow_upstream
+from spark_jobs.follow import FollowReport, follow_upstream
 from spark_jobs.transforms import load_transform
 
 
@@ -61,6 +61,7 @@ def consume(
     until_caught_up: bool = True,
     terminate: Callable[[list[Lease]], object] | None = None,
     follow: bool = DEFAULTS.follow,
+    on_follow: Callable[[FollowReport], None] | None = None,
 ) -> ConsumeSummary:
     """Tick and execute this process's leases until the group is caught up with the source head.
 
@@ -85,7 +86,9 @@ def consume(
     ``terminate`` is handed the revoked attempts whose runs still look alive (a killed consumer's
     run, say), so the orchestrator can mark them ended. ``spark`` is called for the session only when
     this process has a lease to run, so a group with nothing to do never starts a JVM. ``on_tick``
-    sees every tick's result: its complete windows, their provenance and the source's head.
+    sees every tick's result: its complete windows, their provenance and the source's head. A group
+    with ``follow_upstream`` that stops at an upstream replay follows it here and goes on; ``on_follow``
+    sees what each follow replayed.
     """
     load_transform(group.transform)  # a transform that does not import fails before any lease is granted
     catalog = lakehouse.catalog()
@@ -99,7 +102,7 @@ def consume(
         summary.add(finished, on_lease)
 
     beating = heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3)
-    releasing = released_at_end(catalog, group, owner_run_id, observe_others, summary, on_tick, progress)
+    releasing = released_at_end(catalog, group, owner_run_id, observe_others, summary, on_tick, progress, runner)
     with beating, releasing, runner:  # the runner's threads end first, then its leases are handed back
         idle_since = time.monotonic()
         said_caught_up: int | None = None
@@ -121,8 +124,11 @@ def consume(
                 if not (group.follow_upstream and exc.followable):
                     raise
                 progress(f"{group.name}: {exc.status()}; following it (follow_upstream)")
-                if not follow_upstream(spark(), lakehouse, group, owner_run_id, progress).followed:
+                report = follow_upstream(spark(), lakehouse, group, owner_run_id, progress)
+                if not report.followed:
                     raise
+                if on_follow is not None:
+                    on_follow(report)
                 continue
             except Exception as exc:
                 if not is_infrastructure(failure_classes(exc)):
@@ -191,19 +197,22 @@ def released_at_end(
     summary: ConsumeSummary,
     on_tick: Callable[[TickResult], None] | None,
     progress: Callable[[str], None],
+    runner: LeaseRunner,
 ) -> Iterator[None]:
     """As the block ends, hand back the leases this process still holds, in one more tick, not at a timeout.
 
-    Every lease of this run has ended (its threads are done): the tick sees the run as ended,
-    reconciles what it committed, parks a lease on a poison shard, and revokes the rest (raising
-    their fences) for the next Borrower. So ``describe`` and ``list`` show no lease in flight for a
-    process that is gone. A tick that cannot run (a race, the catalog away) leaves them to the next
-    Leader tick or the session timeout, as before.
+    Once every lease thread of this run has ended, the tick sees the run as ended: it reconciles
+    what the leases committed, parks a lease on a poison shard, and revokes the rest (raising their
+    fences), granting them again for the next Borrower. So ``describe`` and ``list`` show no lease
+    held by a process that is gone. While a thread still runs (the runner was interrupted before it
+    ended), nothing is handed back: the next Leader tick or the session timeout does it, as it does
+    when the tick cannot run (a race, the catalog away).
     """
     try:
         yield
     finally:
-        release(catalog, group, owner_run_id, observe_others, summary, on_tick, progress)
+        if not runner.working:
+            release(catalog, group, owner_run_id, observe_others, summary, on_tick, progress)
 
 
 def release(
@@ -223,17 +232,24 @@ def release(
     def ended(lease: Lease) -> RunState:
         return RunState.SUCCEEDED if lease.owner_run_id == owner_run_id else observe_others(lease)
 
+    mine = [le for le in last.state.leases.values() if le.owner_run_id == owner_run_id]
+    held = "its lease is" if len(mine) == 1 else f"its {len(mine)} leases are"
     try:
         result = tick(catalog, group, ended)
+    except SourceBlocked as exc:  # the tick committed the hand-back, then found the group stopped
+        progress(f"{group.name}: this run ended; {held} handed back; {exc.status()}")
+        return
     except Exception as exc:  # releasing early is a courtesy: the next tick or the session timeout still does it
         progress(f"{group.name}: the leases of this run are released at the next tick ({describe_error(exc)})")
         return
     summary.last_tick = result
-    if on_tick is not None:
-        on_tick(result)
-    mine = [le for le in last.state.leases.values() if le.owner_run_id == owner_run_id]
-    held = "its lease is" if len(mine) == 1 else f"its {len(mine)} leases are"
     progress(f"{group.name}: this run ended; {held} handed back (what they committed stays)")
+    if on_tick is None:
+        return
+    try:
+        on_tick(result)
+    except Exception as exc:  # a report must not hide why the run ended
+        progress(f"{group.name}: the last tick's events were not reported ({describe_error(exc)})")
 
 
 @dataclass

@@ -98,7 +98,7 @@ def leader_ticks(home: Path, groups: Mapping[str, GroupConfig]) -> dict[str, Lea
             data = state.sensor_instigator_data if group is not None else None
             if group is None or data is None or not data.last_tick_timestamp:
                 continue
-            if group in ticks and ticks[group].ended_at_s >= data.last_tick_timestamp:
+            if group in ticks and ticks[group].at_s >= data.last_tick_timestamp:
                 continue  # the same sensor in another code location, ticked earlier
             tick_ms = LeaderCursor.read(data.cursor).tick_ms
             ticks[group] = LeaderTick(data.last_tick_timestamp, None if tick_ms is None else tick_ms / 1000)

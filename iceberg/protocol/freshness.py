@@ -1,7 +1,8 @@
 """The lag check's verdict: is the group keeping up, and if not, is it stopped, paused or just behind?
 
 Pure: the Leader sensor judges from its tick, the check run on demand from ``icegroup describe``'s
-view, and both give the same answer for the same group. A group that cannot move on by itself
+view, by the same rules. (Their ages can differ a little: the tick counts every append past its
+planning cursor, ``describe`` leaves out the files a filter excludes.) A group that cannot move on by itself
 (stopped by a poison shard, at an upstream replay, or waiting on a reset) fails with an error that
 names the command moving it on, whatever its lag; a paused one fails with a warning naming
 ``icegroup resume``. Otherwise the age of the oldest source commit the group has not consumed is

@@ -98,6 +98,11 @@ class LeaseRunner:
         return len(self.running)
 
     @property
+    def working(self) -> bool:
+        """Whether a lease thread still runs: ``busy`` counts leases not yet accounted for, ended or not."""
+        return any(not future.done() for _, future in self.running.values())
+
+    @property
     def free(self) -> int:
         """Leases that could start now."""
         return self.slots - len(self.running)

@@ -102,7 +102,7 @@ def test_the_demo_in_a_browser_shows_checks_row_counts_schema_and_versions_and_a
         page.goto(f"{ui}/assets/lake/demo/events_enriched?view=checks")
         page.get_by_text("exactly_once").first.click(timeout=30_000)
         page.locator("button").filter(has_text=re.compile(r"^\s*Execute\s*$")).first.click(timeout=30_000)
-        page.get_by_text("Failed").first.wait_for(timeout=180_000)
+        page.get_by_text("Failed", exact=True).first.wait_for(timeout=180_000)
         page.wait_for_timeout(1000)
         failed = page.inner_text("body")
         assert f"window {window} of group demo: " in failed, "the check names the window"
