@@ -102,7 +102,9 @@ class LakehouseConfig(BaseModel):
     )
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, applied last.")
     openlineage: OpenLineageSettings | None = Field(
-        default=None, description="Emit OpenLineage run events for Borrower and replay runs; off when unset."
+        default=None,
+        description="Emit OpenLineage run events for lease, replay, reset and expiry runs; off when unset "
+        "(ICEGROUP_OPENLINEAGE_FILE also turns it on).",
     )
 
     @field_validator("catalog_uri", "heartbeats_uri")

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class OpenLineageSettings(BaseModel):
-    """Where Borrower and replay runs send their OpenLineage events; absent from the config, none are sent."""
+    """Where lease, replay, reset and expiry runs send their OpenLineage events; absent, none are sent."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
