@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
@@ -102,7 +103,8 @@ def consume(
         summary.add(finished, on_lease)
 
     beating = heartbeat(catalog, group.name, owner_run_id, interval_s=group.session_timeout_s / 3)
-    releasing = released_at_end(catalog, group, owner_run_id, observe_others, summary, on_tick, progress, runner)
+    hand_back = partial(release, catalog, group, owner_run_id, observe_others, summary, on_tick, progress)
+    releasing = released_at_end(runner, hand_back)
     with beating, releasing, runner:  # the runner's threads end first, then its leases are handed back
         idle_since = time.monotonic()
         said_caught_up: int | None = None
@@ -189,16 +191,7 @@ def consume(
 
 
 @contextmanager
-def released_at_end(
-    catalog: Catalog,
-    group: GroupConfig,
-    owner_run_id: str,
-    observe_others: RunObserver,
-    summary: ConsumeSummary,
-    on_tick: Callable[[TickResult], None] | None,
-    progress: Callable[[str], None],
-    runner: LeaseRunner,
-) -> Iterator[None]:
+def released_at_end(runner: LeaseRunner, release_leases: Callable[[], None]) -> Iterator[None]:
     """As the block ends, hand back the leases this process still holds, in one more tick, not at a timeout.
 
     Once every lease thread of this run has ended, the tick sees the run as ended: it reconciles
@@ -212,7 +205,7 @@ def released_at_end(
         yield
     finally:
         if not runner.working:
-            release(catalog, group, owner_run_id, observe_others, summary, on_tick, progress)
+            release_leases()
 
 
 def release(
@@ -224,7 +217,7 @@ def release(
     on_tick: Callable[[TickResult], None] | None,
     progress: Callable[[str], None],
 ) -> None:
-    """The tick of ``released_at_end``, when the last tick left leases of this run in the registry."""
+    """The tick that hands back this run's leases (``released_at_end``) if the last tick left some."""
     last = summary.last_tick
     if last is None or not any(lease.owner_run_id == owner_run_id for lease in last.state.leases.values()):
         return
