@@ -14,7 +14,6 @@ import urllib.request
 from pathlib import Path
 
 import pytest
-import yaml
 from prometheus_client import CollectorRegistry, start_http_server
 from prometheus_client.parser import text_string_to_metric_families
 from pyiceberg.catalog import Catalog
@@ -23,9 +22,8 @@ from pyspark.sql import SparkSession
 from dagster_project.cli import main as icegroup_main
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.metrics import GroupCollector, LeaderTick
-from iceberg.protocol.group import GroupConfig
 from tests.conftest import repo_root
-from tests.factories import MakeGroup, append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source, write_groups
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -40,13 +38,6 @@ def scrape(url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
     }
 
 
-def groups_file(folder: Path, group: GroupConfig) -> Path:
-    """A groups YAML holding ``group``, for the ``icegroup`` command."""
-    path = folder / "groups.yaml"
-    path.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
-    return path
-
-
 def test_a_scrape_during_a_consume_sees_the_lag_fall_to_zero(
     spark: SparkSession,
     env: Path,
@@ -57,7 +48,7 @@ def test_a_scrape_during_a_consume_sees_the_lag_fall_to_zero(
 ) -> None:
     group = make_group(shard_caps={"max_files": 1}, lease_max_shards=1, commit_batch_rows=0)
     rows = append_batches(create_source(catalog, group.source), 6, 10)
-    groups = groups_file(tmp_path, group)
+    groups = write_groups(tmp_path / "groups.yaml", group)
     registry = CollectorRegistry()
     ticked = {group.name: LeaderTick(at_s=0.0, tick_s=0.25)}
     registry.register(GroupCollector(lakehouse.catalog, {group.name: group}, lambda: ticked))
@@ -121,7 +112,7 @@ def test_the_command_writes_a_textfile_and_refuses_every_without_it(
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 10)
-    groups = groups_file(tmp_path, group)
+    groups = write_groups(tmp_path / "groups.yaml", group)
     prom = tmp_path / "icegroup.prom"
 
     assert icegroup_main(["--groups", str(groups), "metrics", "--textfile", str(prom)]) == 0
