@@ -1,6 +1,7 @@
 """Jobs: the warm Borrower job the Leader starts, the consume-until-caught-up job, replays, and expiry."""
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
@@ -97,16 +98,17 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
         def record(lease: Lease, report: LeaseReport) -> None:
             context.log_event(observation(group, sink_key, lease, report, lakehouse))
 
-        summary = borrow(
-            icegroup.spark,
-            lakehouse,
-            group,
-            context.run_id,
-            on_lease=record,
-            progress=context.log.info,
-            idle_timeout_s=group.borrower_idle_s if config.idle_timeout_s is None else config.idle_timeout_s,
-            poll_s=config.poll_s,
-        )
+        with canceled_on_interrupt(context):
+            summary = borrow(
+                icegroup.spark,
+                lakehouse,
+                group,
+                context.run_id,
+                on_lease=record,
+                progress=context.log.info,
+                idle_timeout_s=group.borrower_idle_s if config.idle_timeout_s is None else config.idle_timeout_s,
+                poll_s=config.poll_s,
+            )
         context.log.info(
             f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
             f"{summary.rows_out} rows out"
@@ -172,26 +174,27 @@ def consume_job(
                 observed.append(result.source_head)
 
         try:
-            summary = consume(
-                icegroup.spark,
-                lakehouse,
-                group,
-                owner_run_id=context.run_id,
-                observe_others=observe_runs(context.instance, group.name),
-                on_lease=record,
-                on_tick=ticked,
-                progress=context.log.info,
-                max_wait_s=config.max_wait_s,
-                until_caught_up=config.until_caught_up,
-                follow=config.follow,
-                poll_s=config.poll_s,
-                terminate=lambda leases: terminate_runs(context.instance, group.name, leases),
-                on_follow=lambda report: followed(context, group, sink_key, lakehouse, report),
-            )
-            context.log.info(
-                f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
-                f"{summary.rows_out} rows out; caught up: {summary.caught_up}"
-            )
+            with canceled_on_interrupt(context):
+                summary = consume(
+                    icegroup.spark,
+                    lakehouse,
+                    group,
+                    owner_run_id=context.run_id,
+                    observe_others=observe_runs(context.instance, group.name),
+                    on_lease=record,
+                    on_tick=ticked,
+                    progress=context.log.info,
+                    max_wait_s=config.max_wait_s,
+                    until_caught_up=config.until_caught_up,
+                    follow=config.follow,
+                    poll_s=config.poll_s,
+                    terminate=lambda leases: terminate_runs(context.instance, group.name, leases),
+                    on_follow=lambda report: followed(context, group, sink_key, lakehouse, report),
+                )
+                context.log.info(
+                    f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
+                    f"{summary.rows_out} rows out; caught up: {summary.caught_up}"
+                )
         finally:  # stopped, paused or caught up: the lag check says which, also when the run fails
             lag = lag_evaluation_now(lakehouse.catalog(), group, sink_key, context.log)
             if lag is not None:
@@ -207,6 +210,26 @@ def consume_job(
         consume_op()
 
     return job
+
+
+@contextmanager
+def canceled_on_interrupt(context: dg.OpExecutionContext) -> Iterator[None]:
+    """A run interrupted by a signal ends CANCELED, as one terminated from the UI does, not failed.
+
+    Dagster raises SIGTERM and SIGINT inside the op as ``DagsterExecutionInterruptedError``; a run
+    terminated from the UI is CANCELING by then, but one whose process got the signal directly
+    (``kill -TERM`` of ``icegroup consume``, a pod shut down) is not, and Dagster would record it as a
+    failure. The Leader re-grants a canceled run's leases at its next tick either way.
+    """
+    try:
+        yield
+    except dg.DagsterExecutionInterruptedError:
+        run = context.instance.get_run_by_id(context.run_id)
+        if run is not None and run.status not in (dg.DagsterRunStatus.CANCELING, dg.DagsterRunStatus.CANCELED):
+            context.instance.report_run_canceling(
+                run, message="Interrupted by a signal: stopping after the current shard."
+            )
+        raise
 
 
 def followed(

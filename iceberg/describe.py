@@ -20,7 +20,7 @@ from iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from iceberg.protocol.durations import format_duration
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import Hold, hold_of
-from iceberg.protocol.phases import reconcile
+from iceberg.protocol.phases import reconcile, renewed
 from iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import GroupState
@@ -31,6 +31,7 @@ from iceberg.store.group_tables import load_group_tables
 from iceberg.store.heartbeats import read_beats
 from iceberg.store.registrations import read_registrations
 from iceberg.store.registry import load_state, state_as_of
+from iceberg.store.renewals import read_renewals
 from iceberg.store.tables import load_source
 
 MAX_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
@@ -141,7 +142,8 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     now_ms = int(time.time() * 1000)
     synced = sync_tables(tables, fence=False)
     history = synced.history
-    state = reconcile(synced.state, history.commits, history.head, now_ms, group.lease_timeout_s).state
+    reconciled = reconcile(synced.state, history.commits, history.head, now_ms, group.lease_timeout_s).state
+    state = renewed(reconciled, read_renewals(catalog, group.name), group.lease_timeout_s)
     letters = open_in(tables.open_dead_letters(), catalog.name)
     lag_snaps: dict[str, set[int]] = defaultdict(set)
     lag_rows: dict[str, int] = defaultdict(int)

@@ -69,6 +69,10 @@ class NotCaughtUp(IcegroupError):
     """``consume --until-caught-up`` gave up waiting on leases held elsewhere; the CLI exits 3."""
 
 
+class Interrupted(NotCaughtUp):
+    """A consume stopped by a signal (SIGTERM, Ctrl-C) or a run termination; its leases were handed back."""
+
+
 class GroupStopped(IcegroupError):
     """A poison shard stopped the group (``on_poison: stop``); it waits for ``icegroup redrive``."""
 

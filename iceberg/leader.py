@@ -45,6 +45,7 @@ from iceberg.protocol.phases import (
     cut,
     grant,
     reconcile,
+    renewed,
 )
 from iceberg.protocol.replay import expire_replays
 from iceberg.protocol.shards import Shard, snapshot_range
@@ -59,6 +60,7 @@ from iceberg.store.heartbeats import forget, gone_holders, read_beats
 from iceberg.store.lineage import record_lineage
 from iceberg.store.registrations import register
 from iceberg.store.registry import commit_state, load_state
+from iceberg.store.renewals import forget_renewals, read_renewals
 from iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)
@@ -169,7 +171,8 @@ def tick(
         sid: d for sid, d in open_in(tables.open_dead_letters(), catalog.name).items() if sid in reconciled.state.shards
     }
     beats, gone = read_heartbeats(catalog, group, reconciled.state, now_ms)
-    live = liveness(group, reconciled.state, observed, letters, beats, gone, now_ms, sink_head, owner_run_id)
+    alive = renewals_applied(catalog, group, reconciled.state)
+    live = liveness(group, alive, observed, letters, beats, gone, now_ms, sink_head, owner_run_id)
     replaying, replay_fences = expire_dead_replays(group, live.state, beats, gone, now_ms)
     stopped = [d for d in letters.values() if d.action == STOPPED]
     held = bool(stopped) or replaying.paused_at_ms is not None
@@ -242,6 +245,13 @@ def read_heartbeats(
     ]
     forget(catalog, group.name, stale)
     return {holder: b.beat_ms for holder, b in beats.items()}, gone_holders(beats)
+
+
+def renewals_applied(catalog: Catalog, group: GroupConfig, state: GroupState) -> GroupState:
+    """The state with each lease deadline its Borrower renewed moved on (``renewed``); stale rows are dropped."""
+    renewals = read_renewals(catalog, group.name)
+    forget_renewals(catalog, group.name, [lease_id for lease_id in renewals if lease_id not in state.leases])
+    return renewed(state, renewals, group.lease_timeout_s)
 
 
 def liveness(

@@ -121,6 +121,10 @@ class RunEvents:
             ]
         self._emit(RunState.COMPLETE, outputs)
 
+    def abort(self, outputs: list[OutputDataset]) -> None:
+        """The run was stopped on purpose before the end: ``outputs`` at what it committed until then."""
+        self._emit(RunState.ABORT, outputs)
+
     @contextmanager
     def observe(self) -> Iterator[RunEvents]:
         """START now, FAIL with the error if the block raises; the block calls ``complete`` with what it wrote."""

@@ -258,10 +258,12 @@ def activate(spark: SparkSession) -> None:
     spark._jvm.SparkSession.setActiveSession(spark._jsparkSession)  # type: ignore[union-attr]
 
 
-def use_pool(spark: SparkSession, pool: str) -> None:
-    """Run this thread's Spark jobs in FAIR scheduler pool ``pool``.
+def use_pool(spark: SparkSession, pool: str, job_group: str) -> None:
+    """Run this thread's Spark jobs in FAIR scheduler pool ``pool``, as job group ``job_group``.
 
     Leases run at once on one session each get a pool, so a large shard's job cannot hold every
-    core while a small lease waits behind it (Spark creates a pool on first use).
+    core while a small lease waits behind it (Spark creates a pool on first use). The job group
+    names the lease in the Spark UI, and lets its renewals count its tasks (``borrower/renewal.py``).
     """
     spark.sparkContext.setLocalProperty("spark.scheduler.pool", pool)
+    spark.sparkContext.setJobGroup(job_group, f"icegroup {job_group}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from enum import IntEnum
 
-from iceberg.errors import IcegroupError, NotCaughtUp, RunFailed
+from iceberg.errors import IcegroupError, Interrupted, NotCaughtUp, RunFailed
 
 
 class Exit(IntEnum):
@@ -36,13 +36,15 @@ MEANING: dict[Exit, str] = {
     ),
     Exit.INCOMPLETE: (
         "stopped short, run it again later: `consume --until-caught-up` did not catch up (it names each lease held "
-        "elsewhere, its holder and when it is re-granted), `replay --cascade`/`--follow-upstream` left a chained "
+        "elsewhere, its holder and when it is re-granted) or was stopped by SIGTERM or Ctrl-C (its leases handed "
+        "back), `replay --cascade`/`--follow-upstream` left a chained "
         "group waiting, or `expire` lost a race on a table"
     ),
 }
 
 # The error-to-code map, most specific first: what ``main`` prints before the message, and the code.
 ERRORS: tuple[tuple[type[IcegroupError], str, Exit], ...] = (
+    (Interrupted, "stopped", Exit.INCOMPLETE),
     (NotCaughtUp, "not caught up", Exit.INCOMPLETE),
     (RunFailed, "run failed", Exit.RUN_FAILED),
     (IcegroupError, "error", Exit.ERROR),

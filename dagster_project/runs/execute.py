@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from iceberg.errors import IcegroupError, RunFailed
+from iceberg.errors import IcegroupError, Interrupted, RunFailed
 
 
 @contextmanager
@@ -42,11 +42,18 @@ def execute(
 ) -> dg.ExecuteInProcessResult:
     """Execute ``job`` as a run of ``instance``; an icegroup error is raised as itself.
 
+    A run stopped by SIGTERM or Ctrl-C (Dagster raises both as an interrupt inside the op, which
+    ends its leases after their current shard and hands the rest back) raises ``Interrupted``.
     Any other failure prints its traceback to stderr (the command's log file, unless ``--verbose``)
     and raises ``RunFailed`` with one line naming the job and the error (exit code 1).
     """
     try:
         return job.execute_in_process(instance=instance, **options)
+    except (dg.DagsterExecutionInterruptedError, KeyboardInterrupt):
+        raise Interrupted(
+            f"job {job.name} was interrupted; its run is canceled and the leases it held were handed back for the "
+            "next consume or Leader tick (the log says which, and what they committed)"
+        ) from None
     except Exception as exc:
         # Dagster raises the op's own error, or wraps it in a step error: unwrap that.
         wrapped = isinstance(exc, dg.DagsterExecutionStepExecutionError) and exc.__cause__ is not None

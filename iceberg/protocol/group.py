@@ -104,7 +104,8 @@ class GroupConfig(BaseModel):
         default=1800,
         ge=10,
         description="Seconds after which a granted lease is re-granted to a new run even though its holder still "
-        "beats: the bound for a Borrower that is alive but stuck. A dead one is noticed by session_timeout_s.",
+        "beats: the bound for a Borrower that is alive but stuck. It moves on while the lease commits or its Spark "
+        "tasks complete (a renewal). A dead Borrower is noticed by session_timeout_s.",
     )
     session_timeout_s: int = Field(
         default=30,

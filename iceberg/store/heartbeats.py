@@ -133,7 +133,7 @@ def gone_holders(beats: Mapping[str, Beat]) -> frozenset[str]:
     return frozenset(holder for holder, b in beats.items() if process_gone(b.process))
 
 
-def _engine(catalog: Catalog) -> Engine:
+def heartbeat_engine(catalog: Catalog) -> Engine:
     """The heartbeat database: the one the lakehouse names (``heartbeats_uri``), else a SQL catalog's own."""
     uri = catalog.properties.get(HEARTBEATS_URI)
     if uri:
@@ -166,7 +166,7 @@ def ensure_table(catalog: Catalog) -> None:
 
     Doing either at the same moment elsewhere is fine: the loser finds the table or column there.
     """
-    engine = _engine(catalog)
+    engine = heartbeat_engine(catalog)
     try:
         METADATA.create_all(engine, tables=[HEARTBEATS], checkfirst=True)
     except SQLAlchemyError:
@@ -186,7 +186,7 @@ def _has_process_column(engine: Engine) -> bool:
 
 def beat(catalog: Catalog, group: str, holder: str, now_ms: int | None = None) -> None:
     """Record that ``holder`` is alive now."""
-    engine = _engine(catalog)
+    engine = heartbeat_engine(catalog)
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     row = {"beat_ms": now_ms, "pid": os.getpid(), "host": socket.gethostname(), "process": process_token()}
     where = (HEARTBEATS.c.group_name == group) & (HEARTBEATS.c.holder == holder)
@@ -203,7 +203,7 @@ def beat(catalog: Catalog, group: str, holder: str, now_ms: int | None = None) -
 
 def read_beats(catalog: Catalog, group: str) -> dict[str, Beat]:
     """Every holder's latest heartbeat in ``group``: one query. Nobody has beaten before the table exists."""
-    engine = _engine(catalog)
+    engine = heartbeat_engine(catalog)
     query = select(HEARTBEATS).where(HEARTBEATS.c.group_name == group)
     try:
         with engine.connect() as connection:
@@ -223,7 +223,7 @@ def forget(catalog: Catalog, group: str, holders: list[str]) -> None:
     """Remove holders' rows: a Borrower that ends cleanly, or the Leader pruning long-dead ones."""
     if not holders:
         return
-    engine = _engine(catalog)
+    engine = heartbeat_engine(catalog)
     where = (HEARTBEATS.c.group_name == group) & HEARTBEATS.c.holder.in_(holders)
     with engine.begin() as connection:
         connection.execute(delete(HEARTBEATS).where(where))

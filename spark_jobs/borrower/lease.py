@@ -14,11 +14,16 @@
   Consecutive small shards (``commit_batch_rows``) are staged in one Spark job and published in one
   commit, which lists every shard's id and source range;
 - **report**: what this attempt committed, for the run's metadata.
+
+A Borrower asked to stop (``stop``: its process got SIGTERM, its Dagster run was terminated)
+finishes the commit in flight and hands back the shards after it (``handed_back``); the tick that
+sees the run ended grants them again, resuming after what was committed.
 """
 
 from __future__ import annotations
 
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -76,6 +81,7 @@ class LeaseReport:
     sink_snapshots: list[int] = field(default_factory=list)
     commit_conflicts: int = 0
     redeliveries: int = 0
+    handed_back: list[str] = field(default_factory=list)
     phase: BorrowerPhase = BorrowerPhase.CONNECTING
 
 
@@ -132,8 +138,11 @@ def run_lease(
     shards: list[Shard],
     progress: Progress = log.info,
     run_id: str | None = None,
+    stop: threading.Event | None = None,
 ) -> LeaseReport:
     """Commit every shard of the lease that is not in the sink yet, in order; each commit names ``run_id``.
+
+    Once ``stop`` is set, the lease ends after the commit in flight and hands back the rest.
 
     Every progress line names the group and the lease attempt, and each shard's line says where its
     time went: reading, transforming and staging it (one Spark job), and the fenced publish. The
@@ -148,7 +157,7 @@ def run_lease(
     tries = 0
     while True:
         try:
-            done = execute_lease(spark, lakehouse, group, lease, shards, progress, run_id)
+            done = execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop)
             break
         except Exception as exc:
             wait = platform_retry(group, exc, tries, waited)
@@ -166,9 +175,11 @@ def run_lease(
             events.fail(exc)
             raise
     last = done.sink_snapshots[-1] if done.sink_snapshots else None
-    events.complete(
-        output_dataset(lakehouse, catalog, group.sink, last, done.rows_out), sink_columns(spark, lakehouse, group)
-    )
+    outputs = output_dataset(lakehouse, catalog, group.sink, last, done.rows_out)
+    if done.handed_back:
+        events.abort(outputs)
+    else:
+        events.complete(outputs, sink_columns(spark, lakehouse, group))
     return done
 
 
@@ -180,8 +191,9 @@ def execute_lease(
     shards: list[Shard],
     progress: Progress,
     run_id: str | None,
+    stop: threading.Event | None = None,
 ) -> LeaseReport:
-    """The work of ``run_lease``: connect, resume after what is committed, commit the rest."""
+    """The work of ``run_lease``: connect, resume after what is committed, commit the rest until ``stop`` is set."""
     started_at = time.perf_counter()
     activate(spark)
     ship_transform(spark, group.transform)
@@ -212,7 +224,12 @@ def execute_lease(
     root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in todo) else None
     for batch in commit_batches(todo, group.commit_batch_rows):
         for shard in commit_together(run, batch, root, source) if len(batch) > 1 else batch:
+            if stop is not None and stop.is_set():
+                break
             commit_alone(run, shard, root, source)
+        if stop is not None and stop.is_set():
+            hand_back(run, todo)
+            break
     run.report.duration_s = time.perf_counter() - started_at
     return report(run)
 
@@ -378,6 +395,16 @@ def output(run: LeaseRun, shards: list[Shard], root: int | None, source: Table) 
     return shard_output(
         run.spark, run.source_table, run.group, run.lease, run.transform, shards, root, source, run.row_files
     )
+
+
+def hand_back(run: LeaseRun, shards: list[Shard]) -> None:
+    """Record the lease's shards not committed by this attempt: the Leader grants them again."""
+    done = {*run.report.committed, *run.report.resumed, *run.report.fenced}
+    run.report.handed_back = [shard.shard_id for shard in shards if shard.shard_id not in done]
+    if run.report.handed_back:
+        run.progress(
+            f"stopped after {len(run.report.committed)} shards committed; {len(run.report.handed_back)} handed back"
+        )
 
 
 def count_shard(run: LeaseRun, shard: Shard) -> None:

@@ -24,6 +24,7 @@ from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import Shard
 from iceberg.protocol.state import Lease
 from spark_jobs.borrower.lease import LeaseReport, run_lease
+from spark_jobs.borrower.renewal import Renewer, job_group
 from spark_jobs.session import use_pool
 
 Key = tuple[str, int]
@@ -81,6 +82,8 @@ class LeaseRunner:
         self.ended: dict[Key, RunState] = {}
         self.session: SparkSession | None = None
         self.threads = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"{group.name}-lease")
+        self.stopping = threading.Event()
+        self.renewer: Renewer | None = None
 
     def __enter__(self) -> LeaseRunner:
         """The runner itself; leaving the block waits for the leases still running."""
@@ -89,8 +92,25 @@ class LeaseRunner:
     def __exit__(
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
-        """Wait for the leases still running: a lease is never abandoned halfway by its own process."""
+        """Wait for the leases still running: a lease is never abandoned halfway by its own process.
+
+        Leaving on an error (a SIGTERM, a Dagster run termination, a failed lease) stops each lease
+        after the commit in flight, so the run ends within one shard and hands back the rest
+        (``LeaseReport.handed_back``), instead of working through every shard it was granted.
+        """
+        if error is not None:
+            self.stop()
         self.threads.shutdown(wait=True)
+        if self.renewer is not None:
+            self.renewer.stop()
+
+    def stop(self) -> None:
+        """Let each running lease finish the shard it is on, then end, handing back its other shards."""
+        if self.working and not self.stopping.is_set():
+            self.progress(
+                f"{self.group.name}: stopping: each running lease ends after its current shard and hands back the rest"
+            )
+        self.stopping.set()
 
     @property
     def busy(self) -> int:
@@ -101,6 +121,10 @@ class LeaseRunner:
     def working(self) -> bool:
         """Whether a lease thread still runs: ``busy`` counts leases not yet accounted for, ended or not."""
         return any(not future.done() for _, future in self.running.values())
+
+    def in_flight(self) -> list[Lease]:
+        """The leases whose threads still run: those the renewer looks at."""
+        return [lease for lease, future in list(self.running.values()) if not future.done()]
 
     @property
     def free(self) -> int:
@@ -120,11 +144,22 @@ class LeaseRunner:
         """Begin the lease on a free thread."""
         if self.session is None:
             self.session = self.spark()
+            self.renewer = Renewer(
+                self.session,
+                self.lakehouse.catalog(),
+                self.group.name,
+                self.in_flight,
+                self.group.lease_timeout_s,
+                self.progress,
+            )
+            self.renewer.start()
         session = self.session
 
         def execute() -> LeaseReport:
-            use_pool(session, threading.current_thread().name)
-            return run_lease(session, self.lakehouse, self.group, lease, shards, self.progress, self.run_id)
+            use_pool(session, threading.current_thread().name, job_group(self.group.name, lease))
+            return run_lease(
+                session, self.lakehouse, self.group, lease, shards, self.progress, self.run_id, self.stopping
+            )
 
         self.running[(lease.lease_id, lease.attempt)] = (lease, self.threads.submit(execute))
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
@@ -41,7 +43,8 @@ def test_a_poison_shard_stops_the_group_naming_the_shard_until_redriven(
     assert letter.shard_id in str(caught.value)
     assert "poison row" in letter.error
     assert any("delivery 1/2 failed" in line and "again in 0.1s" in line for line in lines)
-    assert any("this run ended; its lease is handed back" in line for line in lines), lines
+    # The run's last tick may still list a lease that committed since: one lease or more is handed back.
+    assert any(re.search(r"this run ended; its (lease is|\d leases are) handed back", line) for line in lines), lines
     view = describe_group(catalog, group)
     assert view.status == "stopped (poison shard; see icegroup dead-letters)"
     (parked,) = view.holds

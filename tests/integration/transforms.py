@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import time
+
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
@@ -53,3 +55,14 @@ def sorted_by_amount(df: DataFrame) -> DataFrame:
 def spread_over_two_tasks(df: DataFrame) -> DataFrame:
     """Row-wise output, but shuffled into two partitions: rows leave the task that read their file."""
     return df.repartition(2)
+
+
+@F.udf("double")
+def _slow_amount(amount: float) -> float:
+    time.sleep(1.0)
+    return amount
+
+
+def one_second_a_row(df: DataFrame) -> DataFrame:
+    """A long shard: a second per row, over 16 tasks that complete one after another (the renewal test)."""
+    return df.repartition(16).withColumn("amount", _slow_amount("amount"))

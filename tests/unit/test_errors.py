@@ -71,7 +71,10 @@ def test_the_cli_prints_any_of_them_with_its_remedy_and_exits_non_zero(
     monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
     monkeypatch.setattr(cli, "cmd_list", fail)
 
-    if issubclass(error, errors.NotCaughtUp):  # and ResetInFlight: stopped short, run it again later
+    if issubclass(error, errors.Interrupted):  # stopped by a signal: its leases handed back, run it again
+        assert cli.main(["list"]) == cli.Exit.INCOMPLETE == 3
+        assert capsys.readouterr().err == f"icegroup: stopped: {remedy}\n"
+    elif issubclass(error, errors.NotCaughtUp):  # and ResetInFlight: stopped short, run it again later
         assert cli.main(["list"]) == cli.Exit.INCOMPLETE == 3
         assert capsys.readouterr().err == f"icegroup: not caught up: {remedy}\n"
     elif issubclass(error, errors.RunFailed):  # a run failed for a reason icegroup did not foresee

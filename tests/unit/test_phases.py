@@ -10,7 +10,7 @@ from iceberg.errors import ConfigError, SourceError
 from iceberg.protocol.fences import fence_key
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.liveness import RunState
-from iceberg.protocol.phases import check_config, check_drift, check_liveness, cut, grant, reconcile
+from iceberg.protocol.phases import check_config, check_drift, check_liveness, cut, grant, reconcile, renewed
 from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo
 from iceberg.protocol.sink_commit import ShardRange, SinkCommit
 from iceberg.protocol.state import Lease, LeasePhase
@@ -256,3 +256,27 @@ def test_a_stopped_group_grants_nothing() -> None:
 def test_a_changed_source_or_sink_is_refused_naming_the_field(field: str, value: str) -> None:
     with pytest.raises(ConfigError, match=f"{field}: the config says '{value}'"):
         check_drift(group_state([]), group_of(**{field: value}))
+
+
+def test_a_renewal_moves_its_attempts_deadline_to_the_renewal_plus_the_timeout() -> None:
+    held = lease([shard(1).shard_id], attempt=2, deadline_ms=60_000)
+    state = group_state([shard(1)], [held])
+
+    moved = renewed(state, {held.lease_id: (2, 100_000)}, lease_timeout_s=30)
+
+    assert moved.leases[held.lease_id].deadline_ms == 130_000
+    assert state.leases[held.lease_id].deadline_ms == 60_000, "the state it was given is not changed"
+
+
+@pytest.mark.parametrize(
+    ("attempt", "renewed_ms", "why"),
+    [
+        (1, 100_000, "an older attempt's renewal moves nothing: it was revoked"),
+        (2, 20_000, "a renewal whose deadline is earlier never moves the deadline back"),
+    ],
+)
+def test_a_renewal_that_does_not_apply_leaves_the_state_as_it_is(attempt: int, renewed_ms: int, why: str) -> None:
+    held = lease([shard(1).shard_id], attempt=2, deadline_ms=60_000)
+    state = group_state([shard(1)], [held])
+
+    assert renewed(state, {held.lease_id: (attempt, renewed_ms), "gone": (0, 100_000)}, 30) is state, why

@@ -1,0 +1,94 @@
+"""A consumer stopped with ``kill -TERM`` mid-lease: it ends after its current shard and hands the rest back.
+
+A real ``icegroup consume`` holds one lease of six one-snapshot shards and is held at a fail point
+with its first shard staged. It gets SIGTERM, and the fail point lets it go on: it commits that
+shard, stops instead of working through the other five, hands them back in one last tick, and
+exits 3 ("stopped"), its Dagster run CANCELED. The next consume takes the lease at its first tick
+(no session timeout, no process check: the registry already says nobody holds it) and catches up,
+exactly once.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from pyiceberg.catalog import Catalog
+
+from dagster_project.cli import Exit
+from dagster_project.runs.tags import TAG_GROUP
+from iceberg.protocol.group import ShardCaps
+from iceberg.store.registry import load_state
+from iceberg.verify import verify_group
+from tests.conftest import repo_root
+from tests.factories import MakeGroup, create_source, events, next_event_id, write_groups
+from tests.integration.helpers import wait_for
+from tests.stack_env import home_env
+
+pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
+
+ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
+SHARDS = 6
+ROWS = 20
+
+
+def test_a_consumer_stopped_with_sigterm_hands_its_lease_back_for_the_next_tick(
+    tmp_path: Path, lake_home: Path, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(shard_caps=ShardCaps(max_rows=ROWS), commit_batch_rows=0, max_borrowers=1)
+    source = create_source(catalog, group.source)
+    for batch in range(SHARDS):  # one stream, one snapshot per shard: one lease of six shards
+        source.append(events(next_event_id(source), ROWS, seed=batch, regions=("eu",)))
+    groups = write_groups(tmp_path / "groups.yaml", group)
+    points = tmp_path / "points"
+    points.mkdir()
+    env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
+    consume = ["--verbose", "--groups", str(groups), "consume", group.name, "--until-caught-up"]
+
+    (points / "borrower.after_stage").touch()
+    stopped = subprocess.Popen(
+        [ICEGROUP, *consume],
+        cwd=repo_root(),
+        env={**env, "ICEGROUP_FAILPOINTS": str(points)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consumer to stage")
+        stopped.send_signal(signal.SIGTERM)
+        for hit in points.glob("hit.*"):
+            hit.unlink()  # the shard in flight goes on to its commit
+        _, said = stopped.communicate(timeout=120)
+    finally:
+        if stopped.poll() is None:
+            stopped.kill()
+
+    assert stopped.returncode == Exit.INCOMPLETE, said[-3000:]
+    assert f"icegroup: stopped: job {group.name}_consume was interrupted" in said
+    assert f"stopped after 1 shards committed; {SHARDS - 1} handed back" in said
+    assert "this run ended; its lease is handed back" in said
+    sink = catalog.load_table(group.sink)
+    assert len(sink.scan().to_arrow()) == ROWS, "it stopped after the shard in flight, not after the whole lease"
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    (lease,) = state.leases.values()
+    assert lease.owner_run_id is None, "nobody holds the lease: the next tick grants it"
+    assert len(state.shards) == SHARDS - 1, "the committed shard is not granted again"
+    with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
+        (run,) = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: group.name}))
+        assert run.status == dg.DagsterRunStatus.CANCELED, "a run stopped on purpose is canceled, not failed"
+
+    again = subprocess.run([ICEGROUP, *consume], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300)
+
+    assert again.returncode == Exit.OK, again.stderr[-3000:]
+    assert re.search(r"tick 1 in \d+ ms: .*1 leases in flight \(1 running here\)", again.stderr), again.stderr[-3000:]
+    check = verify_group(catalog, group, key="event_id")
+    assert check.ok, check
+    assert len(sink.refresh().scan().to_arrow()) == SHARDS * ROWS
