@@ -23,6 +23,7 @@ from iceberg.protocol.liveness import Hold, hold_of
 from iceberg.protocol.phases import reconcile, renewed
 from iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from iceberg.protocol.shards import Shard
+from iceberg.protocol.source_ref import ref_name
 from iceberg.protocol.state import GroupState
 from iceberg.rebuild import sync_tables
 from iceberg.shards import blocked_at, plan_increment
@@ -32,6 +33,7 @@ from iceberg.store.heartbeats import read_beats
 from iceberg.store.registrations import read_registrations
 from iceberg.store.registry import load_state, state_as_of
 from iceberg.store.renewals import read_renewals
+from iceberg.store.source_ref import read_ref
 from iceberg.store.tables import load_source
 
 MAX_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
@@ -207,6 +209,21 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     )
 
 
+def ref_line(source: Table, group: str) -> str:
+    """What the group's source branch keeps against any engine's expiry (``iceberg/protocol/source_ref.py``)."""
+    ref = read_ref(source, group)
+    if ref is None:
+        return (
+            f"source branch {ref_name(group)}: none (the Leader sets it at its next tick; icegroup expire removes "
+            "it from a group inactive past inactive_after)"
+        )
+    before = f" and the {ref.keep - 1} before it" if ref.keep > 1 else ""
+    return (
+        f"source branch {ref_name(group)}: at snapshot {ref.snapshot_id}; any engine's expire_snapshots keeps it"
+        f"{before}"
+    )
+
+
 def retention_lines(source: Table, group: GroupConfig, streams: list[StreamView], now_ms: int) -> list[str]:
     """What keeps the group's history, and a forecast: would an expiry by age take its position before it catches up?
 
@@ -226,6 +243,7 @@ def retention_lines(source: Table, group: GroupConfig, streams: list[StreamView]
             f"retention: icegroup expire keeps from source sequence {registration.pin_sequence} and {horizon} "
             f"back (registered; lapses {iso(lapses)} unless a Leader ticks before)"
         )
+    lines.append(ref_line(source, group.name))
     max_age = int(source.properties.get(MAX_AGE_PROPERTY, DEFAULT_MAX_AGE_MS))
     pending = [s.oldest_unconsumed_ms for s in streams if s.oldest_unconsumed_ms is not None]
     rates = [s.rate_rows_s for s in streams if s.rate_rows_s]

@@ -61,6 +61,7 @@ from iceberg.store.lineage import record_lineage
 from iceberg.store.registrations import register
 from iceberg.store.registry import commit_state, load_state
 from iceberg.store.renewals import forget_renewals, read_renewals
+from iceberg.store.source_ref import keep_ref
 from iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)
@@ -193,6 +194,7 @@ def tick(
         tables.lineage = record_lineage(catalog, group, before.shards, tables.sink, tables.open_lineage()).table
     provenance = window_provenance(tables.open_lineage() if done else None, group, done)
     register(source, group, state, now_ms)
+    keep_ref(source, group.name, state)  # any engine's expiry then keeps what the group still reads
     fence_and_commit(tables, state, {**live.fences, **replay_fences})
     if blocked is not None and not state.leases and not state.shards and not stopped and not held:
         # Stopped at a snapshot it cannot step over, with nothing left to run before it: say so. The state

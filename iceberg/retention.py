@@ -39,6 +39,7 @@ from iceberg.store.lineage import lineage_identifier, load_lineage, recorded_thr
 from iceberg.store.registrations import group_pin, read_registrations
 from iceberg.store.registry import load_state, registry_identifier
 from iceberg.store.sink_history import sink_history
+from iceberg.store.source_ref import drop_refs, group_refs
 from iceberg.store.tables import expire_snapshots, load_optional, walk_back
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,7 @@ class TableExpiry:
     pins: list[Pin]
     staged: list[int] = field(default_factory=list)
     lapsed: list[str] = field(default_factory=list)
+    stray_refs: list[str] = field(default_factory=list)
     error: str | None = None
     done: bool = False
 
@@ -182,10 +184,12 @@ def judge_table(
     roles = []
     lapsed: list[str] = []
     staged: list[int] = []
+    stray: list[str] = []
     if readers:
         roles.append("source")
         found, lapsed = source_pins(table, readers, catalog, now_ms)
         pins += found
+        stray = stray_refs(table, readers, now_ms)
     if writers:
         roles.append("sink")
         pins += sink_pins(table, writers, catalog)
@@ -201,7 +205,23 @@ def judge_table(
             )
         )
     history = [snapshot_info(s) for s in reversed(list(walk_back(table, None)))]
-    return TableExpiry(identifier, roles, judge(history, pins), pins, staged, lapsed)
+    return TableExpiry(identifier, roles, judge(history, pins), pins, staged, lapsed, stray)
+
+
+def stray_refs(source: Table, groups: list[GroupConfig], now_ms: int) -> list[str]:
+    """Groups whose source branch no longer pins anything: not configured here, and registered no more or lapsed.
+
+    That is icegroup's own retention for the branch: a group inactive past its ``inactive_after``
+    loses it, as it loses its registration, so an abandoned group stops keeping history for every
+    engine. Its Leader sets it again at its next tick.
+    """
+    local = {g.name for g in groups}
+    registrations = read_registrations(source)
+    return sorted(
+        name
+        for name in group_refs(source)
+        if name not in local and (name not in registrations or not registrations[name].active(now_ms))
+    )
 
 
 def expire(
@@ -240,11 +260,13 @@ def expire(
 
 
 def expire_judged(catalog: Catalog, plan: TableExpiry) -> None:
-    """Expire what ``plan`` judged expirable; a lost race is recorded on the plan, not raised."""
+    """Drop stray group branches, then expire what ``plan`` judged expirable; a lost race is recorded, not raised."""
     ids = [s.snapshot_id for s in plan.judged.expire] + plan.staged
-    if not ids:
-        return
     try:
+        if plan.stray_refs:
+            drop_refs(catalog.load_table(plan.table), plan.stray_refs)
+        if not ids:
+            return
         expire_snapshots(catalog, plan.table, ids)
     except CommitFailedException as exc:
         plan.error = f"skipped: the table moved while expiring ({exc}); run expire again"

@@ -12,6 +12,7 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError
 from iceberg.protocol.durations import option_value, parse_duration
 from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.source_ref import ref_name
 from iceberg.retention import StateRetention, TableExpiry
 
 
@@ -70,6 +71,7 @@ def plan_json(plan: TableExpiry) -> dict[str, object]:
             for pin in plan.pins
         ],
         "lapsed_registrations": plan.lapsed,
+        "stray_branches": [ref_name(group) for group in plan.stray_refs],
     }
 
 
@@ -80,6 +82,9 @@ def as_text(plans: list[TableExpiry], preview: bool) -> str:
     for plan in plans:
         for name in plan.lapsed:
             lines.append(f"{plan.table}: group {name}'s registration lapsed (its Leader stopped ticking); not pinning")
+        for name in plan.stray_refs:
+            done = "would be removed (--execute)" if preview else "removed"
+            lines.append(f"{plan.table}: branch {ref_name(name)} of inactive group {name} {done}; it keeps nothing now")
     expiring = sum(len(p.judged.expire) + len(p.staged) for p in plans)
     if preview:
         lines.append(f"preview: nothing expired; with --execute, {expiring} snapshots expire")

@@ -51,7 +51,7 @@ def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
     remove = sub.add_parser(
         "delete",
-        help="remove a group's state (registry, lineage, dead letters, heartbeats, its fences and registration), "
+        help="remove a group's state (registry, lineage, dead letters, heartbeats, its fences, registration, branch), "
         f"never its sink's data; {PREVIEW_RULE}",
     )
     remove.add_argument("group", help=GROUP_HELP)
@@ -136,6 +136,7 @@ def cmd_delete(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
         "tables": found.tables,
         "sink_properties": found.sink_properties,
         "source_registration": found.registration,
+        "source_branch": found.source_branch,
         "heartbeats": found.heartbeats,
         "leases_in_flight": leases_in_flight(found, now_ms),
         "sink": group.sink,
@@ -150,6 +151,7 @@ def cmd_delete(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     rows: list[dict[str, object]] = [{"kind": "table", "name": name} for name in found.tables]
     rows += [{"kind": f"property of {group.sink}", "name": key} for key in found.sink_properties]
     rows += [{"kind": f"property of {group.source}", "name": key} for key in [found.registration] if key]
+    rows += [{"kind": f"branch of {group.source}", "name": ref} for ref in [found.source_branch] if ref]
     rows += [{"kind": "heartbeat", "name": holder} for holder in found.heartbeats]
     print(table(rows, ["kind", "name"]))
     flight = leases_in_flight(found, now_ms)

@@ -1,8 +1,8 @@
 """``icegroup delete``: remove everything a group keeps, and never its sink's data.
 
 A group keeps its registry, lineage and dead-letter tables (``icegroup.registry_<group>``,
-``lineage_<group>``, ``dead_letters_<group>``), its heartbeat rows, its registration on the source
-(``icegroup.consumer.<group>``) and, on the sink, its markers (``icegroup.reset(s).<group>``,
+``lineage_<group>``, ``dead_letters_<group>``), its heartbeat rows, its registration and branch on the source
+(``icegroup.consumer.<group>``, ``icegroup-<group>``) and, on the sink, its markers (``icegroup.reset(s).<group>``,
 ``icegroup.follows.<group>``). All of it goes; the sink's rows and snapshots stay.
 
 The sink's fences stay, and the epoch fence goes up by one: a Borrower of the deleted group still
@@ -29,6 +29,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from iceberg.errors import ConfigError, UsageError
 from iceberg.protocol.fences import epoch_key
 from iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
+from iceberg.protocol.source_ref import ref_name
 from iceberg.protocol.state import GroupState
 from iceberg.store.dead_letters import dead_letter_identifier
 from iceberg.store.fences import raise_fences
@@ -37,6 +38,7 @@ from iceberg.store.lineage import lineage_identifier
 from iceberg.store.registrations import registration_key
 from iceberg.store.registry import load_state, registry_identifier
 from iceberg.store.sink_history import deleted_key
+from iceberg.store.source_ref import drop_refs
 from iceberg.store.tables import load_optional
 
 
@@ -51,12 +53,13 @@ class Footprint:
     sink_properties: list[str] = field(default_factory=list)
     sink_snapshot: int | None = None
     registration: str | None = None
+    source_branch: str | None = None
     heartbeats: list[str] = field(default_factory=list)
     state: GroupState | None = None
 
     def empty(self) -> bool:
         """Whether the group keeps nothing (never consumed, or deleted already)."""
-        return not (self.tables or self.sink_properties or self.registration or self.heartbeats)
+        return not (self.tables or self.sink_properties or self.registration or self.source_branch or self.heartbeats)
 
 
 def owned_property(group: str, key: str) -> bool:
@@ -79,6 +82,8 @@ def footprint(catalog: Catalog, group: str, source: str, sink: str) -> Footprint
     source_table = load_optional(catalog, source)
     if source_table is not None and registration_key(group) in source_table.properties:
         found.registration = registration_key(group)
+    if source_table is not None and ref_name(group) in source_table.metadata.refs:
+        found.source_branch = ref_name(group)
     try:
         found.heartbeats = sorted(read_beats(catalog, group))
     except ConfigError:  # a catalog with no database for heartbeats keeps none
@@ -130,4 +135,6 @@ def delete_group(catalog: Catalog, found: Footprint) -> None:
     source_table = load_optional(catalog, found.source)
     if source_table is not None and registration_key(found.group) in source_table.properties:
         source_table.transaction().remove_properties(registration_key(found.group)).commit_transaction()
+    if source_table is not None:
+        drop_refs(source_table, [found.group])
     forget(catalog, found.group, found.heartbeats)
