@@ -77,7 +77,8 @@ def test_describe_names_what_keeps_the_groups_history_and_forecasts_an_expiry_by
     assert registered.startswith("retention: icegroup expire keeps from source sequence 0 and 7d back")
     head = catalog.load_table(group.source).snapshots()[-1].snapshot_id
     assert branch == (
-        f"source branch icegroup-{group.name}: at snapshot {head}; any engine's expire_snapshots keeps it and the 1 before it"
+        f"source branch icegroup-{group.name}: at snapshot {head}; "
+        "any engine's expire_snapshots keeps it and the 1 before it"
     )
     expires = datetime.fromtimestamp((first.timestamp_ms + 3_600_000) / 1000, tz=UTC).isoformat(timespec="seconds")
     assert "expiry by age (0.0416667 days) outside icegroup would take the oldest snapshot" in forecast
