@@ -1,13 +1,14 @@
 """Assets: each group's source as an external spec, and its sink, partitioned by replay window."""
 
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import dagster as dg
 from pyiceberg.table import Table
 
-from dagster_project.resources import lakehouse_of
+from dagster_project.resources import Lakehouse, lakehouse_of
 from dagster_project.table_metadata import TABLE_NAME, table_metadata
 from iceberg.lag import Lag
 from iceberg.protocol.group import GroupConfig
@@ -15,6 +16,7 @@ from iceberg.protocol.shards import window_label
 from iceberg.provenance import WindowProvenance
 from iceberg.store.tables import load_optional
 from spark_jobs.borrower.lease import LeaseReport
+from spark_jobs.borrower.user_errors import describe_error
 from spark_jobs.replay import ReplayReport, replay_window
 
 
@@ -101,11 +103,11 @@ def replay_metadata(group: GroupConfig, reports: list[ReplayReport]) -> dict[str
     }
 
 
-# The data version of an event reported from outside an asset's execution. Dagster's public way to give
-# one is the external-asset REST API's ``data_version`` (``/report_asset_materialization``), which the
-# webserver records as this tag (``dagster_webserver/external_assets.py``); a sensor's or a run's
-# reported events take tags only, so they carry this one tag, as that API writes it, and no other
-# tag of Dagster's. An asset's own execution (the replay) returns its version through ``MaterializeResult``.
+# The data version of a materialization given as an event, not as an asset's return value. Dagster's
+# public way to give one is the external-asset REST API's ``data_version`` (``/report_asset_materialization``),
+# which the webserver records as this tag (``dagster_webserver/external_assets.py``); a sensor's or a run's
+# reported events, and the replay's per-window materializations, take tags only, so they carry this one
+# tag, as that API writes it, and no other tag of Dagster's.
 DATA_VERSION_TAG = "dagster/data_version"
 
 
@@ -196,33 +198,92 @@ def sink_asset(
     Borrower runs (``dagster_project/jobs.py``) commit shards and record an observation of the
     partition: the window may still be open, so it must not look finished. The Leader materializes
     a partition once its window is complete (``iceberg/protocol/completion.py``). A run of the asset
-    itself, such as a backfill launched from the UI, replays its partitions.
+    itself, such as a backfill launched from the UI, replays its partitions: a backfill of many
+    windows is one run per contiguous range (``BackfillPolicy.single_run``, one SparkSession for all
+    of them), which records each window as its replay commits (``replay_windows``).
     """
+    # ``backfill_policy`` is beta in Dagster 1.13: chosen knowingly for one run per range, and tested
+    # (``tests/integration/test_dagster.py``), so its warning would only repeat what the pin says.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", dg.BetaWarning)
 
-    @dg.asset(
-        key=key,
-        deps=[source_key],
-        partitions_def=window_partitions(group),
-        kinds={"spark", "iceberg"},
-        group_name=labels.group_name or group.name,
-        owners=labels.owners,
-        tags={**labels.tags, "icegroup/group": group.name},
-        metadata={TABLE_NAME: ".".join(key.path)},
-        required_resource_keys={resource_key},
-        description=f"Rows of {group.source} through {group.transform}, exactly once, by group {group.name}.",
-    )
-    def sink(context: dg.AssetExecutionContext) -> dg.MaterializeResult[None]:
-        """Replay the run's partitions: each window's output is replaced by a fresh consumption of it."""
-        icegroup = lakehouse_of(context.resources, resource_key)
-        lakehouse = icegroup.lakehouse()
-        reports = [
-            replay_window(icegroup.spark(), lakehouse, group, key, run_id=context.run.run_id, progress=context.log.info)
-            for key in context.partition_keys
-        ]
-        heads = [r.sink_snapshot for r in reports if r.sink_snapshot]
-        version = dg.DataVersion(str(heads[-1])) if heads else None
-        table = load_optional(lakehouse.catalog(), group.sink)
-        shown = table_metadata(table, ".".join(key.path)) if table is not None else {}
-        return dg.MaterializeResult(metadata={**replay_metadata(group, reports), **shown}, data_version=version)
+        @dg.asset(
+            key=key,
+            deps=[source_key],
+            partitions_def=window_partitions(group),
+            backfill_policy=dg.BackfillPolicy.single_run(),
+            output_required=False,
+            kinds={"spark", "iceberg"},
+            group_name=labels.group_name or group.name,
+            owners=labels.owners,
+            tags={**labels.tags, "icegroup/group": group.name},
+            metadata={TABLE_NAME: ".".join(key.path)},
+            required_resource_keys={resource_key},
+            description=f"Rows of {group.source} through {group.transform}, exactly once, by group {group.name}.",
+        )
+        def sink(
+            context: dg.AssetExecutionContext,
+        ) -> Iterator[dg.AssetObservation | dg.AssetMaterialization | dg.MaterializeResult[None]]:
+            """Replay the run's windows one by one, recording each as it commits; a failure leaves the others done."""
+            icegroup = lakehouse_of(context.resources, resource_key)
+            yield from replay_windows(
+                group, context.asset_key, context.partition_keys, icegroup, context.run.run_id, context.log
+            )
 
     return sink
+
+
+def replay_windows(
+    group: GroupConfig,
+    key: dg.AssetKey,
+    windows: Sequence[str],
+    icegroup: Lakehouse,
+    run_id: str,
+    log: dg.DagsterLogManager,
+) -> Iterator[dg.AssetObservation | dg.AssetMaterialization | dg.MaterializeResult[None]]:
+    """Replay each window, recording it as its replay commits; then materialize them all, or the ones done.
+
+    Each window's replay is a commit of its own, so a window that fails (a replay of it already in
+    flight, a transform that fails on its rows) changes nothing of the others: the rest go on. Each
+    window that commits is observed at once (its sink snapshot is its data version), so a long
+    backfill shows its progress. When every window replayed, one result materializes the run's
+    windows and the sink's checks run after it; when some failed, the windows done are materialized
+    one by one and the run fails naming the others and why, for a retry of just those.
+    """
+    lakehouse = icegroup.lakehouse()
+    done: list[tuple[ReplayReport, dg.AssetObservation]] = []
+    failed: dict[str, str] = {}
+    for count, window in enumerate(windows, start=1):
+        try:
+            report = replay_window(icegroup.spark(), lakehouse, group, window, run_id=run_id, progress=log.info)
+        except Exception as exc:  # one window's failure must not cost the windows after it
+            failed[window] = describe_error(exc)
+            log.error(f"{group.name}: window {window} ({count}/{len(windows)}) failed: {failed[window]}")
+            continue
+        log.info(f"{group.name}: window {window} replayed ({count}/{len(windows)})")
+        table = load_optional(lakehouse.catalog(), group.sink)
+        shown = table_metadata(table, ".".join(key.path)) if table is not None else {}
+        tags = {DATA_VERSION_TAG: str(report.sink_snapshot)} if report.sink_snapshot else None
+        observed = dg.AssetObservation(
+            asset_key=key, partition=window, metadata={**replay_metadata(group, [report]), **shown}, tags=tags
+        )
+        done.append((report, observed))
+        yield observed
+    if not failed:
+        heads = [r.sink_snapshot for r, _ in done if r.sink_snapshot]
+        table = load_optional(lakehouse.catalog(), group.sink)
+        shown = table_metadata(table, ".".join(key.path)) if table is not None else {}
+        yield dg.MaterializeResult(
+            metadata={**replay_metadata(group, [r for r, _ in done]), **shown},
+            data_version=dg.DataVersion(str(heads[-1])) if heads else None,
+        )
+        return
+    for report, observed in done:
+        yield dg.AssetMaterialization(
+            asset_key=key, partition=report.window, metadata=observed.metadata, tags=observed.tags
+        )
+    raise dg.Failure(
+        description=f"{len(failed)} of {len(windows)} windows of {group.name} failed; the others are replayed: "
+        + "; ".join(f"{window}: {why}" for window, why in failed.items()),
+        metadata={"failed_windows": dg.MetadataValue.json(sorted(failed))},
+    )

@@ -12,7 +12,7 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.assets import complete_events
+from dagster_project.assets import DATA_VERSION_TAG, complete_events
 from dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE, LAG
 from dagster_project.definitions import build_definitions, defs
 from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
@@ -27,7 +27,9 @@ from iceberg.protocol.dead_letters import STOPPED
 from iceberg.protocol.liveness import RunState
 from iceberg.protocol.shards import DAY_MS, parse_window_label, window_label
 from iceberg.protocol.sink_commit import ROW_LINEAGE
+from iceberg.replay import begin_replay
 from iceberg.store.dead_letters import record
+from iceberg.store.heartbeats import beat
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from tests.factories import MakeGroup, append_batches, create_source, dead_letter
@@ -229,6 +231,44 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
     assert meta["rows_in"].value == meta["rows_replaced"].value == meta["rows_out"].value == 60
     rows = catalog.load_table(group.sink).scan(selected_fields=("event_id",)).to_arrow()
     assert sorted(rows.column("event_id").to_pylist()) == list(range(1, 61))
+
+
+def test_a_single_run_backfill_of_two_windows_records_the_one_that_replayed_when_the_other_fails(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    make_group: MakeGroup,
+) -> None:
+    now_ms = int(time.time() * 1000)
+    today, yesterday = (window_label(now_ms - days * DAY_MS, "day") for days in (0, 1))
+    group = make_group(window_start=yesterday)
+    append_batches(create_source(catalog, group.source), 2, 10)
+    drive(spark, lakehouse, group)
+    begin_replay(catalog, group, yesterday, holder="replay-first")  # yesterday's window is being replayed elsewhere
+    beat(catalog, group.name, "replay-first")
+    built = build_definitions({group.name: group}, "lake")
+    sink = built.resolve_assets_def(dg.AssetKey(["lake", *group.sink.split(".")]))
+    assert sink.backfill_policy == dg.BackfillPolicy.single_run()
+
+    result = built.resolve_job_def(f"{group.name}_replay").execute_in_process(
+        instance=instance,
+        tags={"dagster/asset_partition_range_start": yesterday, "dagster/asset_partition_range_end": today},
+        raise_on_error=False,
+    )
+
+    assert not result.success, "a window that failed fails the run"
+    (done,) = [m for node in result.job_def.nodes for m in result.asset_materializations_for_node(node.name)]
+    assert done.partition == today, "the window that replayed is recorded all the same"
+    assert done.tags is not None
+    head = catalog.load_table(group.sink).current_snapshot()
+    assert head is not None
+    assert done.tags[DATA_VERSION_TAG] == str(head.snapshot_id), "its replay's commit is its data version"
+    failure = result.get_step_failure_events()[0].step_failure_data.error
+    assert failure is not None
+    assert f"1 of 2 windows of {group.name} failed; the others are replayed: {yesterday}:" in failure.to_string()
+    assert "being replayed by replay-first" in failure.to_string()
+    assert verify_group(catalog, group, key="event_id").ok
 
 
 def test_the_leader_reports_each_complete_window_once_an_empty_one_as_empty_and_never_the_open_one(
