@@ -16,6 +16,7 @@ from spark_jobs.row_files import sql_string
 from spark_jobs.sink.shape import shard_ids
 
 FILE_COLUMN = "_file"
+POS_COLUMN = "_pos"
 UPSTREAM_SHARD_COLUMN = "_ig_upstream_shard"
 
 
@@ -26,6 +27,7 @@ def read_shard(
     root_snapshot: int | None,
     row_filter: str | None,
     columns: list[tuple[str, str]] | None = None,
+    rows: Column | None = None,
 ) -> DataFrame:
     """Rows the shard's files hold, restricted by the group's filter, in the shard's own schema.
 
@@ -34,10 +36,11 @@ def read_shard(
     planning, and the ``_file`` metadata column restricts rows to exactly the shard's own files.
     ``columns`` (see ``iceberg.store.tables.shard_columns``) maps the current schema back to the one the
     shard was written with. A chained group reads another group's sink: the upstream lineage
-    columns are dropped, because this group writes its own.
+    columns are dropped, because this group writes its own. ``rows`` restricts the read further by
+    ``_file`` and ``_pos`` (``spark_jobs/borrower/isolation.py``: rows isolated, or tried, on their own).
     """
     return read_shards(
-        spark, table, [shard], (shard.from_snapshot, shard.to_snapshot), root_snapshot, row_filter, columns
+        spark, table, [shard], (shard.from_snapshot, shard.to_snapshot), root_snapshot, row_filter, columns, rows
     )
 
 
@@ -49,6 +52,7 @@ def read_shards(
     root_snapshot: int | None,
     row_filter: str | None,
     columns: list[tuple[str, str]] | None = None,
+    rows: Column | None = None,
 ) -> DataFrame:
     """Rows of every file of ``shards``, read in one scan of ``span`` (``iceberg.protocol.shard_reads.spanning_range``).
 
@@ -67,7 +71,7 @@ def read_shards(
         if root_snapshot is None:
             raise SourceError(f"shard {shards[0].shard_id} starts at the table's first snapshot, and it has none left")
         reader = spark.read.format("iceberg").options(**options)
-        df = reader.option("snapshot-id", str(root_snapshot)).load(table).select("*", FILE_COLUMN)
+        df = reader.option("snapshot-id", str(root_snapshot)).load(table).select("*", FILE_COLUMN, POS_COLUMN)
         if end != root_snapshot:
             df = df.unionByName(_incremental(spark, table, root_snapshot, end, options))
     else:
@@ -80,7 +84,9 @@ def read_shards(
     df = df.where(of_files(shard.files for shard in shards))
     if row_filter:
         df = df.where(row_filter)
-    df = df.drop(FILE_COLUMN)
+    if rows is not None:
+        df = df.where(rows)
+    df = df.drop(FILE_COLUMN, POS_COLUMN)
     if columns is not None:
         df = df.select(*[F.col(f"`{now}`").alias(then) for now, then in columns])
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
@@ -128,5 +134,5 @@ def _incremental(
         .option("start-snapshot-id", str(start_exclusive))
         .option("end-snapshot-id", str(end_inclusive))
         .load(table)
-        .select("*", FILE_COLUMN)
+        .select("*", FILE_COLUMN, POS_COLUMN)
     )

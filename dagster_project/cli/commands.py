@@ -7,6 +7,7 @@ Every command shares one error handler: any ``IcegroupError`` is printed as
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -35,6 +36,7 @@ from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.shards import snapshot_range
 from iceberg.rebuild import rebuild_registry
 from iceberg.store.dead_letters import latest
+from iceberg.store.dead_rows import ISOLATED, latest_rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -123,8 +125,15 @@ def parser() -> argparse.ArgumentParser:
     consume.add_argument("--json", action="store_true", help=f"{JSON_HELP}; no progress bars")
     consume.set_defaults(run=cmd_consume)
 
-    letters = sub.add_parser("dead-letters", help="poison shards: parked, stopped and re-driven")
+    letters = sub.add_parser(
+        "dead-letters", help="poison shards (parked, stopped, re-driven), or with --rows the rows isolated from them"
+    )
     letters.add_argument("group", help=GROUP_HELP)
+    letters.add_argument(
+        "--rows",
+        action="store_true",
+        help="the rows isolated from their shards (on_poison: isolate), with errors",
+    )
     letters.add_argument("--json", action="store_true", help=JSON_HELP)
     letters.set_defaults(run=cmd_dead_letters)
 
@@ -296,6 +305,8 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
 def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup dead-letters GROUP``: each poison shard's latest state."""
     group = pick(groups, args.group, args.groups)
+    if args.rows:
+        return print_dead_rows(lakehouse, group, args.json)
     letters = list(latest(lakehouse.catalog(), group.name).values())
     if args.json:
         print(dumps([
@@ -315,7 +326,27 @@ def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, group
         }
         for d in letters
     ]
-    print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
+    isolated = list(latest_rows(lakehouse.catalog(), group.name).values())
+    if rows or not isolated:
+        print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
+    if isolated:
+        still = sum(1 for row in isolated if row.action == ISOLATED)
+        print(f"{len(isolated)} rows isolated from their shards, {still} not re-driven: `icegroup dead-letters "
+              f"{group.name} --rows`")  # fmt: skip
+    return Exit.OK
+
+
+def print_dead_rows(lakehouse: LakehouseConfig, group: GroupConfig, as_json: bool) -> int:
+    """``icegroup dead-letters GROUP --rows``: each isolated row's latest state, its error and the row itself."""
+    rows = sorted(latest_rows(lakehouse.catalog(), group.name).values(), key=lambda r: (r.at_ms, r.file, r.pos))
+    if as_json:
+        print(dumps([{**row.__dict__, "row": json.loads(row.row)} for row in rows]))
+        return Exit.OK
+    print(table([
+        {"shard": r.shard_id, "stream": r.stream, "state": r.action, "file": r.file.rsplit("/", 1)[-1], "pos": r.pos,
+         "sink_snapshot": r.sink_snapshot, "error": r.error, "row": r.row}
+        for r in rows
+    ], ["shard", "stream", "state", "file", "pos", "sink_snapshot", "error", "row"]))  # fmt: skip
     return Exit.OK
 
 

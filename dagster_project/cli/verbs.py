@@ -7,7 +7,9 @@ changes nothing unless ``--execute`` is given.
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from typing import TYPE_CHECKING
 
 from dagster_project.cli.exits import Exit
 from dagster_project.cli.logfile import run_output
@@ -18,8 +20,12 @@ from iceberg.errors import UsageError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.sink_commit import COL_WINDOW
 from iceberg.store.dead_letters import latest, open_letters, redrive
+from iceberg.store.dead_rows import pending_redrives
 from iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
 from iceberg.store.tables import load_optional
+
+if TYPE_CHECKING:
+    from spark_jobs.redrive_rows import RowRedrive
 
 PREVIEW_RULE = "previews what it would do; changes nothing unless --execute"
 ACTS_AT_ONCE = "acts at once (it moves nothing backwards; its opposite undoes it)"
@@ -34,7 +40,9 @@ RULE = (
 def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """The arguments of ``redrive``, ``migrate`` and ``delete``."""
     again = sub.add_parser(
-        "redrive", help=f"release parked or stopped shards so the Leader grants them again; {PREVIEW_RULE}"
+        "redrive",
+        help="release parked or stopped shards so the Leader grants them again, and commit isolated rows (with "
+        f"Spark) after a fix; {PREVIEW_RULE}",
     )
     again.add_argument("group", help=GROUP_HELP)
     again.add_argument("--shard", action="append", help="only this shard (repeatable); default: all open ones")
@@ -61,32 +69,65 @@ def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 
 def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup redrive GROUP [--shard ID ...] [--execute]``: the next Leader tick grants these shards again."""
+    """``icegroup redrive GROUP [--shard ID ...] [--execute]``: poison shards granted again, isolated rows committed.
+
+    Parked or stopped shards are released for the next Leader tick. Rows isolated from their shard
+    (``on_poison: isolate``) are read again, transformed and committed here, with Spark, exactly once.
+    """
     group = pick(groups, args.group, args.groups)
     catalog = lakehouse.catalog()
     open_now = open_letters(catalog, group.name)
-    unknown = sorted(set(args.shard or []) - set(open_now))
+    wanted = set(args.shard or [])
+    rows_now = [s for s in pending_redrives(catalog, group.name, group.sink) if not wanted or s.shard_id in wanted]
+    unknown = sorted(wanted - set(open_now) - {s.shard_id for s in rows_now})
     if unknown:
         raise UsageError(
-            f"shard(s) {unknown} of group {group.name!r} are not parked or stopped; "
-            f"see `icegroup dead-letters {group.name}`"
+            f"shard(s) {unknown} of group {group.name!r} are not parked or stopped, and have no isolated rows to "
+            f"re-drive; see `icegroup dead-letters {group.name}`"
         )
     if args.execute:
         chosen = redrive(catalog, group.name, args.shard)
+        redriven = execute_row_redrives(lakehouse, group, args.verbose) if rows_now else []
+        rows = [(r.shard_id, r.rows, f" (sink snapshot {r.sink_snapshot})") for r in redriven]
     else:
         letters = latest(catalog, group.name)
-        chosen = [letters[s] for s in sorted(open_now) if not args.shard or s in args.shard]
-    rows: list[dict[str, object]] = [{"shard": d.shard_id, "stream": d.stream} for d in chosen]
+        chosen = [letters[s] for s in sorted(open_now) if not wanted or s in wanted]
+        rows = [(s.shard_id, s.rows, "") for s in rows_now]
     if args.json:
-        print(dumps({"group": group.name, "executed": args.execute, "shards": rows}))
+        shards = [{"shard": d.shard_id, "stream": d.stream} for d in chosen]
+        isolated = [{"shard": shard, "rows": count} for shard, count, _ in rows]
+        print(dumps({"group": group.name, "executed": args.execute, "shards": shards, "isolated_rows": isolated}))
         return Exit.OK
+    verb = "re-driven" if args.execute else "would re-drive"
     for letter in chosen:
-        print(f"{'re-driven' if args.execute else 'would re-drive'}: shard {letter.shard_id} (stream {letter.stream})")
-    if args.execute:
-        print(f"{len(chosen)} shard(s) re-driven; the next Leader tick grants them again")
+        print(f"{verb}: shard {letter.shard_id} (stream {letter.stream})")
+    for shard, count, where in rows:
+        print(f"{verb}: {count} isolated rows of shard {shard}{where}")
+    total = sum(count for _, count, _ in rows)
+    if not args.execute:
+        parts = [f"{len(chosen)} shard(s)"] if chosen or not rows else []
+        parts += [f"{total} isolated row(s)"] if rows else []
+        print(f"preview: nothing changed; `icegroup redrive {group.name} --execute` re-drives {' and '.join(parts)}")
+    elif rows:
+        also = f"; {len(chosen)} shard(s) re-driven, the next Leader tick grants them again" if chosen else ""
+        print(f"{total} isolated row(s) committed to {group.sink}, exactly once{also}")
     else:
-        print(f"preview: nothing changed; `icegroup redrive {group.name} --execute` re-drives {len(chosen)} shard(s)")
+        print(f"{len(chosen)} shard(s) re-driven; the next Leader tick grants them again")
     return Exit.OK
+
+
+def execute_row_redrives(lakehouse: LakehouseConfig, group: GroupConfig, verbose: bool) -> list[RowRedrive]:
+    """Commit the group's isolated rows with Spark (``spark_jobs/redrive_rows.py``); its output goes to a log file."""
+    from spark_jobs.redrive_rows import redrive_rows  # Spark loads only for the commands that use it
+    from spark_jobs.session import get_session
+
+    with run_output(dagster_home(), "redrive", verbose):
+        return redrive_rows(get_session(lakehouse), lakehouse, group, f"redrive-{int(time.time())}", log_line)
+
+
+def log_line(line: str) -> None:
+    """A progress line for the command's log file (stderr), not its output."""
+    print(line, file=sys.stderr)
 
 
 def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

@@ -159,10 +159,18 @@ class GroupConfig(BaseModel):
     deliver_backoff_s: float = Field(
         default=2.0, ge=0, le=600, description="Wait before the second try of a failing shard; doubles per try."
     )
-    on_poison: Literal["stop", "park"] = Field(
+    on_poison: Literal["stop", "park", "isolate"] = Field(
         default="stop",
         description="A poison shard either stops the group (stop) or is parked in the dead-letter table while "
-        "the other streams go on (park); both wait for `icegroup redrive`.",
+        "the other streams go on (park); both wait for `icegroup redrive`. With isolate, the rows it fails on "
+        "are found by bisection and go to the dead-row table, the rest of the shard commits and the stream goes "
+        "on; `icegroup redrive` replays those rows after a fix. A shard whose rows cannot be isolated stops.",
+    )
+    max_isolated_rows: int = Field(
+        default=100,
+        ge=1,
+        description="With on_poison: isolate, a shard with more failing rows than this stops the group as a whole "
+        "poison shard: so many failures are more likely a broken transform than bad rows.",
     )
 
     on_change: Literal["fail", "continue"] = Field(

@@ -56,6 +56,11 @@ KEY_LOW_WATERMARK = "icegroup.low-watermark"
 KEY_REPLAY = "icegroup.replay"
 KEY_GENERATION = "icegroup.replay-generation"
 KEY_COVERS = "icegroup.replay-covers"
+# A shard commit that left rows out (``on_poison: isolate``) lists them: {shard id: {file: [positions]}}.
+KEY_ISOLATED = "icegroup.isolated"
+# A re-drive of isolated rows names the shard they were isolated from; like a replay, it carries no
+# KEY_SHARDS, so progress never sees it, and its KEY_SHARD_IDS is the re-drive's own id (``redrive_id``).
+KEY_REDRIVE = "icegroup.redrive-of"
 # A reset's delete of the output it consumes again names the reset.
 KEY_RESET = "icegroup.reset"
 # ``icegroup migrate``'s rewrite of rows written before a lineage column names the column it filled.

@@ -22,6 +22,7 @@ sees the run ended grants them again, resuming after what was committed.
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -30,19 +31,22 @@ from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
 from iceberg.failpoints import failpoint
 from iceberg.openlineage import output_dataset, run_events
 from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.isolation import positions_by_file
 from iceberg.protocol.liveness import BorrowerPhase
 from iceberg.protocol.shards import Shard, commit_batches
-from iceberg.protocol.sink_commit import SinkCommit, commit_properties
+from iceberg.protocol.sink_commit import KEY_ISOLATED, SinkCommit, commit_properties
 from iceberg.protocol.state import Lease
+from iceberg.store.dead_rows import ISOLATED, DeadRow, record_rows
 from iceberg.store.registry import load_state
-from iceberg.store.tables import load_source, oldest_snapshot_id
+from iceberg.store.tables import load_source, oldest_snapshot_id, shard_columns
+from spark_jobs.borrower.isolation import Isolation, except_rows, isolate
 from spark_jobs.borrower.output import shard_output
 from spark_jobs.borrower.redelivery import catalog_reachable, platform_retry, record_poison_shard, stage_with_redelivery
 from spark_jobs.borrower.user_errors import describe_error
@@ -50,6 +54,7 @@ from spark_jobs.code_shipping import ship_transform
 from spark_jobs.column_lineage import sink_columns
 from spark_jobs.row_files import RowFiles
 from spark_jobs.session import activate
+from spark_jobs.shards import read_shard
 from spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard, stage_shard
 from spark_jobs.sink.shape import align_to_sink, ensure_sink
 from spark_jobs.transforms import Transform, load_transform
@@ -82,6 +87,7 @@ class LeaseReport:
     commit_conflicts: int = 0
     redeliveries: int = 0
     handed_back: list[str] = field(default_factory=list)
+    isolated_rows: int = 0
     phase: BorrowerPhase = BorrowerPhase.CONNECTING
 
 
@@ -301,12 +307,80 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -
         run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress,
         lambda: catalog_reachable(run.catalog, run.group.source),
     )  # fmt: skip
+    isolated: dict[str, list[int]] = {}
+    if isinstance(staged, Exception) and run.group.on_poison == "isolate":
+        staged, isolated = commit_without_poison(run, shard, root, source, staged)
     if isinstance(staged, Exception):
         claim(run.catalog, run.group, run.lease)  # only the lease's holder may declare its shard poison
         raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged)
     failpoint("borrower.after_stage")
     # A lone shard refused as a duplicate is in a commit (or SinkError is raised): none is left over.
-    publish(run, [shard], staged, time.perf_counter() - started)
+    publish(run, [shard], staged, time.perf_counter() - started, isolated_rows(shard, isolated))
+
+
+def commit_without_poison(
+    run: LeaseRun, shard: Shard, root: int | None, source: Table, error: Exception
+) -> tuple[str | Exception, dict[str, list[int]]]:
+    """Isolate the rows the shard fails on, record them as dead rows, and stage the rest of the shard.
+
+    Returns the stage token and the isolated rows (file -> positions), or the error to stop the
+    shard with when its rows cannot be isolated (``spark_jobs/borrower/isolation.py``).
+    """
+    columns = shard_columns(source, shard.schema_id)
+
+    def rows_out(rows: Column) -> DataFrame:
+        read = read_shard(run.spark, run.source_table, shard, root, run.group.filter, columns, rows)
+        return run.transform(read)
+
+    run.progress(f"shard {shard.shard_id}: every delivery failed; isolating the rows it fails on (on_poison: isolate)")
+    started = time.perf_counter()
+    found = isolate(
+        run.spark, run.source_table, shard, rows_out, error, run.group.max_isolated_rows,
+        lambda: catalog_reachable(run.catalog, run.group.source),
+    )  # fmt: skip
+    if isinstance(found, str):
+        run.progress(f"shard {shard.shard_id}: its rows could not be isolated: {found}; the shard stops as a whole")
+        return error, {}
+    positions = positions_by_file(found.rows)
+    record_rows(run.catalog, run.group.name, dead_rows(run, shard, found))
+    run.report.isolated_rows += len(found.rows)
+    run.progress(
+        f"shard {shard.shard_id}: {len(found.rows)} rows isolated in {found.probes} tries "
+        f"({time.perf_counter() - started:.1f}s) and recorded as dead rows; committing the other rows"
+    )
+    build = output(run, [shard], root, source, except_rows(positions))
+    staged = stage_with_redelivery(
+        run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress,
+        lambda: catalog_reachable(run.catalog, run.group.source),
+    )  # fmt: skip
+    return staged, positions
+
+
+def dead_rows(run: LeaseRun, shard: Shard, found: Isolation) -> list[DeadRow]:
+    """The dead-row records of the rows isolated from ``shard``."""
+    now = int(time.time() * 1000)
+    lease = run.lease
+    return [
+        DeadRow(
+            shard_id=shard.shard_id,
+            stream=shard.stream,
+            lease_id=lease.lease_id,
+            attempt=lease.attempt,
+            file=row.file,
+            pos=row.pos,
+            action=ISOLATED,
+            error=row.error,
+            row=found.row_json.get((row.file, row.pos), "{}"),
+            sink_snapshot=None,
+            at_ms=now,
+        )
+        for row in found.rows
+    ]
+
+
+def isolated_rows(shard: Shard, positions: dict[str, list[int]]) -> dict[str, str]:
+    """The commit property that lists the rows a shard's commit left out; none when it left none out."""
+    return {KEY_ISOLATED: json.dumps({shard.shard_id: positions}, separators=(",", ":"))} if positions else {}
 
 
 def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source: Table) -> list[Shard]:
@@ -328,17 +402,20 @@ def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source:
     return publish(run, batch, staged, time.perf_counter() - started)
 
 
-def publish(run: LeaseRun, shards: list[Shard], token: str, staged_s: float) -> list[Shard]:
+def publish(
+    run: LeaseRun, shards: list[Shard], token: str, staged_s: float, extra: dict[str, str] | None = None
+) -> list[Shard]:
     """Publish staged shards in one fenced commit; returns the shards still to commit on their own.
 
     A commit refused because a shard is in the sink already is sorted out in ``refused_as_duplicate``.
-    ``staged_s`` is how long reading, transforming and staging took, for the log line.
+    ``staged_s`` is how long reading, transforming and staging took, for the log line; ``extra``
+    are more summary properties (the rows a shard's commit left out).
     """
     group, lease = run.group, run.lease
     started = time.perf_counter()
     props = commit_properties(
         group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shards, lease.origin, run.run_id
-    )
+    ) | (extra or {})
     ids = [shard.shard_id for shard in shards]
     try:
         published = publish_shard(run.spark, run.sink_table, token, group.name, lease, ids, props)
@@ -390,10 +467,12 @@ def refused_as_duplicate(run: LeaseRun, shards: list[Shard], exc: AlreadyCommitt
     return left
 
 
-def output(run: LeaseRun, shards: list[Shard], root: int | None, source: Table) -> Callable[[], DataFrame]:
+def output(
+    run: LeaseRun, shards: list[Shard], root: int | None, source: Table, rows: Column | None = None
+) -> Callable[[], DataFrame]:
     """The shards' output for one commit, built afresh per delivery (``spark_jobs/borrower/output.py``)."""
     return shard_output(
-        run.spark, run.source_table, run.group, run.lease, run.transform, shards, root, source, run.row_files
+        run.spark, run.source_table, run.group, run.lease, run.transform, shards, root, source, run.row_files, rows
     )
 
 

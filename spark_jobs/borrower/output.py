@@ -46,10 +46,12 @@ def shard_output(
     root: int | None,
     source: Table,
     row_files: RowFiles,
+    rows: Column | None = None,
 ) -> Callable[[], DataFrame]:
     """The shards' output as a fresh DataFrame per delivery, each row with its own shard's lineage columns.
 
     ``row_files`` holds the lease's verdict on its transform; the first output built finds it.
+    ``rows`` restricts a lone shard's read by ``_file`` and ``_pos``: every row but the isolated ones.
     """
     columns = shard_columns(source, shards[0].schema_id)
 
@@ -57,7 +59,7 @@ def shard_output(
         return sink_window(shard.window_start_ms, group.replay_window)
 
     def read(shard: Shard) -> DataFrame:
-        return transform(read_shard(spark, source_table, shard, root, group.filter, columns))
+        return transform(read_shard(spark, source_table, shard, root, group.filter, columns, rows))
 
     def together() -> DataFrame | None:
         # The verdict from one shard's output: the batch's read holds a literal per file of every shard.

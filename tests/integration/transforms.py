@@ -66,3 +66,25 @@ def _slow_amount(amount: float) -> float:
 def one_second_a_row(df: DataFrame) -> DataFrame:
     """A long shard: a second per row, over 16 tasks that complete one after another (the renewal test)."""
     return df.repartition(16).withColumn("amount", _slow_amount("amount"))
+
+
+POISON_IDS = (17, 50_001, 99_990)
+
+
+def fail_on_three_ids(df: DataFrame) -> DataFrame:
+    """Raise, inside the Spark task, on three event ids only, each with its own message: three poison rows."""
+    poison = F.col("event_id").isin(*POISON_IDS)
+    message = F.concat(F.lit("poison event "), F.col("event_id").cast("string"))
+    return df.withColumn("amount", F.when(poison, F.raise_error(message)).otherwise(F.col("amount")))
+
+
+@F.udf("long")
+def _checked_user(user_id: int) -> int:
+    if user_id % 97 == 0:
+        raise ValueError(f"user {user_id} is blocked")
+    return user_id
+
+
+def reject_blocked_users(df: DataFrame) -> DataFrame:
+    """A Python UDF that raises ValueError on some rows: isolation works through Python workers too."""
+    return df.withColumn("user_id", _checked_user("user_id"))

@@ -153,7 +153,7 @@ def test_minimal_group_gets_defaults() -> None:
             "less than or equal to 600",
             id="deliver-backoff-too-long",
         ),
-        pytest.param({"on_poison": "skip"}, "'orders'", "on_poison", "'stop' or 'park'", id="on-poison"),
+        pytest.param({"on_poison": "skip"}, "'orders'", "on_poison", "'stop', 'park' or 'isolate'", id="on-poison"),
         pytest.param(
             {"max_borrowers": 0},
             "'orders'",
@@ -267,8 +267,8 @@ def test_lowest_allowed_value_is_accepted(field: str, lowest: int) -> None:
     assert getattr(parse_one(**{field: lowest}), field) == lowest
 
 
-@pytest.mark.parametrize("on_poison", ["stop", "park"])
-def test_on_poison_accepts_stop_and_park(on_poison: str) -> None:
+@pytest.mark.parametrize("on_poison", ["stop", "park", "isolate"])
+def test_on_poison_accepts_stop_park_and_isolate(on_poison: str) -> None:
     assert parse_one(on_poison=on_poison).on_poison == on_poison
 
 

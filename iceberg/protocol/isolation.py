@@ -1,0 +1,111 @@
+"""Poison isolated to the row: which rows of a failing shard make its transform fail, found by bisection.
+
+A shard that fails every delivery fails because of its rows (the platform's failures never count).
+Under ``on_poison: isolate`` the Borrower then looks for the rows: it tries the transform on half of
+the shard's files, then on half of those, down to single files, and then on halves of a file's row
+positions, down to single rows. A half that passes holds no poison; a half that fails is split
+again. What is left are the rows that fail on their own, each with the error it raised.
+
+This works for a transform that turns each row into its output on its own (a projection, a
+filter, a UDF): a row's failure then does not depend on the rows around it. Bisection of ``k``
+poison rows among ``n`` costs about ``2 k log2(n)`` tries; ``max_isolated_rows`` bounds ``k``, and a
+shard with more, or whose failure goes away when it is split (it needs rows together to fail),
+stops as a whole poison shard, as without isolation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+# A run of rows: a data file of the shard, and the positions [first, end) in it.
+Span = tuple[str, int, int]
+# Tries a set of spans: None when the transform passes on their rows, else the error it raised.
+Probe = Callable[[Sequence[Span]], str | None]
+
+
+@dataclass(frozen=True)
+class PoisonRow:
+    """A row the transform fails on, by itself: its file, its position in the file, and the error."""
+
+    file: str
+    pos: int
+    error: str
+
+
+@dataclass
+class Bisection:
+    """What bisecting a failing shard found; ``rows`` is complete only when ``stopped`` is None."""
+
+    rows: list[PoisonRow] = field(default_factory=list)
+    probes: int = 0
+    stopped: str | None = None
+
+
+def rows_in(spans: Sequence[Span]) -> int:
+    """How many rows ``spans`` hold."""
+    return sum(end - first for _, first, end in spans)
+
+
+def halves(spans: Sequence[Span]) -> tuple[list[Span], list[Span]]:
+    """Split spans into two with about as many rows each: whole files while there are several, else positions."""
+    if len(spans) > 1:
+        total, running, cut = rows_in(spans), 0, 1
+        for index, (_, first, end) in enumerate(spans[:-1], start=1):
+            running += end - first
+            cut = index
+            if running * 2 >= total:
+                break
+        return list(spans[:cut]), list(spans[cut:])
+    ((path, first, end),) = spans
+    middle = first + (end - first) // 2
+    return [(path, first, middle)], [(path, middle, end)]
+
+
+def bisect(spans: Sequence[Span], error: str, probe: Probe, cap: int) -> Bisection:
+    """The rows of ``spans`` (which fail as a whole, with ``error``) that fail on their own.
+
+    Stops (``Bisection.stopped`` says why) once more than ``cap`` rows were found, or when a failing
+    set of rows has two halves that each pass: that failure is not any single row's.
+    """
+    found = Bisection()
+    pending: list[tuple[list[Span], str]] = [(list(spans), error)]
+    while pending:
+        failing, why = pending.pop()
+        if rows_in(failing) == 1:
+            ((path, first, _),) = [span for span in failing if span[2] > span[1]]
+            found.rows.append(PoisonRow(path, first, why))
+            if len(found.rows) > cap:
+                found.stopped = f"more than max_isolated_rows ({cap}) rows fail"
+                return found
+            continue
+        parts = [part for part in halves(failing) if rows_in(part)]
+        failed = []
+        for part in parts:
+            found.probes += 1
+            part_error = probe(part)
+            if part_error is not None:
+                failed.append((part, part_error))
+        if not failed:
+            found.stopped = f"{rows_in(failing)} rows fail together, while each half of them passes"
+            return found
+        pending += reversed(failed)
+    found.rows.sort(key=lambda row: (row.file, row.pos))
+    return found
+
+
+def positions_by_file(rows: Sequence[PoisonRow]) -> dict[str, list[int]]:
+    """The isolated rows as file -> sorted positions: what a commit records and a read excludes."""
+    out: dict[str, list[int]] = {}
+    for row in rows:
+        out.setdefault(row.file, []).append(row.pos)
+    return {path: sorted(positions) for path, positions in sorted(out.items())}
+
+
+def redrive_id(shard_id: str) -> str:
+    """The id a re-drive of ``shard_id``'s isolated rows commits under: 16 hex digits, its own, always the same.
+
+    The fenced commit refuses an id already in the sink, so two re-drives of one shard cannot both land.
+    """
+    return hashlib.sha256(f"redrive:{shard_id}".encode()).hexdigest()[:16]

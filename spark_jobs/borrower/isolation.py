@@ -1,0 +1,133 @@
+"""Isolating a poison shard's failing rows with Spark: the tries, the exclusion, the rows as JSON.
+
+The search itself is pure (``iceberg/protocol/isolation.py``); this module gives it its probe:
+read the shard's rows in the spans tried (by Iceberg's ``_file`` and ``_pos`` metadata columns),
+apply the group's filter and transform, and run them to Spark's ``noop`` sink. A failure of the
+platform during a try is raised (``PlatformUnavailable``): it says nothing about the rows, and the
+lease goes on later as for any outage. Isolation needs a transform that turns rows into output one
+by one (``rowwise``): leaving a row out of an aggregation would change other rows' output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from iceberg.errors import PlatformUnavailable
+from iceberg.protocol.isolation import Bisection, PoisonRow, Probe, Span, bisect
+from iceberg.protocol.shards import Shard
+from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from spark_jobs.row_files import HOLDING_EXPRESSIONS, SCAN, STREAMING, expression_kinds, plan_nodes, sql_string
+from spark_jobs.shards import FILE_COLUMN, POS_COLUMN, of_files
+
+# A Python UDF holds rows back in batches, which is why ``streams_rows`` refuses it, but it still
+# turns each row into its own output: for isolation it is row by row.
+ROW_BY_ROW_EXPRESSIONS = HOLDING_EXPRESSIONS - {"PythonUDF"}
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """The rows isolated from one shard, each with its error and the row itself as JSON."""
+
+    rows: list[PoisonRow]
+    row_json: dict[tuple[str, int], str]
+    probes: int
+
+
+def rowwise(df: DataFrame, source: str) -> bool:
+    """Whether each output row of ``df`` is made from one row of ``source`` alone: projections, filters, UDFs."""
+    plan = df._jdf.queryExecution().withCachedData()
+    names = plan_nodes(plan)
+    scans = [name for name in names if name.startswith(f"{SCAN} ")]
+    return (
+        bool(scans)
+        and all(name == f"{SCAN} {source}" for name in scans)
+        and all(name in STREAMING for name in names if name not in scans)
+        and not expression_kinds(plan) & ROW_BY_ROW_EXPRESSIONS
+    )
+
+
+def in_spans(spans: Sequence[Span]) -> Column:
+    """The rows of ``spans``, by ``_file`` and ``_pos``, as one SQL expression."""
+    return F.expr(
+        " OR ".join(
+            f"({FILE_COLUMN} = {sql_string(path)} AND {POS_COLUMN} >= {first} AND {POS_COLUMN} < {end})"
+            for path, first, end in spans
+        )
+    )
+
+
+def except_rows(positions: Mapping[str, Sequence[int]]) -> Column:
+    """Every row but the isolated ones (file -> positions), as one SQL expression."""
+    isolated = " OR ".join(
+        f"({FILE_COLUMN} = {sql_string(path)} AND {POS_COLUMN} IN ({', '.join(map(str, sorted(found)))}))"
+        for path, found in sorted(positions.items())
+    )
+    return F.expr(f"NOT ({isolated})")
+
+
+def file_spans(spark: SparkSession, table: str, shard: Shard) -> list[Span]:
+    """Each of the shard's files as one span of all its row positions (one small Spark job)."""
+    counts = (
+        spark.read.format("iceberg")
+        .option("snapshot-id", str(shard.to_snapshot))
+        .load(table)
+        .select(FILE_COLUMN, POS_COLUMN)
+        .where(of_files([shard.files]))
+        .groupBy(FILE_COLUMN)
+        .agg(F.max(POS_COLUMN).alias("last"))
+        .collect()
+    )
+    return sorted((row[FILE_COLUMN], 0, int(row["last"]) + 1) for row in counts)
+
+
+def probe_with(rows_out: Callable[[Column], DataFrame], platform_up: Callable[[], bool]) -> Probe:
+    """A probe that runs the transform on the spans' rows to Spark's ``noop`` sink; the error text if it fails."""
+
+    def probe(spans: Sequence[Span]) -> str | None:
+        try:
+            rows_out(in_spans(spans)).write.format("noop").mode("overwrite").save()
+        except Exception as exc:
+            if is_infrastructure(failure_classes(exc)) or not platform_up():
+                raise PlatformUnavailable(f"isolating poison rows: {describe_error(exc)}") from exc
+            return describe_error(exc)
+        return None
+
+    return probe
+
+
+def isolate(
+    spark: SparkSession,
+    table: str,
+    shard: Shard,
+    rows_out: Callable[[Column], DataFrame],
+    error: Exception,
+    cap: int,
+    platform_up: Callable[[], bool],
+) -> Isolation | str:
+    """The shard's rows that fail on their own, or why they could not be isolated.
+
+    ``rows_out`` builds the shard's transformed rows restricted to a condition on ``_file`` and
+    ``_pos``. ``error`` is the shard's last delivery's error: the failure of the whole.
+    """
+    if not rowwise(rows_out(F.lit(True)), table):
+        return "the transform does not turn each row into its output on its own (it aggregates, sorts or joins)"
+    found: Bisection = bisect(
+        file_spans(spark, table, shard), describe_error(error), probe_with(rows_out, platform_up), cap
+    )
+    if found.stopped is not None:
+        return found.stopped
+    return Isolation(found.rows, row_json(spark, table, shard, found.rows), found.probes)
+
+
+def row_json(spark: SparkSession, table: str, shard: Shard, rows: Sequence[PoisonRow]) -> dict[tuple[str, int], str]:
+    """The isolated rows as the source holds them, as JSON, for the dead-row table."""
+    source = spark.read.format("iceberg").option("snapshot-id", str(shard.to_snapshot)).load(table)
+    columns = [c for c in source.columns]
+    picked = source.select(F.to_json(F.struct(*columns)).alias("row"), FILE_COLUMN, POS_COLUMN).where(
+        in_spans([(row.file, row.pos, row.pos + 1) for row in rows])
+    )
+    return {(r[FILE_COLUMN], int(r[POS_COLUMN])): r["row"] for r in picked.collect()}

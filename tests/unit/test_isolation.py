@@ -1,0 +1,67 @@
+"""Bisection of a failing shard down to the rows that fail on their own."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from iceberg.protocol.isolation import PoisonRow, Probe, Span, bisect, halves, positions_by_file, rows_in
+
+FILES: list[Span] = [("a.parquet", 0, 40_000), ("b.parquet", 0, 35_000), ("c.parquet", 0, 25_000)]
+
+
+def probe_failing_on(poison: dict[tuple[str, int], str]) -> tuple[list[int], Probe]:
+    """A probe that fails when a span holds a poison row, naming the first; counts the rows it was given."""
+    sizes: list[int] = []
+
+    def probe(spans: Sequence[Span]) -> str | None:
+        sizes.append(rows_in(spans))
+        hits = sorted((path, pos) for path, pos in poison if any(p == path and a <= pos < b for p, a, b in spans))
+        return poison[hits[0]] if hits else None
+
+    return sizes, probe
+
+
+def test_three_poison_rows_of_a_hundred_thousand_are_found_with_their_own_errors() -> None:
+    poison = {("a.parquet", 17): "ValueError: 17", ("b.parquet", 34_999): "ValueError: b", ("c.parquet", 0): "KeyError"}
+    sizes, probe = probe_failing_on(poison)
+
+    found = bisect(FILES, "ValueError: 17", probe, cap=100)
+
+    assert found.stopped is None
+    assert found.rows == [
+        PoisonRow("a.parquet", 17, "ValueError: 17"),
+        PoisonRow("b.parquet", 34_999, "ValueError: b"),
+        PoisonRow("c.parquet", 0, "KeyError"),
+    ]
+    assert found.probes == len(sizes) <= 2 * 3 * 17 + 4, "about 2 k log2(n) tries"
+
+
+def test_more_poison_rows_than_the_cap_stop_the_search() -> None:
+    poison = {("a.parquet", pos): "boom" for pos in range(0, 40_000, 1000)}
+    _, probe = probe_failing_on(poison)
+
+    found = bisect(FILES, "boom", probe, cap=5)
+
+    assert found.stopped == "more than max_isolated_rows (5) rows fail"
+    assert len(found.rows) == 6
+
+
+def test_a_failure_no_single_row_causes_stops_the_search() -> None:
+    def fails_only_whole(spans: Sequence[Span]) -> str | None:
+        return "needs every row" if rows_in(spans) == rows_in(FILES) else None
+
+    found = bisect(FILES, "needs every row", fails_only_whole, cap=100)
+
+    assert found.stopped == "100000 rows fail together, while each half of them passes"
+    assert found.rows == []
+
+
+def test_halves_split_whole_files_first_then_positions() -> None:
+    assert halves(FILES) == (FILES[:2], FILES[2:])
+    assert halves([("a.parquet", 10, 21)]) == ([("a.parquet", 10, 15)], [("a.parquet", 15, 21)])
+
+
+def test_isolated_rows_group_by_file_in_order() -> None:
+    rows = [PoisonRow("b", 9, "x"), PoisonRow("a", 3, "y"), PoisonRow("b", 2, "z")]
+
+    assert positions_by_file(rows) == {"a": [3], "b": [2, 9]}
