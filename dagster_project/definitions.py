@@ -16,6 +16,7 @@ from pathlib import Path
 import dagster as dg
 
 from dagster_project.assets import Labels, sink_asset, source_spec, table_key
+from dagster_project.canary import canary_job
 from dagster_project.checks import sink_checks
 from dagster_project.cli.group_files import groups_path, load_checked_groups
 from dagster_project.jobs import (
@@ -108,7 +109,7 @@ def build_definitions(
         checks += sink_checks(group, sink_key, name)
         borrower = borrower_job(group, sink_key, resources)
         consume = consume_job(group, sink_key, source_key, resources)
-        jobs += [borrower, consume, replay_job(group, sink)]
+        jobs += [borrower, consume, replay_job(group, sink), canary_job(group, sink_key, resources)]
         follow = follow_job(group, sink_key, resources) if group.follow_upstream else None
         jobs += [follow] if follow is not None else []
         if group.schedule:

@@ -214,8 +214,8 @@ def ref_line(source: Table, group: str) -> str:
     ref = read_ref(source, group)
     if ref is None:
         return (
-            f"source branch {ref_name(group)}: none (the Leader sets it at its next tick; icegroup expire removes "
-            "it from a group inactive past inactive_after)"
+            f"source branch {ref_name(group)}: none (the Leader sets it at its next tick; icegroup expire run "
+            "elsewhere removes it once the group's registration lapsed)"
         )
     before = f" and the {ref.keep - 1} before it" if ref.keep > 1 else ""
     return (

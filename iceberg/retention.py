@@ -35,6 +35,7 @@ from iceberg.protocol.retention import Judged, Pin, judge, reset_reach
 from iceberg.protocol.sink_commit import KEY_STAGE
 from iceberg.shards import snapshot_info
 from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.store.dead_rows import dead_rows_identifier, isolated_in_sink
 from iceberg.store.lineage import lineage_identifier, load_lineage, recorded_through
 from iceberg.store.registrations import group_pin, read_registrations
 from iceberg.store.registry import load_state, registry_identifier
@@ -114,8 +115,9 @@ def source_pins(source: Table, groups: list[GroupConfig], catalog: Catalog, now_
 def sink_pins(sink: Table, groups: list[GroupConfig], catalog: Catalog) -> list[Pin]:
     """What the groups writing ``sink`` read back of it.
 
-    Their cursors, their leases' grants, their lineage cursors, and every commit whose output a
-    reset may still delete (``reset_reach``): one that consumed a source snapshot still in the source.
+    Their cursors, their leases' grants, their lineage cursors, the commits that left out rows not
+    re-driven yet (``redrive`` finds them there), and every commit whose output a reset may still
+    delete (``reset_reach``): one that consumed a source snapshot still in the source.
     """
     sequence = {s.snapshot_id: s.sequence_number or 0 for s in sink.snapshots()}
     pins = []
@@ -129,6 +131,8 @@ def sink_pins(sink: Table, groups: list[GroupConfig], catalog: Catalog) -> list[
             continue
         marks = [("its reconciled cursor", state.sink_cursor)]
         marks += [(f"lease {lease_id}", lease.sink_snapshot_at_grant) for lease_id, lease in state.leases.items()]
+        isolated = isolated_in_sink(sink, group.name, group.replay_window, state.epoch).values()
+        marks += [(f"rows isolated from shard {s.shard_id}", s.committed_in) for s in isolated if s.redriven_in is None]
         lineage = load_lineage(catalog, group.name)
         if lineage is not None:
             marks.append(("its lineage cursor", recorded_through(lineage)))
@@ -247,6 +251,7 @@ def expire(
             (registry_identifier(group.name), [], [], "registry"),
             (lineage_identifier(group.name), [], [], "lineage"),
             (dead_letter_identifier(group.name), [], [], "dead letters"),
+            (dead_rows_identifier(group.name), [], [], "dead rows"),
         ]
     plans = []
     for identifier, readers, writers, state_of in work:

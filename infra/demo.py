@@ -1,4 +1,4 @@
-"""`make demo`: a source, the demo group consuming it twice, describe, lineage, verify, expire, then a replay.
+"""`make demo`: a source, the demo group consuming it twice, describe, lineage, verify, expire, a canary, a replay.
 
 A chained group, ``large``, consumes the demo group's sink and keeps its large events. The replay
 remakes today's window with a corrected transform (``enrich_events_v2``: an event is large from
@@ -108,6 +108,12 @@ def main() -> int:
     icegroup(["expire"])
 
     window = datetime.now(UTC).strftime("%Y-%m-%d")
+    t = step(f"icegroup canary: the corrected transform over window {window}, staged beside main, and its difference")
+    canary = ["canary", GROUP, "--transform", "spark_jobs.transforms:enrich_events_v2", "--window", window]
+    if icegroup([*canary, "--key", "event_id"]) != 0:
+        return 1
+    timings["canary"] = time.perf_counter() - t
+
     t = step(f"replay window {window} with a corrected transform: large from 50.00 (it was 90.00), with --cascade")
     before = window_rows(catalog, group.sink, window)
     large_before = count(catalog, chained.sink)

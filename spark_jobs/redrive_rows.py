@@ -14,17 +14,25 @@ ranges, so the Leader's progress never sees it. The rows' dead-row records are t
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import AlreadyCommitted, ConfigError
+from iceberg.errors import AlreadyCommitted, ReplayIncomplete
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.isolation import redrive_id
 from iceberg.protocol.shards import sink_window
-from iceberg.protocol.sink_commit import KEY_EPOCH, KEY_GROUP, KEY_REDRIVE, KEY_RUN, KEY_SHARD_IDS, KEY_SOURCE
+from iceberg.protocol.sink_commit import (
+    KEY_EPOCH,
+    KEY_GROUP,
+    KEY_REDRIVE,
+    KEY_RUN,
+    KEY_SHARD_IDS,
+    KEY_SOURCE,
+    LINEAGE_COLUMNS,
+)
 from iceberg.protocol.state import Lease
 from iceberg.store.dead_rows import ISOLATED, IsolatedShard, isolated_in_sink, latest_rows, mark_redriven
 from iceberg.store.registry import load_state
@@ -32,7 +40,7 @@ from iceberg.store.tables import load_optional, load_source
 from spark_jobs.borrower.isolation import except_rows
 from spark_jobs.code_shipping import ship_transform
 from spark_jobs.shards import FILE_COLUMN, POS_COLUMN
-from spark_jobs.sink.fenced_commit import publish_shard, stage_shard
+from spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
 from spark_jobs.sink.shape import align_to_sink, with_lineage
 from spark_jobs.transforms import load_transform
 
@@ -48,76 +56,98 @@ class RowRedrive:
 
 
 def redrive_rows(
-    spark: SparkSession, lakehouse: LakehouseConfig, group: GroupConfig, run_id: str, progress: Callable[[str], None]
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    run_id: str,
+    progress: Callable[[str], None],
+    shards: Collection[str] = (),
 ) -> list[RowRedrive]:
-    """Commit every shard's isolated rows that are not in the sink yet, each shard in one fenced commit."""
+    """Commit the isolated rows not in the sink yet (of ``shards`` only, if given), each shard in one fenced commit."""
     catalog = lakehouse.catalog()
     sink = load_optional(catalog, group.sink)
-    if sink is None:
+    state = load_state(catalog, group.name).state
+    if sink is None or state is None:
         return []
     done = []
-    for shard in sorted(isolated_in_sink(sink, group.name).values(), key=lambda s: s.committed_in):
+    found = isolated_in_sink(sink, group.name, group.replay_window, state.epoch).values()
+    for shard in sorted(found, key=lambda s: s.committed_in):
+        if shards and shard.shard_id not in shards:
+            continue
         if shard.redriven_in is not None:
             marked = mark_rows(lakehouse, group, shard, shard.redriven_in)
             if marked:
                 done.append(RowRedrive(shard.shard_id, marked, shard.redriven_in, already=True))
             continue
         try:
-            snapshot = commit_rows(spark, lakehouse, group, shard, run_id)
+            published = commit_rows(spark, lakehouse, group, shard, state.epoch, run_id)
         except AlreadyCommitted:
             progress(f"{group.name}: the isolated rows of shard {shard.shard_id} were re-driven meanwhile; skipped")
             continue
-        mark_rows(lakehouse, group, shard, snapshot)
-        progress(
-            f"{group.name}: {shard.rows} isolated rows of shard {shard.shard_id} re-driven in sink snapshot {snapshot}"
-        )
-        done.append(RowRedrive(shard.shard_id, shard.rows, snapshot))
+        mark_rows(lakehouse, group, shard, published.snapshot_id)
+        progress(f"{group.name}: {published.added_records} isolated rows of shard {shard.shard_id} re-driven")
+        done.append(RowRedrive(shard.shard_id, published.added_records, published.snapshot_id))
     return done
 
 
 def commit_rows(
-    spark: SparkSession, lakehouse: LakehouseConfig, group: GroupConfig, shard: IsolatedShard, run_id: str
-) -> int:
-    """Read, transform and commit one shard's isolated rows; returns the sink snapshot."""
+    spark: SparkSession, lakehouse: LakehouseConfig, group: GroupConfig, shard: IsolatedShard, epoch: int, run_id: str
+) -> Published:
+    """Read, transform and commit one shard's isolated rows; refuses when the source no longer holds them all.
+
+    The rows are read at the shard's own last source snapshot while it exists (its files are live
+    there), else at the source's head. The fence's check reaches back to the commit that left them
+    out: a re-drive of the shard committed since, by anyone, makes this one ``AlreadyCommitted``.
+    """
     catalog = lakehouse.catalog()
-    state = load_state(catalog, group.name).state
-    if state is None:
-        raise ConfigError(f"group {group.name!r} has no registry; its isolated rows cannot be re-driven")
+    source = load_source(catalog, group.source)
+    at = shard.to_snapshot if source.snapshot_by_id(shard.to_snapshot) is not None else None
+    head = source.current_snapshot()
+    read_at = at if at is not None else head.snapshot_id if head is not None else None
+    if read_at is None:
+        raise ReplayIncomplete(f"group {group.name!r}: its source has no snapshot to re-drive rows from")
     source_table = f"{lakehouse.catalog_name}.{group.source}"
     sink_table = f"{lakehouse.catalog_name}.{group.sink}"
-    head = load_source(catalog, group.source).current_snapshot()
-    sink_head = catalog.load_table(group.sink).current_snapshot()
-    if head is None or sink_head is None:
-        raise ConfigError(f"group {group.name!r}: its source or sink has no snapshot to re-drive rows from or to")
     ship_transform(spark, group.transform)
     rows = (
         spark.read.format("iceberg")
-        .option("snapshot-id", str(head.snapshot_id))
+        .option("snapshot-id", str(read_at))
         .load(source_table)
         .select("*", FILE_COLUMN, POS_COLUMN)
         .where(~except_rows(shard.positions))
     )
     if group.filter:
         rows = rows.where(group.filter)
-    out = load_transform(group.transform)(rows.drop(FILE_COLUMN, POS_COLUMN))
-    window = sink_window(shard.window_start_ms or 0, group.replay_window)
-    aligned, evolve = align_to_sink(spark, sink_table, with_lineage(out, shard.shard_id, window))
-    token = stage_shard(aligned, sink_table, evolve=evolve)
+    rows = rows.drop(FILE_COLUMN, POS_COLUMN, *[c for c in rows.columns if c in LINEAGE_COLUMNS]).persist()
+    try:
+        found = rows.count()
+        if found != shard.rows:
+            raise ReplayIncomplete(
+                f"group {group.name!r}: the source's files hold {found} of the {shard.rows} rows isolated from shard "
+                f"{shard.shard_id} (compacted or expired since); nothing was re-driven. Replay its window instead, "
+                "if the source still holds its rows"
+            )
+        out = load_transform(group.transform)(rows)
+        window = sink_window(shard.window_start_ms or 0, group.replay_window)
+        aligned, evolve = align_to_sink(spark, sink_table, with_lineage(out, shard.shard_id, window))
+        token = stage_shard(aligned, sink_table, evolve=evolve)
+    finally:
+        rows.unpersist()
     rid = redrive_id(shard.shard_id)
     now = int(time.time() * 1000)
     lease = Lease(
-        lease_id=rid, epoch=state.epoch, window_start_ms=shard.window_start_ms or 0, shard_ids=[rid],
-        streams=[shard.stream], granted_at_ms=now, deadline_ms=now, sink_snapshot_at_grant=sink_head.snapshot_id,
+        lease_id=rid, epoch=epoch, window_start_ms=shard.window_start_ms or 0, shard_ids=[rid],
+        streams=[shard.stream], granted_at_ms=now, deadline_ms=now, sink_snapshot_at_grant=shard.committed_in,
     )  # fmt: skip
     props = {
         KEY_GROUP: group.name,
         KEY_SOURCE: group.source,
-        KEY_EPOCH: str(state.epoch),
+        KEY_EPOCH: str(epoch),
         KEY_REDRIVE: shard.shard_id,
         KEY_SHARD_IDS: rid,
         KEY_RUN: run_id,
     }
-    return publish_shard(spark, sink_table, token, group.name, lease, [rid], props).snapshot_id
+    return publish_shard(spark, sink_table, token, group.name, lease, [rid], props)
 
 
 def mark_rows(lakehouse: LakehouseConfig, group: GroupConfig, shard: IsolatedShard, sink_snapshot: int) -> int:

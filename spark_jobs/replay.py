@@ -156,6 +156,40 @@ def publish(
     run_id: str | None,
 ) -> None:
     """Stage the window's new output and replace the old in one fenced commit."""
+    token = stage_window(spark, lakehouse, group, plan, transform)
+    publish_staged(spark, lakehouse, group, ticket, plan, token, report, run_id)
+
+
+def publish_staged(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    group: GroupConfig,
+    ticket: ReplayTicket,
+    plan: ReplayPlan,
+    token: str,
+    report: ReplayReport,
+    run_id: str | None,
+) -> None:
+    """Replace the window's output with the staged output ``token`` names, in one fenced commit.
+
+    The commit is refused (``WindowMoved``) if output of the window was committed after the plan's
+    sink head: a canary promoted later (``spark_jobs/canary.py``) is published only if nothing moved.
+    """
+    sink = f"{lakehouse.catalog_name}.{group.sink}"
+    covers = [item.shard for item in plan.shards]
+    props = replay_properties(group.name, group.source, ticket.window, ticket.generation, ticket.epoch, covers, run_id)
+    replaced = publish_replay(spark, sink, token, group.name, ticket, plan.sink_head, props)
+    report.shards = len(plan.shards)
+    report.rows_in = plan.rows
+    report.rows_out = replaced.added_records
+    report.rows_replaced = replaced.deleted_records
+    report.sink_snapshot = replaced.snapshot_id
+
+
+def stage_window(
+    spark: SparkSession, lakehouse: LakehouseConfig, group: GroupConfig, plan: ReplayPlan, transform: Transform
+) -> str:
+    """Stage the window's output through ``transform`` on the sink, invisible on main; returns the stage token."""
     sink = f"{lakehouse.catalog_name}.{group.sink}"
     source = f"{lakehouse.catalog_name}.{group.source}"
     snapshots = sorted({item.read_snapshot for item in plan.shards})
@@ -171,7 +205,7 @@ def publish(
         for at in snapshots
     }
     frames: list[DataFrame] = []
-    window = window_value(ticket.window, group.replay_window)
+    window = window_value(plan.window, group.replay_window)
     for item in plan.shards:
         rows = bases[item.read_snapshot].where(shard_rows(item)).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
         if group.filter:
@@ -182,18 +216,10 @@ def publish(
     ensure_window_partition(spark, sink, window_type(group.replay_window))
     aligned, evolve = align_to_sink(spark, sink, output)
     try:
-        token = stage_shard(aligned, sink, evolve=evolve)
+        return stage_shard(aligned, sink, evolve=evolve)
     finally:
         for base in bases.values():
             base.unpersist()
-    covers = [item.shard for item in plan.shards]
-    props = replay_properties(group.name, group.source, ticket.window, ticket.generation, ticket.epoch, covers, run_id)
-    replaced = publish_replay(spark, sink, token, group.name, ticket, plan.sink_head, props)
-    report.shards = len(plan.shards)
-    report.rows_in = plan.rows
-    report.rows_out = replaced.added_records
-    report.rows_replaced = replaced.deleted_records
-    report.sink_snapshot = replaced.snapshot_id
 
 
 def shard_rows(item: ReplayShard) -> Column:

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from dagster_project.cli.canary import add_canary
 from dagster_project.cli.configs import load_configs, package_version
 from dagster_project.cli.exits import Exit, epilog, exit_for
 from dagster_project.cli.expire import add_expire
@@ -162,6 +163,7 @@ def parser() -> argparse.ArgumentParser:
     add_expire(sub)
     add_metrics(sub)
     add_verbs(sub)
+    add_canary(sub)
     for choice in sub._choices_actions:  # each command's own --help opens with its one line, preview rule included
         sub.choices[choice.dest].description = choice.help
     return top

@@ -78,3 +78,8 @@ def run_output(home: Path, command: str, verbose: bool) -> Iterator[RunOutput]:
             os.dup2(saved, 2)
             os.close(saved)
             terminal.close()
+
+
+def log_line(line: str) -> None:
+    """A progress line for the command's log file (stderr, inside ``run_output``), not its output."""
+    print(line, file=sys.stderr)

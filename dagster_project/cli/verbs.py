@@ -7,12 +7,11 @@ changes nothing unless ``--execute`` is given.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from typing import TYPE_CHECKING
 
 from dagster_project.cli.exits import Exit
-from dagster_project.cli.logfile import run_output
+from dagster_project.cli.logfile import log_line, run_output
 from dagster_project.cli.output import JSON_HELP, dumps, text
 from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
 from iceberg.config.lakehouse import LakehouseConfig
@@ -78,7 +77,7 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     catalog = lakehouse.catalog()
     open_now = open_letters(catalog, group.name)
     wanted = set(args.shard or [])
-    rows_now = [s for s in pending_redrives(catalog, group.name, group.sink) if not wanted or s.shard_id in wanted]
+    rows_now = [s for s in pending_redrives(catalog, group) if not wanted or s.shard_id in wanted]
     unknown = sorted(wanted - set(open_now) - {s.shard_id for s in rows_now})
     if unknown:
         raise UsageError(
@@ -87,7 +86,7 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         )
     if args.execute:
         chosen = redrive(catalog, group.name, args.shard)
-        redriven = execute_row_redrives(lakehouse, group, args.verbose) if rows_now else []
+        redriven = execute_row_redrives(lakehouse, group, wanted, args.verbose) if rows_now else []
         rows = [(r.shard_id, r.rows, f" (sink snapshot {r.sink_snapshot})") for r in redriven]
     else:
         letters = latest(catalog, group.name)
@@ -116,18 +115,15 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     return Exit.OK
 
 
-def execute_row_redrives(lakehouse: LakehouseConfig, group: GroupConfig, verbose: bool) -> list[RowRedrive]:
+def execute_row_redrives(
+    lakehouse: LakehouseConfig, group: GroupConfig, shards: set[str], verbose: bool
+) -> list[RowRedrive]:
     """Commit the group's isolated rows with Spark (``spark_jobs/redrive_rows.py``); its output goes to a log file."""
     from spark_jobs.redrive_rows import redrive_rows  # Spark loads only for the commands that use it
     from spark_jobs.session import get_session
 
     with run_output(dagster_home(), "redrive", verbose):
-        return redrive_rows(get_session(lakehouse), lakehouse, group, f"redrive-{int(time.time())}", log_line)
-
-
-def log_line(line: str) -> None:
-    """A progress line for the command's log file (stderr), not its output."""
-    print(line, file=sys.stderr)
+        return redrive_rows(get_session(lakehouse), lakehouse, group, f"redrive-{int(time.time())}", log_line, shards)
 
 
 def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
@@ -23,8 +23,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from iceberg.protocol.sink_commit import KEY_GROUP, KEY_ISOLATED, KEY_REDRIVE, parse_commit
-from iceberg.store.registry import NAMESPACE
+from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.shards import Window, window_label
+from iceberg.protocol.sink_commit import KEY_GROUP, KEY_ISOLATED, KEY_REDRIVE, KEY_REPLAY, parse_commit
+from iceberg.store.registry import NAMESPACE, load_state
 from iceberg.store.tables import ensure_namespace, load_optional, walk_back
 
 ISOLATED = "isolated"
@@ -107,11 +109,12 @@ def mark_redriven(catalog: Catalog, group: str, rows: list[DeadRow], sink_snapsh
 
 @dataclass(frozen=True)
 class IsolatedShard:
-    """Rows a shard's commit left out, as the sink's history records them, and whether a re-drive took them in."""
+    """Rows a shard's commit left out, as the sink's history records them, and what took them in since, if anything."""
 
     shard_id: str
     stream: str
     window_start_ms: int | None
+    to_snapshot: int
     positions: dict[str, list[int]]
     committed_in: int
     redriven_in: int | None = None
@@ -122,34 +125,45 @@ class IsolatedShard:
         return sum(len(found) for found in self.positions.values())
 
 
-def isolated_in_sink(sink: Table, group: str) -> dict[str, IsolatedShard]:
-    """Each shard of ``group`` whose commit left rows out, by shard id, read from the sink's commit summaries.
+def isolated_in_sink(sink: Table, group: str, replay_window: Window, epoch: int) -> dict[str, IsolatedShard]:
+    """Each shard of ``group`` whose newest commit left rows out, by shard id, read from the sink's commit summaries.
 
     The summaries, not the dead-row table, decide: the rows a commit left out are exactly the ones
-    its output lacks, whatever a Borrower that died recorded before it.
+    its output lacks, whatever a Borrower that died recorded before it. The rows are in the sink
+    again (``redriven_in``) once a re-drive of the shard, or a replay of its window (which reads all
+    of the shard's source rows), was committed after that commit. Commits of an earlier epoch are
+    left out: a reset or a rebuild since re-consumes what it moved back over under new shard ids.
     """
     found: dict[str, IsolatedShard] = {}
-    redriven: dict[str, int] = {}
+    redrives: dict[str, int] = {}  # newer than the commit being looked at, as the walk goes back in time
+    replays: dict[str, int] = {}
     for snapshot in walk_back(sink, None):
         summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
         if summary.get(KEY_GROUP) != group:
             continue
         if KEY_REDRIVE in summary:
-            redriven.setdefault(summary[KEY_REDRIVE], snapshot.snapshot_id)
+            redrives.setdefault(summary[KEY_REDRIVE], snapshot.snapshot_id)
+        if KEY_REPLAY in summary:
+            replays.setdefault(summary[KEY_REPLAY], snapshot.snapshot_id)
         commit = parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, summary, 0)
-        if KEY_ISOLATED not in summary or commit is None:
+        if KEY_ISOLATED not in summary or commit is None or commit.epoch < epoch:
             continue
         ranges = {shard.shard_id: shard for shard in commit.shards}
         for shard_id, positions in json.loads(summary[KEY_ISOLATED]).items():
+            if shard_id in found:
+                continue
             shard = ranges[shard_id]
+            window = window_label(shard.window_start_ms, replay_window) if shard.window_start_ms is not None else None
+            since = redrives.get(shard_id) or (replays.get(window) if window is not None else None)
             found[shard_id] = IsolatedShard(
-                shard_id, shard.stream, shard.window_start_ms, positions, snapshot.snapshot_id
+                shard_id, shard.stream, shard.window_start_ms, shard.to_snapshot, positions, snapshot.snapshot_id, since
             )
-    return {sid: replace(s, redriven_in=redriven.get(sid)) for sid, s in found.items()}
+    return found
 
 
-def pending_redrives(catalog: Catalog, group: str, sink: str) -> list[IsolatedShard]:
+def pending_redrives(catalog: Catalog, group: GroupConfig) -> list[IsolatedShard]:
     """The shards whose isolated rows are not in the sink yet, oldest commit first."""
-    table = load_optional(catalog, sink)
-    shards = isolated_in_sink(table, group).values() if table is not None else []
+    table = load_optional(catalog, group.sink)
+    state = load_state(catalog, group.name).state
+    shards = isolated_in_sink(table, group.name, group.replay_window, state.epoch).values() if table and state else []
     return sorted((s for s in shards if s.redriven_in is None), key=lambda s: s.committed_in)

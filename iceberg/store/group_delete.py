@@ -1,9 +1,10 @@
 """``icegroup delete``: remove everything a group keeps, and never its sink's data.
 
-A group keeps its registry, lineage and dead-letter tables (``icegroup.registry_<group>``,
-``lineage_<group>``, ``dead_letters_<group>``), its heartbeat rows, its registration and branch on the source
-(``icegroup.consumer.<group>``, ``icegroup-<group>``) and, on the sink, its markers (``icegroup.reset(s).<group>``,
-``icegroup.follows.<group>``). All of it goes; the sink's rows and snapshots stay.
+A group keeps its registry, lineage, dead-letter and dead-row tables (``icegroup.registry_<group>``,
+``lineage_<group>``, ``dead_letters_<group>``, ``dead_rows_<group>``), its heartbeat rows, its
+registration and branch on the source (``icegroup.consumer.<group>``, ``icegroup-<group>``) and, on
+the sink, its markers (``icegroup.reset(s).<group>``, ``icegroup.follows.<group>``). All of it
+goes; the sink's rows and snapshots stay.
 
 The sink's fences stay, and the epoch fence goes up by one: a Borrower of the deleted group still
 alive past its lease's deadline (a zombie) is refused by the epoch, as after a reset, and the group
@@ -32,6 +33,7 @@ from iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
 from iceberg.protocol.source_ref import ref_name
 from iceberg.protocol.state import GroupState
 from iceberg.store.dead_letters import dead_letter_identifier
+from iceberg.store.dead_rows import dead_rows_identifier
 from iceberg.store.fences import raise_fences
 from iceberg.store.heartbeats import forget, read_beats
 from iceberg.store.lineage import lineage_identifier
@@ -71,7 +73,8 @@ def footprint(catalog: Catalog, group: str, source: str, sink: str) -> Footprint
     """Everything ``group`` keeps in ``catalog``, read without writing anything."""
     found = Footprint(group=group, sink=sink, source=source)
     found.state = load_state(catalog, group).state
-    for identifier in (registry_identifier(group), lineage_identifier(group), dead_letter_identifier(group)):
+    owned = (registry_identifier(group), lineage_identifier(group), dead_letter_identifier(group))
+    for identifier in (*owned, dead_rows_identifier(group)):
         if load_optional(catalog, identifier) is not None:
             found.tables.append(identifier)
     sink_table = load_optional(catalog, sink)
@@ -133,8 +136,8 @@ def delete_group(catalog: Catalog, found: Footprint) -> None:
         except NoSuchTableError:
             continue
     source_table = load_optional(catalog, found.source)
-    if source_table is not None and registration_key(found.group) in source_table.properties:
-        source_table.transaction().remove_properties(registration_key(found.group)).commit_transaction()
     if source_table is not None:
-        drop_refs(source_table, [found.group])
+        drop_refs(source_table, [found.group])  # before the registration: a delete run again finds what is left
+    if source_table is not None and registration_key(found.group) in source_table.refresh().properties:
+        source_table.transaction().remove_properties(registration_key(found.group)).commit_transaction()
     forget(catalog, found.group, found.heartbeats)

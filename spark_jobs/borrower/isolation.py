@@ -21,7 +21,7 @@ from iceberg.protocol.isolation import Bisection, PoisonRow, Probe, Span, bisect
 from iceberg.protocol.shards import Shard
 from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
 from spark_jobs.row_files import HOLDING_EXPRESSIONS, SCAN, STREAMING, expression_kinds, plan_nodes, sql_string
-from spark_jobs.shards import FILE_COLUMN, POS_COLUMN, of_files
+from spark_jobs.shards import FILE_COLUMN, POS_COLUMN, identity_filter, of_files
 
 # A Python UDF holds rows back in batches, which is why ``streams_rows`` refuses it, but it still
 # turns each row into its own output: for isolation it is row by row.
@@ -69,18 +69,18 @@ def except_rows(positions: Mapping[str, Sequence[int]]) -> Column:
     return F.expr(f"NOT ({isolated})")
 
 
+def shard_files(spark: SparkSession, table: str, shard: Shard) -> DataFrame:
+    """The rows of the shard's files at its last snapshot, with ``_file`` and ``_pos``; its stream prunes the scan."""
+    rows = spark.read.format("iceberg").option("snapshot-id", str(shard.to_snapshot)).load(table)
+    stream = identity_filter(shard.identity)
+    if stream is not None:
+        rows = rows.where(stream)
+    return rows.select("*", FILE_COLUMN, POS_COLUMN).where(of_files([shard.files]))
+
+
 def file_spans(spark: SparkSession, table: str, shard: Shard) -> list[Span]:
     """Each of the shard's files as one span of all its row positions (one small Spark job)."""
-    counts = (
-        spark.read.format("iceberg")
-        .option("snapshot-id", str(shard.to_snapshot))
-        .load(table)
-        .select(FILE_COLUMN, POS_COLUMN)
-        .where(of_files([shard.files]))
-        .groupBy(FILE_COLUMN)
-        .agg(F.max(POS_COLUMN).alias("last"))
-        .collect()
-    )
+    counts = shard_files(spark, table, shard).groupBy(FILE_COLUMN).agg(F.max(POS_COLUMN).alias("last")).collect()
     return sorted((row[FILE_COLUMN], 0, int(row["last"]) + 1) for row in counts)
 
 
@@ -115,9 +115,10 @@ def isolate(
     """
     if not rowwise(rows_out(F.lit(True)), table):
         return "the transform does not turn each row into its output on its own (it aggregates, sorts or joins)"
-    found: Bisection = bisect(
-        file_spans(spark, table, shard), describe_error(error), probe_with(rows_out, platform_up), cap
-    )
+    spans = file_spans(spark, table, shard)
+    if not spans:
+        return "its files are not in the source at its last snapshot any more"
+    found: Bisection = bisect(spans, describe_error(error), probe_with(rows_out, platform_up), cap)
     if found.stopped is not None:
         return found.stopped
     return Isolation(found.rows, row_json(spark, table, shard, found.rows), found.probes)
@@ -125,8 +126,8 @@ def isolate(
 
 def row_json(spark: SparkSession, table: str, shard: Shard, rows: Sequence[PoisonRow]) -> dict[tuple[str, int], str]:
     """The isolated rows as the source holds them, as JSON, for the dead-row table."""
-    source = spark.read.format("iceberg").option("snapshot-id", str(shard.to_snapshot)).load(table)
-    columns = [c for c in source.columns]
+    source = shard_files(spark, table, shard)
+    columns = [c for c in source.columns if c not in (FILE_COLUMN, POS_COLUMN)]
     picked = source.select(F.to_json(F.struct(*columns)).alias("row"), FILE_COLUMN, POS_COLUMN).where(
         in_spans([(row.file, row.pos, row.pos + 1) for row in rows])
     )

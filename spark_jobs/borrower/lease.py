@@ -167,7 +167,7 @@ def run_lease(
             break
         except Exception as exc:
             wait = platform_retry(group, exc, tries, waited)
-            if wait is None:
+            if wait is None or (stop is not None and stop.is_set()):
                 events.fail(exc)
                 raise
             progress(
@@ -228,14 +228,16 @@ def execute_lease(
     todo = resume(run, shards)
     source = load_source(run.catalog, group.source)
     root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in todo) else None
+    stopped = stop.is_set if stop is not None else lambda: False
     for batch in commit_batches(todo, group.commit_batch_rows):
+        if stopped():
+            break
         for shard in commit_together(run, batch, root, source) if len(batch) > 1 else batch:
-            if stop is not None and stop.is_set():
+            if stopped():
                 break
             commit_alone(run, shard, root, source)
-        if stop is not None and stop.is_set():
-            hand_back(run, todo)
-            break
+    if stopped():
+        hand_back(run, todo)
     run.report.duration_s = time.perf_counter() - started_at
     return report(run)
 
@@ -342,17 +344,19 @@ def commit_without_poison(
         run.progress(f"shard {shard.shard_id}: its rows could not be isolated: {found}; the shard stops as a whole")
         return error, {}
     positions = positions_by_file(found.rows)
-    record_rows(run.catalog, run.group.name, dead_rows(run, shard, found))
-    run.report.isolated_rows += len(found.rows)
     run.progress(
         f"shard {shard.shard_id}: {len(found.rows)} rows isolated in {found.probes} tries "
-        f"({time.perf_counter() - started:.1f}s) and recorded as dead rows; committing the other rows"
+        f"({time.perf_counter() - started:.1f}s); staging the other rows"
     )
     build = output(run, [shard], root, source, except_rows(positions))
     staged = stage_with_redelivery(
         run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress,
         lambda: catalog_reachable(run.catalog, run.group.source),
     )  # fmt: skip
+    if isinstance(staged, Exception):  # the rest fails too: the shard stops as a whole, and no row is a dead row
+        return staged, {}
+    record_rows(run.catalog, run.group.name, dead_rows(run, shard, found))  # before the commit that leaves them out
+    run.report.isolated_rows += len(found.rows)
     return staged, positions
 
 

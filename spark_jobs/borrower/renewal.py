@@ -1,8 +1,9 @@
 """A Borrower renews the deadline of a lease whose Spark jobs still complete tasks.
 
 Each lease thread runs its Spark jobs in a job group of its own (``job_group``). Every third of
-``lease_timeout_s`` a renewer thread counts the tasks those jobs have completed, from Spark's
-status tracker; a lease whose count grew since the last look is renewed (``iceberg/store/renewals.py``).
+``lease_timeout_s`` a renewer thread counts the tasks those jobs have completed, per stage, from
+Spark's status tracker; a lease with a stage that completed more since the last look is renewed
+(``iceberg/store/renewals.py``).
 A shard whose tasks all hang renews nothing, so the deadline still ends a stuck Borrower.
 """
 
@@ -28,15 +29,16 @@ def job_group(group: str, lease: Lease) -> str:
     return f"icegroup:{group}:{lease.lease_id}#{lease.attempt}"
 
 
-def completed_tasks(context: SparkContext, job_group_id: str) -> int:
-    """Tasks completed so far by the jobs of ``job_group_id`` that Spark still tracks."""
+def stage_progress(context: SparkContext, job_group_id: str) -> dict[int, int]:
+    """Tasks completed so far in each stage of the jobs of ``job_group_id`` that Spark still tracks."""
     tracker = context.statusTracker()
-    done = 0
+    done: dict[int, int] = {}
     for job_id in tracker.getJobIdsForGroup(job_group_id):
         job = tracker.getJobInfo(job_id)
         for stage_id in job.stageIds if job is not None else []:
             stage = tracker.getStageInfo(stage_id)
-            done += stage.numCompletedTasks if stage is not None else 0
+            if stage is not None:
+                done[stage_id] = stage.numCompletedTasks
     return done
 
 
@@ -60,7 +62,7 @@ class Renewer:
         self.lease_timeout_s = lease_timeout_s
         self.interval_s = lease_timeout_s / 3
         self.progress = progress
-        self.seen: dict[str, int] = {}
+        self.seen: dict[str, dict[int, int]] = {}
         self.stopped = threading.Event()
         self.thread = threading.Thread(target=self.run, name=f"icegroup-renewal-{group}", daemon=True)
 
@@ -75,19 +77,27 @@ class Renewer:
             self.thread.join(timeout=self.interval_s + 5)
 
     def run(self) -> None:
-        """The thread: look, renew the leases that progressed, wait."""
+        """The thread: look, renew the leases that progressed, wait; a look that fails is logged and tried again."""
         while not self.stopped.wait(self.interval_s):
-            self.look()
+            try:
+                self.look()
+            except Exception:  # a renewal is a courtesy: the deadline and the next look still decide
+                log.exception(
+                    "group %s: looking for lease progress failed; trying again in %.0fs", self.group, self.interval_s
+                )
 
     def look(self) -> list[Lease]:
         """Renew each lease that completed tasks since the last look; returns those renewed."""
         renewed = []
         for lease in self.leases():
             key = job_group(self.group, lease)
-            done = completed_tasks(self.session.sparkContext, key)
-            if done <= self.seen.get(key, 0):
+            now = stage_progress(self.session.sparkContext, key)
+            before = self.seen.setdefault(key, {})
+            # Per stage, not a total: Spark forgets old jobs' stages, and a total would then fall.
+            if not any(count > before.get(stage, 0) for stage, count in now.items()):
                 continue
-            self.seen[key] = done
+            before.update(now)
+            done = sum(before.values())
             try:
                 renew(self.catalog, self.group, lease.lease_id, lease.attempt)
             except SQLAlchemyError as exc:  # the deadline or the next look still decides

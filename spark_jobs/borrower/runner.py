@@ -182,6 +182,7 @@ class LeaseRunner:
                 self.progress(f"{self.group.name}: lease {lease.lease_id} attempt {lease.attempt} ended: {error}")
             else:
                 self.ended[key] = RunState.FAILED
+                self.stop()  # the run fails: the other leases end after their current shard, not their last
                 self.drain()
                 raise error
         return done

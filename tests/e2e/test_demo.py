@@ -6,6 +6,7 @@ Every OpenLineage event the demo wrote is validated against the published schema
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -33,6 +34,9 @@ def test_demo_consumes_exactly_once_and_says_so(tmp_path: Path) -> None:
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "verify: expected=27000 found=27000 duplicates=0 missing=0 unexpected=0 -> OK" in done.stdout
+    assert re.search(
+        r"main (\d+) rows, canary \1 rows: 0 added, 0 removed, [1-9]\d* changed \(by event_id\)", done.stdout
+    )
     lakehouse = load_lakehouse(env=home_env(tmp_path))
     group = load_groups(repo_root() / "dagster_project" / "groups.yaml")["demo"]
     assert verify_group(lakehouse.catalog(), group, key="event_id").ok

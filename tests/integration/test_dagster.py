@@ -271,6 +271,37 @@ def test_a_single_run_backfill_of_two_windows_records_the_one_that_replayed_when
     assert verify_group(catalog, group, key="event_id").ok
 
 
+def test_the_canary_job_records_the_difference_on_the_window_then_promotes_it(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    make_group: MakeGroup,
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 10)
+    drive(spark, lakehouse, group)
+    window = window_label(int(time.time() * 1000), group.replay_window)
+    job = build_definitions({group.name: group}, "lake").resolve_job_def(f"{group.name}_canary")
+    cents = "tests.integration.transforms:amount_in_cents"
+    config = {"transform": cents, "key": "event_id"}
+    op = f"{group.name}_canary_op"
+
+    tried = job.execute_in_process(instance=instance, run_config={"ops": {op: {"config": config}}})
+
+    (observed,) = tried.asset_observations_for_node(op)
+    assert observed.partition == window
+    assert observed.metadata["main_rows"].value == observed.metadata["canary_rows"].value == 20
+    assert observed.metadata["rows_added"].value == observed.metadata["rows_removed"].value == 0
+    assert "| amount |" in str(observed.metadata["columns"].value)
+    promoted = job.execute_in_process(
+        instance=instance, run_config={"ops": {op: {"config": {**config, "promote": True}}}}
+    )
+    (materialized,) = promoted.asset_materializations_for_node(op)
+    assert materialized.partition == window
+    assert materialized.metadata["rows_replaced"].value == 20
+
+
 def test_the_leader_reports_each_complete_window_once_an_empty_one_as_empty_and_never_the_open_one(
     instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:

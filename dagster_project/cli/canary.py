@@ -1,0 +1,89 @@
+"""``icegroup canary``: try a new transform on one window beside main, see the difference, then promote it."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from dataclasses import asdict
+from typing import TYPE_CHECKING
+
+from dagster_project.cli.exits import Exit
+from dagster_project.cli.logfile import log_line, run_output
+from dagster_project.cli.output import JSON_HELP, dumps
+from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.protocol.group import GroupConfig
+
+if TYPE_CHECKING:
+    from spark_jobs.canary import CanaryDiff
+
+
+def add_canary(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """The arguments of ``canary``."""
+    canary = sub.add_parser(
+        "canary",
+        help="run a new transform over one window into a staged snapshot of the sink (main is untouched) and show "
+        "how its output differs from main's; --promote then makes it the window's output in one commit",
+    )
+    canary.add_argument("group", help=GROUP_HELP)
+    canary.add_argument("--transform", required=True, help="the new transform, as module:function")
+    canary.add_argument("--window", help="the window to try it on (default: the newest window with output)")
+    canary.add_argument("--key", help="a column that identifies a row, to tell changed rows from added and removed")
+    canary.add_argument(
+        "--promote",
+        action="store_true",
+        help="publish the canary already staged for this transform as its window's output, in one fenced commit",
+    )
+    canary.add_argument("--json", action="store_true", help=JSON_HELP)
+    canary.set_defaults(run=cmd_canary)
+
+
+def cmd_canary(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
+    """``icegroup canary GROUP --transform NEW [--window W] [--key COL] [--promote]``."""
+    from spark_jobs.canary import promote_canary, run_canary  # Spark loads only for the commands that use it
+    from spark_jobs.session import get_session
+
+    group = pick(groups, args.group, args.groups)
+    run_id = f"canary-{int(time.time())}"
+    with run_output(dagster_home(), "canary", args.verbose):
+        spark = get_session(lakehouse)
+        if args.promote:
+            report = promote_canary(spark, lakehouse, group, args.transform, run_id, log_line)
+        else:
+            diff = run_canary(spark, lakehouse, group, args.transform, args.window, args.key, log_line)
+    if args.promote:
+        if args.json:
+            print(dumps(asdict(report)))
+            return Exit.OK
+        print(f"promoted: {report.line()}")
+        print(
+            f"the registry of {group.name} now pins {args.transform}; set `transform: {args.transform}` for "
+            f"{group.name} in its groups file: until then its Leader stops at the change, naming it"
+        )
+        return Exit.OK
+    if args.json:
+        print(dumps(asdict(diff)))
+        return Exit.OK
+    print(render(diff, group))
+    return Exit.OK
+
+
+def render(diff: CanaryDiff, group: GroupConfig) -> str:
+    """The difference as a person reads it: the counts, each column on both sides, a sample of changes."""
+    lines = [diff.line()]
+    stats = [
+        {"column": s.column, "main_nulls": s.main_nulls, "canary_nulls": s.canary_nulls, "main_min": s.main_min,
+         "canary_min": s.canary_min, "main_max": s.main_max, "canary_max": s.canary_max}
+        for s in diff.columns
+    ]  # fmt: skip
+    lines.append(table(stats, list(stats[0]) if stats else ["column"]))
+    if diff.sample:
+        what = "changed rows (old, new)" if diff.key else "rows only the canary has"
+        lines.append(f"a sample of the {what}:")
+        lines += [f"  {json.dumps(row, default=str)}" for row in diff.sample]
+    lines.append(
+        f"main is untouched; `icegroup canary {group.name} --transform {diff.transform} --promote` makes this the "
+        f"output of window {diff.window} in one commit"
+    )
+    return "\n".join(lines)
