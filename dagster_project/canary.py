@@ -23,14 +23,18 @@ from spark_jobs.canary import CanaryDiff, promote_canary, run_canary
 class CanaryConfig(dg.Config):
     """Which transform to try, on which window, and whether to promote the canary already staged."""
 
-    transform: str = Field(description="The new transform, as module:function; it must import where Spark runs.")
+    transform: str | None = Field(
+        default=None,
+        description="The new transform to try, as module:function; it must import where Spark runs. Not with promote.",
+    )
     window: str | None = Field(default=None, description="The window to try it on; default: the newest with output.")
     key: str | None = Field(
         default=None, description="A column that identifies a row, so that changed rows are told from added ones."
     )
     promote: bool = Field(
         default=False,
-        description="Publish the canary already staged for this transform as its window's output, in one commit.",
+        description="Publish the canary already staged as its window's output, in one commit, once the groups file "
+        "names its transform.",
     )
 
 
@@ -66,29 +70,28 @@ def canary_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str
         """Stage and compare the new transform's output for the window, or publish the staged canary."""
         icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
+        if config.promote == bool(config.transform):
+            raise dg.Failure("canary: give transform to try one, or promote (alone) to publish the one tried")
         if config.promote:
-            report = promote_canary(
-                icegroup.spark(), lakehouse, group, config.transform, context.run_id, context.log.info
-            )
+            report = promote_canary(icegroup.spark(), lakehouse, group, context.run_id, context.log.info)
             tags = {DATA_VERSION_TAG: str(report.sink_snapshot)} if report.sink_snapshot else None
             context.log_event(
                 dg.AssetMaterialization(
                     asset_key=sink_key,
                     partition=report.window,
-                    description=f"The canary of {config.transform}, promoted.",
+                    description=f"The canary of {group.transform}, promoted.",
                     metadata=replay_metadata(group, [report]),
                     tags=tags,
                 )
             )
             return
-        diff = run_canary(
-            icegroup.spark(), lakehouse, group, config.transform, config.window, config.key, context.log.info
-        )
+        tried = config.transform or group.transform
+        diff = run_canary(icegroup.spark(), lakehouse, group, tried, config.window, config.key, context.log.info)
         context.log_event(
             dg.AssetObservation(
                 asset_key=sink_key,
                 partition=diff.window,
-                description=f"Canary of {config.transform}: {diff.line()}. Main is untouched.",
+                description=f"Canary of {tried}: {diff.line()}. Main's rows are untouched.",
                 metadata=diff_metadata(diff),
             )
         )

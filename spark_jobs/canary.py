@@ -31,11 +31,13 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import UsageError, WindowMoved
 from iceberg.protocol.fences import replay_fence_key
 from iceberg.protocol.group import GroupConfig
+from iceberg.protocol.replay import check_window
 from iceberg.protocol.shards import window_value
 from iceberg.protocol.sink_commit import COL_WINDOW, KEY_STAGE, LINEAGE_COLUMNS
 from iceberg.replay import ReplayPlan, plan_replay, replay_ticket
 from iceberg.store.canaries import Canary, drop_canary, load_canary, save_canary
 from iceberg.store.heartbeats import heartbeat
+from iceberg.store.registry import load_state
 from spark_jobs.code_shipping import ship_transform
 from spark_jobs.replay import ReplayReport, publish_staged, stage_window
 from spark_jobs.session import activate
@@ -101,6 +103,7 @@ def run_canary(
     new = load_transform(transform)
     chosen = window or newest_window(spark, lakehouse, group)
     plan = plan_replay(catalog, candidate, chosen)
+    fence = replay_generation(sink, group.name, chosen)
     plan.check_complete()
     if not plan.shards:
         raise UsageError(f"canary: window {chosen} of group {group.name!r} holds no output; name another --window")
@@ -110,20 +113,30 @@ def run_canary(
     staged = staged_snapshot(sink.refresh(), token)
     sink_table = f"{lakehouse.catalog_name}.{group.sink}"
     value = window_value(chosen, group.replay_window)
-    main = spark.read.format("iceberg").load(sink_table).where(F.col(COL_WINDOW) == F.lit(value))
-    added_files = staged_files(sink, staged)
+    main = (
+        spark.read.format("iceberg")
+        .option("snapshot-id", str(plan.sink_head))
+        .load(sink_table)
+        .where(F.col(COL_WINDOW) == F.lit(value))
+        .persist()
+    )
     canary = (
         spark.read.format("iceberg")
         .option("snapshot-id", str(staged))
         .load(sink_table)
         .select("*", FILE_COLUMN)
-        .where(F.col(FILE_COLUMN).isin(added_files))
+        .where((F.col(COL_WINDOW) == F.lit(value)) & F.col(FILE_COLUMN).isin(staged_files(sink, staged)))
         .drop(FILE_COLUMN)
+        .persist()
     )
-    diff = compare(main, canary, key, chosen, transform)
+    try:
+        diff = compare(main, canary, key, chosen, transform)
+    finally:
+        main.unpersist()
+        canary.unpersist()
     record = Canary(
         window=chosen, transform=transform, token=token, staged_snapshot=staged, sink_head=plan.sink_head,
-        covers=covered(plan), replay_fence=replay_generation(sink, group.name, chosen), at_ms=int(time.time() * 1000),
+        covers=covered(plan), replay_fence=fence, at_ms=int(time.time() * 1000),
     )  # fmt: skip
     save_canary(sink.refresh(), group.name, record)
     progress(f"{group.name}: {diff.line()}; staged as snapshot {staged}, not on main")
@@ -184,17 +197,24 @@ def compare(main: DataFrame, canary: DataFrame, key: str | None, window: str, tr
         diff.removed = old.exceptAll(new).count()
         diff.sample = [row.asDict() for row in new.exceptAll(old).limit(SAMPLE_ROWS).collect()]
     else:
-        joined = old.select(*[F.col(c).alias(f"m_{c}") for c in columns]).join(
-            new.select(*[F.col(c).alias(f"c_{c}") for c in columns]),
-            F.col(f"m_{key}") == F.col(f"c_{key}"),
+        for side, rows in (("main", old), ("canary", new)):
+            distinct = rows.select(key).distinct().count()
+            if distinct != rows.count():
+                raise UsageError(
+                    f"canary: --key {key!r} is not unique in the {side} rows of window {window} ({distinct} distinct "
+                    "values); choose a column that identifies a row, or leave --key out"
+                )
+        joined = old.select(F.lit(True).alias("m_here"), *[F.col(c).alias(f"m_{c}") for c in columns]).join(
+            new.select(F.lit(True).alias("c_here"), *[F.col(c).alias(f"c_{c}") for c in columns]),
+            F.col(f"m_{key}").eqNullSafe(F.col(f"c_{key}")),
             "full_outer",
         )
         differs: Column = F.lit(False)
         for c in columns:
             differs = differs | ~F.col(f"m_{c}").eqNullSafe(F.col(f"c_{c}"))
-        diff.added = joined.where(F.col(f"m_{key}").isNull()).count()
-        diff.removed = joined.where(F.col(f"c_{key}").isNull()).count()
-        both = joined.where(F.col(f"m_{key}").isNotNull() & F.col(f"c_{key}").isNotNull() & differs)
+        diff.added = joined.where(F.col("m_here").isNull()).count()
+        diff.removed = joined.where(F.col("c_here").isNull()).count()
+        both = joined.where(F.col("m_here").isNotNull() & F.col("c_here").isNotNull() & differs)
         diff.changed = both.count()
         for row in both.limit(SAMPLE_ROWS).collect():
             changes = {c: [row[f"m_{c}"], row[f"c_{c}"]] for c in columns if row[f"m_{c}"] != row[f"c_{c}"]}
@@ -232,14 +252,16 @@ def promote_canary(
     spark: SparkSession,
     lakehouse: LakehouseConfig,
     group: GroupConfig,
-    transform: str,
     run_id: str | None,
     progress: Callable[[str], None],
 ) -> ReplayReport:
     """Publish the group's canary as its window's output in one fenced commit, if the window did not move since.
 
-    Nothing is run again: the commit publishes the canary's staged output. The window's replay
-    ticket is taken under the new transform, which records the transform change in the registry.
+    Nothing is run again: the commit publishes the canary's staged output. The group as configured
+    must already name the canary's transform (its groups file was changed to it), so that shards
+    committed after the promotion are made by the same transform, and the change is pinned in the
+    registry as a replay pins it (refused under ``on_change: fail``). A window whose shards are not
+    all committed, or that changed since the canary (new output, a replay), is refused.
     """
     activate(spark)
     catalog = lakehouse.catalog()
@@ -247,32 +269,39 @@ def promote_canary(
     record = load_canary(sink, group.name)
     if record is None:
         raise UsageError(f"canary: group {group.name!r} has no canary to promote; run `icegroup canary` first")
-    if record.transform != transform:
+    if record.transform != group.transform:
         raise UsageError(
-            f"canary: the canary of group {group.name!r} ran {record.transform}, not {transform}; promote that one, "
-            "or run a canary of this transform first"
+            f"canary: group {group.name!r} names transform {group.transform}; set `transform: {record.transform}` "
+            "for it in its groups file first (with `on_change: continue`, as for a replay with a new transform), "
+            "so that what it commits after the promotion is made the same way, then promote"
         )
-    switched = group.model_copy(update={"transform": record.transform, "on_change": "continue"})
-    now = plan_replay(catalog, switched, record.window)
-    if covered(now) != record.covers or replay_generation(sink, group.name, record.window) != record.replay_fence:
-        raise WindowMoved(
-            f"canary: window {record.window} changed after the canary planned it (new output, or a replay), so its "
-            "staged output is not the window's any more; run `icegroup canary` again, then promote"
+    state = load_state(catalog, group.name).state
+    start = check_window(group, record.window)
+    if state is not None and any(shard.window_start_ms == start for shard in state.shards.values()):
+        raise UsageError(
+            f"canary: window {record.window} of group {group.name!r} has shards not committed yet; promote it once "
+            "they are (`icegroup describe` shows none pending), after a new canary"
         )
-    holder = f"canary-{run_id or uuid.uuid4().hex}"
+    holder = run_id or f"canary-{uuid.uuid4().hex}"
     with (
-        replay_ticket(catalog, switched, record.window, holder) as ticket,
+        replay_ticket(catalog, group, record.window, holder) as ticket,
         heartbeat(catalog, group.name, holder, interval_s=group.session_timeout_s / 3),
     ):
-        plan = replace(plan_replay(catalog, switched, record.window), sink_head=record.sink_head)
+        plan = replace(plan_replay(catalog, group, record.window), sink_head=record.sink_head)
+        fence = replay_generation(sink.refresh(), group.name, record.window)
+        if covered(plan) != record.covers or fence != ticket.generation or ticket.generation != record.replay_fence + 1:
+            raise WindowMoved(
+                f"canary: window {record.window} changed after the canary planned it (new output, or a replay), so "
+                "its staged output is not the window's any more; run `icegroup canary` again, then promote"
+            )
         report = ReplayReport(window=record.window, generation=ticket.generation)
         try:
-            publish_staged(spark, lakehouse, switched, ticket, plan, record.token, report, run_id)
+            publish_staged(spark, lakehouse, group, ticket, plan, record.token, report, run_id)
         except WindowMoved as exc:
             raise WindowMoved(
                 f"canary: output of window {record.window} was committed after the canary planned it, so its staged "
                 f"output is not the window's any more ({exc}); run `icegroup canary` again, then promote"
             ) from exc
-    drop_canary(sink.refresh(), group.name)
+    drop_canary(sink.refresh(), group.name, record.token)
     progress(f"{group.name}: canary of {record.transform} promoted: {report.line()}")
     return report

@@ -5,10 +5,13 @@ source file and position (``isolated_in_sink``). A re-drive reads exactly those 
 source, applies the group's filter and transform, gives them their shard's lineage (its shard id
 and window, so lineage and replay treat them as the shard's rows), and appends them in one fenced
 commit under the shard's re-drive id (``redrive_id``). The fence refuses a second commit of that
-id, so two re-drives of a shard cannot both land; one whose marking was lost (a crash after its
-commit) is found in the sink's history and only marked. Like a replay, the commit carries no shard
-ranges, so the Leader's progress never sees it. The rows' dead-row records are then marked
-``redriven`` with the sink snapshot that took them in.
+id, so two re-drives of a shard cannot both land. The re-drive holds the window's replay ticket, so
+no replay or canary promotion of the window (whose output would hold the rows already) runs
+meanwhile, and it looks at the sink again once it holds it. A re-drive whose marking was lost (a
+crash after its commit) is found in the sink's history and only marked. Like a replay, the commit
+carries no shard ranges, so the Leader's progress never sees it. The rows' dead-row records are
+then marked ``redriven`` with the sink snapshot that took them in. Under ``on_change: fail`` a fix
+that changed the transform's path is refused, as a replay with it is.
 """
 
 from __future__ import annotations
@@ -23,7 +26,7 @@ from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.errors import AlreadyCommitted, ReplayIncomplete
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.isolation import redrive_id
-from iceberg.protocol.shards import sink_window
+from iceberg.protocol.shards import sink_window, window_label
 from iceberg.protocol.sink_commit import (
     KEY_EPOCH,
     KEY_GROUP,
@@ -34,7 +37,9 @@ from iceberg.protocol.sink_commit import (
     LINEAGE_COLUMNS,
 )
 from iceberg.protocol.state import Lease
+from iceberg.replay import replay_ticket
 from iceberg.store.dead_rows import ISOLATED, IsolatedShard, isolated_in_sink, latest_rows, mark_redriven
+from iceberg.store.heartbeats import heartbeat
 from iceberg.store.registry import load_state
 from iceberg.store.tables import load_optional, load_source
 from spark_jobs.borrower.isolation import except_rows
@@ -79,11 +84,24 @@ def redrive_rows(
             if marked:
                 done.append(RowRedrive(shard.shard_id, marked, shard.redriven_in, already=True))
             continue
-        try:
-            published = commit_rows(spark, lakehouse, group, shard, state.epoch, run_id)
-        except AlreadyCommitted:
-            progress(f"{group.name}: the isolated rows of shard {shard.shard_id} were re-driven meanwhile; skipped")
-            continue
+        window = window_label(shard.window_start_ms or 0, group.replay_window)
+        holder = f"{run_id}-{shard.shard_id}"
+        with (
+            replay_ticket(catalog, group, window, holder),
+            heartbeat(catalog, group.name, holder, interval_s=group.session_timeout_s / 3),
+        ):
+            # Holding the window's ticket, no replay or promotion of it runs: look again, since one may have just
+            # landed (its output holds the rows already).
+            fresh = isolated_in_sink(catalog.load_table(group.sink), group.name, group.replay_window, state.epoch)
+            since = fresh[shard.shard_id].redriven_in if shard.shard_id in fresh else None
+            if since is not None:
+                mark_rows(lakehouse, group, shard, since)
+                continue
+            try:
+                published = commit_rows(spark, lakehouse, group, shard, state.epoch, run_id)
+            except AlreadyCommitted:
+                progress(f"{group.name}: the isolated rows of shard {shard.shard_id} were re-driven meanwhile; skipped")
+                continue
         mark_rows(lakehouse, group, shard, published.snapshot_id)
         progress(f"{group.name}: {published.added_records} isolated rows of shard {shard.shard_id} re-driven")
         done.append(RowRedrive(shard.shard_id, published.added_records, published.snapshot_id))

@@ -101,7 +101,7 @@ def expression_kinds(plan: Any) -> set[str]:
     return found
 
 
-def streams_rows(df: DataFrame, source: str) -> bool:
+def streams_rows(df: DataFrame, source: str, holding: frozenset[str] = HOLDING_EXPRESSIONS) -> bool:
     """Whether ``df``'s rows come from scans of ``source`` only, through operators that hand rows on one by one.
 
     The analyzed plan tells, with cached data in place (an ``InMemoryRelation``, refused: a cached
@@ -110,6 +110,8 @@ def streams_rows(df: DataFrame, source: str) -> bool:
     of a cold consume's first lease on W1), and even optimizing it cost a cold JVM 2 to 4 s. It is
     the stricter reading: Spark's optimizer may remove an operator, but adds one only for the
     expressions refused here (rules a session extension adds are not known to this check).
+    ``holding`` are the expressions refused; row isolation allows a Python UDF, whose batches keep
+    each row's output its own (``spark_jobs/borrower/isolation.py``).
     """
     plan = df._jdf.queryExecution().withCachedData()
     names = plan_nodes(plan)
@@ -118,7 +120,7 @@ def streams_rows(df: DataFrame, source: str) -> bool:
         bool(scans)
         and all(name == f"{SCAN} {source}" for name in scans)
         and all(name in STREAMING for name in names if name not in scans)
-        and not expression_kinds(plan) & HOLDING_EXPRESSIONS
+        and not expression_kinds(plan) & holding
     )
 
 

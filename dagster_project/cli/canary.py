@@ -13,6 +13,7 @@ from dagster_project.cli.logfile import log_line, run_output
 from dagster_project.cli.output import JSON_HELP, dumps
 from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
 from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.errors import UsageError
 from iceberg.protocol.group import GroupConfig
 
 if TYPE_CHECKING:
@@ -27,13 +28,14 @@ def add_canary(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "how its output differs from main's; --promote then makes it the window's output in one commit",
     )
     canary.add_argument("group", help=GROUP_HELP)
-    canary.add_argument("--transform", required=True, help="the new transform, as module:function")
+    canary.add_argument("--transform", help="the new transform, as module:function (not with --promote)")
     canary.add_argument("--window", help="the window to try it on (default: the newest window with output)")
     canary.add_argument("--key", help="a column that identifies a row, to tell changed rows from added and removed")
     canary.add_argument(
         "--promote",
         action="store_true",
-        help="publish the canary already staged for this transform as its window's output, in one fenced commit",
+        help="publish the canary already staged as its window's output, in one fenced commit, once the groups file "
+        "names its transform",
     )
     canary.add_argument("--json", action="store_true", help=JSON_HELP)
     canary.set_defaults(run=cmd_canary)
@@ -45,11 +47,13 @@ def cmd_canary(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     from spark_jobs.session import get_session
 
     group = pick(groups, args.group, args.groups)
+    if args.promote == bool(args.transform):
+        raise UsageError("canary: give --transform to try one, or --promote (alone) to publish the one tried")
     run_id = f"canary-{int(time.time())}"
     with run_output(dagster_home(), "canary", args.verbose):
         spark = get_session(lakehouse)
         if args.promote:
-            report = promote_canary(spark, lakehouse, group, args.transform, run_id, log_line)
+            report = promote_canary(spark, lakehouse, group, run_id, log_line)
         else:
             diff = run_canary(spark, lakehouse, group, args.transform, args.window, args.key, log_line)
     if args.promote:
@@ -57,10 +61,6 @@ def cmd_canary(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
             print(dumps(asdict(report)))
             return Exit.OK
         print(f"promoted: {report.line()}")
-        print(
-            f"the registry of {group.name} now pins {args.transform}; set `transform: {args.transform}` for "
-            f"{group.name} in its groups file: until then its Leader stops at the change, naming it"
-        )
         return Exit.OK
     if args.json:
         print(dumps(asdict(diff)))
@@ -83,7 +83,7 @@ def render(diff: CanaryDiff, group: GroupConfig) -> str:
         lines.append(f"a sample of the {what}:")
         lines += [f"  {json.dumps(row, default=str)}" for row in diff.sample]
     lines.append(
-        f"main is untouched; `icegroup canary {group.name} --transform {diff.transform} --promote` makes this the "
-        f"output of window {diff.window} in one commit"
+        f"main's rows are untouched. To make this window {diff.window}'s output: set `transform: {diff.transform}` "
+        f"for {group.name} in its groups file, then `icegroup canary {group.name} --promote` (one commit)"
     )
     return "\n".join(lines)

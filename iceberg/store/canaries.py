@@ -45,7 +45,8 @@ def load_canary(sink: Table, group: str) -> Canary | None:
     return Canary.model_validate_json(raw) if raw else None
 
 
-def drop_canary(sink: Table, group: str) -> None:
-    """Forget the group's canary (promoted)."""
-    if canary_key(group) in sink.properties:
+def drop_canary(sink: Table, group: str, token: str) -> None:
+    """Forget the group's canary once promoted, unless a newer one (another token) replaced it meanwhile."""
+    now = load_canary(sink, group)
+    if now is not None and now.token == token:
         sink.transaction().remove_properties(canary_key(group)).commit_transaction()

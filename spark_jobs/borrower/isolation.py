@@ -20,7 +20,7 @@ from iceberg.errors import PlatformUnavailable
 from iceberg.protocol.isolation import Bisection, PoisonRow, Probe, Span, bisect
 from iceberg.protocol.shards import Shard
 from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
-from spark_jobs.row_files import HOLDING_EXPRESSIONS, SCAN, STREAMING, expression_kinds, plan_nodes, sql_string
+from spark_jobs.row_files import HOLDING_EXPRESSIONS, sql_string, streams_rows
 from spark_jobs.shards import FILE_COLUMN, POS_COLUMN, identity_filter, of_files
 
 # A Python UDF holds rows back in batches, which is why ``streams_rows`` refuses it, but it still
@@ -39,15 +39,7 @@ class Isolation:
 
 def rowwise(df: DataFrame, source: str) -> bool:
     """Whether each output row of ``df`` is made from one row of ``source`` alone: projections, filters, UDFs."""
-    plan = df._jdf.queryExecution().withCachedData()
-    names = plan_nodes(plan)
-    scans = [name for name in names if name.startswith(f"{SCAN} ")]
-    return (
-        bool(scans)
-        and all(name == f"{SCAN} {source}" for name in scans)
-        and all(name in STREAMING for name in names if name not in scans)
-        and not expression_kinds(plan) & ROW_BY_ROW_EXPRESSIONS
-    )
+    return streams_rows(df, source, ROW_BY_ROW_EXPRESSIONS)
 
 
 def in_spans(spans: Sequence[Span]) -> Column:

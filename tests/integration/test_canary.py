@@ -1,9 +1,9 @@
 """Canary transforms: a changed transform's output for a window, staged beside main, compared, promoted in one commit.
 
 The canary of ``amount_in_cents`` over today's window changes every row's amount and nothing else,
-and main does not move. Its promotion replaces the window in one fenced commit: a reader scanning
-the sink all through it sees either every old row or every new row, never a mix; the promoted rows
-are exactly the staged ones, and the registry records the transform change.
+and main does not move. Its promotion waits for the groups file to name the new transform, then
+replaces the window in one fenced commit: a reader scanning the sink all through it sees either
+every old row or every new row, never a mix, and the registry records the transform change.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError
+from iceberg.errors import UsageError, WindowMoved
 from iceberg.store.canaries import load_canary
 from iceberg.store.registry import load_state
 from spark_jobs.canary import promote_canary, run_canary
@@ -67,10 +67,13 @@ def test_a_canary_shows_its_difference_and_leaves_main_untouched_then_promotes_i
             now = amounts(catalog, group.sink)
             seen.append("old" if now == before else "new" if now == after else f"MIXED: {now}")
 
+    with pytest.raises(UsageError, match=f"set `transform: {CENTS}` for it in its groups file first"):
+        promote_canary(spark, lakehouse, group, "promote-0", quiet)
+    switched = group.model_copy(update={"transform": CENTS, "on_change": "continue"})  # the groups file, edited
     reader = threading.Thread(target=read_while_promoting)
     reader.start()
     try:
-        report = promote_canary(spark, lakehouse, group, CENTS, "promote-1", quiet)
+        report = promote_canary(spark, lakehouse, switched, "promote-1", quiet)
     finally:
         done.set()
         reader.join()
@@ -85,9 +88,9 @@ def test_a_canary_shows_its_difference_and_leaves_main_untouched_then_promotes_i
     assert load_canary(main, group.name) is None
     state = load_state(catalog, group.name).state
     assert state is not None
-    assert state.config_hash == group.model_copy(update={"transform": CENTS}).config_hash
+    assert state.config_hash == switched.config_hash, "the registry pins the promoted transform"
     with pytest.raises(UsageError, match="no canary to promote"):
-        promote_canary(spark, lakehouse, group, CENTS, "promote-2", quiet)
+        promote_canary(spark, lakehouse, switched, "promote-2", quiet)
 
 
 def test_a_canary_whose_window_moved_is_not_promoted(
@@ -102,8 +105,9 @@ def test_a_canary_whose_window_moved_is_not_promoted(
     drive(spark, lakehouse, group)  # new output of the window, after the canary planned it
     before = catalog.load_table(group.sink).scan().to_arrow()
 
-    with pytest.raises(Exception, match="run `icegroup canary` again"):
-        promote_canary(spark, lakehouse, group, CENTS, "promote-1", quiet)
+    switched = group.model_copy(update={"transform": CENTS, "on_change": "continue"})
+    with pytest.raises(WindowMoved, match="run `icegroup canary` again"):
+        promote_canary(spark, lakehouse, switched, "promote-1", quiet)
 
     after = catalog.load_table(group.sink).scan().to_arrow()
     assert pa.Table.equals(before.sort_by("event_id"), after.sort_by("event_id")), "nothing was replaced"

@@ -294,9 +294,9 @@ def test_the_canary_job_records_the_difference_on_the_window_then_promotes_it(
     assert observed.metadata["main_rows"].value == observed.metadata["canary_rows"].value == 20
     assert observed.metadata["rows_added"].value == observed.metadata["rows_removed"].value == 0
     assert "| amount |" in str(observed.metadata["columns"].value)
-    promoted = job.execute_in_process(
-        instance=instance, run_config={"ops": {op: {"config": {**config, "promote": True}}}}
-    )
+    switched = group.model_copy(update={"transform": cents, "on_change": "continue"})  # the groups file, edited
+    promote = build_definitions({group.name: switched}, "lake").resolve_job_def(f"{group.name}_canary")
+    promoted = promote.execute_in_process(instance=instance, run_config={"ops": {op: {"config": {"promote": True}}}})
     (materialized,) = promoted.asset_materializations_for_node(op)
     assert materialized.partition == window
     assert materialized.metadata["rows_replaced"].value == 20

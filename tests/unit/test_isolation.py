@@ -33,7 +33,7 @@ def test_three_poison_rows_of_a_hundred_thousand_are_found_with_their_own_errors
         PoisonRow("b.parquet", 34_999, "ValueError: b"),
         PoisonRow("c.parquet", 0, "KeyError"),
     ]
-    assert found.probes == len(sizes) <= 2 * 3 * 17 + 4, "about 2 k log2(n) tries"
+    assert found.probes == len(sizes) <= 2 * 3 * 17, "at most about 2 k log2(n) tries"
 
 
 def test_more_poison_rows_than_the_cap_stop_the_search() -> None:
@@ -52,8 +52,28 @@ def test_a_failure_no_single_row_causes_stops_the_search() -> None:
 
     found = bisect(FILES, "needs every row", fails_only_whole, cap=100)
 
-    assert found.stopped == "100000 rows fail together, while each half of them passes"
+    assert found.stopped == "the failure needs several rows together: no single row fails on its own"
     assert found.rows == []
+
+
+def test_a_row_known_to_fail_only_because_its_sibling_passed_is_tried_alone_before_it_counts() -> None:
+    def fails_with_both_of_two(spans: Sequence[Span]) -> str | None:
+        held = {(path, pos) for path, first, end in spans for pos in range(first, end)}
+        return "needs 5 and 9" if {("a.parquet", 5), ("a.parquet", 9)} <= held else None
+
+    found = bisect([("a.parquet", 0, 16)], "needs 5 and 9", fails_with_both_of_two, cap=100)
+
+    assert found.stopped == "the failure needs several rows together: no single row fails on its own"
+    assert found.rows == []
+
+
+def test_when_the_first_half_passes_the_second_is_not_tried() -> None:
+    sizes, probe = probe_failing_on({("a.parquet", 39_999): "last row"})
+
+    found = bisect([("a.parquet", 0, 40_000)], "last row", probe, cap=100)
+
+    assert found.rows == [PoisonRow("a.parquet", 39_999, "last row")]
+    assert found.probes == len(sizes) == 17, "one try a level (16 levels), and one to confirm the row alone"
 
 
 def test_halves_split_whole_files_first_then_positions() -> None:
