@@ -122,7 +122,9 @@ def test_a_backfill_launched_through_the_ui_api_replays_the_window(daemon: Path)
         ]
     assert sorted(checked) == ["dead_letters", "exactly_once", "lag"], "a UI backfill of the sink runs its checks"
     assert [run.status for run in runs] == [dg.DagsterRunStatus.SUCCESS]
-    assert runs[0].tags["dagster/partition"] == window
+    # One run for the selection's range (BackfillPolicy.single_run), tagged with the range, here one window.
+    tags = runs[0].tags
+    assert (tags["dagster/asset_partition_range_start"], tags["dagster/asset_partition_range_end"]) == (window, window)
     head = catalog.load_table(group.sink).current_snapshot()
     assert head is not None
     assert head.summary is not None
