@@ -38,7 +38,7 @@ from iceberg.protocol.sink_commit import (
 )
 from iceberg.protocol.state import Lease
 from iceberg.replay import replay_ticket
-from iceberg.store.dead_rows import ISOLATED, IsolatedShard, isolated_in_sink, latest_rows, mark_redriven
+from iceberg.store.dead_rows import IsolatedShard, isolated_in_sink, mark_taken_in
 from iceberg.store.heartbeats import heartbeat
 from iceberg.store.registry import load_state
 from iceberg.store.tables import load_optional, load_source
@@ -80,7 +80,7 @@ def redrive_rows(
         if shards and shard.shard_id not in shards:
             continue
         if shard.redriven_in is not None:
-            marked = mark_rows(lakehouse, group, shard, shard.redriven_in)
+            marked = mark_taken_in(catalog, group.name, shard, shard.redriven_in)
             if marked:
                 done.append(RowRedrive(shard.shard_id, marked, shard.redriven_in, already=True))
             continue
@@ -95,14 +95,14 @@ def redrive_rows(
             fresh = isolated_in_sink(catalog.load_table(group.sink), group.name, group.replay_window, state.epoch)
             since = fresh[shard.shard_id].redriven_in if shard.shard_id in fresh else None
             if since is not None:
-                mark_rows(lakehouse, group, shard, since)
+                mark_taken_in(catalog, group.name, shard, since)
                 continue
             try:
                 published = commit_rows(spark, lakehouse, group, shard, state.epoch, run_id)
             except AlreadyCommitted:
                 progress(f"{group.name}: the isolated rows of shard {shard.shard_id} were re-driven meanwhile; skipped")
                 continue
-        mark_rows(lakehouse, group, shard, published.snapshot_id)
+        mark_taken_in(catalog, group.name, shard, published.snapshot_id)
         progress(f"{group.name}: {published.added_records} isolated rows of shard {shard.shard_id} re-driven")
         done.append(RowRedrive(shard.shard_id, published.added_records, published.snapshot_id))
     return done
@@ -166,12 +166,3 @@ def commit_rows(
         KEY_RUN: run_id,
     }
     return publish_shard(spark, sink_table, token, group.name, lease, [rid], props)
-
-
-def mark_rows(lakehouse: LakehouseConfig, group: GroupConfig, shard: IsolatedShard, sink_snapshot: int) -> int:
-    """Mark the shard's isolated dead rows re-driven in ``sink_snapshot``; returns how many were still open."""
-    catalog = lakehouse.catalog()
-    wanted = {(shard.shard_id, path, pos) for path, positions in shard.positions.items() for pos in positions}
-    still = [row for key, row in latest_rows(catalog, group.name).items() if key in wanted and row.action == ISOLATED]
-    mark_redriven(catalog, group.name, still, sink_snapshot)
-    return len(still)

@@ -19,7 +19,7 @@ from iceberg.errors import UsageError
 from iceberg.protocol.group import GroupConfig
 from iceberg.protocol.sink_commit import COL_WINDOW
 from iceberg.store.dead_letters import latest, open_letters, redrive
-from iceberg.store.dead_rows import pending_redrives
+from iceberg.store.dead_rows import mark_taken_in, pending_redrives, taken_in_unmarked
 from iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
 from iceberg.store.tables import load_optional
 
@@ -78,7 +78,8 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     open_now = open_letters(catalog, group.name)
     wanted = set(args.shard or [])
     rows_now = [s for s in pending_redrives(catalog, group) if not wanted or s.shard_id in wanted]
-    unknown = sorted(wanted - set(open_now) - {s.shard_id for s in rows_now})
+    taken = [s for s in taken_in_unmarked(catalog, group) if not wanted or s.shard_id in wanted]
+    unknown = sorted(wanted - set(open_now) - {s.shard_id for s in [*rows_now, *taken]})
     if unknown:
         raise UsageError(
             f"shard(s) {unknown} of group {group.name!r} are not parked or stopped, and have no isolated rows to "
@@ -86,6 +87,9 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         )
     if args.execute:
         chosen = redrive(catalog, group.name, args.shard)
+        for resolved in taken:  # a replay or an earlier re-drive took them in: only the record is behind
+            if resolved.redriven_in is not None:
+                mark_taken_in(catalog, group.name, resolved, resolved.redriven_in)
         redriven = execute_row_redrives(lakehouse, group, wanted, args.verbose) if rows_now else []
         rows = [(r.shard_id, r.rows, f" (sink snapshot {r.sink_snapshot})") for r in redriven]
     else:
@@ -102,6 +106,10 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         print(f"{verb}: shard {letter.shard_id} (stream {letter.stream})")
     for shard, count, where in rows:
         print(f"{verb}: {count} isolated rows of shard {shard}{where}")
+    for found in taken:
+        done = "marked" if args.execute else "would mark"
+        print(f"{done}: the {found.rows} isolated rows of shard {found.shard_id} re-driven, taken in by sink snapshot "
+              f"{found.redriven_in} (a replay of their window, or a re-drive)")  # fmt: skip
     total = sum(count for _, count, _ in rows)
     if not args.execute:
         parts = [f"{len(chosen)} shard(s)"] if chosen or not rows else []

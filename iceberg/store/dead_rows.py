@@ -167,3 +167,22 @@ def pending_redrives(catalog: Catalog, group: GroupConfig) -> list[IsolatedShard
     state = load_state(catalog, group.name).state
     shards = isolated_in_sink(table, group.name, group.replay_window, state.epoch).values() if table and state else []
     return sorted((s for s in shards if s.redriven_in is None), key=lambda s: s.committed_in)
+
+
+def mark_taken_in(catalog: Catalog, group: str, shard: IsolatedShard, sink_snapshot: int) -> int:
+    """Mark the shard's isolated dead rows re-driven in ``sink_snapshot``; returns how many were still open."""
+    wanted = {(shard.shard_id, path, pos) for path, positions in shard.positions.items() for pos in positions}
+    still = [row for key, row in latest_rows(catalog, group).items() if key in wanted and row.action == ISOLATED]
+    mark_redriven(catalog, group, still, sink_snapshot)
+    return len(still)
+
+
+def taken_in_unmarked(catalog: Catalog, group: GroupConfig) -> list[IsolatedShard]:
+    """Shards whose isolated rows a replay or re-drive took in, while the dead-row table still says isolated."""
+    table = load_optional(catalog, group.sink)
+    state = load_state(catalog, group.name).state
+    if table is None or state is None:
+        return []
+    open_rows = {row.shard_id for row in latest_rows(catalog, group.name).values() if row.action == ISOLATED}
+    found = isolated_in_sink(table, group.name, group.replay_window, state.epoch).values()
+    return [s for s in found if s.redriven_in is not None and s.shard_id in open_rows]

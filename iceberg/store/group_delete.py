@@ -3,8 +3,8 @@
 A group keeps its registry, lineage, dead-letter and dead-row tables (``icegroup.registry_<group>``,
 ``lineage_<group>``, ``dead_letters_<group>``, ``dead_rows_<group>``), its heartbeat rows, its
 registration and branch on the source (``icegroup.consumer.<group>``, ``icegroup-<group>``) and, on
-the sink, its markers (``icegroup.reset(s).<group>``, ``icegroup.follows.<group>``). All of it
-goes; the sink's rows and snapshots stay.
+the sink, its markers (``icegroup.reset(s).<group>``, ``icegroup.follows.<group>``,
+``icegroup.canary.<group>``). All of it goes; the sink's rows and snapshots stay.
 
 The sink's fences stay, and the epoch fence goes up by one: a Borrower of the deleted group still
 alive past its lease's deadline (a zombie) is refused by the epoch, as after a reset, and the group
@@ -32,6 +32,7 @@ from iceberg.protocol.fences import epoch_key
 from iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
 from iceberg.protocol.source_ref import ref_name
 from iceberg.protocol.state import GroupState
+from iceberg.store.canaries import canary_key
 from iceberg.store.dead_letters import dead_letter_identifier
 from iceberg.store.dead_rows import dead_rows_identifier
 from iceberg.store.fences import raise_fences
@@ -66,7 +67,7 @@ class Footprint:
 
 def owned_property(group: str, key: str) -> bool:
     """Whether a sink property is one of ``group``'s markers, which a delete removes (its fences stay)."""
-    return key in {reset_key(group), resets_key(group), follows_key(group)}
+    return key in {reset_key(group), resets_key(group), follows_key(group), canary_key(group)}
 
 
 def footprint(catalog: Catalog, group: str, source: str, sink: str) -> Footprint:
