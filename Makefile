@@ -8,6 +8,9 @@ export DAGSTER_HOME ?= $(CURDIR)/.dagster
 export ICEGROUP_HOME ?= $(CURDIR)
 export ICEGROUP_GROUPS ?= $(CURDIR)/dagster_project/groups.yaml
 PYTEST_ARGS ?=
+# The default pair (docs/reference/matrix.md): what the lock's pyspark runs and icegroup-spark.jar is built against.
+ICEBERG_VERSION ?= 1.10.2
+SPARK_RUNTIME ?= 3.5_2.12
 
 .DEFAULT_GOAL := help
 .PHONY: help system venv lock jvm jars dist docs instance demo test lint unit chaos bench ui screenshots clean stack-up stack-down stack-status test-stack bench-stack
@@ -16,7 +19,7 @@ help: ## list the targets (this text)
 	@echo "icegroup: make TARGET"
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## (.*)/\1\t\2/' | awk -F'\t' '{printf "  %-13s %s\n", $$1, $$2}'
 
-system: ## Java 17 and the JDBC driver jars (apt-get as root when missing)
+system: ## Java 17, Maven, PostgreSQL and Chromium (apt-get as root when missing)
 	@bash infra/install_system.sh
 
 $(STAMP): pyproject.toml requirements.lock
@@ -28,12 +31,10 @@ venv: $(STAMP) ## the virtualenv with exactly the tested versions (requirements.
 lock: venv ## re-resolve requirements.lock within pyproject.toml's ranges (then run make test: the lock is what was tested)
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11.7 --no-annotate --custom-compile-command "make lock" -q -o requirements.lock
 
-jvm: system venv ## the jars: the fenced sink commit (spark_jobs/sink/jvm), the SQLite JDBC shim (infra/sqlite_jdbc) and the local REST catalog server (infra/rest_catalog)
-	@bash infra/build_jar.sh spark_jobs/sink/jvm/src spark_jobs/sink/jvm/icegroup-commit.jar $(PY)
-	@bash infra/build_jar.sh infra/sqlite_jdbc/src infra/sqlite_jdbc/icegroup-sqlite-jdbc.jar $(PY)
-	@bash infra/build_jar.sh infra/rest_catalog/src infra/rest_catalog/icegroup-rest-catalog.jar $(PY) "$$($(PY) -m infra.rest_catalog --compile-classpath)"
+jvm: system venv ## icegroup's Java, built with Maven against the Iceberg in use: the fenced sink commit and the SQLite shim (icegroup-spark.jar) and the stack's REST catalog server
+	@bash infra/build_jvm.sh $(ICEBERG_VERSION) $(SPARK_RUNTIME)
 
-jars: jvm ## one folder, build/jars, with every jar Spark needs: what a cluster's `jars:` setting points at
+jars: jvm ## one folder, build/jars, with every jar Spark needs, resolved from Maven Central: what a cluster's `jars:` setting points at
 	@$(PY) -m infra.jars build/jars
 
 dist: jvm ## the wheel, with the compiled jars inside, in dist/: `pip install dist/icegroup-*.whl` needs Java 17, no compiler

@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
-# Installs what Spark needs from Debian when it is missing: a Java runtime and the JDBC driver jars;
-# and PostgreSQL and Chromium for the test tiers.
+# Installs from Debian what is missing: a JDK 17 and Maven (icegroup's Java is a Maven build; Spark's jars come
+# from Maven Central by coordinates), and PostgreSQL and Chromium for the test tiers.
 # Stops with a message naming what to install where it cannot (no apt-get, or not root).
 set -euo pipefail
 
 need=()
-# A JDK, not just a JRE: javac builds the fenced commit jar (spark_jobs/sink/jvm) and the SQLite shim jar (infra/sqlite_jdbc).
+# A JDK, not just a JRE, and Maven: they build icegroup-spark.jar (spark_jobs/sink/jvm) and the stack's REST server.
 if ! command -v java >/dev/null 2>&1 || ! command -v javac >/dev/null 2>&1; then
   need+=(openjdk-17-jdk-headless)
 fi
-[ -f /usr/share/java/sqlite-jdbc.jar ] || need+=(libxerial-sqlite-jdbc-java)
-[ -f /usr/share/java/postgresql.jar ] || need+=(libpostgresql-jdbc-java)
+command -v mvn >/dev/null 2>&1 || need+=(maven)
 # A PostgreSQL server: the catalog beyond one machine, and the tests' PostgreSQL tier.
 ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1 || need+=(postgresql)
 # A browser: the UI test (tests/e2e/test_ui.py) opens the Dagster UI in Chromium through Playwright.

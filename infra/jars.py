@@ -1,50 +1,63 @@
 """``make jars``: one folder holding every jar Spark needs, for the lakehouse's ``jars`` setting.
 
 A cluster's driver and executors then take their jars from that one place (copy it to shared storage
-or a web server for hosts that do not share this disk) instead of from this host's install paths.
+or a web server for hosts that do not share this disk) instead of resolving coordinates themselves.
+Maven copies each coordinate icegroup would hand Spark (for both catalog backends and S3) into it,
+so the folder holds exactly the files ``jars:`` expects, under Maven's names.
 """
 
 from __future__ import annotations
 
 import argparse
 import shutil
+import subprocess
 from pathlib import Path
 
-from spark_jobs.session import AWS_BUNDLE_JAR, COMMIT_JAR, DRIVER_JARS, SQLITE_SHIM_JAR, runtime_jar
+import pyspark
+
+from iceberg.config.lakehouse import LakehouseConfig
+from spark_jobs.jars import ICEGROUP_JAR, coordinates
 
 DEFAULT_FOLDER = Path("build/jars")
+DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy"
 
 
-def collect(folder: Path) -> list[Path]:
-    """Copy the Iceberg runtime, both JDBC drivers and icegroup's own jars into ``folder``; returns them.
+def every_coordinate(iceberg_version: str | None) -> list[str]:
+    """The runtime for this pyspark, both JDBC drivers and the AWS bundle: all a ``jars`` folder may be asked for."""
+    lakehouses = [
+        LakehouseConfig(catalog_uri="sqlite:////tmp/c.db", warehouse="s3://b/w", iceberg_version=iceberg_version),
+        LakehouseConfig(catalog_uri="postgresql://h/db", warehouse="/w", iceberg_version=iceberg_version),
+    ]
+    found: list[str] = []
+    for lakehouse in lakehouses:
+        found += [c for c in coordinates(lakehouse, pyspark.__version__, None) if c not in found]
+    return found
 
-    A jar already there with the same size is left alone, so re-running is cheap; the AWS bundle is
-    never downloaded (Maven Central only) and is kept if someone put it there.
-    """
+
+def collect(folder: Path, iceberg_version: str | None = None) -> list[Path]:
+    """Copy every coordinate's jar and ``icegroup-spark.jar`` into ``folder``; Maven skips what is already there."""
+    if not ICEGROUP_JAR.is_file():
+        raise SystemExit(f"missing {ICEGROUP_JAR}; run `make jvm` first")
     folder.mkdir(parents=True, exist_ok=True)
-    sources = [runtime_jar(), Path(DRIVER_JARS["sqlite"]), Path(DRIVER_JARS["postgresql"]), SQLITE_SHIM_JAR, COMMIT_JAR]
-    missing = [str(source) for source in sources if not source.is_file()]
-    if missing:
-        raise SystemExit(f"missing {', '.join(missing)}; run `make jvm` first")
-    copied = []
-    for source in sources:
-        target = folder / source.name
-        if not target.is_file() or target.stat().st_size != source.stat().st_size:
-            shutil.copyfile(source, target)
-        copied.append(target)
-    return copied
+    for coordinate in every_coordinate(iceberg_version):
+        subprocess.run(
+            ["mvn", "-q", "-B", DEPENDENCY_PLUGIN, f"-Dartifact={coordinate}", f"-DoutputDirectory={folder}"],
+            check=True,
+        )
+    shutil.copyfile(ICEGROUP_JAR, folder / ICEGROUP_JAR.name)
+    return sorted(folder.glob("*.jar"))
 
 
 def main() -> None:
-    """Fill the folder and say what to set, and what an S3 warehouse still needs."""
+    """Fill the folder and say what to set."""
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("folder", type=Path, nargs="?", default=DEFAULT_FOLDER)
-    folder = parser.parse_args().folder.resolve()
-    for jar in collect(folder):
+    parser.add_argument("--iceberg-version", help="Iceberg release; default: the installed Spark's default")
+    args = parser.parse_args()
+    folder = args.folder.resolve()
+    for jar in collect(folder, args.iceberg_version):
         print(f"  {jar.name}")
     print(f"jars: {folder}   (set jars: in the lakehouse config, or ICEGROUP_JARS)")
-    if not (folder / AWS_BUNDLE_JAR).is_file():
-        print(f"an s3:// warehouse also needs {AWS_BUNDLE_JAR} here, from Maven Central (not on PyPI)")
 
 
 if __name__ == "__main__":

@@ -2,9 +2,10 @@
 
 icegroup's fences must hold against a REST catalog, where the server checks a commit's requirements
 against the latest metadata. Iceberg's own REST test server is a test fixture (Jetty, a Docker image)
-that this project cannot fetch, so ``infra/rest_catalog/`` holds a small server over Iceberg's
-reference ``CatalogHandlers`` and a ``JdbcCatalog`` (SQLite or PostgreSQL), built by ``make jvm`` from
-jars already installed: the Iceberg runtime, pyspark's Hadoop client and the Debian JDBC drivers.
+that needs a classpath of its own, so ``infra/rest_catalog/`` holds a small server over Iceberg's
+reference ``CatalogHandlers`` and a ``JdbcCatalog`` (SQLite or PostgreSQL). ``make jvm`` builds it
+with Maven, which copies the Iceberg runtime and the JDBC drivers it runs with into
+``infra/rest_catalog/lib``; Hadoop's client comes from the pyspark install.
 
 The server requires a credential, so that clients go through their real credential configuration:
 OAuth2 client credentials at ``/v1/oauth/tokens`` (pyiceberg and Spark: ``credential=id:secret`` and
@@ -26,9 +27,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from infra.processes import wait_for
-from spark_jobs.session import DRIVER_JARS, SQLITE_SHIM_JAR, runtime_jar
+from spark_jobs.jars import ICEGROUP_JAR
 
-SERVER_JAR = Path(__file__).resolve().parent / "rest_catalog" / "icegroup-rest-catalog.jar"
+SERVER_DIR = Path(__file__).resolve().parent / "rest_catalog"
+SERVER_JAR = SERVER_DIR / "target" / "icegroup-rest-catalog.jar"
 MAIN_CLASS = "icegroup.rest.RestCatalogServer"
 # What a credentials mapping may hold, and the server's environment variable for each.
 CREDENTIAL_ENV = {
@@ -66,28 +68,18 @@ def _one(folder: Path, pattern: str) -> Path:
     return found[-1]
 
 
-def compile_classpath() -> list[Path]:
-    """What javac needs besides the Iceberg runtime jar: Hadoop's ``Configuration``, for ``make jvm``."""
-    return [_one(pyspark_jars_dir(), "hadoop-client-api-*.jar")]
-
-
 def classpath() -> list[Path]:
-    """Every jar the server runs with, checked to exist: its own, Iceberg's, pyspark's and both JDBC drivers.
+    """Every jar the server runs with, checked to exist: its own, Maven's copies, pyspark's.
 
-    icegroup's SQLite shim is on it too: with ``jdbc:icegroup-sqlite:<path>`` the server can share a
-    SQLite catalog file with other processes (pyiceberg's SqlCatalog, Spark) without holding a read
-    transaction open on it; a file only the server uses can stay ``jdbc:sqlite:``.
+    icegroup's SQLite shim (in ``icegroup-spark.jar``) is on it too: with ``jdbc:icegroup-sqlite:<path>``
+    the server can share a SQLite catalog file with other processes (pyiceberg's SqlCatalog, Spark)
+    without holding a read transaction open on it; a file only the server uses can stay ``jdbc:sqlite:``.
     """
-    for own in (SERVER_JAR, SQLITE_SHIM_JAR):
-        if not own.is_file():
-            raise FileNotFoundError(f"{own} is not built; run `make jvm`")
-    jars = [SERVER_JAR, SQLITE_SHIM_JAR, runtime_jar()]
-    jars += [_one(pyspark_jars_dir(), pattern) for pattern in PYSPARK_JARS]
-    for driver in (Path(DRIVER_JARS["postgresql"]), Path(DRIVER_JARS["sqlite"])):
-        if not driver.is_file():
-            raise FileNotFoundError(f"{driver} is missing; run `make system` (Debian's JDBC driver packages)")
-        jars.append(driver)
-    return jars
+    lib = sorted((SERVER_DIR / "lib").glob("*.jar"))
+    for own in (SERVER_JAR, ICEGROUP_JAR):
+        if not own.is_file() or not lib:
+            raise FileNotFoundError(f"{own} or {SERVER_DIR / 'lib'} is not built; run `make jvm`")
+    return [SERVER_JAR, ICEGROUP_JAR, *lib, *(_one(pyspark_jars_dir(), pattern) for pattern in PYSPARK_JARS)]
 
 
 @dataclass(frozen=True)
@@ -250,13 +242,7 @@ def main() -> None:
     parser.add_argument("--catalog-name", default="lake")
     parser.add_argument("--token-ttl-s", type=int, default=3600)
     parser.add_argument("--threads", type=int, default=8)
-    parser.add_argument(
-        "--compile-classpath", action="store_true", help="print the extra jars javac needs (for make jvm) and exit"
-    )
     args = parser.parse_args()
-    if args.compile_classpath:
-        print(os.pathsep.join(str(jar) for jar in compile_classpath()))
-        return
     if not args.jdbc_url or not args.warehouse:
         parser.error("--jdbc-url and --warehouse are required")
     settings = RestServer(

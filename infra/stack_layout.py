@@ -86,10 +86,13 @@ def lakehouse_config(layout: Layout) -> dict[str, object]:
 
 
 def spark_config(layout: Layout) -> dict[str, object]:
-    """How Borrowers reach the stack's Spark cluster and its jars, whichever catalog they use."""
+    """How Borrowers reach the stack's Spark cluster, whichever catalog they use.
+
+    No ``jars``: the driver resolves the same coordinates as on one machine, and the workers fetch
+    the jars from it.
+    """
     return {
         "spark_master": layout.master_url,
-        "jars": str(repo_root() / "build" / "jars"),
         "spark": {
             "cores_max": layout.app_cores,
             "executor_cores": layout.app_cores,

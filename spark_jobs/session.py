@@ -6,113 +6,23 @@ import logging
 import os
 import threading
 from collections.abc import Iterator, Mapping
-from contextlib import contextmanager
-from importlib.resources import files
+from contextlib import contextmanager, nullcontext
 from pathlib import Path
 from typing import ClassVar
 
+import pyspark
+from py4j.protocol import Py4JError
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
-from sqlalchemy.engine import make_url
 
 from iceberg.config.lakehouse import LakehouseConfig
 from iceberg.config.rest import spark_catalog_properties
 from iceberg.errors import ConfigError
+from spark_jobs.engines import check_pair, supported_pairs
+from spark_jobs.jars import IVY_CONF, remember, resolving, spark_jars
 
-RUNTIME_JAR = "iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
-# S3FileIO and the AWS SDK for Spark's side of an s3:// warehouse; Maven Central only, not on PyPI.
-AWS_BUNDLE_JAR = "iceberg-aws-bundle-1.9.2.jar"
-AWS_BUNDLE_PACKAGE = "org.apache.iceberg:iceberg-aws-bundle:1.9.2"
-DRIVER_JARS = {"sqlite": "/usr/share/java/sqlite-jdbc.jar", "postgresql": "/usr/share/java/postgresql.jar"}
-COMMIT_JAR = Path(__file__).parent / "sink" / "jvm" / "icegroup-commit.jar"
-# The SQLite shim is plumbing of the embedded stack, so it lives in infra/; a jar, not an import.
-SQLITE_SHIM_JAR = Path(__file__).resolve().parents[1] / "infra" / "sqlite_jdbc" / "icegroup-sqlite-jdbc.jar"
 SPARK_REDACTION = "(?i)secret|password|token|access[.]key|credential|header[.]"
 log = logging.getLogger(__name__)
-
-
-def runtime_jar() -> Path:
-    """The Iceberg Spark runtime shipped in the pinned snowpark-connect-deps-iceberg wheel."""
-    jar = Path(str(files("snowpark_connect_deps_iceberg") / "jars" / RUNTIME_JAR))
-    if not jar.is_file():
-        raise ConfigError(
-            f"iceberg_packages: unset, and {RUNTIME_JAR} is not in the snowpark-connect-deps-iceberg wheel; "
-            "reinstall with `make venv`, or set ICEGROUP_ICEBERG_PACKAGES to Maven coordinates"
-        )
-    return jar
-
-
-def _catalog_backend(lakehouse: LakehouseConfig) -> str | None:
-    """The SQL catalog's database backend (``sqlite``, ``postgresql``); None for a REST catalog: no driver."""
-    return None if lakehouse.catalog_uri is None else make_url(lakehouse.catalog_uri).get_backend_name()
-
-
-def driver_jars(lakehouse: LakehouseConfig) -> list[Path]:
-    """The JDBC driver for a SQL catalog's database (from Debian), plus icegroup's own jars.
-
-    ``icegroup-commit.jar`` holds the fenced sink commit; a SQLite catalog also needs the shim in
-    ``icegroup-sqlite-jdbc.jar``. ``make jvm`` builds both. A REST catalog needs no driver: Iceberg's
-    runtime jar holds its client.
-    """
-    backend = _catalog_backend(lakehouse)
-    jars: list[Path] = []
-    if backend is not None:
-        jar = Path(DRIVER_JARS[backend])
-        if not jar.is_file():
-            package = "libxerial-sqlite-jdbc-java" if backend == "sqlite" else "libpostgresql-jdbc-java"
-            raise ConfigError(
-                f"catalog_uri: Spark needs {jar} for {backend}; install it with apt-get install {package}"
-            )
-        jars = [jar, SQLITE_SHIM_JAR] if backend == "sqlite" else [jar]
-    for own in (*jars[1:], COMMIT_JAR):
-        if not own.is_file():
-            raise ConfigError(f"Spark needs {own}; build it with `make jvm`")
-    return [*jars, COMMIT_JAR]
-
-
-def jar_names(lakehouse: LakehouseConfig) -> list[str]:
-    """The file names of every jar Spark needs for this lakehouse, as a ``jars`` folder holds them."""
-    backend = _catalog_backend(lakehouse)
-    names = [] if lakehouse.iceberg_packages else [RUNTIME_JAR]
-    if backend is not None:
-        names.append(Path(DRIVER_JARS[backend]).name)
-    if backend == "sqlite":
-        names.append(SQLITE_SHIM_JAR.name)
-    names.append(COMMIT_JAR.name)
-    if lakehouse.on_s3 and not _packages_bring_aws(lakehouse):
-        names.append(AWS_BUNDLE_JAR)
-    return names
-
-
-def jar_locations(lakehouse: LakehouseConfig) -> list[str]:
-    """Where the driver and every executor fetch the jars: the ``jars`` folder or prefix, else this install.
-
-    A cluster's executors get each jar from the location given here (the driver serves local files to
-    them), so one configured place is enough; nothing is looked up on the executors' hosts.
-    """
-    if lakehouse.jars is None:
-        if lakehouse.on_s3 and not _packages_bring_aws(lakehouse):
-            raise ConfigError(
-                f"warehouse: Spark needs {AWS_BUNDLE_JAR} for an S3 warehouse, and it is not on PyPI. Download it "
-                f"from Maven Central into a folder with the other jars (`make jars` fills one) and set jars "
-                f"(ICEGROUP_JARS) to it, or add {AWS_BUNDLE_PACKAGE} to iceberg_packages"
-            )
-        jars = [] if lakehouse.iceberg_packages else [runtime_jar()]
-        return [str(jar) for jar in [*jars, *driver_jars(lakehouse)]]
-    prefix = lakehouse.jars.rstrip("/")
-    names = jar_names(lakehouse)
-    if "://" in prefix and not prefix.startswith("file://"):
-        return [f"{prefix}/{name}" for name in names]
-    folder = Path(prefix.removeprefix("file://"))
-    missing = [name for name in names if not (folder / name).is_file()]
-    if missing:
-        fetch = f"; {AWS_BUNDLE_JAR} comes from Maven Central" if AWS_BUNDLE_JAR in missing else ""
-        raise ConfigError(f"jars: {folder} has no {', '.join(missing)}; fill it with `make jars`{fetch}")
-    return [str(folder / name) for name in names]
-
-
-def _packages_bring_aws(lakehouse: LakehouseConfig) -> bool:
-    return "iceberg-aws-bundle" in (lakehouse.iceberg_packages or "")
 
 
 def spark_jdbc_url(lakehouse: LakehouseConfig) -> str:
@@ -122,7 +32,7 @@ def spark_jdbc_url(lakehouse: LakehouseConfig) -> str:
 
 
 def spark_conf(lakehouse: LakehouseConfig, env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Every Spark setting icegroup needs; pure but for a REST catalog's secrets, read from ``env``, so unit-tested."""
+    """Every Spark setting icegroup needs, unit-tested: reads only a REST catalog's secrets and where the jars are."""
     prefix = f"spark.sql.catalog.{lakehouse.catalog_name}"
     conf = {
         "spark.master": lakehouse.spark_master,
@@ -157,9 +67,11 @@ def spark_conf(lakehouse: LakehouseConfig, env: Mapping[str, str] | None = None)
     conf.update(lakehouse.spark.conf())
     if lakehouse.on_s3:
         conf.update(s3_conf(lakehouse))
-    if lakehouse.iceberg_packages:
-        conf["spark.jars.packages"] = lakehouse.iceberg_packages
-    conf["spark.jars"] = ",".join(jar_locations(lakehouse))
+    jars = spark_jars(lakehouse, pyspark.__version__)
+    conf[IVY_CONF] = str(jars.ivy)
+    if jars.packages:
+        conf["spark.jars.packages"] = ",".join(jars.packages)
+    conf["spark.jars"] = ",".join(jars.files)
     conf.update(lakehouse.spark_conf)
     return conf
 
@@ -222,11 +134,33 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
-        with executors_python(lakehouse.spark.python):
+        # Spark resolves packages only when it starts the JVM; then what it resolved is remembered.
+        packages = conf.get("spark.jars.packages") if SparkContext._active_spark_context is None else None
+        ivy = Path(conf[IVY_CONF])
+        with executors_python(lakehouse.spark.python), resolving(ivy) if packages else nullcontext():
             session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
+        if packages:
+            remember(ivy, tuple(packages.split(",")), session.sparkContext.getConf().get("spark.jars", ""))
+        check_engine(session)
         _Started.conf, _Started.session = conf, session
         return session
+
+
+def check_engine(spark: SparkSession) -> None:
+    """Refuse a Spark and Iceberg pair icegroup does not support, before anything is read or written.
+
+    The versions are the JVM's own, so a runtime a cluster put in ``$SPARK_HOME/jars`` or a user's
+    ``iceberg_packages`` is checked as well as the one icegroup chose.
+    """
+    try:
+        iceberg = str(spark._jvm.org.apache.iceberg.IcebergBuild.version())  # type: ignore[union-attr]
+    except (Py4JError, TypeError) as exc:
+        raise ConfigError(
+            f"iceberg_packages: Spark {spark.version} has no Iceberg runtime on its classpath ({exc}); unset "
+            f"iceberg_packages to let icegroup fetch one, or add a runtime for {supported_pairs()}"
+        ) from exc
+    check_pair(spark.version, iceberg.split()[0])
 
 
 def start_in_background(lakehouse: LakehouseConfig) -> threading.Thread:

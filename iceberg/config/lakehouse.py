@@ -43,6 +43,7 @@ ENV_OVERRIDES = {
     "ICEGROUP_CATALOG_URI": "catalog_uri",
     "ICEGROUP_WAREHOUSE": "warehouse",
     "ICEGROUP_SPARK_MASTER": "spark_master",
+    "ICEGROUP_ICEBERG_VERSION": "iceberg_version",
     "ICEGROUP_ICEBERG_PACKAGES": "iceberg_packages",
     "ICEGROUP_JARS": "jars",
     "ICEGROUP_HEARTBEATS_URI": "heartbeats_uri",
@@ -83,16 +84,22 @@ class LakehouseConfig(BaseModel):
     spark_master: str = Field(
         default="local[*]", description="Spark master URL for Borrowers, e.g. spark://host:7077 for a cluster."
     )
+    iceberg_version: str | None = Field(
+        default=None,
+        description="Iceberg release whose Spark runtime Spark fetches from Maven Central, e.g. 1.9.2; unset: the "
+        "default for the installed Spark (docs/reference/matrix.md). Ignored when the cluster's $SPARK_HOME/jars "
+        "already holds a runtime, which is used as it is.",
+    )
     iceberg_packages: str | None = Field(
         default=None,
-        description="Maven coordinates for spark.jars.packages; when unset, the runtime jar from the "
-        "pinned snowpark-connect-deps-iceberg wheel is used (no Maven access needed).",
+        description="Maven coordinates (spark.jars.packages) that replace icegroup's choice of the Iceberg runtime "
+        "and, for S3, the AWS bundle; the pair they bring is still checked at start.",
     )
     jars: str | None = Field(
         default=None,
-        description="One folder or URL prefix (/opt/jars, hdfs://..., https://...) holding every jar Spark needs: "
-        "the Iceberg runtime, the catalog's JDBC driver, icegroup-commit.jar, icegroup-sqlite-jdbc.jar for a "
-        "SQLite catalog and iceberg-aws-bundle for S3. `make jars` fills one. Unset: the jars of this install.",
+        description="One folder or URL prefix (/opt/jars, hdfs://..., https://...) holding every jar Spark needs, "
+        "as Maven names them: the Iceberg runtime, the catalog's JDBC driver and iceberg-aws-bundle for S3. "
+        "`make jars` fills one. Unset: Spark resolves their coordinates once, then reuses the download.",
     )
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Sizing of a Borrower's Spark application.")
     s3: S3Settings | None = Field(

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import Iterator
 from pathlib import Path
 
+import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
 from iceberg.config.lakehouse import LakehouseConfig
-from spark_jobs.session import AWS_BUNDLE_JAR, DRIVER_JARS, get_session, spark_conf
+from spark_jobs.engines import DRIVERS, aws_bundle, runtime_for
+from spark_jobs.session import get_session
 from tests.stack_env import on_stack, use_home
 
 
@@ -17,16 +19,13 @@ from tests.stack_env import on_stack, use_home
 def spark_lakehouse(lakehouse: LakehouseConfig) -> LakehouseConfig:
     """The session's lakehouse as the tests' Spark runs it: local[2] or the stack's cluster, plus the PostgreSQL driver.
 
-    With the driver there, the PostgreSQL tier can add a second catalog to the same JVM at run time.
+    With the driver there, the PostgreSQL tier can add a second catalog to the same JVM at run time; on
+    the stack the AWS bundle is there too, for the S3 tier's catalog.
     """
-    jars = spark_conf(lakehouse)["spark.jars"].split(",")
-    driver = Path(DRIVER_JARS["postgresql"])
-    if driver.is_file() and driver.name not in {Path(jar).name for jar in jars}:
-        jars.append(str(driver))
-    if lakehouse.jars and (Path(lakehouse.jars) / AWS_BUNDLE_JAR).is_file():
-        jars.append(str(Path(lakehouse.jars) / AWS_BUNDLE_JAR))
+    runtime = runtime_for(pyspark.__version__, lakehouse.iceberg_version)
+    packages = [runtime.coordinate, DRIVERS["postgresql"], *([aws_bundle(runtime.iceberg)] if on_stack() else [])]
     master = lakehouse.spark_master if on_stack() else "local[2]"
-    return lakehouse.model_copy(update={"spark_master": master, "spark_conf": {"spark.jars": ",".join(jars)}})
+    return lakehouse.model_copy(update={"spark_master": master, "iceberg_packages": ",".join(packages)})
 
 
 @pytest.fixture(scope="session")

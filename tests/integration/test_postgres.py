@@ -24,7 +24,8 @@ from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
 from spark_jobs.borrower import lease as borrower
 from spark_jobs.borrower.lease import run_lease
 from spark_jobs.consume import consume
-from spark_jobs.session import DRIVER_JARS, activate, spark_conf
+from spark_jobs.engines import DRIVERS
+from spark_jobs.session import activate, spark_conf
 from spark_jobs.sink.shape import ensure_sink, with_lineage
 from tests.factories import MakeGroup, append_batches, create_source, no_spark
 from tests.integration.helpers import drive
@@ -58,7 +59,7 @@ def pg_lakehouse(postgres: LocalPostgres, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="module")
 def pg_spark(spark: SparkSession, pg_lakehouse: LakehouseConfig) -> SparkSession:
     """The test session with the PostgreSQL catalog registered, exactly as spark_conf describes it."""
-    assert DRIVER_JARS["postgresql"] in spark.sparkContext.getConf().get("spark.jars", "")
+    assert DRIVERS["postgresql"].split(":")[1] in spark.sparkContext.getConf().get("spark.jars", "")
     for key, value in spark_conf(pg_lakehouse).items():
         if key.startswith("spark.sql.catalog.pglake"):
             spark.conf.set(key, value)

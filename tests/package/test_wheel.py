@@ -70,8 +70,7 @@ def test_the_wheel_holds_the_command_the_library_and_the_jars_and_nothing_from_t
         [
             "python",
             "-c",
-            "import dagster_project.components, spark_jobs.session as s; "
-            "print(s.COMMIT_JAR.is_file(), s.SQLITE_SHIM_JAR.is_file(), s.__file__)",
+            "import dagster_project.components, spark_jobs.jars as j; print(j.ICEGROUP_JAR.is_file(), j.__file__)",
         ],
         env=env,
         cwd=tmp_path,
@@ -81,9 +80,11 @@ def test_the_wheel_holds_the_command_the_library_and_the_jars_and_nothing_from_t
 
     assert version.stdout.strip() == "icegroup 0.1.0", version.stderr
     assert where.returncode == 0, where.stderr
-    commit_jar, shim_jar, module = where.stdout.split()
-    assert (commit_jar, shim_jar) == ("True", "True")
+    own_jar, module = where.stdout.split()
+    assert own_jar == "True"
     assert module.startswith(str(installed.parent)), module
+    jars = sorted(installed.parent.glob("lib/python*/site-packages/**/*.jar"))
+    assert [jar.name for jar in jars if "pyspark" not in jar.parts] == ["icegroup-spark.jar"], "the wheel's one jar"
 
 
 @pytest.mark.spark

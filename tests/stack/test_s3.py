@@ -1,8 +1,8 @@
-"""pyiceberg's side of an S3 warehouse on the stack's S3-compatible server; Spark's side where its jar exists.
+"""An S3 warehouse on the stack's S3-compatible server (moto), through pyiceberg and through Spark.
 
 The Leader's planning, the registry, the sink commits' lineage and the lag all go through pyiceberg,
-so they are checked here against real S3 requests (moto's server). Spark reaches S3 through Iceberg's
-``iceberg-aws-bundle``, which is on Maven Central only: that test runs when the jar is in the jars folder.
+so they are checked here against real S3 requests. Spark's Borrowers write the same bucket through
+Iceberg's ``S3FileIO`` from ``iceberg-aws-bundle``, resolved from Maven Central by its coordinate.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from iceberg.protocol.liveness import RunState
 from iceberg.store.registry import load_state
 from iceberg.verify import verify_group
 from infra.stack_layout import BUCKET, S3_KEYS
-from spark_jobs.session import AWS_BUNDLE_JAR, get_session
+from spark_jobs.session import get_session
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease
@@ -86,10 +86,6 @@ def test_the_leader_plans_and_the_registry_commits_in_an_s3_warehouse(
         assert any(key.startswith(f"{location}/data/") for key in keys), f"{table}: its data in the bucket"
 
 
-@pytest.mark.skipif(
-    not (Path(__file__).resolve().parents[2] / "build" / "jars" / AWS_BUNDLE_JAR).is_file(),
-    reason=f"{AWS_BUNDLE_JAR} is on Maven Central only, which this machine cannot reach; put it in build/jars",
-)
 def test_spark_borrowers_consume_exactly_once_in_an_s3_warehouse(
     s3_lakehouse: LakehouseConfig, make_group: MakeGroup
 ) -> None:

@@ -10,20 +10,20 @@ from pyiceberg.catalog.sql import SqlCatalog
 
 from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.errors import ConfigError
-from spark_jobs.session import (
-    AWS_BUNDLE_JAR,
-    AWS_BUNDLE_PACKAGE,
-    COMMIT_JAR,
-    DRIVER_JARS,
-    RUNTIME_JAR,
-    SQLITE_SHIM_JAR,
-    executors_python,
-    jar_names,
-    spark_conf,
-    spark_jdbc_url,
-)
+from spark_jobs.engines import DEFAULT_ICEBERG, DRIVERS, aws_bundle
+from spark_jobs.jars import ICEGROUP_JAR
+from spark_jobs.session import executors_python, spark_conf, spark_jdbc_url
 
 PG_URI = "postgresql+psycopg2://user:pw@host:5433/db"
+RUNTIME = f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:{DEFAULT_ICEBERG['3.5']}"
+RUNTIME_JAR = f"iceberg-spark-runtime-3.5_2.12-{DEFAULT_ICEBERG['3.5']}.jar"
+
+
+@pytest.fixture(autouse=True)
+def _no_resolved_jars(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An empty home (no earlier resolution in ~/.ivy2) and no cluster runtime, so the jars are decided afresh."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.delenv("SPARK_HOME", raising=False)
 
 
 def write(path: Path, text: str) -> Path:
@@ -306,30 +306,26 @@ def test_spark_conf_for_sqlite_points_the_catalog_at_the_shim(tmp_path: Path) ->
     assert "IcebergSparkSessionExtensions" in conf["spark.sql.extensions"]
 
 
-def test_spark_conf_for_sqlite_ships_runtime_driver_and_shim_jars(tmp_path: Path) -> None:
-    jars = spark_conf(sqlite_lakehouse(tmp_path))["spark.jars"].split(",")
+def test_spark_conf_for_sqlite_resolves_runtime_and_driver_by_coordinates(tmp_path: Path) -> None:
+    conf = spark_conf(sqlite_lakehouse(tmp_path))
 
-    assert jars[0].endswith(f"/{RUNTIME_JAR}")
-    assert Path(jars[0]).is_file()
-    assert DRIVER_JARS["sqlite"] in jars
-    assert DRIVER_JARS["sqlite"] == "/usr/share/java/sqlite-jdbc.jar"
-    assert str(SQLITE_SHIM_JAR) in jars
-    assert str(COMMIT_JAR) in jars
-    assert len(jars) == 4
+    assert conf["spark.jars.packages"].split(",") == [RUNTIME, DRIVERS["sqlite"]]
+    assert conf["spark.jars"] == str(ICEGROUP_JAR)
+    assert conf["spark.jars.ivy"] == str(tmp_path / "home" / ".ivy2")
 
 
-def test_spark_conf_without_packages_does_not_set_jars_packages(tmp_path: Path) -> None:
-    assert "spark.jars.packages" not in spark_conf(sqlite_lakehouse(tmp_path))
-
-
-def test_spark_conf_with_packages_uses_them_instead_of_the_runtime_jar(tmp_path: Path) -> None:
+def test_spark_conf_with_packages_uses_them_instead_of_the_runtime(tmp_path: Path) -> None:
     coords = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"
 
     conf = spark_conf(sqlite_lakehouse(tmp_path, iceberg_packages=coords))
 
-    assert conf["spark.jars.packages"] == coords
-    assert RUNTIME_JAR not in conf["spark.jars"]
-    assert DRIVER_JARS["sqlite"] in conf["spark.jars"].split(",")
+    assert conf["spark.jars.packages"].split(",") == [coords, DRIVERS["sqlite"]]
+
+
+def test_spark_conf_with_an_iceberg_version_fetches_that_runtime(tmp_path: Path) -> None:
+    conf = spark_conf(sqlite_lakehouse(tmp_path, iceberg_version="1.9.2"))
+
+    assert conf["spark.jars.packages"].startswith("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2,")
 
 
 def test_spark_conf_keys_follow_the_catalog_name(tmp_path: Path) -> None:
@@ -347,10 +343,7 @@ def test_spark_conf_for_postgresql_passes_credentials(tmp_path: Path) -> None:
     assert conf[f"{prefix}.jdbc.user"] == "user"
     assert conf[f"{prefix}.jdbc.password"] == "pw"
     assert f"{prefix}.jdbc.busy_timeout" not in conf
-    jars = conf["spark.jars"].split(",")
-    assert DRIVER_JARS["postgresql"] in jars
-    assert str(COMMIT_JAR) in jars
-    assert str(SQLITE_SHIM_JAR) not in jars
+    assert conf["spark.jars.packages"].split(",") == [RUNTIME, DRIVERS["postgresql"]]
 
 
 def test_spark_conf_extra_settings_are_applied_last(tmp_path: Path) -> None:
@@ -420,12 +413,13 @@ def jars_folder(tmp_path: Path, names: list[str]) -> Path:
 
 
 def test_a_jars_folder_is_the_one_place_spark_gets_its_jars(tmp_path: Path) -> None:
-    names = [RUNTIME_JAR, "sqlite-jdbc.jar", SQLITE_SHIM_JAR.name, COMMIT_JAR.name]
+    names = [RUNTIME_JAR, "sqlite-jdbc-3.46.1.3.jar"]
     folder = jars_folder(tmp_path, names)
 
-    jars = spark_conf(sqlite_lakehouse(tmp_path, jars=str(folder)))["spark.jars"].split(",")
+    conf = spark_conf(sqlite_lakehouse(tmp_path, jars=str(folder)))
 
-    assert jars == [str(folder / name) for name in names]
+    assert conf["spark.jars"].split(",") == [*(str(folder / name) for name in names), str(ICEGROUP_JAR)]
+    assert "spark.jars.packages" not in conf
 
 
 def test_a_jars_url_prefix_is_used_as_it_is(tmp_path: Path) -> None:
@@ -434,14 +428,15 @@ def test_a_jars_url_prefix_is_used_as_it_is(tmp_path: Path) -> None:
     jars = spark_conf(lakehouse)["spark.jars"].split(",")
 
     assert jars == [
-        f"https://repo.example/icegroup/{name}" for name in (RUNTIME_JAR, "postgresql.jar", COMMIT_JAR.name)
+        *(f"https://repo.example/icegroup/{name}" for name in (RUNTIME_JAR, "postgresql-42.7.4.jar")),
+        str(ICEGROUP_JAR),
     ]
 
 
 def test_a_jars_folder_missing_a_jar_names_it_and_the_fix(tmp_path: Path) -> None:
-    folder = jars_folder(tmp_path, [RUNTIME_JAR, "postgresql.jar"])
+    folder = jars_folder(tmp_path, [RUNTIME_JAR])
 
-    with pytest.raises(ConfigError, match=rf"^jars: {folder} has no {COMMIT_JAR.name}; fill it with `make jars`$"):
+    with pytest.raises(ConfigError, match=rf"^jars: {folder} has no postgresql-42.7.4.jar; fill it with `make jars`$"):
         spark_conf(sqlite_lakehouse(tmp_path, catalog_uri=PG_URI, jars=str(folder)))
 
 
@@ -463,29 +458,28 @@ def test_s3_settings_reach_pyiceberg(tmp_path: Path) -> None:
     assert props["s3.force-virtual-addressing"] == "false"
 
 
-def test_s3_settings_reach_spark_with_the_aws_bundle_from_the_jars_folder(tmp_path: Path) -> None:
-    names = [RUNTIME_JAR, "sqlite-jdbc.jar", SQLITE_SHIM_JAR.name, COMMIT_JAR.name, AWS_BUNDLE_JAR]
-    folder = jars_folder(tmp_path, names)
-
-    conf = spark_conf(s3_lakehouse(tmp_path, jars=str(folder)))
+def test_s3_settings_reach_spark_with_the_aws_bundle_of_the_runtime_release(tmp_path: Path) -> None:
+    conf = spark_conf(s3_lakehouse(tmp_path))
 
     assert conf["spark.sql.catalog.lake.io-impl"] == "org.apache.iceberg.aws.s3.S3FileIO"
     assert conf["spark.sql.catalog.lake.s3.endpoint"] == "http://127.0.0.1:9000"
     assert conf["spark.sql.catalog.lake.s3.path-style-access"] == "true"
     assert conf["spark.sql.catalog.lake.client.region"] == "eu-west-1"
-    assert conf["spark.jars"].split(",")[-1] == str(folder / AWS_BUNDLE_JAR)
+    assert conf["spark.jars.packages"].split(",")[-1] == aws_bundle(DEFAULT_ICEBERG["3.5"])
 
 
-def test_an_s3_warehouse_without_the_aws_bundle_says_where_to_get_it(tmp_path: Path) -> None:
-    with pytest.raises(ConfigError, match=rf"^warehouse: Spark needs {AWS_BUNDLE_JAR} .* Maven Central"):
-        spark_conf(s3_lakehouse(tmp_path))
+def test_an_s3_warehouse_on_an_older_release_gets_the_bundle_of_that_release(tmp_path: Path) -> None:
+    conf = spark_conf(s3_lakehouse(tmp_path, iceberg_version="1.9.2"))
+
+    assert conf["spark.jars.packages"].split(",")[-1] == "org.apache.iceberg:iceberg-aws-bundle:1.9.2"
 
 
-def test_aws_bundle_coordinates_in_iceberg_packages_replace_the_jar(tmp_path: Path) -> None:
-    packages = f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2,{AWS_BUNDLE_PACKAGE}"
+def test_aws_bundle_coordinates_in_iceberg_packages_are_not_added_twice(tmp_path: Path) -> None:
+    packages = f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2,{aws_bundle('1.9.2')}"
 
-    assert AWS_BUNDLE_JAR not in jar_names(s3_lakehouse(tmp_path, iceberg_packages=packages))
-    assert spark_conf(s3_lakehouse(tmp_path, iceberg_packages=packages))["spark.jars.packages"] == packages
+    conf = spark_conf(s3_lakehouse(tmp_path, iceberg_packages=packages))
+
+    assert conf["spark.jars.packages"] == f"{packages},{DRIVERS['sqlite']}"
 
 
 def test_s3_settings_on_a_local_warehouse_are_refused(tmp_path: Path) -> None:
@@ -501,8 +495,7 @@ def test_an_s3_endpoint_must_be_a_url(tmp_path: Path) -> None:
 
 
 def test_an_unset_s3_region_is_left_to_the_aws_chain_on_both_engines(tmp_path: Path) -> None:
-    names = [RUNTIME_JAR, "sqlite-jdbc.jar", SQLITE_SHIM_JAR.name, COMMIT_JAR.name, AWS_BUNDLE_JAR]
-    lakehouse = s3_lakehouse(tmp_path, s3={"endpoint": "http://127.0.0.1:9000"}, jars=str(jars_folder(tmp_path, names)))
+    lakehouse = s3_lakehouse(tmp_path, s3={"endpoint": "http://127.0.0.1:9000"})
 
     assert "s3.region" not in lakehouse.pyiceberg_properties()
     assert "spark.sql.catalog.lake.client.region" not in spark_conf(lakehouse)

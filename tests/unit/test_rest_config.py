@@ -10,7 +10,9 @@ import pytest
 from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from iceberg.config.rest import RestCatalogSettings
 from iceberg.errors import ConfigError
-from spark_jobs.session import COMMIT_JAR, RUNTIME_JAR, SPARK_REDACTION, jar_names, spark_conf
+from spark_jobs.engines import DEFAULT_ICEBERG
+from spark_jobs.jars import coordinates
+from spark_jobs.session import SPARK_REDACTION, spark_conf
 
 SECRET = "client-7:s3cr3t-value"
 HEARTBEATS = "postgresql+psycopg2://dagster@db:5432/dagster"
@@ -151,4 +153,6 @@ def test_spark_gets_the_same_rest_catalog_with_oauth2_said_and_the_credential_re
 
 
 def test_a_rest_catalog_needs_no_jdbc_driver_jar() -> None:
-    assert jar_names(rest_lakehouse()) == [RUNTIME_JAR, COMMIT_JAR.name]
+    assert coordinates(rest_lakehouse(), "3.5.8", None) == [
+        f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:{DEFAULT_ICEBERG['3.5']}"
+    ]

@@ -1,0 +1,83 @@
+"""The supported Spark and Iceberg pairs, the coordinates each needs, and how a cached resolution is reused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from iceberg.config.lakehouse import LakehouseConfig
+from iceberg.errors import ConfigError
+from spark_jobs.engines import Runtime, check_pair, jar_file, minor, runtime_for, runtime_from_file
+from spark_jobs.jars import coordinates, installed_runtime, remember, resolved
+
+
+@pytest.mark.parametrize(
+    ("spark", "iceberg"), [("3.5.8", "1.9.2"), ("3.5.3", "1.10.2"), ("4.0.1", "1.10.0"), ("3.5.8", "1.10.2 (commit)")]
+)
+def test_supported_pairs_pass(spark: str, iceberg: str) -> None:
+    check_pair(spark, iceberg.split()[0])
+
+
+@pytest.mark.parametrize(("spark", "iceberg"), [("3.4.1", "1.9.2"), ("4.0.1", "1.9.2"), ("3.5.8", "1.6.1")])
+def test_an_unsupported_pair_names_both_versions_and_the_supported_pairs(spark: str, iceberg: str) -> None:
+    with pytest.raises(ConfigError) as caught:
+        check_pair(spark, iceberg)
+
+    message = str(caught.value)
+    assert message.startswith(f"iceberg_version: Spark {spark} with Iceberg {iceberg} is not a supported pair")
+    assert "Spark 3.5 with Iceberg 1.9 or 1.10; Spark 4.0 with Iceberg 1.10" in message
+    assert "ICEGROUP_ICEBERG_VERSION" in message
+
+
+def test_each_spark_gets_the_runtime_built_for_its_scala() -> None:
+    assert runtime_for("3.5.8", None).coordinate == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
+    assert runtime_for("4.0.1", None).coordinate == "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.2"
+    assert runtime_for("3.5.8", "1.9.2").coordinate == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"
+
+
+def test_an_unsupported_spark_is_refused_before_anything_is_fetched() -> None:
+    with pytest.raises(ConfigError, match=r"^iceberg_version: Spark 3\.3\.0 with Iceberg none is not a supported"):
+        runtime_for("3.3.0", None)
+
+
+def test_versions_and_file_names() -> None:
+    assert minor("3.5.8") == "3.5"
+    assert minor("4.0.0.dev1") == "4.0"
+    jar = "/opt/spark/jars/iceberg-spark-runtime-3.5_2.12-1.9.2.jar"
+    assert runtime_from_file(jar) == Runtime("3.5", "2.12", "1.9.2")
+    assert runtime_from_file("iceberg-core-1.9.2.jar") is None
+    assert jar_file("org.xerial:sqlite-jdbc:3.46.1.3") == "sqlite-jdbc-3.46.1.3.jar"
+
+
+def test_a_runtime_already_in_the_clusters_jars_is_used_and_not_fetched_again(tmp_path: Path) -> None:
+    (tmp_path / "iceberg-spark-runtime-3.5_2.12-1.9.2.jar").write_bytes(b"PK")
+    lakehouse = LakehouseConfig(catalog_uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "w"))
+
+    preinstalled = installed_runtime(tmp_path)
+
+    assert preinstalled == Runtime("3.5", "2.12", "1.9.2")
+    assert coordinates(lakehouse, "3.5.8", preinstalled) == ["org.xerial:sqlite-jdbc:3.46.1.3"]
+
+
+def test_a_clusters_runtime_of_an_unsupported_pair_is_refused(tmp_path: Path) -> None:
+    lakehouse = LakehouseConfig(catalog_uri=f"sqlite:///{tmp_path / 'c.db'}", warehouse=str(tmp_path / "w"))
+
+    with pytest.raises(ConfigError, match=r"Spark 4\.0\.1 with Iceberg 1\.9\.2 is not a supported pair"):
+        coordinates(lakehouse, "4.0.1", Runtime("3.5", "2.12", "1.9.2"))
+
+
+def test_a_resolution_is_reused_only_while_every_file_it_named_is_there(tmp_path: Path) -> None:
+    ivy = tmp_path / "ivy"
+    (ivy / "jars").mkdir(parents=True)
+    runtime = ivy / "jars" / "org.apache.iceberg_iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+    runtime.write_bytes(b"PK")
+    packages = ("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2",)
+
+    assert resolved(ivy, packages) is None
+    remember(ivy, packages, f"file://{runtime},/checkout/spark_jobs/sink/jvm/icegroup-spark.jar")
+
+    assert resolved(ivy, packages) == [str(runtime)]
+    assert resolved(ivy, ("org.xerial:sqlite-jdbc:3.46.1.3",)) is None
+    runtime.unlink()
+    assert resolved(ivy, packages) is None
