@@ -11,9 +11,15 @@ PYTEST_ARGS ?=
 # The default pair (docs/reference/matrix.md): what the lock's pyspark runs and icegroup-spark.jar is built against.
 ICEBERG_VERSION ?= 1.10.2
 SPARK_RUNTIME ?= 3.5_2.12
+# The other supported pairs, each as pyspark release:Iceberg release (an empty pyspark: the lock's, in .venv).
+MATRIX ?= :1.9.2 4.0.5:1.10.2
+# What runs on them: the core of the integration tier and the CI-sized chaos suite (docs/reference/matrix.md).
+MATRIX_TESTS ?= tests/integration/test_exactly_once.py tests/integration/test_zombie.py \
+	tests/integration/test_replay.py tests/integration/test_reset.py tests/integration/test_lineage_exact.py \
+	tests/integration/test_isolation.py tests/chaos
 
 .DEFAULT_GOAL := help
-.PHONY: help system venv lock jvm jars dist docs instance demo test lint unit chaos bench ui screenshots clean stack-up stack-down stack-status test-stack bench-stack
+.PHONY: help system venv lock jvm jars dist docs instance demo test test-matrix lint unit chaos bench ui screenshots clean stack-up stack-down stack-status test-stack bench-stack
 
 help: ## list the targets (this text)
 	@echo "icegroup: make TARGET"
@@ -63,6 +69,15 @@ unit: venv ## the fast tier only
 
 test: jvm lint ## every tier this machine can run
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test-matrix: jvm ## the core integration tests and the CI-sized chaos suite on every other supported Spark and Iceberg pair
+	@set -e; for pair in $(MATRIX); do \
+	  pyspark=$${pair%%:*}; iceberg=$${pair##*:}; py=$(PY); \
+	  if [ -n "$$pyspark" ]; then bash infra/install_venv.sh "$(PYTHON)" .venv-spark$$pyspark $$pyspark; \
+	    py=.venv-spark$$pyspark/bin/python; fi; \
+	  echo "== Spark $$($$py -c 'import pyspark; print(pyspark.__version__)') with Iceberg $$iceberg"; \
+	  ICEGROUP_ICEBERG_VERSION=$$iceberg $$py -m pytest -q -p no:cacheprovider $(MATRIX_TESTS) $(PYTEST_ARGS); \
+	done
 
 chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader with warm Borrowers; records tests/chaos/results/
 	$(PY) -m tests.chaos.run --full
@@ -120,4 +135,4 @@ bench-stack: jars ## throughput on the stack beside the embedded stack, 1 and 2 
 
 clean: ## remove the lake, the Dagster instance, the stack's data, the built jars, the wheel and the venv
 	-@[ ! -d .stack ] || [ ! -x $(PY) ] || $(PY) -m infra.stack down
-	rm -rf .lake .dagster .stack build dist $(VENV)
+	rm -rf .lake .dagster .stack build dist $(VENV) .venv-spark*

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # Creates the virtualenv with exactly the tested versions (requirements.lock), then icegroup itself, editable.
+# Usage: install_venv.sh PYTHON VENV [PYSPARK]: PYSPARK (e.g. 4.0.5) replaces the lock's pyspark, for the
+# matrix tier's other Spark (make test-matrix); everything else stays as the lock has it.
 # uv installs from the lock: it is fast, it removes what the lock does not list, and its cache makes a second
 # virtualenv (the wheel test's) cheap. pyproject.toml keeps the ranges a user's install resolves within.
 set -euo pipefail
 python=${1:-python3}
 venv=${2:-.venv}
+pyspark=${3:-}
 if ! "$python" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))'; then
   echo "icegroup needs Python 3.11 (found $("$python" --version 2>&1)); set PYTHON=python3.11" >&2
   exit 1
@@ -13,7 +16,12 @@ fi
 "$venv/bin/python" -m pip install -q --upgrade pip
 uv_version=$(sed -n 's/^uv==//p' requirements.lock)
 "$venv/bin/python" -m pip install -q "uv==$uv_version"
-"$venv/bin/uv" pip sync -q --python "$venv/bin/python" requirements.lock
+lock=requirements.lock
+if [ -n "$pyspark" ]; then
+  lock="$venv/requirements-pyspark-$pyspark.txt"
+  sed "s/^pyspark==.*/pyspark==$pyspark/" requirements.lock >"$lock"
+fi
+"$venv/bin/uv" pip sync -q --python "$venv/bin/python" "$lock"
 "$venv/bin/uv" pip install -q --python "$venv/bin/python" --no-deps -e .
 # `source .venv/bin/activate` then points the icegroup command at the checkout's demo lake, groups and instance.
 activate="$venv/bin/activate"

@@ -154,13 +154,13 @@ def check_engine(spark: SparkSession) -> None:
     ``iceberg_packages`` is checked as well as the one icegroup chose.
     """
     try:
-        iceberg = str(spark._jvm.org.apache.iceberg.IcebergBuild.version())  # type: ignore[union-attr]
+        release = str(spark._jvm.org.apache.iceberg.IcebergBuild.version())  # type: ignore[union-attr]
     except (Py4JError, TypeError) as exc:
         raise ConfigError(
             f"iceberg_packages: Spark {spark.version} has no Iceberg runtime on its classpath ({exc}); unset "
             f"iceberg_packages to let icegroup fetch one, or add a runtime for {supported_pairs()}"
         ) from exc
-    check_pair(spark.version, iceberg.split()[0])
+    check_pair(spark.version, release.split()[0])
 
 
 def start_in_background(lakehouse: LakehouseConfig) -> threading.Thread:

@@ -58,9 +58,14 @@ def drop_scratch_databases() -> None:
         postgres.drop_database(_SCRATCH.pop())
 
 
+ENV_ICEBERG_VERSION = "ICEGROUP_ICEBERG_VERSION"
+
+
 def home_env(home: Path) -> dict[str, str]:
     """The ``ICEGROUP_*`` variables that make ``home`` a lakehouse of its own, on either stack."""
     env = {"ICEGROUP_HOME": str(home)}
+    if os.environ.get(ENV_ICEBERG_VERSION):  # the matrix tier's pair (make test-matrix)
+        env[ENV_ICEBERG_VERSION] = os.environ[ENV_ICEBERG_VERSION]
     if on_stack():
         env.update({key: os.environ[key] for key in PASSED_ON if os.environ.get(key)})
         env["ICEGROUP_REST_WAREHOUSE"] = "h" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]

@@ -13,10 +13,10 @@ from spark_jobs.jars import coordinates, installed_runtime, remember, resolved
 
 
 @pytest.mark.parametrize(
-    ("spark", "iceberg"), [("3.5.8", "1.9.2"), ("3.5.3", "1.10.2"), ("4.0.1", "1.10.0"), ("3.5.8", "1.10.2 (commit)")]
+    ("spark", "release"), [("3.5.8", "1.9.2"), ("3.5.3", "1.10.2"), ("4.0.1", "1.10.0"), ("3.5.8", "1.10.2 (commit)")]
 )
-def test_supported_pairs_pass(spark: str, iceberg: str) -> None:
-    check_pair(spark, iceberg.split()[0])
+def test_supported_pairs_pass(spark: str, release: str) -> None:
+    check_pair(spark, release.split()[0])
 
 
 @pytest.mark.parametrize(("spark", "iceberg"), [("3.4.1", "1.9.2"), ("4.0.1", "1.9.2"), ("3.5.8", "1.6.1")])
