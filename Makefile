@@ -28,7 +28,12 @@ help: ## list the targets (this text)
 system: ## Java 17, Maven, PostgreSQL and Chromium (apt-get as root when missing)
 	@bash infra/install_system.sh
 
-$(STAMP): pyproject.toml requirements.lock
+PACKAGE := build/python/icegroup/__init__.py
+
+$(PACKAGE): infra/package_links.sh
+	@bash infra/package_links.sh
+
+$(STAMP): pyproject.toml requirements.lock $(PACKAGE)
 	@bash infra/install_venv.sh "$(PYTHON)" "$(VENV)"
 	@touch $(STAMP)
 
@@ -41,7 +46,7 @@ jvm: system venv ## icegroup's Java, built with Maven against the Iceberg in use
 	@bash infra/build_jvm.sh $(ICEBERG_VERSION) $(SPARK_RUNTIME)
 
 jars: jvm ## one folder, build/jars, with every jar Spark needs, resolved from Maven Central: what a cluster's `jars:` setting points at
-	@$(PY) -m infra.jars build/jars
+	@$(PY) -m icegroup.infra.jars build/jars
 
 dist: jvm ## the wheel, with the compiled jars inside, in dist/: `pip install dist/icegroup-*.whl` needs Java 17, no compiler
 	@rm -rf dist build/lib build/bdist.*
@@ -56,7 +61,7 @@ instance: ## the local Dagster instance the demo, the CLI and the UI share
 	@[ -f $(DAGSTER_HOME)/dagster.yaml ] || cp infra/dagster.yaml $(DAGSTER_HOME)/dagster.yaml
 
 demo: jvm instance ## the demo: source table, group, consume, append, consume, describe, verify
-	$(PY) -m infra.demo
+	$(PY) -m icegroup.infra.demo
 
 lint: venv ## ruff, mypy and the import-direction contracts
 	$(VENV)/bin/ruff check .
@@ -106,13 +111,13 @@ ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
 stack-up: jars ## the scale-out stack: PostgreSQL, a Spark master and 2 workers, dagster-webserver and -daemon, S3 (moto)
-	@$(PY) -m infra.stack up
+	@$(PY) -m icegroup.infra.stack up
 
 stack-status: venv ## each stack part: up or down, where it listens, where it logs
-	@$(PY) -m infra.stack status
+	@$(PY) -m icegroup.infra.stack status
 
 stack-down: venv ## stop every stack process (data kept in .stack/)
-	@$(PY) -m infra.stack down
+	@$(PY) -m icegroup.infra.stack down
 
 # What runs again on the stack: the stack tier, and the tests whose outcome the stack's parts can change (the REST
 # catalog's commits and fences, a Spark cluster's executors, PostgreSQL under Dagster and the heartbeats). The rest
@@ -124,15 +129,15 @@ STACK_TESTS ?= tests/stack tests/e2e/test_daemon.py \
 
 test-stack: jars ## the stack tier, and the exactly-once, fencing, lineage, replay and Dagster tests again, on the stack; stack-down even on failure
 	@status=0; \
-	$(PY) -m infra.stack up && { set -a; source .stack/env; set +a; ICEGROUP_TEST_STACK=$(CURDIR)/.stack \
+	$(PY) -m icegroup.infra.stack up && { set -a; source .stack/env; set +a; ICEGROUP_TEST_STACK=$(CURDIR)/.stack \
 	  $(PY) -m pytest -q $(STACK_TESTS) $(PYTEST_ARGS); } \
 	  || status=$$?; \
-	$(PY) -m infra.stack down || status=1; exit $$status
+	$(PY) -m icegroup.infra.stack down || status=1; exit $$status
 
 bench-stack: jars ## throughput on the stack beside the embedded stack, 1 and 2 workers; records tests/benchmarks/results/stack_throughput.*
-	@status=0; $(PY) -m infra.stack up && $(PY) -m tests.benchmarks.bench_stack || status=$$?; \
-	$(PY) -m infra.stack down || status=1; exit $$status
+	@status=0; $(PY) -m icegroup.infra.stack up && $(PY) -m tests.benchmarks.bench_stack || status=$$?; \
+	$(PY) -m icegroup.infra.stack down || status=1; exit $$status
 
 clean: ## remove the lake, the Dagster instance, the stack's data, the built jars, the wheel and the venv
-	-@[ ! -d .stack ] || [ ! -x $(PY) ] || $(PY) -m infra.stack down
+	-@[ ! -d .stack ] || [ ! -x $(PY) ] || $(PY) -m icegroup.infra.stack down
 	rm -rf .lake .dagster .stack build dist $(VENV) .venv-spark*

@@ -8,16 +8,16 @@ from typing import Any
 import dagster as dg
 from pyiceberg.table import Table
 
-from dagster_project.resources import Lakehouse, lakehouse_of
-from dagster_project.table_metadata import TABLE_NAME, table_metadata
-from iceberg.lag import Lag
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import window_label
-from iceberg.provenance import WindowProvenance
-from iceberg.store.tables import load_optional
-from spark_jobs.borrower.lease import LeaseReport
-from spark_jobs.borrower.user_errors import describe_error
-from spark_jobs.replay import ReplayReport, replay_window
+from icegroup.dagster_project.resources import Lakehouse, lakehouse_of
+from icegroup.dagster_project.table_metadata import TABLE_NAME, table_metadata
+from icegroup.iceberg.lag import Lag
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.provenance import WindowProvenance
+from icegroup.iceberg.store.tables import load_optional
+from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.user_errors import describe_error
+from icegroup.spark_jobs.replay import ReplayReport, replay_window
 
 
 def table_key(catalog_name: str, identifier: str) -> dg.AssetKey:

@@ -13,11 +13,11 @@ from typing import Any
 import dagster as dg
 from pydantic import Field
 
-from dagster_project.assets import DATA_VERSION_TAG, replay_metadata
-from dagster_project.resources import lakehouse_of
-from dagster_project.runs.tags import TAG_GROUP
-from iceberg.protocol.group import GroupConfig
-from spark_jobs.canary import CanaryDiff, promote_canary, run_canary
+from icegroup.dagster_project.assets import DATA_VERSION_TAG, replay_metadata
+from icegroup.dagster_project.resources import lakehouse_of
+from icegroup.dagster_project.runs.tags import TAG_GROUP
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.spark_jobs.canary import CanaryDiff, promote_canary, run_canary
 
 
 class CanaryConfig(dg.Config):

@@ -22,15 +22,15 @@ from typing import Any
 import dagster as dg
 from pyiceberg.catalog import Catalog
 
-from dagster_project.resources import lakehouse_of
-from iceberg.describe import describe_group
-from iceberg.protocol.dead_letters import STOPPED, DeadLetter
-from iceberg.protocol.durations import format_duration
-from iceberg.protocol.freshness import LagVerdict, judge_lag
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.window_audit import SinkAudit
-from iceberg.store.dead_letters import open_letters
-from iceberg.window_audit import audit_sink
+from icegroup.dagster_project.resources import lakehouse_of
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.protocol.dead_letters import STOPPED, DeadLetter
+from icegroup.iceberg.protocol.durations import format_duration
+from icegroup.iceberg.protocol.freshness import LagVerdict, judge_lag
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.window_audit import SinkAudit
+from icegroup.iceberg.store.dead_letters import open_letters
+from icegroup.iceberg.window_audit import audit_sink
 
 EXACTLY_ONCE = "exactly_once"
 LAG = "lag"

@@ -7,7 +7,7 @@ project already has, asset keys, the asset group, owners and tags are the user's
 component names its own resource and expiry job, so two of them (two lakes) fit in one project.
 
 This module is the ``dagster_dg_cli.registry_modules`` entry point, so ``dg list components``
-shows the component and ``dg scaffold defs dagster_project.components.ConsumerGroupsComponent NAME``
+shows the component and ``dg scaffold defs icegroup.dagster_project.components.ConsumerGroupsComponent NAME``
 writes a starter ``defs.yaml``.
 """
 
@@ -23,16 +23,16 @@ from dagster.components.component_scaffolding import scaffold_component
 from dagster.components.scaffold.scaffold import NoParams
 from pydantic import Field, ValidationError
 
-from dagster_project.assets import Labels
-from dagster_project.cli.group_files import load_checked_groups
-from dagster_project.definitions import AssetNaming, build_definitions
-from dagster_project.resources import DEFAULT_KEY
-from iceberg.config.files import format_validation_error
-from iceberg.config.groups import parse_groups
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse, relative_to_file
-from iceberg.errors import ConfigError
-from iceberg.protocol.group import GroupConfig
-from spark_jobs.transform_paths import check_transforms
+from icegroup.dagster_project.assets import Labels
+from icegroup.dagster_project.cli.group_files import load_checked_groups
+from icegroup.dagster_project.definitions import AssetNaming, build_definitions
+from icegroup.dagster_project.resources import DEFAULT_KEY
+from icegroup.iceberg.config.files import format_validation_error
+from icegroup.iceberg.config.groups import parse_groups
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse, relative_to_file
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.spark_jobs.transform_paths import check_transforms
 
 NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -76,7 +76,7 @@ def icegroup_definitions(
     Example::
 
         import dagster as dg
-        from dagster_project.components import icegroup_definitions
+        from icegroup.dagster_project.components import icegroup_definitions
 
         @dg.definitions
         def defs() -> dg.Definitions:
@@ -166,7 +166,7 @@ attributes:
     - name: my_group              # lower case; names the group's jobs and sensor, unique in the project
       source: db.events           # namespace.table in the lakehouse catalog
       sink: db.events_out         # created by the first Borrower
-      transform: spark_jobs.transforms:identity
+      transform: icegroup.spark_jobs.transforms:identity
   # assets:
   #   my_group:
   #     source_asset_key: [raw, events]   # an asset your project already has for the source

@@ -15,11 +15,11 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.assets import Labels, sink_asset, source_spec, table_key
-from dagster_project.canary import canary_job
-from dagster_project.checks import sink_checks
-from dagster_project.cli.group_files import groups_path, load_checked_groups
-from dagster_project.jobs import (
+from icegroup.dagster_project.assets import Labels, sink_asset, source_spec, table_key
+from icegroup.dagster_project.canary import canary_job
+from icegroup.dagster_project.checks import sink_checks
+from icegroup.dagster_project.cli.group_files import groups_path, load_checked_groups
+from icegroup.dagster_project.jobs import (
     UnresolvedAssetJobDefinition,
     borrower_job,
     consume_job,
@@ -27,12 +27,12 @@ from dagster_project.jobs import (
     follow_job,
     replay_job,
 )
-from dagster_project.resources import DEFAULT_KEY, lakehouse_config_of, lakehouse_resource
-from dagster_project.schedules import consume_schedule, expire_schedule
-from dagster_project.sensors import leader_sensor
-from dagster_project.window_start import resolve_window_starts
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.resources import DEFAULT_KEY, lakehouse_config_of, lakehouse_resource
+from icegroup.dagster_project.schedules import consume_schedule, expire_schedule
+from icegroup.dagster_project.sensors import leader_sensor
+from icegroup.dagster_project.window_start import resolve_window_starts
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
 
 
 @dataclass(frozen=True)

@@ -10,32 +10,32 @@ import dagster as dg
 from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from pydantic import Field
 
-from dagster_project.assets import (
+from icegroup.dagster_project.assets import (
     DATA_VERSION_TAG,
     complete_events,
     lease_metadata,
     replay_metadata,
     source_observation,
 )
-from dagster_project.checks import exactly_once_evaluation, lag_evaluation_now
-from dagster_project.lineage_runs import expire_run
-from dagster_project.resources import lakehouse_of
-from dagster_project.runs.observer import observe_runs, terminate_runs
-from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.lag import lag_of
-from iceberg.leader import TickResult
-from iceberg.protocol.consume import DEFAULTS
-from iceberg.protocol.durations import parse_duration
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import window_label
-from iceberg.protocol.state import Lease
-from iceberg.retention import StateRetention
-from iceberg.store.tables import load_optional
-from spark_jobs.borrower.lease import LeaseReport
-from spark_jobs.borrower.warm import borrow
-from spark_jobs.consume import consume
-from spark_jobs.follow import FollowReport, follow_upstream
+from icegroup.dagster_project.checks import exactly_once_evaluation, lag_evaluation_now
+from icegroup.dagster_project.lineage_runs import expire_run
+from icegroup.dagster_project.resources import lakehouse_of
+from icegroup.dagster_project.runs.observer import observe_runs, terminate_runs
+from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.lag import lag_of
+from icegroup.iceberg.leader import TickResult
+from icegroup.iceberg.protocol.consume import DEFAULTS
+from icegroup.iceberg.protocol.durations import parse_duration
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.retention import StateRetention
+from icegroup.iceberg.store.tables import load_optional
+from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.warm import borrow
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.follow import FollowReport, follow_upstream
 
 
 class ConsumeConfig(dg.Config):

@@ -10,13 +10,13 @@ from __future__ import annotations
 import uuid
 from collections.abc import Mapping
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.openlineage import output_dataset, run_events
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.reset import ResetTarget
-from iceberg.reset import ResetPlan, execute_reset
-from iceberg.retention import StateRetention, TableExpiry, expire
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.openlineage import output_dataset, run_events
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.reset import ResetPlan, execute_reset
+from icegroup.iceberg.retention import StateRetention, TableExpiry, expire
+from icegroup.iceberg.store.tables import load_optional
 
 EXPIRE_JOB = "expire"
 

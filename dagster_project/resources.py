@@ -15,8 +15,8 @@ from pydantic import Field
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from spark_jobs.session import get_session
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.spark_jobs.session import get_session
 
 DEFAULT_KEY = "icegroup"
 

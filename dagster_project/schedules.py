@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.group import GroupConfig
 
 EXPIRE_CRON = "0 3 * * *"
 

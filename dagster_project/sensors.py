@@ -7,19 +7,19 @@ from dataclasses import asdict, dataclass, replace
 
 import dagster as dg
 
-from dagster_project.assets import complete_events, source_observation
-from dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation, lag_evaluation
-from dagster_project.resources import lakehouse_of
-from dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
-from dagster_project.runs.tags import ROLE_BORROWER, TAG_FOLLOWS, TAG_GROUP, TAG_ROLE
-from iceberg.describe import status_of
-from iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
-from iceberg.leader import TickResult, tick
-from iceberg.protocol.borrower import borrowers_to_start, census, waiting
-from iceberg.protocol.dead_letters import DeadLetter
-from iceberg.protocol.freshness import LagVerdict, judge_lag
-from iceberg.protocol.group import GroupConfig
-from iceberg.store.tables import load_optional
+from icegroup.dagster_project.assets import complete_events, source_observation
+from icegroup.dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation, lag_evaluation
+from icegroup.dagster_project.resources import lakehouse_of
+from icegroup.dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
+from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_FOLLOWS, TAG_GROUP, TAG_ROLE
+from icegroup.iceberg.describe import status_of
+from icegroup.iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
+from icegroup.iceberg.leader import TickResult, tick
+from icegroup.iceberg.protocol.borrower import borrowers_to_start, census, waiting
+from icegroup.iceberg.protocol.dead_letters import DeadLetter
+from icegroup.iceberg.protocol.freshness import LagVerdict, judge_lag
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.store.tables import load_optional
 
 DAEMON_LOOP_S = 5
 """How often Dagster's sensor daemon evaluates sensors: ``MIN_INTERVAL_LOOP_TIME`` in ``dagster/_daemon/sensor.py``."""

@@ -19,10 +19,10 @@ from datetime import UTC, date, datetime
 from pyiceberg.exceptions import NoSuchNamespaceError
 from pyiceberg.table import Table
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import CatalogUnavailable
-from iceberg.protocol.group import GroupConfig, StartAtTimestamp
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import CatalogUnavailable
+from icegroup.iceberg.protocol.group import GroupConfig, StartAtTimestamp
+from icegroup.iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)
 

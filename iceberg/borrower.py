@@ -6,13 +6,13 @@ import time
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import LostRace
-from iceberg.protocol.borrower import take, waiting
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.state import Lease
-from iceberg.retry import again_while_losing
-from iceberg.store.registry import commit_or_lose, load_state
+from icegroup.iceberg.errors import LostRace
+from icegroup.iceberg.protocol.borrower import take, waiting
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.store.registry import commit_or_lose, load_state
 
 # A Leader tick or another Borrower may win the swap; each try reads the registry again.
 TAKE_TRIES = 5

@@ -15,15 +15,15 @@ from collections.abc import Mapping
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.errors import UsageError
-from iceberg.protocol.cascade import FollowPlan, plan_follow, replaced_commits
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import follows_key, parse_resets, resets_key
-from iceberg.store.fences import add_to_list_property
-from iceberg.store.registry import load_state
-from iceberg.store.sink_history import sink_history
-from iceberg.store.tables import load_optional, load_source
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.cascade import FollowPlan, plan_follow, replaced_commits
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.protocol.sink_commit import follows_key, parse_resets, resets_key
+from icegroup.iceberg.store.fences import add_to_list_property
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.sink_history import sink_history
+from icegroup.iceberg.store.tables import load_optional, load_source
 
 
 def downstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> list[GroupConfig]:

@@ -13,11 +13,11 @@ from datetime import UTC, datetime
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import UsageError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import parse_window_label, snapshot_range, window_label
-from iceberg.store.sink_history import read_sink_history, sink_history
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import parse_window_label, snapshot_range, window_label
+from icegroup.iceberg.store.sink_history import read_sink_history, sink_history
+from icegroup.iceberg.store.tables import load_optional
 
 
 @dataclass(frozen=True)

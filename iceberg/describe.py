@@ -14,27 +14,27 @@ from typing import Any, TypedDict
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.cascade import followed
-from iceberg.errors import SourceBlocked, UsageError
-from iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
-from iceberg.protocol.durations import format_duration
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import Hold, hold_of
-from iceberg.protocol.phases import reconcile, renewed
-from iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.source_ref import ref_name
-from iceberg.protocol.state import GroupState
-from iceberg.rebuild import sync_tables
-from iceberg.shards import blocked_at, plan_increment
-from iceberg.store.dead_letters import open_in
-from iceberg.store.group_tables import load_group_tables
-from iceberg.store.heartbeats import read_beats
-from iceberg.store.registrations import read_registrations
-from iceberg.store.registry import load_state, state_as_of
-from iceberg.store.renewals import read_renewals
-from iceberg.store.source_ref import read_ref
-from iceberg.store.tables import load_source
+from icegroup.iceberg.cascade import followed
+from icegroup.iceberg.errors import SourceBlocked, UsageError
+from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
+from icegroup.iceberg.protocol.durations import format_duration
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import Hold, hold_of
+from icegroup.iceberg.protocol.phases import reconcile, renewed
+from icegroup.iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.rebuild import sync_tables
+from icegroup.iceberg.shards import blocked_at, plan_increment
+from icegroup.iceberg.store.dead_letters import open_in
+from icegroup.iceberg.store.group_tables import load_group_tables
+from icegroup.iceberg.store.heartbeats import read_beats
+from icegroup.iceberg.store.registrations import read_registrations
+from icegroup.iceberg.store.registry import load_state, state_as_of
+from icegroup.iceberg.store.renewals import read_renewals
+from icegroup.iceberg.store.source_ref import read_ref
+from icegroup.iceberg.store.tables import load_source
 
 MAX_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
 

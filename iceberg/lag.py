@@ -21,13 +21,13 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg.protocol.completion import complete_windows
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.state import GroupState
-from iceberg.protocol.stream_filter import may_match
-from iceberg.shards import added_files, pruning_predicate, snapshot_info
-from iceberg.store.registry import load_state
-from iceberg.store.tables import load_optional, load_source
+from icegroup.iceberg.protocol.completion import complete_windows
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.protocol.stream_filter import may_match
+from icegroup.iceberg.shards import added_files, pruning_predicate, snapshot_info
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.tables import load_optional, load_source
 
 
 @dataclass(frozen=True)

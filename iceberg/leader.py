@@ -27,16 +27,16 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.cascade import followed
-from iceberg.errors import SourceBlocked
-from iceberg.failpoints import failpoint
-from iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
-from iceberg.protocol.dead_letters import STOPPED, DeadLetter
-from iceberg.protocol.fences import replay_fence_key
-from iceberg.protocol.freshness import oldest_unconsumed_ms
-from iceberg.protocol.group import GroupConfig, check_filter
-from iceberg.protocol.liveness import RunState, holder_of
-from iceberg.protocol.phases import (
+from icegroup.iceberg.cascade import followed
+from icegroup.iceberg.errors import SourceBlocked
+from icegroup.iceberg.failpoints import failpoint
+from icegroup.iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
+from icegroup.iceberg.protocol.dead_letters import STOPPED, DeadLetter
+from icegroup.iceberg.protocol.fences import replay_fence_key
+from icegroup.iceberg.protocol.freshness import oldest_unconsumed_ms
+from icegroup.iceberg.protocol.group import GroupConfig, check_filter
+from icegroup.iceberg.protocol.liveness import RunState, holder_of
+from icegroup.iceberg.protocol.phases import (
     Liveness,
     Planned,
     check_config,
@@ -47,22 +47,22 @@ from iceberg.protocol.phases import (
     reconcile,
     renewed,
 )
-from iceberg.protocol.replay import expire_replays
-from iceberg.protocol.shards import Shard, snapshot_range
-from iceberg.protocol.state import GroupState, Lease, retire_streams
-from iceberg.provenance import WindowProvenance, window_provenance
-from iceberg.rebuild import sync_tables
-from iceberg.shards import plan_increment
-from iceberg.store.dead_letters import open_in
-from iceberg.store.fences import prune_fences, raise_fences
-from iceberg.store.group_tables import GroupTables, load_group_tables
-from iceberg.store.heartbeats import forget, gone_holders, read_beats
-from iceberg.store.lineage import record_lineage
-from iceberg.store.registrations import register
-from iceberg.store.registry import commit_state, load_state
-from iceberg.store.renewals import forget_renewals, read_renewals
-from iceberg.store.source_ref import keep_ref
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.protocol.replay import expire_replays
+from icegroup.iceberg.protocol.shards import Shard, snapshot_range
+from icegroup.iceberg.protocol.state import GroupState, Lease, retire_streams
+from icegroup.iceberg.provenance import WindowProvenance, window_provenance
+from icegroup.iceberg.rebuild import sync_tables
+from icegroup.iceberg.shards import plan_increment
+from icegroup.iceberg.store.dead_letters import open_in
+from icegroup.iceberg.store.fences import prune_fences, raise_fences
+from icegroup.iceberg.store.group_tables import GroupTables, load_group_tables
+from icegroup.iceberg.store.heartbeats import forget, gone_holders, read_beats
+from icegroup.iceberg.store.lineage import record_lineage
+from icegroup.iceberg.store.registrations import register
+from icegroup.iceberg.store.registry import commit_state, load_state
+from icegroup.iceberg.store.renewals import forget_renewals, read_renewals
+from icegroup.iceberg.store.source_ref import keep_ref
+from icegroup.iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)
 

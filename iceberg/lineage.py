@@ -27,13 +27,13 @@ from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.table import Table
 from pyparsing import ParseException
 
-from iceberg.errors import UsageError
-from iceberg.protocol.file_ref import file_ref, unambiguous
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.lineage import LineageEntry
-from iceberg.protocol.locations import file_forms
-from iceberg.protocol.shards import window_label, window_start_ms, window_texts
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.file_ref import file_ref, unambiguous
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.lineage import LineageEntry
+from icegroup.iceberg.protocol.locations import file_forms
+from icegroup.iceberg.protocol.shards import window_label, window_start_ms, window_texts
+from icegroup.iceberg.protocol.sink_commit import (
     COL_FILE,
     COL_SHARD,
     COL_WINDOW,
@@ -42,9 +42,9 @@ from iceberg.protocol.sink_commit import (
     shard_filter,
     shard_texts,
 )
-from iceberg.store.lineage import is_in, quoted
-from iceberg.store.lineage_now import LineageNow, lineage_now
-from iceberg.store.tables import load_optional, shards_as_numbers
+from icegroup.iceberg.store.lineage import is_in, quoted
+from icegroup.iceberg.store.lineage_now import LineageNow, lineage_now
+from icegroup.iceberg.store.tables import load_optional, shards_as_numbers
 
 # A filter on sink rows that matches more shards than this is answered for these only, and says so.
 MAX_ROW_SHARDS = 1000

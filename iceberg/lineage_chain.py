@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.lineage import Answer, answer, forward_rows, narrowed
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.lineage import LineageEntry
-from iceberg.protocol.shards import window_texts
-from iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, shard_texts
-from iceberg.store.lineage_now import lineage_now
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.lineage import Answer, answer, forward_rows, narrowed
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.lineage import LineageEntry
+from icegroup.iceberg.protocol.shards import window_texts
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, shard_texts
+from icegroup.iceberg.store.lineage_now import lineage_now
+from icegroup.iceberg.store.tables import load_optional
 
 
 def upstream_of(groups: Mapping[str, GroupConfig], group: GroupConfig) -> GroupConfig | None:

@@ -18,9 +18,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, State
 from prometheus_client.registry import Collector
 from pyiceberg.catalog import Catalog
 
-from iceberg.describe import GroupView, describe_group
-from iceberg.protocol.freshness import STATES, state_of
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.describe import GroupView, describe_group
+from icegroup.iceberg.protocol.freshness import STATES, state_of
+from icegroup.iceberg.protocol.group import GroupConfig
 
 log = logging.getLogger(__name__)
 

@@ -42,9 +42,9 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.types import NestedField, StructType
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.config.sections import OpenLineageSettings
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.config.sections import OpenLineageSettings
+from icegroup.iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)
 

@@ -11,12 +11,12 @@ from functools import partial
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import UsageError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.phases import check_drift
-from iceberg.protocol.state import GroupState
-from iceberg.retry import again_while_losing
-from iceberg.store.registry import commit_or_lose, kept_moving, load_state
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.phases import check_drift
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.store.registry import commit_or_lose, kept_moving, load_state
 
 
 def set_paused(catalog: Catalog, group: GroupConfig, paused: bool, retries: int = 10) -> tuple[GroupState, bool]:

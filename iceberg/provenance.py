@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 from pyiceberg.table import Table
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.lineage import LineageEntry
-from iceberg.protocol.shards import snapshot_range, window_label
-from iceberg.store.lineage import entries, is_in
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.lineage import LineageEntry
+from icegroup.iceberg.protocol.shards import snapshot_range, window_label
+from icegroup.iceberg.store.lineage import entries, is_in
 
 
 @dataclass(frozen=True)

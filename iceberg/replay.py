@@ -22,14 +22,14 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
-from iceberg.errors import ReplayIncomplete, UsageError
-from iceberg.protocol.cascade import superseding
-from iceberg.protocol.fences import replay_fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.phases import check_config, check_drift
-from iceberg.protocol.replay import check_window, take_ticket, window_coverage
-from iceberg.protocol.shards import snapshot_range
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.errors import ReplayIncomplete, UsageError
+from icegroup.iceberg.protocol.cascade import superseding
+from icegroup.iceberg.protocol.fences import replay_fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.phases import check_config, check_drift
+from icegroup.iceberg.protocol.replay import check_window, take_ticket, window_coverage
+from icegroup.iceberg.protocol.shards import snapshot_range
+from icegroup.iceberg.protocol.sink_commit import (
     COL_SHARD,
     COL_WINDOW,
     ShardRange,
@@ -37,14 +37,14 @@ from iceberg.protocol.sink_commit import (
     resets_key,
     shard_texts,
 )
-from iceberg.protocol.state import ReplayTicket
-from iceberg.retry import again_while_losing
-from iceberg.shards import stream_key
-from iceberg.store.fences import raise_fences
-from iceberg.store.heartbeats import read_beats
-from iceberg.store.registry import commit_or_lose, kept_moving, load_state
-from iceberg.store.sink_history import sink_history
-from iceberg.store.tables import load_optional, load_source
+from icegroup.iceberg.protocol.state import ReplayTicket
+from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.shards import stream_key
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.heartbeats import read_beats
+from icegroup.iceberg.store.registry import commit_or_lose, kept_moving, load_state
+from icegroup.iceberg.store.sink_history import sink_history
+from icegroup.iceberg.store.tables import load_optional, load_source
 
 RETRIES = 10
 # The data files live in a snapshot, keyed by (the snapshot that added them, stream): path and rows.

@@ -33,14 +33,14 @@ from functools import partial
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.cascade import follows_after_reset
-from iceberg.errors import RegistryConflict, ResetInFlight, UsageError
-from iceberg.failpoints import failpoint
-from iceberg.protocol.fences import epoch_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.phases import check_drift
-from iceberg.protocol.replay import holder_alive
-from iceberg.protocol.reset import (
+from icegroup.iceberg.cascade import follows_after_reset
+from icegroup.iceberg.errors import RegistryConflict, ResetInFlight, UsageError
+from icegroup.iceberg.failpoints import failpoint
+from icegroup.iceberg.protocol.fences import epoch_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.phases import check_drift
+from icegroup.iceberg.protocol.replay import holder_alive
+from icegroup.iceberg.protocol.reset import (
     Holder,
     Position,
     ResetMarker,
@@ -55,8 +55,8 @@ from iceberg.protocol.reset import (
     reset_state,
     round_down,
 )
-from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.protocol.sink_commit import (
     KEY_EPOCH,
     KEY_GROUP,
     KEY_RESET,
@@ -66,15 +66,15 @@ from iceberg.protocol.sink_commit import (
     reset_key,
     resets_key,
 )
-from iceberg.protocol.state import GroupState
-from iceberg.reset_targets import chain, check_reachable, count_skipped, targets
-from iceberg.retry import again_while_losing
-from iceberg.store.fences import raise_fences
-from iceberg.store.heartbeats import gone_holders, heartbeat, read_beats
-from iceberg.store.registry import Loaded, commit_or_lose, kept_moving, load_state
-from iceberg.store.sink import delete_shards, remove_property
-from iceberg.store.sink_history import sink_history
-from iceberg.store.tables import load_optional, load_source
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.reset_targets import chain, check_reachable, count_skipped, targets
+from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.heartbeats import gone_holders, heartbeat, read_beats
+from icegroup.iceberg.store.registry import Loaded, commit_or_lose, kept_moving, load_state
+from icegroup.iceberg.store.sink import delete_shards, remove_property
+from icegroup.iceberg.store.sink_history import sink_history
+from icegroup.iceberg.store.tables import load_optional, load_source
 
 
 @dataclass

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 from pyiceberg.table import Table
 
-from iceberg.errors import UsageError
-from iceberg.protocol.durations import option_value, parse_duration, parse_time
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.reset import Position, ResetTarget, StreamMove
-from iceberg.protocol.shards import SnapshotInfo
-from iceberg.protocol.state import GroupState
-from iceberg.shards import APPEND, added_files, snapshot_info
-from iceberg.store.sink_history import sink_history
-from iceberg.store.tables import walk_back
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.durations import option_value, parse_duration, parse_time
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.reset import Position, ResetTarget, StreamMove
+from icegroup.iceberg.protocol.shards import SnapshotInfo
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.shards import APPEND, added_files, snapshot_info
+from icegroup.iceberg.store.sink_history import sink_history
+from icegroup.iceberg.store.tables import walk_back
 
 
 def chain(source: Table) -> list[SnapshotInfo]:

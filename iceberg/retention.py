@@ -29,19 +29,19 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
-from iceberg.protocol.durations import format_duration
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.retention import Judged, Pin, judge, reset_reach
-from iceberg.protocol.sink_commit import KEY_STAGE
-from iceberg.shards import snapshot_info
-from iceberg.store.dead_letters import dead_letter_identifier
-from iceberg.store.dead_rows import dead_rows_identifier, isolated_in_sink
-from iceberg.store.lineage import lineage_identifier, load_lineage, recorded_through
-from iceberg.store.registrations import group_pin, read_registrations
-from iceberg.store.registry import load_state, registry_identifier
-from iceberg.store.sink_history import sink_history
-from iceberg.store.source_ref import drop_refs, group_refs
-from iceberg.store.tables import expire_snapshots, load_optional, walk_back
+from icegroup.iceberg.protocol.durations import format_duration
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.retention import Judged, Pin, judge, reset_reach
+from icegroup.iceberg.protocol.sink_commit import KEY_STAGE
+from icegroup.iceberg.shards import snapshot_info
+from icegroup.iceberg.store.dead_letters import dead_letter_identifier
+from icegroup.iceberg.store.dead_rows import dead_rows_identifier, isolated_in_sink
+from icegroup.iceberg.store.lineage import lineage_identifier, load_lineage, recorded_through
+from icegroup.iceberg.store.registrations import group_pin, read_registrations
+from icegroup.iceberg.store.registry import load_state, registry_identifier
+from icegroup.iceberg.store.sink_history import sink_history
+from icegroup.iceberg.store.source_ref import drop_refs, group_refs
+from icegroup.iceberg.store.tables import expire_snapshots, load_optional, walk_back
 
 log = logging.getLogger(__name__)
 

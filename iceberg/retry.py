@@ -16,7 +16,7 @@ from typing import TypeVar
 
 from tenacity import RetryCallState, Retrying, retry_if_exception_type, stop_after_attempt, wait_random_exponential
 
-from iceberg.errors import LostRace
+from icegroup.iceberg.errors import LostRace
 
 log = logging.getLogger(__name__)
 

@@ -18,12 +18,12 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
 
-from iceberg.errors import SourceBlocked, SourceError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
-from iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
-from iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
-from iceberg.store.tables import walk_back
+from icegroup.iceberg.errors import SourceBlocked, SourceError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
+from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
+from icegroup.iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
+from icegroup.iceberg.store.tables import walk_back
 
 APPEND = "append"
 REPLACE = "replace"
@@ -222,7 +222,7 @@ def identity_columns(table: Table) -> frozenset[str]:
 def pruning_predicate(table: Table, group: GroupConfig) -> BooleanExpression | None:
     """The group's filter as a predicate on streams, or None when it cannot leave out any of this table's.
 
-    Only a filter on a column the table is partitioned by identity can (``iceberg.protocol.stream_filter``).
+    Only a filter on a column the table is partitioned by identity can (``icegroup.iceberg.protocol.stream_filter``).
     """
     predicate = stream_predicate(group.filter)
     if predicate is None or not decidable_columns(predicate) & identity_columns(table):

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pyiceberg.table import Table
 
-from iceberg.errors import SourceError
-from iceberg.protocol.group import GroupConfig, StartAtSnapshot, StartAtTimestamp
-from iceberg.protocol.state import GroupState
-from iceberg.store.tables import walk_back
+from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.protocol.group import GroupConfig, StartAtSnapshot, StartAtTimestamp
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.store.tables import walk_back
 
 
 def resolve_start(table: Table, group: GroupConfig) -> int | None:

@@ -8,10 +8,10 @@ from dataclasses import dataclass
 from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import AlwaysTrue
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import COL_SHARD, shard_texts
-from iceberg.store.sink_history import other_groups_shards
-from iceberg.store.tables import load_optional, load_source
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, shard_texts
+from icegroup.iceberg.store.sink_history import other_groups_shards
+from icegroup.iceberg.store.tables import load_optional, load_source
 
 
 @dataclass(frozen=True)

@@ -20,12 +20,12 @@ from pyiceberg.manifest import ManifestContent, ManifestEntryStatus
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP, KEY_MIGRATE, KEY_RESET
-from iceberg.protocol.window_audit import COMPACTION, MIGRATE, RESET, CommitFacts, SinkAudit, audit_window
-from iceberg.store.sink_history import Written, deleted_through, walk_commits
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP, KEY_MIGRATE, KEY_RESET
+from icegroup.iceberg.protocol.window_audit import COMPACTION, MIGRATE, RESET, CommitFacts, SinkAudit, audit_window
+from icegroup.iceberg.store.sink_history import Written, deleted_through, walk_commits
+from icegroup.iceberg.store.tables import load_optional
 
 EPOCH = date(1970, 1, 1)
 

@@ -25,14 +25,14 @@ from pathlib import Path
 import yaml
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import main as icegroup_main
-from dagster_project.cli.group_files import groups_path, load_checked_groups
-from iceberg.config.lakehouse import ENV_HOME, ENV_OPENLINEAGE_FILE, load_lakehouse
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import COL_WINDOW
-from iceberg.verify import verify_group
-from iceberg.window_audit import audit_sink
-from infra.demo_data import append_batches, create_source
+from icegroup.dagster_project.cli import main as icegroup_main
+from icegroup.dagster_project.cli.group_files import groups_path, load_checked_groups
+from icegroup.iceberg.config.lakehouse import ENV_HOME, ENV_OPENLINEAGE_FILE, load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
+from icegroup.iceberg.verify import verify_group
+from icegroup.iceberg.window_audit import audit_sink
+from icegroup.infra.demo_data import append_batches, create_source
 
 GROUP = "demo"
 CHAINED = "large"
@@ -109,7 +109,7 @@ def main() -> int:
 
     window = datetime.now(UTC).strftime("%Y-%m-%d")
     t = step(f"icegroup canary: the corrected transform over window {window}, staged beside main, and its difference")
-    canary = ["canary", GROUP, "--transform", "spark_jobs.transforms:enrich_events_v2", "--window", window]
+    canary = ["canary", GROUP, "--transform", "icegroup.spark_jobs.transforms:enrich_events_v2", "--window", window]
     if icegroup([*canary, "--key", "event_id"]) != 0:
         return 1
     timings["canary"] = time.perf_counter() - t
@@ -119,7 +119,7 @@ def main() -> int:
     large_before = count(catalog, chained.sink)
     icegroup(["replay", GROUP, "--window", window, "--cascade"])
     with tempfile.TemporaryDirectory(prefix="icegroup-demo-") as folder:
-        fixed = group.model_copy(update={"transform": "spark_jobs.transforms:enrich_events_v2"})
+        fixed = group.model_copy(update={"transform": "icegroup.spark_jobs.transforms:enrich_events_v2"})
         path = Path(folder) / "groups.yaml"
         dumped = [g.model_dump(mode="json", exclude_defaults=True) for g in (fixed, chained)]
         path.write_text(yaml.safe_dump({"groups": dumped}))

@@ -22,6 +22,7 @@ if [ -n "$pyspark" ]; then
   sed "s/^pyspark==.*/pyspark==$pyspark/" requirements.lock >"$lock"
 fi
 "$venv/bin/uv" pip sync -q --python "$venv/bin/python" "$lock"
+bash infra/package_links.sh
 "$venv/bin/uv" pip install -q --python "$venv/bin/python" --no-deps -e .
 # `source .venv/bin/activate` then points the icegroup command at the checkout's demo lake, groups and instance.
 activate="$venv/bin/activate"

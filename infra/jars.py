@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pyspark
 
-from iceberg.config.lakehouse import LakehouseConfig
-from spark_jobs.jars import ICEGROUP_JAR, coordinates
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.spark_jobs.jars import ICEGROUP_JAR, coordinates
 
 DEFAULT_FOLDER = Path("build/jars")
 DEPENDENCY_PLUGIN = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1:copy"

@@ -13,7 +13,7 @@ OAuth2 client credentials at ``/v1/oauth/tokens`` (pyiceberg and Spark: ``creden
 environment, never its command line (``ps`` shows that). For manual use::
 
     export ICEGROUP_REST_CLIENT_ID=icegroup ICEGROUP_REST_CLIENT_SECRET=...
-    python -m infra.rest_catalog --port 8181 --jdbc-url jdbc:sqlite:/tmp/rest.db --warehouse /tmp/wh
+    python -m icegroup.infra.rest_catalog --port 8181 --jdbc-url jdbc:sqlite:/tmp/rest.db --warehouse /tmp/wh
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from infra.processes import wait_for
-from spark_jobs.jars import ICEGROUP_JAR
+from icegroup.infra.processes import wait_for
+from icegroup.spark_jobs.jars import ICEGROUP_JAR
 
 SERVER_DIR = Path(__file__).resolve().parent / "rest_catalog"
 SERVER_JAR = SERVER_DIR / "target" / "icegroup-rest-catalog.jar"

@@ -30,10 +30,10 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from infra import rest_catalog
-from infra.postgres import LocalPostgres, open_local_postgres, server_bin_dir
-from infra.processes import MEMBER, alive, http_ok, is_member, members, port_open, terminate, wait_for
-from infra.stack_layout import (
+from icegroup.infra import rest_catalog
+from icegroup.infra.postgres import LocalPostgres, open_local_postgres, server_bin_dir
+from icegroup.infra.processes import MEMBER, alive, http_ok, is_member, members, port_open, terminate, wait_for
+from icegroup.infra.stack_layout import (
     BUCKET,
     REST_CLIENT_ID,
     REST_WAREHOUSE,
@@ -358,7 +358,7 @@ def print_parts(rows: list[tuple[str, str, str, str]]) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m infra.stack up|down|status``."""
+    """``python -m icegroup.infra.stack up|down|status``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["up", "down", "status"])
     action = parser.parse_args(argv).action

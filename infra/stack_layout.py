@@ -14,7 +14,7 @@ from pathlib import Path
 
 import yaml
 
-from iceberg.config.rest import ENV_CREDENTIAL
+from icegroup.iceberg.config.rest import ENV_CREDENTIAL
 
 BUCKET = "icegroup"
 REST_WAREHOUSE = "lake"

@@ -27,22 +27,22 @@ from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError, WindowMoved
-from iceberg.protocol.fences import replay_fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.replay import check_window
-from iceberg.protocol.shards import window_value
-from iceberg.protocol.sink_commit import COL_WINDOW, KEY_STAGE, LINEAGE_COLUMNS
-from iceberg.replay import ReplayPlan, plan_replay, replay_ticket
-from iceberg.store.canaries import Canary, drop_canary, load_canary, save_canary
-from iceberg.store.heartbeats import heartbeat
-from iceberg.store.registry import load_state
-from spark_jobs.code_shipping import ship_transform
-from spark_jobs.replay import ReplayReport, publish_staged, stage_window
-from spark_jobs.session import activate
-from spark_jobs.shards import FILE_COLUMN
-from spark_jobs.transforms import load_transform
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError, WindowMoved
+from icegroup.iceberg.protocol.fences import replay_fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.replay import check_window
+from icegroup.iceberg.protocol.shards import window_value
+from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_STAGE, LINEAGE_COLUMNS
+from icegroup.iceberg.replay import ReplayPlan, plan_replay, replay_ticket
+from icegroup.iceberg.store.canaries import Canary, drop_canary, load_canary, save_canary
+from icegroup.iceberg.store.heartbeats import heartbeat
+from icegroup.iceberg.store.registry import load_state
+from icegroup.spark_jobs.code_shipping import ship_transform
+from icegroup.spark_jobs.replay import ReplayReport, publish_staged, stage_window
+from icegroup.spark_jobs.session import activate
+from icegroup.spark_jobs.shards import FILE_COLUMN
+from icegroup.spark_jobs.transforms import load_transform
 
 SAMPLE_ROWS = 5
 

@@ -61,7 +61,9 @@ def zip_code(root: Path, folder: Path) -> Path:
     Borrower is warm: a content hash in the name keeps Spark accepting it. Python workers that
     already imported the old module keep it until they restart (a new Borrower run).
     """
-    files = sorted(root.rglob("*.py")) if root.is_dir() else [root]
+    # os.walk, not rglob: icegroup's own package is made of links to the checkout's folders, and rglob skips them.
+    walked = (Path(folder) / name for folder, _, names in os.walk(root, followlinks=True) for name in names)
+    files = sorted(file for file in walked if file.suffix == ".py") if root.is_dir() else [root]
     buffer = io.BytesIO()
     with zipfile.ZipFile(buffer, "w", zipfile.ZIP_DEFLATED) as archive:
         for file in files:

@@ -16,11 +16,11 @@ from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.openlineage import ColumnOrigin
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import LINEAGE_COLUMNS
-from spark_jobs.transforms import Transform, load_transform
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.openlineage import ColumnOrigin
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import LINEAGE_COLUMNS
+from icegroup.spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
 

@@ -17,8 +17,8 @@ from functools import partial
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import (
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import (
     CatalogUnavailable,
     GroupStopped,
     NotCaughtUp,
@@ -26,17 +26,17 @@ from iceberg.errors import (
     ResetInFlight,
     SourceBlocked,
 )
-from iceberg.leader import RunObserver, TickResult, tick
-from iceberg.protocol.consume import DEFAULTS, next_poll_s
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState, hold_of
-from iceberg.protocol.state import Lease, LeasePhase
-from iceberg.store.heartbeats import heartbeat, read_beats
-from spark_jobs.borrower.lease import LeaseReport
-from spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
-from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
-from spark_jobs.follow import FollowReport, follow_upstream
-from spark_jobs.transforms import load_transform
+from icegroup.iceberg.leader import RunObserver, TickResult, tick
+from icegroup.iceberg.protocol.consume import DEFAULTS, next_poll_s
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState, hold_of
+from icegroup.iceberg.protocol.state import Lease, LeasePhase
+from icegroup.iceberg.store.heartbeats import heartbeat, read_beats
+from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
+from icegroup.spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from icegroup.spark_jobs.follow import FollowReport, follow_upstream
+from icegroup.spark_jobs.transforms import load_transform
 
 
 @dataclass

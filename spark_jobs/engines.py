@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from iceberg.errors import ConfigError
+from icegroup.iceberg.errors import ConfigError
 
 # Spark minor -> the Iceberg minors tested with it (CI runs each pair; docs/reference/matrix.md says what).
 SUPPORTED: dict[str, tuple[str, ...]] = {"3.5": ("1.9", "1.10"), "4.0": ("1.10",)}

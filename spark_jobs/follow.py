@@ -15,10 +15,10 @@ from dataclasses import dataclass, field
 
 from pyspark.sql import SparkSession
 
-from iceberg.cascade import plan_follows, record_follows
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.group import GroupConfig
-from spark_jobs.replay import ReplayReport, replay_window
+from icegroup.iceberg.cascade import plan_follows, record_follows
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.spark_jobs.replay import ReplayReport, replay_window
 
 
 @dataclass

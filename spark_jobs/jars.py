@@ -20,9 +20,17 @@ from pathlib import Path
 
 from sqlalchemy.engine import make_url
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import ConfigError
-from spark_jobs.engines import DRIVERS, Runtime, aws_bundle, check_pair, jar_file, runtime_for, runtime_from_file
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import ConfigError
+from icegroup.spark_jobs.engines import (
+    DRIVERS,
+    Runtime,
+    aws_bundle,
+    check_pair,
+    jar_file,
+    runtime_for,
+    runtime_from_file,
+)
 
 ICEGROUP_JAR = Path(__file__).parent / "sink" / "jvm" / "icegroup-spark.jar"
 IVY_CONF = "spark.jars.ivy"

@@ -22,12 +22,12 @@ from dataclasses import dataclass
 
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import AlreadyCommitted, ReplayIncomplete
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.isolation import redrive_id
-from iceberg.protocol.shards import sink_window, window_label
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import AlreadyCommitted, ReplayIncomplete
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.isolation import redrive_id
+from icegroup.iceberg.protocol.shards import sink_window, window_label
+from icegroup.iceberg.protocol.sink_commit import (
     KEY_EPOCH,
     KEY_GROUP,
     KEY_REDRIVE,
@@ -36,18 +36,18 @@ from iceberg.protocol.sink_commit import (
     KEY_SOURCE,
     LINEAGE_COLUMNS,
 )
-from iceberg.protocol.state import Lease
-from iceberg.replay import replay_ticket
-from iceberg.store.dead_rows import IsolatedShard, isolated_in_sink, mark_taken_in
-from iceberg.store.heartbeats import heartbeat
-from iceberg.store.registry import load_state
-from iceberg.store.tables import load_optional, load_source
-from spark_jobs.borrower.isolation import except_rows
-from spark_jobs.code_shipping import ship_transform
-from spark_jobs.shards import FILE_COLUMN, POS_COLUMN
-from spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
-from spark_jobs.sink.shape import align_to_sink, with_lineage
-from spark_jobs.transforms import load_transform
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.replay import replay_ticket
+from icegroup.iceberg.store.dead_rows import IsolatedShard, isolated_in_sink, mark_taken_in
+from icegroup.iceberg.store.heartbeats import heartbeat
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.tables import load_optional, load_source
+from icegroup.spark_jobs.borrower.isolation import except_rows
+from icegroup.spark_jobs.code_shipping import ship_transform
+from icegroup.spark_jobs.shards import FILE_COLUMN, POS_COLUMN
+from icegroup.spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
+from icegroup.spark_jobs.sink.shape import align_to_sink, with_lineage
+from icegroup.spark_jobs.transforms import load_transform
 
 
 @dataclass(frozen=True)

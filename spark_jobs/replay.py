@@ -19,29 +19,29 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import LostRace, WindowMoved
-from iceberg.openlineage import output_dataset, run_events
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import window_value
-from iceberg.protocol.sink_commit import replay_properties
-from iceberg.protocol.state import ReplayTicket
-from iceberg.replay import ReplayPlan, ReplayShard, plan_replay, replay_ticket
-from iceberg.retry import again_while_losing
-from iceberg.store.heartbeats import heartbeat
-from spark_jobs.code_shipping import ship_transform
-from spark_jobs.column_lineage import sink_columns
-from spark_jobs.session import activate
-from spark_jobs.shards import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
-from spark_jobs.sink.fenced_commit import publish_replay, stage_shard
-from spark_jobs.sink.shape import (
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import LostRace, WindowMoved
+from icegroup.iceberg.openlineage import output_dataset, run_events
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import window_value
+from icegroup.iceberg.protocol.sink_commit import replay_properties
+from icegroup.iceberg.protocol.state import ReplayTicket
+from icegroup.iceberg.replay import ReplayPlan, ReplayShard, plan_replay, replay_ticket
+from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.store.heartbeats import heartbeat
+from icegroup.spark_jobs.code_shipping import ship_transform
+from icegroup.spark_jobs.column_lineage import sink_columns
+from icegroup.spark_jobs.session import activate
+from icegroup.spark_jobs.shards import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
+from icegroup.spark_jobs.sink.fenced_commit import publish_replay, stage_shard
+from icegroup.spark_jobs.sink.shape import (
     align_to_sink,
     ensure_staged_writes,
     ensure_window_partition,
     window_type,
     with_lineage,
 )
-from spark_jobs.transforms import Transform, load_transform
+from icegroup.spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
 

@@ -24,8 +24,8 @@ from typing import Any
 from pyspark.sql import Column, DataFrame
 from pyspark.sql import functions as F
 
-from iceberg.protocol.file_ref import file_ref
-from iceberg.protocol.locations import file_forms
+from icegroup.iceberg.protocol.file_ref import file_ref
+from icegroup.iceberg.protocol.locations import file_forms
 
 # Logical operators of an analyzed plan that Spark plans as operators emitting each input row (or
 # rows made from it) before they take the next, or that planning removes (a view's or an alias's
@@ -129,7 +129,7 @@ FILE_REF_SQL = "CASE WHEN input_file_name() <> '' THEN xxhash64(input_file_name(
 
 
 def file_ref_column(df: DataFrame, source: str) -> Column:
-    """Each row's source-file reference (``iceberg.protocol.file_ref``): xxhash64 of its file, or null if unknown.
+    """Each row's source-file reference (``iceberg/protocol/file_ref.py``): xxhash64 of its file, or null if unknown.
 
     ``source`` is the table the shard was read from, as Spark names it (``catalog.namespace.table``).
     """
@@ -162,7 +162,7 @@ class RowFiles:
 def by_file(values: Mapping[str, str | int | date]) -> Column:
     """Each row's value in ``values`` (by source-file location), chosen by the row's file; for streaming plans only.
 
-    Every spelling of a location is matched (``iceberg.protocol.locations``). A row whose file is not in
+    Every spelling of a location is matched (``icegroup.iceberg.protocol.locations``). A row whose file is not in
     ``values`` fails its task: it would otherwise be written without the lineage it needs. The choice
     is one SQL expression, built in one call, however many files there are.
     """

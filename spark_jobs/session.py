@@ -15,11 +15,11 @@ from py4j.protocol import Py4JError
 from pyspark import SparkContext
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.config.rest import spark_catalog_properties
-from iceberg.errors import ConfigError
-from spark_jobs.engines import check_pair, supported_pairs
-from spark_jobs.jars import IVY_CONF, remember, resolving, spark_jars
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.config.rest import spark_catalog_properties
+from icegroup.iceberg.errors import ConfigError
+from icegroup.spark_jobs.engines import check_pair, supported_pairs
+from icegroup.spark_jobs.jars import IVY_CONF, remember, resolving, spark_jars
 
 SPARK_REDACTION = "(?i)secret|password|token|access[.]key|credential|header[.]"
 log = logging.getLogger(__name__)

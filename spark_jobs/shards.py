@@ -8,12 +8,12 @@ from functools import reduce
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.errors import SourceError
-from iceberg.protocol.shard_reads import OPEN_COST_BYTES, file_sizes, split_bytes
-from iceberg.protocol.shards import PartitionValue, Shard
-from iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
-from spark_jobs.row_files import sql_string
-from spark_jobs.sink.shape import shard_ids
+from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.protocol.shard_reads import OPEN_COST_BYTES, file_sizes, split_bytes
+from icegroup.iceberg.protocol.shards import PartitionValue, Shard
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
+from icegroup.spark_jobs.row_files import sql_string
+from icegroup.spark_jobs.sink.shape import shard_ids
 
 FILE_COLUMN = "_file"
 POS_COLUMN = "_pos"
@@ -34,7 +34,7 @@ def read_shard(
     Both ends of the range are pinned, so a re-run reads the same rows. The range also holds other
     streams' files: the stream's identity partition values let Iceberg prune most of them at
     planning, and the ``_file`` metadata column restricts rows to exactly the shard's own files.
-    ``columns`` (see ``iceberg.store.tables.shard_columns``) maps the current schema back to the one the
+    ``columns`` (see ``icegroup.iceberg.store.tables.shard_columns``) maps the current schema back to the one the
     shard was written with. A chained group reads another group's sink: the upstream lineage
     columns are dropped, because this group writes its own. ``rows`` restricts the read further by
     ``_file`` and ``_pos`` (``spark_jobs/borrower/isolation.py``: rows isolated, or tried, on their own).
@@ -54,7 +54,7 @@ def read_shards(
     columns: list[tuple[str, str]] | None = None,
     rows: Column | None = None,
 ) -> DataFrame:
-    """Rows of every file of ``shards``, read in one scan of ``span`` (``iceberg.protocol.shard_reads.spanning_range``).
+    """Rows of every file of ``shards``, read in one scan of ``span`` (``shard_reads.spanning_range`` in the protocol).
 
     As ``read_shard``, for shards of one schema: the streams' identity values prune the other
     streams' files, and ``_file`` keeps exactly the shards' own. Iceberg's incremental read needs an

@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, cast
 
-from iceberg.errors import ConfigError
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.group import GroupConfig
 
 
 def import_transform(path: str) -> Callable[[Any], Any]:

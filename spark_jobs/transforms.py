@@ -13,8 +13,8 @@ from typing import cast
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 
-from iceberg.errors import ConfigError
-from spark_jobs.transform_paths import import_transform
+from icegroup.iceberg.errors import ConfigError
+from icegroup.spark_jobs.transform_paths import import_transform
 
 Transform = Callable[[DataFrame], DataFrame]
 

@@ -10,10 +10,10 @@ from typing import Any
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli.group_files import DEFAULT_GROUPS
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.config.search import ENV_GROUPS
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.cli.group_files import DEFAULT_GROUPS
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.config.search import ENV_GROUPS
+from icegroup.iceberg.protocol.group import GroupConfig
 from tests import factories
 from tests.factories import MakeDeadLetter, MakeGroup, MakeLease, MakeShard
 from tests.stack_env import drop_scratch_databases, home_env, on_stack, scratch_database, stack_layout
@@ -71,7 +71,7 @@ def make_group(ns: str) -> MakeGroup:
             "name": f"g_{ns}",
             "source": f"{ns}.events",
             "sink": f"{ns}.events_out",
-            "transform": "spark_jobs.transforms:identity",
+            "transform": "icegroup.spark_jobs.transforms:identity",
         }
         fields.update(overrides)
         return GroupConfig.model_validate(fields)

@@ -15,21 +15,21 @@ from typing import Any, Protocol
 import yaml
 from pyiceberg.catalog import Catalog
 
-from iceberg.protocol.assignment import make_lease_id
-from iceberg.protocol.dead_letters import DeadLetter
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import Shard, window_label
-from iceberg.protocol.state import GroupState, Lease
-from iceberg.store.group_tables import GroupTables, load_group_tables
-from iceberg.store.registry import Loaded, load_state
-from infra.demo_data import EVENTS_START as EVENTS_START
-from infra.demo_data import REGIONS as REGIONS
-from infra.demo_data import SCHEMA as SCHEMA
-from infra.demo_data import SPEC as SPEC
-from infra.demo_data import append_batches as append_batches
-from infra.demo_data import create_source as create_source
-from infra.demo_data import events as events
-from infra.demo_data import next_event_id as next_event_id
+from icegroup.iceberg.protocol.assignment import make_lease_id
+from icegroup.iceberg.protocol.dead_letters import DeadLetter
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import Shard, window_label
+from icegroup.iceberg.protocol.state import GroupState, Lease
+from icegroup.iceberg.store.group_tables import GroupTables, load_group_tables
+from icegroup.iceberg.store.registry import Loaded, load_state
+from icegroup.infra.demo_data import EVENTS_START as EVENTS_START
+from icegroup.infra.demo_data import REGIONS as REGIONS
+from icegroup.infra.demo_data import SCHEMA as SCHEMA
+from icegroup.infra.demo_data import SPEC as SPEC
+from icegroup.infra.demo_data import append_batches as append_batches
+from icegroup.infra.demo_data import create_source as create_source
+from icegroup.infra.demo_data import events as events
+from icegroup.infra.demo_data import next_event_id as next_event_id
 
 GROUP = "orders"
 STREAM = "0/region=eu"

@@ -13,11 +13,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import COL_SHARD, commit_properties, shard_number
-from iceberg.protocol.state import GroupState, Lease
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, commit_properties, shard_number
+from icegroup.iceberg.protocol.state import GroupState, Lease
 
 SINK_SCHEMA = Schema(
     NestedField(1, "id", LongType(), required=True),

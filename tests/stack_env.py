@@ -17,9 +17,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-import infra.stack
-from infra.postgres import LocalPostgres
-from infra.stack_layout import Layout, dagster_config
+import icegroup.infra.stack
+from icegroup.infra.postgres import LocalPostgres
+from icegroup.infra.stack_layout import Layout, dagster_config
 
 ENV_TEST_STACK = "ICEGROUP_TEST_STACK"
 PASSED_ON = ("ICEGROUP_LAKEHOUSE", "ICEGROUP_HEARTBEATS_URI", "ICEGROUP_REST_CREDENTIAL")
@@ -37,7 +37,7 @@ def stack_layout() -> Layout:
 
 def stack_postgres() -> LocalPostgres:
     """The stack's PostgreSQL, to make and drop the run's scratch databases."""
-    return infra.stack.stack_postgres(stack_layout())
+    return icegroup.infra.stack.stack_postgres(stack_layout())
 
 
 _SCRATCH: list[str] = []

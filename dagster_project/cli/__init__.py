@@ -1,6 +1,6 @@
 """The ``icegroup`` command: its entry point and its exit codes."""
 
-from dagster_project.cli.entry import main
-from dagster_project.cli.exits import Exit
+from icegroup.dagster_project.cli.entry import main
+from icegroup.dagster_project.cli.exits import Exit
 
 __all__ = ["Exit", "main"]

@@ -8,16 +8,16 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
-from dagster_project.cli.exits import Exit
-from dagster_project.cli.logfile import log_line, run_output
-from dagster_project.cli.output import JSON_HELP, dumps
-from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.cli.exits import Exit
+from icegroup.dagster_project.cli.logfile import log_line, run_output
+from icegroup.dagster_project.cli.output import JSON_HELP, dumps
+from icegroup.dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.group import GroupConfig
 
 if TYPE_CHECKING:
-    from spark_jobs.canary import CanaryDiff
+    from icegroup.spark_jobs.canary import CanaryDiff
 
 
 def add_canary(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -43,8 +43,8 @@ def add_canary(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
 
 def cmd_canary(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup canary GROUP --transform NEW [--window W] [--key COL] [--promote]``."""
-    from spark_jobs.canary import promote_canary, run_canary  # Spark loads only for the commands that use it
-    from spark_jobs.session import get_session
+    from icegroup.spark_jobs.canary import promote_canary, run_canary  # Spark loads only for the commands that use it
+    from icegroup.spark_jobs.session import get_session
 
     group = pick(groups, args.group, args.groups)
     if args.promote == bool(args.transform):

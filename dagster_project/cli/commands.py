@@ -12,32 +12,32 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from dagster_project.cli.canary import add_canary
-from dagster_project.cli.configs import load_configs, package_version
-from dagster_project.cli.exits import Exit, epilog, exit_for
-from dagster_project.cli.expire import add_expire
-from dagster_project.cli.init import add_init, cmd_init
-from dagster_project.cli.lineage import add_lineage
-from dagster_project.cli.logfile import log_traceback, pointer
-from dagster_project.cli.metrics import add_metrics
-from dagster_project.cli.output import JSON_HELP, dumps, stdout_closed
-from dagster_project.cli.plots import plot_lines
-from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, render, table, view_json
-from dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
-from iceberg.checkpoints import list_checkpoints
-from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
-from iceberg.config.search import ENV_GROUPS
-from iceberg.describe import describe_as_of, describe_group
-from iceberg.errors import IcegroupError, UsageError
-from iceberg.lag import Work, pending_work
-from iceberg.pause import set_paused
-from iceberg.protocol.consume import DEFAULTS
-from iceberg.protocol.durations import option_value, parse_time
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import snapshot_range
-from iceberg.rebuild import rebuild_registry
-from iceberg.store.dead_letters import latest
-from iceberg.store.dead_rows import ISOLATED, latest_rows
+from icegroup.dagster_project.cli.canary import add_canary
+from icegroup.dagster_project.cli.configs import load_configs, package_version
+from icegroup.dagster_project.cli.exits import Exit, epilog, exit_for
+from icegroup.dagster_project.cli.expire import add_expire
+from icegroup.dagster_project.cli.init import add_init, cmd_init
+from icegroup.dagster_project.cli.lineage import add_lineage
+from icegroup.dagster_project.cli.logfile import log_traceback, pointer
+from icegroup.dagster_project.cli.metrics import add_metrics
+from icegroup.dagster_project.cli.output import JSON_HELP, dumps, stdout_closed
+from icegroup.dagster_project.cli.plots import plot_lines
+from icegroup.dagster_project.cli.support import GROUP_HELP, dagster_home, pick, render, table, view_json
+from icegroup.dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
+from icegroup.iceberg.checkpoints import list_checkpoints
+from icegroup.iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
+from icegroup.iceberg.config.search import ENV_GROUPS
+from icegroup.iceberg.describe import describe_as_of, describe_group
+from icegroup.iceberg.errors import IcegroupError, UsageError
+from icegroup.iceberg.lag import Work, pending_work
+from icegroup.iceberg.pause import set_paused
+from icegroup.iceberg.protocol.consume import DEFAULTS
+from icegroup.iceberg.protocol.durations import option_value, parse_time
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import snapshot_range
+from icegroup.iceberg.rebuild import rebuild_registry
+from icegroup.iceberg.store.dead_letters import latest
+from icegroup.iceberg.store.dead_rows import ISOLATED, latest_rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -214,14 +214,14 @@ def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
 
 def cmd_replay(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup replay``: see ``cli/rewind.py``, imported here because it loads Dagster."""
-    from dagster_project.cli import rewind
+    from icegroup.dagster_project.cli import rewind
 
     return rewind.cmd_replay(args, lakehouse, groups)
 
 
 def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup reset``: see ``cli/rewind.py``, imported here because it loads Dagster."""
-    from dagster_project.cli import rewind
+    from icegroup.dagster_project.cli import rewind
 
     return rewind.cmd_reset(args, lakehouse, groups)
 
@@ -284,14 +284,16 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     run_id: str | None = None
     success = True
     if work is not Work.NONE or args.follow:
-        from dagster_project.cli.logfile import run_output
+        from icegroup.dagster_project.cli.logfile import run_output
 
         with run_output(dagster_home(), "consume", args.verbose) as output:  # before the JVM: it inherits stderr
             if work is Work.DATA:
-                from spark_jobs.session import start_in_background  # Spark loads only when it has work
+                from icegroup.spark_jobs.session import start_in_background  # Spark loads only when it has work
 
                 start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
-            from dagster_project.cli.consume import run_consume  # Dagster loads only when there is a run to make
+            from icegroup.dagster_project.cli.consume import (
+                run_consume,  # Dagster loads only when there is a run to make
+            )
 
             run_id, success = run_consume(args, lakehouse, groups, group, output.terminal)
     view = describe_group(catalog, group)

@@ -11,12 +11,12 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from dagster_project.cli.group_files import load_checked_groups
-from dagster_project.window_start import resolve_window_starts
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.config.search import Places, find_groups, find_lakehouse
-from iceberg.errors import ConfigError
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.cli.group_files import load_checked_groups
+from icegroup.dagster_project.window_start import resolve_window_starts
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.config.search import Places, find_groups, find_lakehouse
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.group import GroupConfig
 
 
 def load_configs(args: argparse.Namespace) -> tuple[LakehouseConfig, dict[str, GroupConfig]]:

@@ -6,12 +6,12 @@ import argparse
 from contextlib import nullcontext
 from typing import TextIO
 
-from dagster_project.cli.progress import ConsumeBars
-from dagster_project.cli.support import dagster_home
-from dagster_project.definitions import build_definitions
-from dagster_project.runs.execute import execute, open_instance
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.cli.progress import ConsumeBars
+from icegroup.dagster_project.cli.support import dagster_home
+from icegroup.dagster_project.definitions import build_definitions
+from icegroup.dagster_project.runs.execute import execute, open_instance
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.group import GroupConfig
 
 
 def run_consume(

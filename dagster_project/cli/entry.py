@@ -11,8 +11,8 @@ import sys
 import warnings
 from collections.abc import Sequence
 
-from dagster_project.cli.commands import main as run_command
-from dagster_project.cli.output import quiet_pipe
+from icegroup.dagster_project.cli.commands import main as run_command
+from icegroup.dagster_project.cli.output import quiet_pipe
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import textwrap
 from enum import IntEnum
 
-from iceberg.errors import IcegroupError, Interrupted, NotCaughtUp, RunFailed
+from icegroup.iceberg.errors import IcegroupError, Interrupted, NotCaughtUp, RunFailed
 
 
 class Exit(IntEnum):

@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import argparse
 
-from dagster_project.cli.exits import Exit
-from dagster_project.cli.output import JSON_HELP, dumps
-from dagster_project.cli.support import pick, table
-from dagster_project.cli.verbs import EXECUTE_HELP, PREVIEW_RULE
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError
-from iceberg.protocol.durations import option_value, parse_duration
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.source_ref import ref_name
-from iceberg.retention import StateRetention, TableExpiry
+from icegroup.dagster_project.cli.exits import Exit
+from icegroup.dagster_project.cli.output import JSON_HELP, dumps
+from icegroup.dagster_project.cli.support import pick, table
+from icegroup.dagster_project.cli.verbs import EXECUTE_HELP, PREVIEW_RULE
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.durations import option_value, parse_duration
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.retention import StateRetention, TableExpiry
 
 
 def add_expire(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -42,7 +42,7 @@ def cmd_expire(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     Exit 3 if a table moved under it and was left for next time. The run's OpenLineage events are
     sent from ``lineage_runs``, imported here because the OpenLineage client takes a fifth of a second to load.
     """
-    from dagster_project.lineage_runs import expire_run
+    from icegroup.dagster_project.lineage_runs import expire_run
 
     chosen = {name: pick(groups, name, args.groups) for name in args.group} if args.group else groups
     if args.keep_state < 1:

@@ -9,10 +9,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from iceberg.config.groups import load_groups
-from iceberg.config.search import ENV_GROUPS
-from iceberg.protocol.group import GroupConfig
-from spark_jobs.transform_paths import check_transforms
+from icegroup.iceberg.config.groups import load_groups
+from icegroup.iceberg.config.search import ENV_GROUPS
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.spark_jobs.transform_paths import check_transforms
 
 DEFAULT_GROUPS = Path(__file__).parents[1] / "groups.yaml"
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from dagster_project.cli.exits import Exit
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.config.search import GROUPS_FILE, LAKEHOUSE_FILE, LOCAL_CATALOG, LOCAL_LAKE
-from iceberg.errors import ConfigError
+from icegroup.dagster_project.cli.exits import Exit
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.config.search import GROUPS_FILE, LAKEHOUSE_FILE, LOCAL_CATALOG, LOCAL_LAKE
+from icegroup.iceberg.errors import ConfigError
 
 LAKEHOUSE_TEXT = f"""\
 # icegroup's lakehouse config: where the catalog and the warehouse are.

@@ -12,12 +12,12 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-from dagster_project.cli.exits import Exit
-from dagster_project.cli.output import JSON_HELP, dumps, text
-from dagster_project.cli.support import GROUP_HELP, pick, table
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError
-from iceberg.lineage import (
+from icegroup.dagster_project.cli.exits import Exit
+from icegroup.dagster_project.cli.output import JSON_HELP, dumps, text
+from icegroup.dagster_project.cli.support import GROUP_HELP, pick, table
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.lineage import (
     Answer,
     by_rows,
     by_sink_snapshot,
@@ -26,10 +26,10 @@ from iceberg.lineage import (
     by_window,
     name_sink_rows,
 )
-from iceberg.lineage_chain import trace_back, trace_forward
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.lineage import LineageEntry
-from iceberg.protocol.shards import parse_window_label, snapshot_range
+from icegroup.iceberg.lineage_chain import trace_back, trace_forward
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.lineage import LineageEntry
+from icegroup.iceberg.protocol.shards import parse_window_label, snapshot_range
 
 QUESTIONS = ("sink_snapshot", "window", "row", "source_file", "source_snapshot")
 

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TextIO
 
-from iceberg.errors import IcegroupError
+from icegroup.iceberg.errors import IcegroupError
 
 LOG_DIR = "logs"
 

@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from dagster_project.cli.exits import Exit
-from dagster_project.cli.support import dagster_home, pick
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.cli.exits import Exit
+from icegroup.dagster_project.cli.support import dagster_home, pick
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.group import GroupConfig
 
 if TYPE_CHECKING:
-    from iceberg.metrics import LeaderTick
+    from icegroup.iceberg.metrics import LeaderTick
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +54,7 @@ def cmd_metrics(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     """
     from prometheus_client import CollectorRegistry, generate_latest, start_http_server, write_to_textfile
 
-    from iceberg.metrics import GroupCollector
+    from icegroup.iceberg.metrics import GroupCollector
 
     chosen = {name: pick(groups, name, args.groups) for name in args.group} if args.group else groups
     if args.every is not None and (args.textfile is None or args.every <= 0):
@@ -86,9 +86,9 @@ def wait_forever() -> None:
 
 def leader_ticks(home: Path, groups: Mapping[str, GroupConfig]) -> dict[str, LeaderTick]:
     """Each group's last Leader tick, from its sensor's state in the Dagster instance at ``home``."""
-    from dagster_project.runs.execute import open_instance
-    from dagster_project.sensors import LeaderCursor
-    from iceberg.metrics import LeaderTick
+    from icegroup.dagster_project.runs.execute import open_instance
+    from icegroup.dagster_project.sensors import LeaderCursor
+    from icegroup.iceberg.metrics import LeaderTick
 
     by_sensor = {f"{name}_leader": name for name in groups}
     ticks: dict[str, LeaderTick] = {}

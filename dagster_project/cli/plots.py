@@ -14,8 +14,8 @@ from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.window_audit import audit_sink
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.window_audit import audit_sink
 
 BAR = "█"
 WIDTH = 40
@@ -37,8 +37,8 @@ def lag_after_leases(home: Path, group: GroupConfig, catalog_name: str, last: in
 
     Dagster is imported here, so that ``describe`` without ``--plot`` starts without it.
     """
-    from dagster_project.assets import table_key
-    from dagster_project.runs.execute import open_instance
+    from icegroup.dagster_project.assets import table_key
+    from icegroup.dagster_project.runs.execute import open_instance
 
     with open_instance(home) as instance:
         records = instance.fetch_observations(table_key(catalog_name, group.sink), limit=200).records

@@ -28,9 +28,9 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.state import GroupState
-from iceberg.store.registry import load_state
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.store.registry import load_state
 
 TOTAL = "all streams"
 

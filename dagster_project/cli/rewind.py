@@ -14,25 +14,25 @@ from pathlib import Path
 
 import dagster as dg
 
-from dagster_project.cli.exits import Exit
-from dagster_project.cli.logfile import run_output
-from dagster_project.cli.output import dumps
-from dagster_project.cli.support import dagster_home, pick, table
-from dagster_project.definitions import build_definitions
-from dagster_project.lineage_runs import reset_run
-from dagster_project.runs.execute import execute, open_instance
-from dagster_project.runs.observer import terminate_runs
-from iceberg.cascade import downstream_of, plan_follows, record_follows
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError
-from iceberg.protocol.cascade import FollowPlan
-from iceberg.protocol.durations import option_value, parse_time
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.replay import check_window, windows_between
-from iceberg.protocol.reset import ResetTarget
-from iceberg.replay import ReplayPlan, plan_replay
-from iceberg.reset import ResetPlan, plan_reset
-from iceberg.store.registry import load_state
+from icegroup.dagster_project.cli.exits import Exit
+from icegroup.dagster_project.cli.logfile import run_output
+from icegroup.dagster_project.cli.output import dumps
+from icegroup.dagster_project.cli.support import dagster_home, pick, table
+from icegroup.dagster_project.definitions import build_definitions
+from icegroup.dagster_project.lineage_runs import reset_run
+from icegroup.dagster_project.runs.execute import execute, open_instance
+from icegroup.dagster_project.runs.observer import terminate_runs
+from icegroup.iceberg.cascade import downstream_of, plan_follows, record_follows
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.cascade import FollowPlan
+from icegroup.iceberg.protocol.durations import option_value, parse_time
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.replay import check_window, windows_between
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.replay import ReplayPlan, plan_replay
+from icegroup.iceberg.reset import ResetPlan, plan_reset
+from icegroup.iceberg.store.registry import load_state
 
 
 def windows_of(args: argparse.Namespace, group: GroupConfig) -> list[str]:

@@ -14,14 +14,14 @@ from pyiceberg.catalog import Catalog
 from rich.console import Console
 from rich.table import Table
 
-from dagster_project.cli.output import text
-from iceberg.config.lakehouse import ENV_HOME
-from iceberg.describe import GroupView
-from iceberg.errors import UsageError
-from iceberg.protocol.group import GroupConfig
-from iceberg.store.registrations import read_registrations
-from iceberg.store.registry import load_state
-from iceberg.store.tables import load_optional
+from icegroup.dagster_project.cli.output import text
+from icegroup.iceberg.config.lakehouse import ENV_HOME
+from icegroup.iceberg.describe import GroupView
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.store.registrations import read_registrations
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.tables import load_optional
 
 GROUP_HELP = "the group's name, as its groups file defines it (`icegroup list` shows them)"
 

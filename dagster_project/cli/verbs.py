@@ -10,21 +10,21 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
-from dagster_project.cli.exits import Exit
-from dagster_project.cli.logfile import log_line, run_output
-from dagster_project.cli.output import JSON_HELP, dumps, text
-from dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import COL_WINDOW
-from iceberg.store.dead_letters import latest, open_letters, redrive
-from iceberg.store.dead_rows import mark_taken_in, pending_redrives, taken_in_unmarked
-from iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
-from iceberg.store.tables import load_optional
+from icegroup.dagster_project.cli.exits import Exit
+from icegroup.dagster_project.cli.logfile import log_line, run_output
+from icegroup.dagster_project.cli.output import JSON_HELP, dumps, text
+from icegroup.dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
+from icegroup.iceberg.store.dead_letters import latest, open_letters, redrive
+from icegroup.iceberg.store.dead_rows import mark_taken_in, pending_redrives, taken_in_unmarked
+from icegroup.iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
+from icegroup.iceberg.store.tables import load_optional
 
 if TYPE_CHECKING:
-    from spark_jobs.redrive_rows import RowRedrive
+    from icegroup.spark_jobs.redrive_rows import RowRedrive
 
 PREVIEW_RULE = "previews what it would do; changes nothing unless --execute"
 ACTS_AT_ONCE = "acts at once (it moves nothing backwards; its opposite undoes it)"
@@ -127,8 +127,8 @@ def execute_row_redrives(
     lakehouse: LakehouseConfig, group: GroupConfig, shards: set[str], verbose: bool
 ) -> list[RowRedrive]:
     """Commit the group's isolated rows with Spark (``spark_jobs/redrive_rows.py``); its output goes to a log file."""
-    from spark_jobs.redrive_rows import redrive_rows  # Spark loads only for the commands that use it
-    from spark_jobs.session import get_session
+    from icegroup.spark_jobs.redrive_rows import redrive_rows  # Spark loads only for the commands that use it
+    from icegroup.spark_jobs.session import get_session
 
     with run_output(dagster_home(), "redrive", verbose):
         return redrive_rows(get_session(lakehouse), lakehouse, group, f"redrive-{int(time.time())}", log_line, shards)
@@ -140,8 +140,8 @@ def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     if not args.execute:
         print(f"group {group.name}: {migrate_preview(lakehouse, group)}")
         return Exit.OK
-    from spark_jobs.session import get_session
-    from spark_jobs.sink.migrate import migrate_sink  # Spark loads only for the commands that use it
+    from icegroup.spark_jobs.session import get_session
+    from icegroup.spark_jobs.sink.migrate import migrate_sink  # Spark loads only for the commands that use it
 
     with run_output(dagster_home(), "migrate", args.verbose):  # Spark's own output goes to the log file
         migrated = migrate_sink(get_session(lakehouse), lakehouse, group, progress=print)

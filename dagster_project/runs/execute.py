@@ -16,7 +16,7 @@ from typing import Any
 
 import dagster as dg
 
-from iceberg.errors import IcegroupError, Interrupted, RunFailed
+from icegroup.iceberg.errors import IcegroupError, Interrupted, RunFailed
 
 
 @contextmanager

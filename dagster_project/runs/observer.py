@@ -6,11 +6,11 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.leader import RunObserver
-from iceberg.protocol.borrower import BorrowerRun
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.state import Lease
+from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.iceberg.leader import RunObserver
+from icegroup.iceberg.protocol.borrower import BorrowerRun
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.state import Lease
 
 STATES = {
     dg.DagsterRunStatus.QUEUED: RunState.QUEUED,

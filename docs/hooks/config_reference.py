@@ -21,7 +21,7 @@ from markdown_cells import code, escape, paragraphs, table
 from pydantic import BaseModel
 from pydantic.fields import FieldInfo
 
-from iceberg.protocol.durations import format_duration
+from icegroup.iceberg.protocol.durations import format_duration
 
 _SCALARS: dict[Any, str] = {
     str: "string",

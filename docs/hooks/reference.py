@@ -1,7 +1,7 @@
 """MkDocs hook: the reference pages are rendered from the live code at build time, so they cannot drift.
 
 A page holds a marker, ``<!-- generated: cli -->`` or ``<!-- generated: configuration -->``, and the
-hook replaces it with the CLI reference (from ``dagster_project.cli.commands.parser()``) or the
+hook replaces it with the CLI reference (from ``icegroup.dagster_project.cli.commands.parser()``) or the
 configuration reference (from the pydantic models). Any error while rendering, such as a field
 without a description, fails the build.
 """
@@ -20,7 +20,7 @@ from config_reference import Root, render_config
 from pydantic import BaseModel
 
 MARKER = re.compile(r"<!--\s*generated:\s*([a-z-]+)\s*-->")
-COMPONENTS_MODULE = "dagster_project.components"
+COMPONENTS_MODULE = "icegroup.dagster_project.components"
 
 LAKEHOUSE_INTRO = (
     "The lakehouse config says where the catalog and the warehouse are and how Spark reaches them; "
@@ -56,16 +56,16 @@ def render(name: str) -> str:
 
 def cli_markdown() -> str:
     """The command-line reference from the parser ``icegroup`` runs."""
-    from dagster_project.cli.commands import parser
-    from dagster_project.cli.exits import MEANING
+    from icegroup.dagster_project.cli.commands import parser
+    from icegroup.dagster_project.cli.exits import MEANING
 
     return render_cli(parser(), {int(code): text for code, text in MEANING.items()})
 
 
 def configuration_markdown() -> str:
     """The configuration reference: the lakehouse config, the group model and, when it exists, the component."""
-    from iceberg.config.lakehouse import ENV_OVERRIDES, LakehouseConfig
-    from iceberg.protocol.group import GroupConfig
+    from icegroup.iceberg.config.lakehouse import ENV_OVERRIDES, LakehouseConfig
+    from icegroup.iceberg.protocol.group import GroupConfig
 
     roots = [
         Root("Lakehouse config", LakehouseConfig, LAKEHOUSE_INTRO, env=ENV_OVERRIDES),
@@ -76,7 +76,7 @@ def configuration_markdown() -> str:
 
 
 def component_roots() -> list[Root]:
-    """A root per Dagster component in ``dagster_project.components``, if that module exists; import errors raise.
+    """A root per Dagster component in ``icegroup.dagster_project.components``, if it exists; import errors raise.
 
     A component that is itself a pydantic model (``dg.Model``) is documented from its own fields:
     Dagster's derived attribute model (``get_model_cls``) drops the description of every field

@@ -13,7 +13,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from iceberg.errors import ConfigError
+from icegroup.iceberg.errors import ConfigError
 
 
 def read_yaml_mapping(path: Path, what: str, unset: str) -> dict[str, Any]:

@@ -10,9 +10,9 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from iceberg.config.files import format_validation_error, read_yaml_mapping
-from iceberg.errors import ConfigError
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.config.files import format_validation_error, read_yaml_mapping
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.group import GroupConfig
 
 
 def load_groups(path: Path) -> dict[str, GroupConfig]:

@@ -25,11 +25,11 @@ from pyiceberg.exceptions import BadRequestError, ForbiddenError, OAuthError, RE
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
-from iceberg.config.files import format_validation_error, read_yaml_mapping
-from iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN, RestCatalogSettings
-from iceberg.config.sections import OpenLineageSettings, S3Settings, SparkSettings
-from iceberg.errors import CatalogUnavailable, ConfigError
-from iceberg.protocol.liveness import HEARTBEATS_URI
+from icegroup.iceberg.config.files import format_validation_error, read_yaml_mapping
+from icegroup.iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN, RestCatalogSettings
+from icegroup.iceberg.config.sections import OpenLineageSettings, S3Settings, SparkSettings
+from icegroup.iceberg.errors import CatalogUnavailable, ConfigError
+from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
 
 _CATALOGS: dict[str, Catalog] = {}
 _CATALOGS_LOCK = threading.Lock()

@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME
-from iceberg.errors import ConfigError
+from icegroup.iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME
+from icegroup.iceberg.errors import ConfigError
 
 ENV_GROUPS = "ICEGROUP_GROUPS"
 ENV_CATALOG_URI = "ICEGROUP_CATALOG_URI"

@@ -14,9 +14,9 @@ from __future__ import annotations
 import hashlib
 from collections import defaultdict
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.state import GroupState, Lease, LeasePhase
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.state import GroupState, Lease, LeasePhase
 
 
 def make_lease_id(group: str, epoch: int, shard_ids: list[str]) -> str:

@@ -20,8 +20,8 @@ import math
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.state import GroupState, Lease, LeasePhase
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.state import GroupState, Lease, LeasePhase
 
 
 def waiting(state: GroupState) -> list[Lease]:

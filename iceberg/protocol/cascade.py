@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
-from iceberg.protocol.sink_commit import COL_WINDOW, ReplayCommit, ShardRange, SinkCommit
+from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, ReplayCommit, ShardRange, SinkCommit
 
 
 def replaced_commits(replay: ReplayCommit, upstream: Iterable[SinkCommit]) -> dict[int, tuple[str, ...]]:

@@ -10,9 +10,9 @@ no data complete too, so the sink's partitions read "materialized" for every fin
 
 from __future__ import annotations
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import DAY_MS, HOUR_MS, window_start_ms
-from iceberg.protocol.state import GroupState
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import DAY_MS, HOUR_MS, window_start_ms
+from icegroup.iceberg.protocol.state import GroupState
 
 # Clocks of producers and the Leader may differ a little: a window closes this long after its end.
 CLOSE_GRACE_MS = 60_000

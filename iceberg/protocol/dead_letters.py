@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
 
-from iceberg.protocol.state import GroupState, Lease, LeasePhase
+from icegroup.iceberg.protocol.state import GroupState, Lease, LeasePhase
 
 PARKED = "parked"
 STOPPED = "stopped"

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 
-from iceberg.errors import UsageError
+from icegroup.iceberg.errors import UsageError
 
 DURATION = re.compile(r"^P(?:(\d+)D)?(?:T(?:(\d+)H)?(?:(\d+)M)?(?:(\d+)S)?)?$|^(\d+)([smhd])$")
 FORMS = "PT1H, P1DT12H, 90s, 15m, 12h or 30d"

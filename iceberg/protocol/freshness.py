@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from typing import Literal
 
-from iceberg.protocol.durations import format_duration
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.state import GroupState
+from icegroup.iceberg.protocol.durations import format_duration
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.state import GroupState
 
 Severity = Literal["warn", "error"]
 STATES = ("caught up", "lagging", "consuming", "paused", "parked", "stopped")

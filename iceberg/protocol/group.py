@@ -18,8 +18,8 @@ from pyiceberg.expressions.parser import parse as parse_filter
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.schema import Schema
 
-from iceberg.errors import ConfigError
-from iceberg.protocol.durations import format_duration, parse_duration
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.durations import format_duration, parse_duration
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -68,7 +68,7 @@ class GroupConfig(BaseModel):
     source: str = Field(description="Source table as namespace.table in the lakehouse catalog.")
     sink: str = Field(description="Sink table as namespace.table; created by the first Borrower.")
     transform: str = Field(
-        default="spark_jobs.transforms:identity",
+        default="icegroup.spark_jobs.transforms:identity",
         description="Import path module:function of a DataFrame -> DataFrame transform; imported where Spark "
         "runs (spark_jobs/transforms.py), and checked when the definitions load.",
     )

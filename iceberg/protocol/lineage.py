@@ -18,8 +18,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from iceberg.protocol.shards import Shard, Window, window_label
-from iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, ShardRange, SinkCommit
+from icegroup.iceberg.protocol.shards import Shard, Window, window_label
+from icegroup.iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, ShardRange, SinkCommit
 
 CONSUMED = "consume"
 REPLAYED = "replay"

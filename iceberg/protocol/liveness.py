@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from iceberg.protocol.state import Lease, LeasePhase, Origin
+from icegroup.iceberg.protocol.state import Lease, LeasePhase, Origin
 
 # The catalog property, set when a catalog is opened, naming the database heartbeats are kept in
 # (SQLAlchemy URL); unset on a SQL catalog, whose own database keeps them.

@@ -13,16 +13,16 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from datetime import time as dt_time
 
-from iceberg.errors import ConfigError, SourceError
-from iceberg.protocol.assignment import assign_leases
-from iceberg.protocol.borrower import taken
-from iceberg.protocol.dead_letters import park_poisoned_lease
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import Decision, LeaseAction, RunState, holder_of, lease_action, regrant
-from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards, window_label
-from iceberg.protocol.sink_commit import SinkCommit
-from iceberg.protocol.state import ConfigChange, GroupState, Lease, add_shards, apply_commits
+from icegroup.iceberg.errors import ConfigError, SourceError
+from icegroup.iceberg.protocol.assignment import assign_leases
+from icegroup.iceberg.protocol.borrower import taken
+from icegroup.iceberg.protocol.dead_letters import park_poisoned_lease
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import Decision, LeaseAction, RunState, holder_of, lease_action, regrant
+from icegroup.iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards, window_label
+from icegroup.iceberg.protocol.sink_commit import SinkCommit
+from icegroup.iceberg.protocol.state import ConfigChange, GroupState, Lease, add_shards, apply_commits
 
 
 @dataclass(frozen=True)

@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from itertools import pairwise
 
-from iceberg.errors import SourceError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import ResetRecord, ShardRange, SinkCommit
-from iceberg.protocol.state import RATE_SAMPLES, ConfigChange, GroupState, StreamState
+from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import ResetRecord, ShardRange, SinkCommit
+from icegroup.iceberg.protocol.state import RATE_SAMPLES, ConfigChange, GroupState, StreamState
 
 
 def registry_behind(state: GroupState, commits: Iterable[SinkCommit], sink_epoch: int) -> str | None:

@@ -13,11 +13,11 @@ import time
 from collections.abc import Collection, Iterable, Mapping
 from datetime import UTC, datetime
 
-from iceberg.errors import ReplayConflict, UsageError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import parse_window_label, window_label, window_start_ms
-from iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, ShardRange, SinkCommit
-from iceberg.protocol.state import GroupState, ReplayTicket
+from icegroup.iceberg.errors import ReplayConflict, UsageError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import parse_window_label, window_label, window_start_ms
+from icegroup.iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, ShardRange, SinkCommit
+from icegroup.iceberg.protocol.state import GroupState, ReplayTicket
 
 
 def check_window(group: GroupConfig, window: str, now_ms: int | None = None) -> int:

@@ -22,9 +22,9 @@ from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Literal
 
-from iceberg.errors import ResetInFlight, ResetInterrupted
-from iceberg.protocol.sink_commit import ShardRange
-from iceberg.protocol.state import GroupState, StreamState
+from icegroup.iceberg.errors import ResetInFlight, ResetInterrupted
+from icegroup.iceberg.protocol.sink_commit import ShardRange
+from icegroup.iceberg.protocol.state import GroupState, StreamState
 
 How = Literal["earliest", "latest", "snapshot", "datetime", "duration", "shift", "checkpoint"]
 Position = tuple[int | None, int]  # a source snapshot (None: the table's beginning) and its sequence number

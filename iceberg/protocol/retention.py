@@ -13,8 +13,8 @@ from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from iceberg.protocol.shards import SnapshotInfo
-from iceberg.protocol.sink_commit import ShardRange
+from icegroup.iceberg.protocol.shards import SnapshotInfo
+from icegroup.iceberg.protocol.sink_commit import ShardRange
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Iterable, Sequence
 
-from iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.shards import Shard
 
 # What Iceberg weighs a file at least when it packs files into tasks: opening one costs about this
 # much reading. Iceberg's default is 4 MiB; a shard of hundreds of kilobyte-sized files packs far denser at 1 MiB.

@@ -16,7 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from iceberg.protocol.group import ShardCaps
+from icegroup.iceberg.protocol.group import ShardCaps
 
 Window = Literal["hour", "day"]
 HOUR_MS = 3_600_000

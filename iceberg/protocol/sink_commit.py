@@ -13,8 +13,8 @@ import json
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.state import Origin
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.state import Origin
 
 # The row's shard: its 16 hex digits as one signed 64-bit number (``shard_number``). Sinks created
 # before that hold the hex text; readers take either (``shard_text``), writers write the sink's kind.

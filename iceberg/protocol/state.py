@@ -11,7 +11,7 @@ from enum import StrEnum
 
 from pydantic import BaseModel, Field
 
-from iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.shards import Shard
 
 
 class LeasePhase(StrEnum):

@@ -40,7 +40,7 @@ from pyiceberg.expressions import (
 from pyiceberg.expressions.parser import parse as parse_filter
 from pyiceberg.expressions.visitors import BooleanExpressionVisitor, rewrite_not, visit
 
-from iceberg.protocol.shards import PartitionValue
+from icegroup.iceberg.protocol.shards import PartitionValue
 
 # Text the pyiceberg parser and Spark SQL read differently; a filter holding any of it prunes nothing.
 AMBIGUOUS_TEXT = ('"', "`", "\\", "''")
@@ -79,7 +79,7 @@ def may_match(predicate: BooleanExpression | None, identity: Mapping[str, Partit
     """False only when no row whose identity partition columns hold ``identity`` can match the filter.
 
     ``identity`` maps identity-partitioned columns of a plain type to the value every row of the
-    file or stream holds (``iceberg.shards.identity_values``). A column it lacks is unknown, and an
+    file or stream holds (``icegroup.iceberg.shards.identity_values``). A column it lacks is unknown, and an
     unknown predicate may match.
     """
     return predicate is None or visit(predicate, _MayMatch(identity))

@@ -18,9 +18,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from iceberg.protocol.dead_letters import REDRIVEN, DeadLetter, is_open, latest_per_shard
-from iceberg.store.registry import NAMESPACE
-from iceberg.store.tables import ensure_namespace, load_optional
+from icegroup.iceberg.protocol.dead_letters import REDRIVEN, DeadLetter, is_open, latest_per_shard
+from icegroup.iceberg.store.registry import NAMESPACE
+from icegroup.iceberg.store.tables import ensure_namespace, load_optional
 
 SCHEMA = Schema(
     NestedField(1, "shard_id", StringType(), required=True),

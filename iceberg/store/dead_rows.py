@@ -23,11 +23,11 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import Window, window_label
-from iceberg.protocol.sink_commit import KEY_GROUP, KEY_ISOLATED, KEY_REDRIVE, KEY_REPLAY, parse_commit
-from iceberg.store.registry import NAMESPACE, load_state
-from iceberg.store.tables import ensure_namespace, load_optional, walk_back
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import Window, window_label
+from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_ISOLATED, KEY_REDRIVE, KEY_REPLAY, parse_commit
+from icegroup.iceberg.store.registry import NAMESPACE, load_state
+from icegroup.iceberg.store.tables import ensure_namespace, load_optional, walk_back
 
 ISOLATED = "isolated"
 REDRIVEN = "redriven"

@@ -26,11 +26,11 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.update import AssertTableUUID
 
-from iceberg.errors import LostRace, SinkError
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.sink_commit import KEY_FENCE
-from iceberg.retry import again_while_losing
-from iceberg.store.sink import lost_race
+from icegroup.iceberg.errors import LostRace, SinkError
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.sink_commit import KEY_FENCE
+from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.store.sink import lost_race
 
 log = logging.getLogger(__name__)
 

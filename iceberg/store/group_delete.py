@@ -27,22 +27,22 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import NoSuchTableError
 
-from iceberg.errors import ConfigError, UsageError
-from iceberg.protocol.fences import epoch_key
-from iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
-from iceberg.protocol.source_ref import ref_name
-from iceberg.protocol.state import GroupState
-from iceberg.store.canaries import canary_key
-from iceberg.store.dead_letters import dead_letter_identifier
-from iceberg.store.dead_rows import dead_rows_identifier
-from iceberg.store.fences import raise_fences
-from iceberg.store.heartbeats import forget, read_beats
-from iceberg.store.lineage import lineage_identifier
-from iceberg.store.registrations import registration_key
-from iceberg.store.registry import load_state, registry_identifier
-from iceberg.store.sink_history import deleted_key
-from iceberg.store.source_ref import drop_refs
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.errors import ConfigError, UsageError
+from icegroup.iceberg.protocol.fences import epoch_key
+from icegroup.iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
+from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.store.canaries import canary_key
+from icegroup.iceberg.store.dead_letters import dead_letter_identifier
+from icegroup.iceberg.store.dead_rows import dead_rows_identifier
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.heartbeats import forget, read_beats
+from icegroup.iceberg.store.lineage import lineage_identifier
+from icegroup.iceberg.store.registrations import registration_key
+from icegroup.iceberg.store.registry import load_state, registry_identifier
+from icegroup.iceberg.store.sink_history import deleted_key
+from icegroup.iceberg.store.source_ref import drop_refs
+from icegroup.iceberg.store.tables import load_optional
 
 
 @dataclass

@@ -15,11 +15,11 @@ from dataclasses import dataclass, field
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.store.dead_letters import dead_letter_identifier
-from iceberg.store.lineage import lineage_identifier
-from iceberg.store.registry import Loaded
-from iceberg.store.tables import load_optional, load_source
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.store.dead_letters import dead_letter_identifier
+from icegroup.iceberg.store.lineage import lineage_identifier
+from icegroup.iceberg.store.registry import Loaded
+from icegroup.iceberg.store.tables import load_optional, load_source
 
 
 @dataclass

@@ -55,8 +55,8 @@ from sqlalchemy import (
 from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
-from iceberg.errors import ConfigError
-from iceberg.protocol.liveness import HEARTBEATS_URI
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
 
 log = logging.getLogger(__name__)
 

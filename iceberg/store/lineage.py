@@ -31,14 +31,14 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from iceberg.errors import RegistryConflict
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.lineage import LineageEntry, consumed, replayed, voided
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.sink_commit import KEY_GROUP, KEY_RESET, parse_resets, resets_key
-from iceberg.store.registry import NAMESPACE
-from iceberg.store.sink_history import deleted_through, walk_commits
-from iceberg.store.tables import ensure_namespace, former_parent, load_optional
+from icegroup.iceberg.errors import RegistryConflict
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.lineage import LineageEntry, consumed, replayed, voided
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_RESET, parse_resets, resets_key
+from icegroup.iceberg.store.registry import NAMESPACE
+from icegroup.iceberg.store.sink_history import deleted_through, walk_commits
+from icegroup.iceberg.store.tables import ensure_namespace, former_parent, load_optional
 
 log = logging.getLogger(__name__)
 

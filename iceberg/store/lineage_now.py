@@ -18,10 +18,10 @@ from pyiceberg.expressions.visitors import bind
 from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.table import Table
 
-from iceberg.errors import UsageError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.lineage import LineageEntry
-from iceberg.store.lineage import (
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.lineage import LineageEntry
+from icegroup.iceberg.store.lineage import (
     SCHEMA,
     Pending,
     entries,
@@ -31,8 +31,8 @@ from iceberg.store.lineage import (
     shard_entries,
     to_arrow,
 )
-from iceberg.store.registry import load_state
-from iceberg.store.tables import load_optional
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.tables import load_optional
 
 
 @dataclass(frozen=True)

@@ -20,8 +20,8 @@ from pydantic import BaseModel, Field, ValidationError
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.state import GroupState
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.state import GroupState
 
 log = logging.getLogger(__name__)
 

@@ -20,9 +20,9 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from iceberg.errors import LostRace, RegistryConflict
-from iceberg.protocol.state import GroupState
-from iceberg.store.tables import ensure_namespace, load_optional
+from icegroup.iceberg.errors import LostRace, RegistryConflict
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.store.tables import ensure_namespace, load_optional
 
 NAMESPACE = "icegroup"
 SCHEMA = Schema(

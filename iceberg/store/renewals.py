@@ -20,7 +20,7 @@ from pyiceberg.catalog import Catalog
 from sqlalchemy import BigInteger, Column, Integer, String, Table, delete, inspect, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
-from iceberg.store.heartbeats import METADATA, heartbeat_engine
+from icegroup.iceberg.store.heartbeats import METADATA, heartbeat_engine
 
 RENEWALS = Table(
     "icegroup_lease_renewals",

@@ -13,10 +13,10 @@ from collections.abc import Callable, Collection
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 
-from iceberg.errors import LostRace, SinkError
-from iceberg.protocol.sink_commit import shard_filter
-from iceberg.retry import again_while_losing
-from iceberg.store.tables import shards_as_numbers
+from icegroup.iceberg.errors import LostRace, SinkError
+from icegroup.iceberg.protocol.sink_commit import shard_filter
+from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.store.tables import shards_as_numbers
 
 
 def lost_race(exc: Exception) -> bool:

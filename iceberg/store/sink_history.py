@@ -13,10 +13,17 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg.errors import SinkError
-from iceberg.protocol.fences import epoch_key
-from iceberg.protocol.sink_commit import ReplayCommit, SinkCommit, parse_commit, parse_replay, reset_key, resets_key
-from iceberg.store.tables import former_parent, load_optional, walk_back
+from icegroup.iceberg.errors import SinkError
+from icegroup.iceberg.protocol.fences import epoch_key
+from icegroup.iceberg.protocol.sink_commit import (
+    ReplayCommit,
+    SinkCommit,
+    parse_commit,
+    parse_replay,
+    reset_key,
+    resets_key,
+)
+from icegroup.iceberg.store.tables import former_parent, load_optional, walk_back
 
 
 @dataclass(frozen=True)

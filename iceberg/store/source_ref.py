@@ -9,8 +9,8 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import ancestors_of
 
-from iceberg.protocol.source_ref import REF_PREFIX, RefPosition, ref_move, ref_name, snapshots_to_keep
-from iceberg.protocol.state import GroupState
+from icegroup.iceberg.protocol.source_ref import REF_PREFIX, RefPosition, ref_move, ref_name, snapshots_to_keep
+from icegroup.iceberg.protocol.state import GroupState
 
 log = logging.getLogger(__name__)
 

@@ -15,8 +15,8 @@ from sqlalchemy import select
 from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
-from iceberg.errors import SourceError
-from iceberg.protocol.sink_commit import COL_SHARD
+from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD
 
 
 def load_source(catalog: Catalog, identifier: str, field: str = "source") -> Table:

@@ -16,12 +16,12 @@ from dataclasses import dataclass
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.errors import PlatformUnavailable
-from iceberg.protocol.isolation import Bisection, PoisonRow, Probe, Span, bisect
-from iceberg.protocol.shards import Shard
-from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
-from spark_jobs.row_files import HOLDING_EXPRESSIONS, sql_string, streams_rows
-from spark_jobs.shards import FILE_COLUMN, POS_COLUMN, identity_filter, of_files
+from icegroup.iceberg.errors import PlatformUnavailable
+from icegroup.iceberg.protocol.isolation import Bisection, PoisonRow, Probe, Span, bisect
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from icegroup.spark_jobs.row_files import HOLDING_EXPRESSIONS, sql_string, streams_rows
+from icegroup.spark_jobs.shards import FILE_COLUMN, POS_COLUMN, identity_filter, of_files
 
 # A Python UDF holds rows back in batches, which is why ``streams_rows`` refuses it, but it still
 # turns each row into its own output: for isolation it is row by row.

@@ -33,31 +33,36 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
-from iceberg.failpoints import failpoint
-from iceberg.openlineage import output_dataset, run_events
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.isolation import positions_by_file
-from iceberg.protocol.liveness import BorrowerPhase
-from iceberg.protocol.shards import Shard, commit_batches
-from iceberg.protocol.sink_commit import KEY_ISOLATED, SinkCommit, commit_properties
-from iceberg.protocol.state import Lease
-from iceberg.store.dead_rows import ISOLATED, DeadRow, record_rows
-from iceberg.store.registry import load_state
-from iceberg.store.tables import load_source, oldest_snapshot_id, shard_columns
-from spark_jobs.borrower.isolation import Isolation, except_rows, isolate
-from spark_jobs.borrower.output import shard_output
-from spark_jobs.borrower.redelivery import catalog_reachable, platform_retry, record_poison_shard, stage_with_redelivery
-from spark_jobs.borrower.user_errors import describe_error
-from spark_jobs.code_shipping import ship_transform
-from spark_jobs.column_lineage import sink_columns
-from spark_jobs.row_files import RowFiles
-from spark_jobs.session import activate
-from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard, stage_shard
-from spark_jobs.sink.shape import align_to_sink, ensure_sink
-from spark_jobs.transforms import Transform, load_transform
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
+from icegroup.iceberg.failpoints import failpoint
+from icegroup.iceberg.openlineage import output_dataset, run_events
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.isolation import positions_by_file
+from icegroup.iceberg.protocol.liveness import BorrowerPhase
+from icegroup.iceberg.protocol.shards import Shard, commit_batches
+from icegroup.iceberg.protocol.sink_commit import KEY_ISOLATED, SinkCommit, commit_properties
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.store.dead_rows import ISOLATED, DeadRow, record_rows
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.tables import load_source, oldest_snapshot_id, shard_columns
+from icegroup.spark_jobs.borrower.isolation import Isolation, except_rows, isolate
+from icegroup.spark_jobs.borrower.output import shard_output
+from icegroup.spark_jobs.borrower.redelivery import (
+    catalog_reachable,
+    platform_retry,
+    record_poison_shard,
+    stage_with_redelivery,
+)
+from icegroup.spark_jobs.borrower.user_errors import describe_error
+from icegroup.spark_jobs.code_shipping import ship_transform
+from icegroup.spark_jobs.column_lineage import sink_columns
+from icegroup.spark_jobs.row_files import RowFiles
+from icegroup.spark_jobs.session import activate
+from icegroup.spark_jobs.shards import read_shard
+from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard, stage_shard
+from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink
+from icegroup.spark_jobs.transforms import Transform, load_transform
 
 log = logging.getLogger(__name__)
 

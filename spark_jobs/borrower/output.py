@@ -2,7 +2,7 @@
 
 A lone shard is read, transformed and labelled with its shard id and window. Several small shards
 that commit together are read in one scan and transformed once, when the transform hands rows on
-one by one (``spark_jobs.row_files.streams_rows``): each row then names its shard and window by its
+one by one (``icegroup.spark_jobs.row_files.streams_rows``): each row then names its shard and window by its
 source file, and the batch costs one scan planning and a few tasks instead of one per shard. A
 transform that holds rows back (an aggregation, a sort, a join) sees each shard on its own, as
 before, so that its output stays per shard.
@@ -18,16 +18,16 @@ from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shard_reads import spanning_range
-from iceberg.protocol.shards import Shard, sink_window
-from iceberg.protocol.sink_commit import shard_number
-from iceberg.protocol.state import Lease
-from iceberg.store.tables import shard_columns
-from spark_jobs.row_files import FILE_REF_SQL, RowFiles, by_file
-from spark_jobs.shards import read_shard, read_shards
-from spark_jobs.sink.shape import with_lineage
-from spark_jobs.transforms import Transform
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shard_reads import spanning_range
+from icegroup.iceberg.protocol.shards import Shard, sink_window
+from icegroup.iceberg.protocol.sink_commit import shard_number
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.store.tables import shard_columns
+from icegroup.spark_jobs.row_files import FILE_REF_SQL, RowFiles, by_file
+from icegroup.spark_jobs.shards import read_shard, read_shards
+from icegroup.spark_jobs.sink.shape import with_lineage
+from icegroup.spark_jobs.transforms import Transform
 
 
 def sequence_number(source: Table, snapshot_id: int) -> int | None:

@@ -17,7 +17,7 @@ from pyiceberg.exceptions import CommitStateUnknownException, NoSuchTableError, 
 from pyspark.sql import DataFrame
 from sqlalchemy.exc import SQLAlchemyError
 
-from iceberg.errors import (
+from icegroup.iceberg.errors import (
     AlreadyCommitted,
     ConfigError,
     Fenced,
@@ -26,12 +26,12 @@ from iceberg.errors import (
     PoisonShard,
     StaleLease,
 )
-from iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import Shard, snapshot_range
-from iceberg.protocol.state import Lease
-from iceberg.store.dead_letters import record
-from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import Shard, snapshot_range
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.store.dead_letters import record
+from icegroup.spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
 
 # The longest wait between tries of a lease whose catalog, storage or network failed.
 PLATFORM_MAX_WAIT_S = 30.0

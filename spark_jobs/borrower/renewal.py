@@ -18,8 +18,8 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from sqlalchemy.exc import SQLAlchemyError
 
-from iceberg.protocol.state import Lease
-from iceberg.store.renewals import renew
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.store.renewals import renew
 
 log = logging.getLogger(__name__)
 

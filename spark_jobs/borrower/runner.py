@@ -17,15 +17,15 @@ from types import TracebackType
 
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import PoisonShard, StaleLease
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.state import Lease
-from spark_jobs.borrower.lease import LeaseReport, run_lease
-from spark_jobs.borrower.renewal import Renewer, job_group
-from spark_jobs.session import use_pool
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import PoisonShard, StaleLease
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.spark_jobs.borrower.lease import LeaseReport, run_lease
+from icegroup.spark_jobs.borrower.renewal import Renewer, job_group
+from icegroup.spark_jobs.session import use_pool
 
 Key = tuple[str, int]
 LeaseCallback = Callable[[Lease, LeaseReport], None]

@@ -106,8 +106,8 @@ INFRASTRUCTURE = (
     "pyiceberg.exceptions.ServiceUnavailableError",
     "pyiceberg.exceptions.ServerError",
     "pyiceberg.exceptions.CommitStateUnknownException",
-    "iceberg.errors.CatalogUnavailable",
-    "iceberg.errors.PlatformUnavailable",
+    "icegroup.iceberg.errors.CatalogUnavailable",
+    "icegroup.iceberg.errors.PlatformUnavailable",
 )
 
 

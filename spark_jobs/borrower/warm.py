@@ -17,12 +17,12 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from iceberg.borrower import take_leases
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.group import GroupConfig
-from iceberg.store.heartbeats import heartbeat
-from spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
-from spark_jobs.transforms import load_transform
+from icegroup.iceberg.borrower import take_leases
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.store.heartbeats import heartbeat
+from icegroup.spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
+from icegroup.spark_jobs.transforms import load_transform
 
 
 def borrow(

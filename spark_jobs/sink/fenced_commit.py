@@ -31,18 +31,18 @@ from py4j.protocol import Py4JJavaError
 from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, StaleLease, WindowMoved
-from iceberg.protocol.fences import epoch_key, fence_key, replay_fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, StaleLease, WindowMoved
+from icegroup.iceberg.protocol.fences import epoch_key, fence_key, replay_fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import (
     COL_WINDOW,
     KEY_STAGE,
 )
-from iceberg.protocol.state import Lease, ReplayTicket
-from iceberg.store.fences import raise_fences
-from iceberg.store.sink_history import SinkHistory, read_sink_history
-from iceberg.store.tables import load_optional
-from spark_jobs.sink.refusals import refusal
+from icegroup.iceberg.protocol.state import Lease, ReplayTicket
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.sink_history import SinkHistory, read_sink_history
+from icegroup.iceberg.store.tables import load_optional
+from icegroup.spark_jobs.sink.refusals import refusal
 
 log = logging.getLogger(__name__)
 

@@ -18,17 +18,17 @@ from typing import Any
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import SinkError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP, KEY_MIGRATE
-from iceberg.store.sink_history import sink_history
-from iceberg.store.tables import load_optional
-from spark_jobs.session import activate
-from spark_jobs.shards import FILE_COLUMN
-from spark_jobs.sink.fenced_commit import stage_shard
-from spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition, shard_ids, window_type
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import SinkError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP, KEY_MIGRATE
+from icegroup.iceberg.store.sink_history import sink_history
+from icegroup.iceberg.store.tables import load_optional
+from icegroup.spark_jobs.session import activate
+from icegroup.spark_jobs.shards import FILE_COLUMN
+from icegroup.spark_jobs.sink.fenced_commit import stage_shard
+from icegroup.spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition, shard_ids, window_type
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from py4j.protocol import Py4JJavaError
 
-from iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, WindowMoved
+from icegroup.iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, WindowMoved
 
 REFUSALS: dict[str, type[IcegroupError]] = {
     "icegroup.commit.FencedCommit$Fenced": Fenced,

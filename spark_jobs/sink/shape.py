@@ -14,9 +14,16 @@ from typing import Any
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.errors import SinkError
-from iceberg.protocol.shards import Window
-from iceberg.protocol.sink_commit import COL_FILE, COL_SHARD, COL_WINDOW, LINEAGE_COLUMNS, SHARD_ID_DIGITS, shard_number
+from icegroup.iceberg.errors import SinkError
+from icegroup.iceberg.protocol.shards import Window
+from icegroup.iceberg.protocol.sink_commit import (
+    COL_FILE,
+    COL_SHARD,
+    COL_WINDOW,
+    LINEAGE_COLUMNS,
+    SHARD_ID_DIGITS,
+    shard_number,
+)
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +51,9 @@ def with_lineage(
 
     The group, lease and epoch of a commit are in its summary, not in its rows: three string columns
     that hold one value per commit cost each row their encoding. ``file_ref`` is each row's
-    source-file reference (``spark_jobs.row_files.RowFiles``); without it, rows carry null there
+    source-file reference (``icegroup.spark_jobs.row_files.RowFiles``); without it, rows carry null there
     and lineage names their whole shard. Rows of several shards read in one scan name their shard
-    and window by their file (``spark_jobs.row_files.by_file``). A transform must not produce
+    and window by their file (``icegroup.spark_jobs.row_files.by_file``). A transform must not produce
     columns with the reserved names (``LINEAGE_COLUMNS``).
     """
     clash = [c for c in df.columns if c in LINEAGE_COLUMNS]
@@ -90,7 +97,9 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
 def ensure_staged_writes(spark: SparkSession, table: str) -> None:
     """The session stages writes to the sink, and the sink takes them staged (and any output schema)."""
     if spark.conf.get("spark.wap.id", None) != "icegroup":
-        raise SinkError("spark.wap.id: must be 'icegroup' so that shard output is staged; use spark_jobs.session")
+        raise SinkError(
+            "spark.wap.id: must be 'icegroup' so that shard output is staged; use icegroup.spark_jobs.session"
+        )
     needed = ("write.wap.enabled", "write.spark.accept-any-schema")
     have = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
     missing = ", ".join(f"'{key}'='true'" for key in needed if have.get(key) != "true")

@@ -23,9 +23,9 @@ from pathlib import Path
 
 from pyspark.sql import DataFrame, SparkSession
 
-from iceberg.config.lakehouse import load_lakehouse
-from spark_jobs.session import get_session
-from spark_jobs.transforms import enrich_events
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.spark_jobs.session import get_session
+from icegroup.spark_jobs.transforms import enrich_events
 
 STOP_POLL_S = 0.5
 

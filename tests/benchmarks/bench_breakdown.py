@@ -31,8 +31,8 @@ from pathlib import Path
 
 from matplotlib.figure import Figure
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
 from tests.benchmarks.measure import ICEGROUP, check_same_rows
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.dagster_dev import dagster_env
@@ -43,7 +43,7 @@ ROUNDS = 3
 ARMS = ("A2", "consume")
 PHASES = ("start", "before jobs", "jobs", "after jobs")
 SOURCE = "bench.events"
-TRANSFORM = "spark_jobs.transforms:enrich_events"
+TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
 RESULTS = Path(__file__).parent / "results"
 
 

@@ -25,12 +25,12 @@ from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.errors import RegistryConflict
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.store.heartbeats import beat, ensure_table
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.errors import RegistryConflict
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.heartbeats import beat, ensure_table
 from tests.factories import append_batches, create_source
 from tests.stack_env import home_env
 

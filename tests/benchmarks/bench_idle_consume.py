@@ -28,9 +28,9 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.lag import Work, pending_work
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.lag import Work, pending_work
+from icegroup.iceberg.protocol.group import GroupConfig
 from tests.factories import append_batches, create_source, write_groups
 from tests.stack_env import home_env
 
@@ -38,10 +38,11 @@ ROUNDS = 5
 REPO = Path(__file__).resolve().parents[2]
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
 RESULTS = Path(__file__).parent / "results" / "idle_consume.json"
-IMPORTS = "import dagster_project.cli"
+IMPORTS = "import icegroup.dagster_project.cli"
 DAGSTER = f"{IMPORTS}\nimport dagster"
 SPARK = (
-    f"{IMPORTS}\nfrom iceberg.config.lakehouse import load_lakehouse\nfrom spark_jobs.session import get_session\n"
+    f"{IMPORTS}\nfrom icegroup.iceberg.config.lakehouse import load_lakehouse\n"
+    "from icegroup.spark_jobs.session import get_session\n"
     "get_session(load_lakehouse()).stop()"
 )
 

@@ -7,7 +7,7 @@ one shard), in ROUNDS rounds with fresh groups:
 - ``consume_clean``: the group's consumption with a transform that fails on no row;
 - ``consume_isolating``: the same with a transform that raises on 3 rows, under ``on_poison:
   isolate`` and ``max_deliver: 1``: one failed delivery, the bisection, then the other rows' commit;
-- ``redrive``: the 3 rows re-driven after the fix (``spark_jobs.redrive_rows``).
+- ``redrive``: the 3 rows re-driven after the fix (``icegroup.spark_jobs.redrive_rows``).
 
 Each round checks the sink: 99,997 rows after the isolating consume, all of them after the re-drive.
 Figures are medians, with ratios to ``consume_clean`` and ``plain_spark``, and the bisection's tries.
@@ -26,19 +26,19 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.verify import verify_group
-from spark_jobs.consume import consume
-from spark_jobs.redrive_rows import redrive_rows
-from spark_jobs.session import get_session
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.redrive_rows import redrive_rows
+from icegroup.spark_jobs.session import get_session
 from tests.factories import create_source, events
 
 ROUNDS = 3
 ROWS = 100_000
 POISON = "tests.integration.transforms:fail_on_three_ids"
-FIXED = "spark_jobs.transforms:identity"
+FIXED = "icegroup.spark_jobs.transforms:identity"
 RESULTS = Path(__file__).parent / "results" / "isolation.json"
 ARMS = ("plain_spark", "consume_clean", "consume_isolating", "redrive")
 

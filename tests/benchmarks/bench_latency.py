@@ -36,8 +36,8 @@ import numpy as np
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
 from tests.benchmarks.measure import ICEGROUP, REPO, check_same_rows, keys, visible_ms, wait_for
 from tests.benchmarks.plot import plot
 from tests.benchmarks.workloads import append_events
@@ -50,7 +50,7 @@ ROWS = 300
 GAP_S = (2.0, 6.0)
 TRIGGER_S = 5
 ARMS = ("dagster", "B1", "follow")
-TRANSFORM = "spark_jobs.transforms:enrich_events"
+TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
 RESULTS = Path(__file__).parent / "results" / "latency.json"
 
 

@@ -23,11 +23,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.shards import plan_increment
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.shards import plan_increment
 from tests.factories import append_batches, create_source
 from tests.stack_env import home_env
 

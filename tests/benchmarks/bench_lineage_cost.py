@@ -42,17 +42,17 @@ from pathlib import Path
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import Shard
-from spark_jobs.row_files import file_ref_column
-from spark_jobs.session import get_session
-from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import stage_shard
-from spark_jobs.sink.shape import ensure_sink, with_lineage
-from spark_jobs.transforms import enrich_events
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.spark_jobs.row_files import file_ref_column
+from icegroup.spark_jobs.session import get_session
+from icegroup.spark_jobs.shards import read_shard
+from icegroup.spark_jobs.sink.fenced_commit import stage_shard
+from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
+from icegroup.spark_jobs.transforms import enrich_events
 from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 

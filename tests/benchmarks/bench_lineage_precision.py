@@ -25,12 +25,12 @@ from pathlib import Path
 import pyarrow.parquet as pq
 from pyiceberg.table import Table
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.lineage import by_source_file
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import shard_filter
-from iceberg.store.tables import shards_as_numbers
-from spark_jobs.session import get_session
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.lineage import by_source_file
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import shard_filter
+from icegroup.iceberg.store.tables import shards_as_numbers
+from icegroup.spark_jobs.session import get_session
 from tests.benchmarks.workloads import Workload, fill
 from tests.factories import create_source
 from tests.integration.helpers import drive
@@ -60,7 +60,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-precision-") as tmp:
         lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(Path(tmp) / "lake")})
         catalog = lakehouse.catalog()
-        transform = "spark_jobs.transforms:enrich_events"
+        transform = "icegroup.spark_jobs.transforms:enrich_events"
         group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out", transform=transform)
         fill(create_source(catalog, group.source), WORKLOAD)
         spark = get_session(lakehouse)

@@ -39,13 +39,13 @@ from matplotlib.figure import Figure
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table, TableProperties
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.retention import StateRetention, expire
-from iceberg.store.lineage import lineage_identifier
-from iceberg.store.registry import registry_identifier
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.retention import StateRetention, expire
+from icegroup.iceberg.store.lineage import lineage_identifier
+from icegroup.iceberg.store.registry import registry_identifier
 from tests.factories import create_source, events
 from tests.sink_commits import commit_lease, sink_of
 from tests.stack_env import home_env

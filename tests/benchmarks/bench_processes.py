@@ -25,9 +25,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.protocol.group import GroupConfig
-from iceberg.verify import verify_group
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.verify import verify_group
 from tests.factories import append_batches, create_source, write_groups
 from tests.stack_env import home_env
 

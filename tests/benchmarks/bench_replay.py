@@ -4,9 +4,9 @@ One warm SparkSession runs every arm, on the same data (SNAPSHOTS appends of ROW
 over 3 streams, all committed now, so one day window), in ROUNDS rounds with a fresh group each:
 
 - ``plain_spark``: the baseline, a plain Spark job that reads the source and appends it to a table;
-- ``consume``: the group's first consumption (``spark_jobs.consume``: Leader tick and Borrower in
+- ``consume``: the group's first consumption (``icegroup.spark_jobs.consume``: Leader tick and Borrower in
   one process, every shard a fenced commit);
-- ``replay``: replaying the window (``spark_jobs.replay``): plan from the sink history, read, stage,
+- ``replay``: replaying the window (``icegroup.spark_jobs.replay``): plan from the sink history, read, stage,
   one overwrite commit;
 - ``reset_plan`` and ``reset_execute``: ``--to-earliest``, its dry run and its execution (fence,
   delete the window's output by shard id, registry commit); ``reconsume``: consuming it all again.
@@ -26,15 +26,15 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.reset import ResetTarget
-from iceberg.reset import execute_reset, plan_reset
-from iceberg.verify import verify_group
-from spark_jobs.consume import consume
-from spark_jobs.replay import replay_window
-from spark_jobs.session import get_session
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.reset import execute_reset, plan_reset
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.replay import replay_window
+from icegroup.spark_jobs.session import get_session
 from tests.factories import append_batches, create_source
 
 ROUNDS = 3

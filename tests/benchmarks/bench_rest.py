@@ -32,12 +32,12 @@ from pathlib import Path
 import yaml
 from pyiceberg.table import Table
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.config.rest import ENV_CREDENTIAL
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import KEY_SHARD_IDS
-from infra.postgres import start_local_postgres
-from infra.rest_catalog import RestServer, start, stop, wait_ready
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.config.rest import ENV_CREDENTIAL
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import KEY_SHARD_IDS
+from icegroup.infra.postgres import start_local_postgres
+from icegroup.infra.rest_catalog import RestServer, start, stop, wait_ready
 from tests.benchmarks.measure import ICEGROUP, check_same_rows, run_timed
 from tests.benchmarks.workloads import Workload, fill
 from tests.factories import create_source, write_groups
@@ -48,7 +48,7 @@ ARMS = ("sql", "rest")
 VARIANTS: dict[str, dict[str, int]] = {"few_shards": {}, "many_shards": {"max_files": 1}}
 WORKLOAD = Workload("W3", snapshots=60, rows_per_snapshot=2_000)
 SOURCE = "bench.events"
-TRANSFORM = "spark_jobs.transforms:enrich_events"
+TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
 CLIENT = {"client_id": "bench", "client_secret": "bench-secret-not-for-production"}
 RESULTS = Path(__file__).parent / "results" / "rest_catalog.json"
 

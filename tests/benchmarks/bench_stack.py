@@ -11,7 +11,7 @@ a local warehouse) and one on the running stack (its PostgreSQL catalog, a wareh
 - ``stack_1w``: the same with worker 2 stopped, so both executors run on worker 1.
 
 Each round runs the arms in a rotating order; worker 2 is stopped for the ``stack_1w`` arm and started
-again after it (``infra.stack.up``). Every arm is a process timed from start to exit, so each pays
+again after it (``icegroup.infra.stack.up``). Every arm is a process timed from start to exit, so each pays
 its own JVM start; every sink is checked equal to its source, key by key. The figures are medians and
 ratios to A2 and to ``embedded``. The stack runs on the same machine as the embedded arms (2 cores
 here), so a second worker adds executors but no cores: the comparison shows what the distributed
@@ -34,11 +34,11 @@ from pathlib import Path
 import yaml
 from matplotlib.figure import Figure
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.protocol.group import GroupConfig
-from infra.processes import terminate
-from infra.stack import Stack, alive_workers, up
-from infra.stack_layout import default_layout
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.infra.processes import terminate
+from icegroup.infra.stack import Stack, alive_workers, up
+from icegroup.infra.stack_layout import default_layout
 from tests.benchmarks.measure import ICEGROUP, check_same_rows, run_timed
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.factories import create_source, write_groups
@@ -47,7 +47,7 @@ from tests.stack_env import ENV_TEST_STACK, drop_scratch_databases, scratch_data
 ROUNDS = 3
 ARMS = ("A2", "embedded", "stack_2w", "stack_1w")
 SOURCE = "bench.events"
-TRANSFORM = "spark_jobs.transforms:enrich_events"
+TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
 RESULTS = Path(__file__).parent / "results" / "stack_throughput.json"
 PNG = RESULTS.with_suffix(".png")
 

@@ -37,7 +37,7 @@ from typing import Any
 from matplotlib.figure import Figure
 from pyspark.sql import SparkSession
 
-from spark_jobs.session import get_session
+from icegroup.spark_jobs.session import get_session
 from tests.benchmarks.bench_lineage_cost import STREAM, w1_shard
 
 ROUNDS = 5

@@ -2,7 +2,7 @@
 
 For each workload (``workloads.py``: W1, 12 snapshots of 420,000 rows; W2, 300 snapshots of 300
 rows) one source table is filled, and every arm moves all of it, with the same transform
-(``spark_jobs.transforms:enrich_events``), into a sink of its own:
+(``icegroup.spark_jobs.transforms:enrich_events``), into a sink of its own:
 
 - ``A2``: a plain Spark batch job (``baselines.py batch``), a process of its own;
 - ``A2_warm``: the same job in a session that has already run it once on a small table (``batch
@@ -45,9 +45,9 @@ from pathlib import Path
 from dagster_graphql import DagsterGraphQLClient
 from pyiceberg.catalog import Catalog
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.protocol.group import GroupConfig
-from iceberg.store.heartbeats import read_beats
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.store.heartbeats import read_beats
 from tests.benchmarks.measure import (
     ICEGROUP,
     caught_up,
@@ -69,7 +69,7 @@ WARM_UP_TABLE = "bench.warm_up"
 WARM_UP_ROWS = 300
 WARM_UP_FIRST_ID = 1_000_000_000  # after any workload's event ids, so the warm-up rows are keys of their own
 SOURCE = "bench.events"
-TRANSFORM = "spark_jobs.transforms:enrich_events"
+TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
 RESULTS = Path(__file__).parent / "results" / "throughput.json"
 
 

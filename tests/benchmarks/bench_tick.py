@@ -34,13 +34,13 @@ WORKER = r"""
 import inspect, json, statistics, sys, tempfile, time
 from pathlib import Path
 try:
-    from iceberg.config.lakehouse import load_lakehouse
-    from iceberg.protocol.group import GroupConfig
+    from icegroup.iceberg.config.lakehouse import load_lakehouse
+    from icegroup.iceberg.protocol.group import GroupConfig
 except ImportError:
-    from iceberg.lakehouse import load_lakehouse
-    from iceberg.groups import GroupConfig
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
+    from icegroup.iceberg.lakehouse import load_lakehouse
+    from icegroup.iceberg.groups import GroupConfig
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
 from tests.factories import append_batches, create_source
 from tests.sink_commits import commit_lease
 

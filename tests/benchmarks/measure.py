@@ -18,7 +18,7 @@ import numpy as np
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.store.registry import load_state
+from icegroup.iceberg.store.registry import load_state
 
 REPO = Path(__file__).resolve().parents[2]
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))

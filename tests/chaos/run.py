@@ -46,12 +46,12 @@ from pathlib import Path
 
 import yaml
 
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import LINEAGE_COLUMNS
-from iceberg.store.registry import load_state
-from iceberg.store.sink_history import read_sink_history
-from iceberg.window_audit import audit_sink
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import LINEAGE_COLUMNS
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.sink_history import read_sink_history
+from icegroup.iceberg.window_audit import audit_sink
 from tests.chaos.admin import REPLAY, RESET, Admin, AdminRun
 from tests.factories import append_batches, create_source
 from tests.stack_env import home_env

@@ -8,7 +8,7 @@ Modes:
   ``icegroup consume`` run stays STARTED in Dagster: only its stopped heartbeat shows that it is
   gone, after the group's default ``session_timeout_s``. The pid file is only for the chaos runner,
   to name the leases a killed worker held.
-- ``borrow``: a warm Borrower, as a ``<group>_borrower`` run does (``spark_jobs.borrower.warm``): one
+- ``borrow``: a warm Borrower, as a ``<group>_borrower`` run does (``icegroup.spark_jobs.borrower.warm``): one
   SparkSession, taking the leases a separate Leader granted, until the stop file appears. Its run
   looks alive to the Leader as long as it exists, so only its heartbeat shows that it was killed.
 - ``leader``: the Leader alone, as the sensor runs it: a tick every ``TICK_S`` seconds that grants
@@ -31,17 +31,17 @@ from pathlib import Path
 
 from pyspark.sql import SparkSession
 
-from iceberg.config.groups import load_groups
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.errors import NotCaughtUp, RegistryConflict, ResetInterrupted, StaleLease
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.state import Lease
-from spark_jobs.borrower.lease import fetch_lease, run_lease
-from spark_jobs.borrower.warm import borrow
-from spark_jobs.consume import consume
-from spark_jobs.session import get_session
+from icegroup.iceberg.config.groups import load_groups
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.errors import NotCaughtUp, RegistryConflict, ResetInterrupted, StaleLease
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.spark_jobs.borrower.lease import fetch_lease, run_lease
+from icegroup.spark_jobs.borrower.warm import borrow
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.session import get_session
 
 STALE_EXIT = 3
 TICK_S = 1.0

@@ -14,10 +14,10 @@ import markdown
 import pytest
 from pydantic import BaseModel, Field
 
-from dagster_project.cli.commands import parser
-from dagster_project.cli.exits import MEANING
-from iceberg.config.lakehouse import ENV_OVERRIDES, LakehouseConfig
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.cli.commands import parser
+from icegroup.dagster_project.cli.exits import MEANING
+from icegroup.iceberg.config.lakehouse import ENV_OVERRIDES, LakehouseConfig
+from icegroup.iceberg.protocol.group import GroupConfig
 
 HOOKS = Path(__file__).resolve().parents[2] / "docs" / "hooks"
 

@@ -8,8 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from dagster_project.cli.commands import parser
-from iceberg.config.lakehouse import LakehouseConfig
+from icegroup.dagster_project.cli.commands import parser
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -16,13 +16,13 @@ from dagster_graphql import DagsterGraphQLClient
 from dagster_graphql.client.query import LAUNCH_PARTITION_BACKFILL_MUTATION
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli.metrics import leader_ticks
-from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from iceberg.config.groups import load_groups
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.config.rest import ENV_CREDENTIAL
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
+from icegroup.dagster_project.cli.metrics import leader_ticks
+from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.iceberg.config.groups import load_groups
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.config.rest import ENV_CREDENTIAL
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, ui_answers
 from tests.factories import append_batches, create_source
 from tests.stack_env import home_env

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from iceberg.config.groups import load_groups
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.verify import verify_group
+from icegroup.iceberg.config.groups import load_groups
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.openlineage_events import read_events
 from tests.stack_env import home_env
@@ -29,7 +29,12 @@ def test_demo_consumes_exactly_once_and_says_so(tmp_path: Path) -> None:
     (tmp_path / ".dagster").mkdir()
 
     done = subprocess.run(
-        [sys.executable, "-m", "infra.demo"], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "icegroup.infra.demo"],
+        cwd=repo_root(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
 
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]

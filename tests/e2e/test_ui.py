@@ -23,8 +23,8 @@ import pytest
 from dagster_graphql import DagsterGraphQLClient
 from playwright.sync_api import Page, sync_playwright
 
-from dagster_project.cli.group_files import DEFAULT_GROUPS
-from iceberg.config.lakehouse import load_lakehouse
+from icegroup.dagster_project.cli.group_files import DEFAULT_GROUPS
+from icegroup.iceberg.config.lakehouse import load_lakehouse
 from tests.conftest import repo_root
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, ui_answers
 from tests.stack_env import home_env
@@ -37,12 +37,17 @@ SINKS = ("demo/events_enriched", "demo/events_large")
 
 @pytest.fixture
 def ui(tmp_path: Path) -> Iterator[str]:
-    """The demo's lake and instance, after ``infra.demo``, under ``dagster dev``; yields the UI's address."""
+    """The demo's lake and instance, after ``icegroup.infra.demo``, under ``dagster dev``; yields the UI's address."""
     new_instance(tmp_path / "dagster")
     env = dagster_env(tmp_path, DEFAULT_GROUPS, tmp_path / "dagster")
     env.pop("ICEGROUP_OPENLINEAGE_FILE", None)
     demo = subprocess.run(
-        [sys.executable, "-m", "infra.demo"], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=600
+        [sys.executable, "-m", "icegroup.infra.demo"],
+        cwd=repo_root(),
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert demo.returncode == 0, demo.stdout[-3000:] + demo.stderr[-3000:]
     with dagster_dev(env, tmp_path / "dev.log") as port:

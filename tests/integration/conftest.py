@@ -9,9 +9,9 @@ import pyspark
 import pytest
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from spark_jobs.engines import DRIVERS, aws_bundle, runtime_for
-from spark_jobs.session import get_session
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.spark_jobs.engines import DRIVERS, aws_bundle, runtime_for
+from icegroup.spark_jobs.session import get_session
 from tests.stack_env import on_stack, use_home
 
 

@@ -10,12 +10,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.leader import TickResult, tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.state import Lease
-from spark_jobs.borrower.lease import LeaseReport, run_lease
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.leader import TickResult, tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.spark_jobs.borrower.lease import LeaseReport, run_lease
 
 
 def quiet(_: str) -> None:

@@ -6,12 +6,12 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import AlreadyCommitted
-from iceberg.protocol.file_ref import file_ref
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import sink_window
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import AlreadyCommitted
+from icegroup.iceberg.protocol.file_ref import file_ref
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import sink_window
+from icegroup.iceberg.protocol.sink_commit import (
     COL_FILE,
     COL_SHARD,
     KEY_SHARD_IDS,
@@ -19,12 +19,12 @@ from iceberg.protocol.sink_commit import (
     parse_commit,
     shard_texts,
 )
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
-from spark_jobs.borrower.lease import run_lease
-from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import publish_shard, stage_shard
-from spark_jobs.sink.shape import with_lineage
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.borrower.lease import run_lease
+from icegroup.spark_jobs.shards import read_shard
+from icegroup.spark_jobs.sink.fenced_commit import publish_shard, stage_shard
+from icegroup.spark_jobs.sink.shape import with_lineage
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 from tests.integration.test_fencing_and_resume import first_lease

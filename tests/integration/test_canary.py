@@ -15,11 +15,11 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError, WindowMoved
-from iceberg.store.canaries import load_canary
-from iceberg.store.registry import load_state
-from spark_jobs.canary import promote_canary, run_canary
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError, WindowMoved
+from icegroup.iceberg.store.canaries import load_canary
+from icegroup.iceberg.store.registry import load_state
+from icegroup.spark_jobs.canary import promote_canary, run_canary
 from tests.factories import MakeGroup, append_batches, create_source, today
 from tests.integration.helpers import drive, quiet
 

@@ -19,26 +19,26 @@ from prometheus_client import CollectorRegistry
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.checks import LAG
-from dagster_project.cli import main
-from dagster_project.definitions import build_definitions
-from iceberg.cascade import plan_follows, record_follows
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.describe import describe_group
-from iceberg.errors import ReplayIncomplete, SourceError
-from iceberg.leader import tick
-from iceberg.metrics import GroupCollector
-from iceberg.pause import set_paused
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.reset import ResetTarget
-from iceberg.protocol.shards import window_label
-from iceberg.protocol.sink_commit import COL_WINDOW
-from iceberg.reset import execute_reset
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
-from spark_jobs.consume import consume
-from spark_jobs.replay import replay_window
+from icegroup.dagster_project.checks import LAG
+from icegroup.dagster_project.cli import main
+from icegroup.dagster_project.definitions import build_definitions
+from icegroup.iceberg.cascade import plan_follows, record_follows
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.errors import ReplayIncomplete, SourceError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.metrics import GroupCollector
+from icegroup.iceberg.pause import set_paused
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
+from icegroup.iceberg.reset import execute_reset
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.replay import replay_window
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import drive, quiet
 

@@ -12,9 +12,9 @@ import yaml
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.cli import main
-from dagster_project.runs.tags import TAG_GROUP
-from iceberg.verify import verify_group
+from icegroup.dagster_project.cli import main
+from icegroup.dagster_project.runs.tags import TAG_GROUP
+from icegroup.iceberg.verify import verify_group
 from tests.factories import MakeGroup, append_batches, create_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]

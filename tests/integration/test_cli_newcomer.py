@@ -17,14 +17,14 @@ import yaml
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.cli import main
-from iceberg.protocol.fences import epoch_key
-from iceberg.protocol.sink_commit import KEY_FENCE
-from iceberg.store.dead_letters import dead_letter_identifier
-from iceberg.store.lineage import lineage_identifier
-from iceberg.store.registry import load_state, registry_identifier
-from iceberg.store.tables import load_optional
-from iceberg.verify import verify_group
+from icegroup.dagster_project.cli import main
+from icegroup.iceberg.protocol.fences import epoch_key
+from icegroup.iceberg.protocol.sink_commit import KEY_FENCE
+from icegroup.iceberg.store.dead_letters import dead_letter_identifier
+from icegroup.iceberg.store.lineage import lineage_identifier
+from icegroup.iceberg.store.registry import load_state, registry_identifier
+from icegroup.iceberg.store.tables import load_optional
+from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, append_batches, create_source, today, write_groups
 

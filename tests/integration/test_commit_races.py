@@ -11,15 +11,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import commit_properties
-from iceberg.store.sink_history import read_sink_history
-from spark_jobs.session import activate
-from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
-from spark_jobs.sink.shape import ensure_sink, with_lineage
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.sink_commit import commit_properties
+from icegroup.iceberg.store.sink_history import read_sink_history
+from icegroup.spark_jobs.session import activate
+from icegroup.spark_jobs.shards import read_shard
+from icegroup.spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
+from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
 from tests.factories import MakeGroup, append_batches, create_source
 
 pytestmark = pytest.mark.spark
@@ -56,7 +56,7 @@ def test_sink_commits_racing_at_max_borrowers_are_retried_not_failed(
         return publish_shard(spark, sink_table, token, group.name, lease, [shard.shard_id], props)
 
     with (
-        caplog.at_level(logging.WARNING, logger="spark_jobs.sink.fenced_commit"),
+        caplog.at_level(logging.WARNING, logger="icegroup.spark_jobs.sink.fenced_commit"),
         ThreadPoolExecutor(len(staged)) as pool,
     ):
         published = list(pool.map(publish, staged))

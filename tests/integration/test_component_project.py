@@ -22,15 +22,15 @@ import yaml
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.shards import window_label
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.shards import window_label
 from tests.factories import append_batches, create_source
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
 BIN = Path(sys.executable).parent
 REPO = Path(__file__).parents[2]
-COMPONENT = "dagster_project.components.ConsumerGroupsComponent"
+COMPONENT = "icegroup.dagster_project.components.ConsumerGroupsComponent"
 
 PYPROJECT = """\
 [project]

@@ -10,10 +10,10 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from dagster_project.cli import Exit
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.protocol.group import GroupConfig
-from iceberg.verify import verify_group
+from icegroup.dagster_project.cli import Exit
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source, write_groups
 from tests.stack_env import home_env

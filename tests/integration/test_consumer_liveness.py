@@ -21,9 +21,9 @@ import dagster as dg
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import Exit
-from dagster_project.runs.tags import TAG_GROUP
-from iceberg.verify import verify_group
+from icegroup.dagster_project.cli import Exit
+from icegroup.dagster_project.runs.tags import TAG_GROUP
+from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import wait_for

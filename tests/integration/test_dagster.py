@@ -12,26 +12,26 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.assets import DATA_VERSION_TAG, complete_events
-from dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE, LAG
-from dagster_project.definitions import build_definitions, defs
-from dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from dagster_project.sensors import LeaderCursor, minimum_interval_s
-from dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TABLE_NAME, URI
-from iceberg.borrower import take_leases
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.leader import tick
-from iceberg.pause import set_paused
-from iceberg.protocol.completion import CLOSE_GRACE_MS
-from iceberg.protocol.dead_letters import STOPPED
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import DAY_MS, parse_window_label, window_label
-from iceberg.protocol.sink_commit import ROW_LINEAGE
-from iceberg.replay import begin_replay
-from iceberg.store.dead_letters import record
-from iceberg.store.heartbeats import beat
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
+from icegroup.dagster_project.assets import DATA_VERSION_TAG, complete_events
+from icegroup.dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE, LAG
+from icegroup.dagster_project.definitions import build_definitions, defs
+from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.dagster_project.sensors import LeaderCursor, minimum_interval_s
+from icegroup.dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TABLE_NAME, URI
+from icegroup.iceberg.borrower import take_leases
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.pause import set_paused
+from icegroup.iceberg.protocol.completion import CLOSE_GRACE_MS
+from icegroup.iceberg.protocol.dead_letters import STOPPED
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import DAY_MS, parse_window_label, window_label
+from icegroup.iceberg.protocol.sink_commit import ROW_LINEAGE
+from icegroup.iceberg.replay import begin_replay
+from icegroup.iceberg.store.dead_letters import record
+from icegroup.iceberg.store.heartbeats import beat
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
 from tests.factories import MakeGroup, append_batches, create_source, dead_letter
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease

@@ -11,14 +11,14 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.types import LongType
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import COL_SHARD, ROW_LINEAGE, shard_texts
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
-from spark_jobs.consume import consume
-from spark_jobs.shards import read_shard
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, ROW_LINEAGE, shard_texts
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.shards import read_shard
 from tests.factories import REGIONS, MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, sink_ids
 
@@ -53,7 +53,7 @@ def test_two_borrowers_consume_many_snapshots_across_streams_exactly_once(
 def test_sink_rows_carry_lineage_and_commits_carry_progress(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(transform="spark_jobs.transforms:enrich_events")
+    group = make_group(transform="icegroup.spark_jobs.transforms:enrich_events")
     append_batches(create_source(catalog, group.source), 2, 30)
 
     drive(spark, lakehouse, group)

@@ -6,20 +6,20 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import AlreadyCommitted, StaleLease
-from iceberg.leader import tick
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import Shard, sink_window
-from iceberg.protocol.sink_commit import COL_SHARD, KEY_FENCE, commit_properties
-from iceberg.protocol.state import Lease
-from iceberg.verify import verify_group
-from spark_jobs.borrower.lease import fetch_lease, run_lease
-from spark_jobs.shards import read_shard
-from spark_jobs.sink.fenced_commit import publish_shard, stage_shard
-from spark_jobs.sink.shape import with_lineage
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import AlreadyCommitted, StaleLease
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import Shard, sink_window
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, KEY_FENCE, commit_properties
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.borrower.lease import fetch_lease, run_lease
+from icegroup.spark_jobs.shards import read_shard
+from icegroup.spark_jobs.sink.fenced_commit import publish_shard, stage_shard
+from icegroup.spark_jobs.sink.shape import with_lineage
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

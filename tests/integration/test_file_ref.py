@@ -9,10 +9,10 @@ from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.file_ref import file_ref
-from spark_jobs.row_files import file_ref_column, sql_string, streams_rows
-from spark_jobs.transforms import enrich_events, load_transform
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.file_ref import file_ref
+from icegroup.spark_jobs.row_files import file_ref_column, sql_string, streams_rows
+from icegroup.spark_jobs.transforms import enrich_events, load_transform
 from tests.factories import MakeGroup, append_batches, create_source
 
 pytestmark = pytest.mark.spark
@@ -59,8 +59,8 @@ def source(spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ma
 @pytest.mark.parametrize(
     ("transform", "exact"),
     [
-        ("spark_jobs.transforms:identity", True),
-        ("spark_jobs.transforms:enrich_events", True),
+        ("icegroup.spark_jobs.transforms:identity", True),
+        ("icegroup.spark_jobs.transforms:enrich_events", True),
         ("tests.integration.transforms:amount_in_cents", True),
         ("tests.integration.transforms:totals_by_region", False),
         ("tests.integration.transforms:sorted_by_amount", False),

@@ -11,13 +11,13 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform, IdentityTransform
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.describe import describe_group
-from iceberg.lag import lag_of
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.lag import lag_of
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
 from tests.factories import SCHEMA, MakeGroup, create_source, events, next_event_id
 from tests.integration.helpers import drive, sink_ids
 

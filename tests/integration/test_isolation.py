@@ -15,15 +15,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.describe import describe_group
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import KEY_ISOLATED
-from iceberg.store.dead_rows import ISOLATED, REDRIVEN, latest_rows
-from iceberg.verify import verify_group
-from iceberg.window_audit import audit_sink
-from spark_jobs.consume import consume
-from spark_jobs.redrive_rows import redrive_rows
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.sink_commit import KEY_ISOLATED
+from icegroup.iceberg.store.dead_rows import ISOLATED, REDRIVEN, latest_rows
+from icegroup.iceberg.verify import verify_group
+from icegroup.iceberg.window_audit import audit_sink
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.redrive_rows import redrive_rows
 from tests.factories import MakeGroup, append_batches, create_source, events
 from tests.integration.helpers import quiet, sink_ids
 
@@ -64,7 +64,7 @@ def test_three_poison_rows_of_a_100000_row_shard_are_isolated_and_redriven_exact
     assert any("3 rows isolated in" in line for line in lines), lines
     assert not describe_group(catalog, group).status.startswith("stopped")
 
-    fixed = group.model_copy(update={"transform": "spark_jobs.transforms:identity", "on_change": "continue"})
+    fixed = group.model_copy(update={"transform": "icegroup.spark_jobs.transforms:identity", "on_change": "continue"})
     (redriven,) = redrive_rows(spark, lakehouse, fixed, "redrive-1", quiet)
 
     assert redriven.rows == 3

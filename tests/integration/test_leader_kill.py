@@ -13,14 +13,14 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.leader import tick
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
-from spark_jobs.borrower.lease import fetch_lease, run_lease
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.borrower.lease import fetch_lease, run_lease
 from tests.conftest import repo_root
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import drive, quiet

@@ -12,11 +12,11 @@ import dagster as dg
 import pytest
 from pyiceberg.catalog import Catalog
 
-import iceberg.leader
-from dagster_project.definitions import build_definitions
-from iceberg.borrower import take_leases
-from iceberg.protocol.group import GroupConfig
-from iceberg.store.registry import load_state
+import icegroup.iceberg.leader
+from icegroup.dagster_project.definitions import build_definitions
+from icegroup.iceberg.borrower import take_leases
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.store.registry import load_state
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.stack_env import use_home
 
@@ -32,13 +32,13 @@ def lake_env(lake_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 def in_lockstep(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
     """Make concurrent ticks read the registry before any of them commits: the worst case for CAS."""
     barrier = threading.Barrier(parties, timeout=30)
-    original = iceberg.leader.plan_increment
+    original = icegroup.iceberg.leader.plan_increment
 
     def planned_after_everyone_read(*args: Any, **kwargs: Any) -> Any:
         barrier.wait()
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(iceberg.leader, "plan_increment", planned_after_everyone_read)
+    monkeypatch.setattr(icegroup.iceberg.leader, "plan_increment", planned_after_everyone_read)
 
 
 def evaluate_at_once(evaluations: list[Callable[[], Any]]) -> list[Any]:

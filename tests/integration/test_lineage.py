@@ -20,30 +20,30 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.assets import DATA_VERSION_TAG, complete_events, source_observation
-from dagster_project.cli import main
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import RegistryConflict
-from iceberg.leader import tick
-from iceberg.lineage import (
+from icegroup.dagster_project.assets import DATA_VERSION_TAG, complete_events, source_observation
+from icegroup.dagster_project.cli import main
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import RegistryConflict
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.lineage import (
     by_rows,
     by_sink_snapshot,
     by_source_file,
     by_source_snapshot,
     by_window,
 )
-from iceberg.lineage_chain import trace_back, trace_forward
-from iceberg.protocol.completion import CLOSE_GRACE_MS
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.lineage import CONSUMED, REPLAYED, LineageEntry
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.reset import ResetTarget
-from iceberg.protocol.shards import DAY_MS, window_start_ms
-from iceberg.protocol.sink_commit import COL_SHARD, shard_number, shard_texts
-from iceberg.reset import execute_reset
-from iceberg.store.lineage import commit_entries, entries, load_lineage, record_lineage, window_entries
-from iceberg.store.registry import load_state
-from spark_jobs.replay import replay_window
+from icegroup.iceberg.lineage_chain import trace_back, trace_forward
+from icegroup.iceberg.protocol.completion import CLOSE_GRACE_MS
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.lineage import CONSUMED, REPLAYED, LineageEntry
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.protocol.shards import DAY_MS, window_start_ms
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, shard_number, shard_texts
+from icegroup.iceberg.reset import execute_reset
+from icegroup.iceberg.store.lineage import commit_entries, entries, load_lineage, record_lineage, window_entries
+from icegroup.iceberg.store.registry import load_state
+from icegroup.spark_jobs.replay import replay_window
 from tests.factories import MakeGroup, append_batches, create_source, tables_of, today, write_groups
 from tests.integration.helpers import drive, quiet
 

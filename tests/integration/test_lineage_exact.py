@@ -13,15 +13,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import UsageError
-from iceberg.leader import tick
-from iceberg.lineage import by_rows, by_sink_snapshot, by_source_file
-from iceberg.protocol.lineage import CONSUMED, REPLAYED
-from iceberg.protocol.liveness import RunState
-from iceberg.store.lineage import load_lineage
-from spark_jobs.borrower.lease import run_lease
-from spark_jobs.replay import replay_window
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.lineage import by_rows, by_sink_snapshot, by_source_file
+from icegroup.iceberg.protocol.lineage import CONSUMED, REPLAYED
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.lineage import load_lineage
+from icegroup.spark_jobs.borrower.lease import run_lease
+from icegroup.spark_jobs.replay import replay_window
 from tests.factories import MakeGroup, append_batches, create_source, today
 from tests.integration.helpers import drive, quiet
 from tests.integration.test_lineage import all_entries, events_by_file
@@ -32,7 +32,7 @@ pytestmark = pytest.mark.spark
 def test_forward_lineage_from_every_source_file_names_exactly_the_rows_made_from_it(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(transform="spark_jobs.transforms:enrich_events", shard_caps={"max_files": 3})
+    group = make_group(transform="icegroup.spark_jobs.transforms:enrich_events", shard_caps={"max_files": 3})
     append_batches(create_source(catalog, group.source), 6, 30)
     drive(spark, lakehouse, group)
     held = events_by_file(catalog, group.source)

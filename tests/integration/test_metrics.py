@@ -19,9 +19,9 @@ from prometheus_client.parser import text_string_to_metric_families
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.cli import main as icegroup_main
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.metrics import GroupCollector, LeaderTick
+from icegroup.dagster_project.cli import main as icegroup_main
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.metrics import GroupCollector, LeaderTick
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, append_batches, create_source, write_groups
 

@@ -18,11 +18,11 @@ from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import SinkError
-from iceberg.lineage import by_rows
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import SinkError
+from icegroup.iceberg.lineage import by_rows
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import (
     COL_EPOCH,
     COL_FILE,
     COL_GROUP,
@@ -32,9 +32,9 @@ from iceberg.protocol.sink_commit import (
     KEY_SHARDS,
     ROW_LINEAGE,
 )
-from iceberg.verify import verify_group
-from spark_jobs.replay import replay_window
-from spark_jobs.sink.shape import align_to_sink, with_lineage
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.replay import replay_window
+from icegroup.spark_jobs.sink.shape import align_to_sink, with_lineage
 from tests.factories import MakeGroup, append_batches, create_source, today
 from tests.integration.helpers import drive, quiet
 

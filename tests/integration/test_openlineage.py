@@ -18,21 +18,21 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.lineage_runs import expire_run, reset_run
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.config.sections import OpenLineageSettings
-from iceberg.errors import StaleLease
-from iceberg.leader import tick
-from iceberg.openlineage import run_events
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.reset import ResetTarget
-from iceberg.protocol.shards import window_label
-from iceberg.retention import StateRetention
-from iceberg.store.fences import raise_fences
-from iceberg.store.registry import load_state
-from spark_jobs.borrower.lease import run_lease
-from spark_jobs.replay import replay_window
+from icegroup.dagster_project.lineage_runs import expire_run, reset_run
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.config.sections import OpenLineageSettings
+from icegroup.iceberg.errors import StaleLease
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.openlineage import run_events
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.retention import StateRetention
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.registry import load_state
+from icegroup.spark_jobs.borrower.lease import run_lease
+from icegroup.spark_jobs.replay import replay_window
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 from tests.openlineage_events import read_events as read_valid_events
@@ -151,7 +151,7 @@ def test_a_projection_has_column_lineage_and_resets_and_expiries_are_runs_too(
     emitted = tmp_path / "openlineage.jsonl"
     settings = OpenLineageSettings(transport={"type": "file", "log_file_path": str(emitted), "append": True})
     traced = lakehouse.model_copy(update={"openlineage": settings})
-    group = make_group(transform="spark_jobs.transforms:enrich_events")
+    group = make_group(transform="icegroup.spark_jobs.transforms:enrich_events")
     append_batches(create_source(catalog, group.source), 2, 12)
     drive(spark, traced, group)
 

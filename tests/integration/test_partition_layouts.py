@@ -8,9 +8,9 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.transforms import BucketTransform, DayTransform, IdentityTransform
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
 from tests.factories import SCHEMA, MakeGroup, append_batches
 from tests.integration.helpers import drive
 

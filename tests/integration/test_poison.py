@@ -8,16 +8,16 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.describe import describe_group
-from iceberg.errors import GroupStopped, NotCaughtUp, PoisonShard
-from iceberg.leader import tick
-from iceberg.protocol.dead_letters import PARKED, STOPPED
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.state import LeasePhase
-from iceberg.store.dead_letters import open_letters, redrive
-from iceberg.verify import verify_group
-from spark_jobs.consume import consume
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.errors import GroupStopped, NotCaughtUp, PoisonShard
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.state import LeasePhase
+from icegroup.iceberg.store.dead_letters import open_letters, redrive
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.consume import consume
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

@@ -13,20 +13,20 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import CatalogUnavailable, RegistryConflict
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.store.dead_letters import open_letters
-from iceberg.store.registry import commit_state, load_state
-from iceberg.verify import verify_group
-from infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
-from spark_jobs.borrower import lease as borrower
-from spark_jobs.borrower.lease import run_lease
-from spark_jobs.consume import consume
-from spark_jobs.engines import DRIVERS
-from spark_jobs.session import activate, spark_conf
-from spark_jobs.sink.shape import ensure_sink, with_lineage
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import CatalogUnavailable, RegistryConflict
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.dead_letters import open_letters
+from icegroup.iceberg.store.registry import commit_state, load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
+from icegroup.spark_jobs.borrower import lease as borrower
+from icegroup.spark_jobs.borrower.lease import run_lease
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.engines import DRIVERS
+from icegroup.spark_jobs.session import activate, spark_conf
+from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
 from tests.factories import MakeGroup, append_batches, create_source, no_spark
 from tests.integration.helpers import drive
 

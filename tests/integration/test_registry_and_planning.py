@@ -6,13 +6,13 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table.snapshots import Snapshot
 
-from iceberg.errors import RegistryConflict, SourceError
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.source_ref import ref_name
-from iceberg.shards import plan_increment
-from iceberg.start import initial_state
-from iceberg.store.registry import commit_state, load_state
+from icegroup.iceberg.errors import RegistryConflict, SourceError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.shards import plan_increment
+from icegroup.iceberg.start import initial_state
+from icegroup.iceberg.store.registry import commit_state, load_state
 from tests.factories import SCHEMA, MakeGroup, append_batches, create_source
 
 

@@ -21,11 +21,11 @@ import dagster as dg
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import Exit
-from dagster_project.runs.tags import TAG_GROUP
-from iceberg.protocol.group import ShardCaps
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
+from icegroup.dagster_project.cli import Exit
+from icegroup.dagster_project.runs.tags import TAG_GROUP
+from icegroup.iceberg.protocol.group import ShardCaps
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, create_source, events, next_event_id, write_groups
 from tests.integration.helpers import wait_for

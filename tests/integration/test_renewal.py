@@ -15,12 +15,12 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.store.renewals import read_renewals
-from iceberg.verify import verify_group
-from spark_jobs.borrower.runner import LeaseRunner
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.renewals import read_renewals
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.borrower.runner import LeaseRunner
 from tests.factories import MakeGroup, create_source, events
 from tests.integration.helpers import wait_for
 

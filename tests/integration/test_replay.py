@@ -19,14 +19,14 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.types import IntegerType, NestedField, StringType
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import ConfigError, Fenced, ReplayConflict, ReplayIncomplete, UsageError, WindowMoved
-from iceberg.leader import tick
-from iceberg.protocol.fences import replay_fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import window_texts
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import ConfigError, Fenced, ReplayConflict, ReplayIncomplete, UsageError, WindowMoved
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.fences import replay_fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import window_texts
+from icegroup.iceberg.protocol.sink_commit import (
     COL_EPOCH,
     COL_GROUP,
     COL_LEASE,
@@ -36,16 +36,16 @@ from iceberg.protocol.sink_commit import (
     KEY_REPLAY,
     commit_properties,
 )
-from iceberg.replay import begin_replay, end_replay, plan_replay
-from iceberg.store.fences import raise_fences
-from iceberg.store.heartbeats import beat
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
-from iceberg.window_audit import audit_sink
-from spark_jobs.borrower.lease import run_lease
-from spark_jobs.replay import ReplayReport, publish, replay_window
-from spark_jobs.sink.migrate import migrate_sink
-from spark_jobs.transforms import load_transform
+from icegroup.iceberg.replay import begin_replay, end_replay, plan_replay
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.heartbeats import beat
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.iceberg.window_audit import audit_sink
+from icegroup.spark_jobs.borrower.lease import run_lease
+from icegroup.spark_jobs.replay import ReplayReport, publish, replay_window
+from icegroup.spark_jobs.sink.migrate import migrate_sink
+from icegroup.spark_jobs.transforms import load_transform
 from tests.factories import MakeGroup, append_batches, create_source, today
 from tests.integration.helpers import drive, quiet
 

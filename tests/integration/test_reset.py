@@ -14,20 +14,20 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.cli import Exit, main
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import ResetInterrupted, StaleLease, UsageError
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.reset import ResetTarget
-from iceberg.replay import begin_replay
-from iceberg.reset import execute_reset, plan_reset, reset_marker
-from iceberg.store.heartbeats import beat, ensure_table
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
-from spark_jobs.borrower.lease import run_lease
-from spark_jobs.replay import replay_window
+from icegroup.dagster_project.cli import Exit, main
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import ResetInterrupted, StaleLease, UsageError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.replay import begin_replay
+from icegroup.iceberg.reset import execute_reset, plan_reset, reset_marker
+from icegroup.iceberg.store.heartbeats import beat, ensure_table
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.borrower.lease import run_lease
+from icegroup.spark_jobs.replay import replay_window
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import drive, quiet, sink_ids

@@ -23,7 +23,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import BadRequestError, CommitFailedException, OAuthError, UnauthorizedError
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID, SetPropertiesUpdate
 
-from infra.rest_catalog import RestServer, start, stop, wait_ready
+from icegroup.infra.rest_catalog import RestServer, start, stop, wait_ready
 
 CLIENT_ID = "icegroup-test"
 CLIENT_SECRET = "rest-secret-5f2c"

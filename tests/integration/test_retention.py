@@ -14,20 +14,20 @@ import yaml
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from dagster_project.cli import main
-from dagster_project.definitions import build_definitions
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.reset import ResetTarget
-from iceberg.protocol.sink_commit import KEY_STAGE
-from iceberg.reset import execute_reset
-from iceberg.retention import STAGED_AFTER_MS, StateRetention, expire
-from iceberg.store.registrations import REFRESH_MS, read_registrations, register
-from iceberg.store.registry import load_state, registry_identifier
-from iceberg.store.tables import walk_back
-from iceberg.verify import verify_group
-from spark_jobs.consume import consume
-from spark_jobs.sink.fenced_commit import stage_shard
+from icegroup.dagster_project.cli import main
+from icegroup.dagster_project.definitions import build_definitions
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.protocol.sink_commit import KEY_STAGE
+from icegroup.iceberg.reset import execute_reset
+from icegroup.iceberg.retention import STAGED_AFTER_MS, StateRetention, expire
+from icegroup.iceberg.store.registrations import REFRESH_MS, read_registrations, register
+from icegroup.iceberg.store.registry import load_state, registry_identifier
+from icegroup.iceberg.store.tables import walk_back
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.sink.fenced_commit import stage_shard
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

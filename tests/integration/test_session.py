@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from spark_jobs.session import get_session
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.spark_jobs.session import get_session
 
 
 def test_the_same_settings_get_the_running_session_without_going_through_the_builder(

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from iceberg.protocol.sink_commit import KEY_SHARD_IDS, KEY_SHARDS
+from icegroup.iceberg.protocol.sink_commit import KEY_SHARD_IDS, KEY_SHARDS
 
 pytestmark = pytest.mark.spark
 

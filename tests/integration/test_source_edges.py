@@ -11,15 +11,15 @@ from pyiceberg.transforms import BucketTransform
 from pyiceberg.types import StringType
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import SinkError, SourceError
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import window_label
-from iceberg.store.registry import load_state
-from iceberg.store.sink_history import read_sink_history
-from iceberg.verify import verify_group
-from spark_jobs.replay import replay_window
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import SinkError, SourceError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import window_label
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.sink_history import read_sink_history
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.replay import replay_window
 from tests.factories import SCHEMA, MakeGroup, append_batches, create_source, events
 from tests.integration.helpers import drive
 

@@ -15,15 +15,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.describe import describe_group
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.source_ref import ref_name
-from iceberg.retention import StateRetention, expire
-from iceberg.store.source_ref import read_ref
-from iceberg.verify import verify_group
-from spark_jobs.consume import consume
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.retention import StateRetention, expire
+from icegroup.iceberg.store.source_ref import read_ref
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.consume import consume
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import quiet, sink_ids
 

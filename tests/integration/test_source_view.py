@@ -6,11 +6,11 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import SourceError
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.store.registry import registry_identifier
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.registry import registry_identifier
 from tests.factories import MakeGroup, append_batches, create_source
 
 pytestmark = pytest.mark.spark

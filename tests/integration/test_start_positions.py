@@ -10,11 +10,11 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import SourceError
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 

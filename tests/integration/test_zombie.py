@@ -11,14 +11,14 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import StaleLease
-from iceberg.leader import tick
-from iceberg.protocol.fences import epoch_key, fence_key
-from iceberg.protocol.liveness import RunState
-from iceberg.store.sink_history import read_sink_history
-from iceberg.verify import verify_group
-from spark_jobs.borrower.lease import fetch_lease, run_lease
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import StaleLease
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.fences import epoch_key, fence_key
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.sink_history import read_sink_history
+from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.borrower.lease import fetch_lease, run_lease
 from tests.chaos.worker import STALE_EXIT
 from tests.conftest import repo_root
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups

@@ -70,7 +70,8 @@ def test_the_wheel_holds_the_command_the_library_and_the_jars_and_nothing_from_t
         [
             "python",
             "-c",
-            "import dagster_project.components, spark_jobs.jars as j; print(j.ICEGROUP_JAR.is_file(), j.__file__)",
+            "import icegroup.dagster_project.components, icegroup.spark_jobs.jars as j; "
+            "print(j.ICEGROUP_JAR.is_file(), j.__file__)",
         ],
         env=env,
         cwd=tmp_path,

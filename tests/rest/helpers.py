@@ -22,10 +22,10 @@ import pytest
 import yaml
 from pyiceberg.catalog import Catalog, load_catalog
 
-from iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
-from iceberg.config.rest import ENV_CREDENTIAL
-from iceberg.protocol.group import GroupConfig
-from infra.rest_catalog import SERVER_JAR, RestServer, start, stop, wait_ready
+from icegroup.iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
+from icegroup.iceberg.config.rest import ENV_CREDENTIAL
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.infra.rest_catalog import SERVER_JAR, RestServer, start, stop, wait_ready
 from tests.factories import write_groups
 from tests.integration.test_rest_server import free_port
 

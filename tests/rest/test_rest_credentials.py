@@ -9,9 +9,9 @@ import subprocess
 import time
 from pathlib import Path
 
-from dagster_project.cli import Exit
-from iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN
-from iceberg.store.registry import registry_identifier
+from icegroup.dagster_project.cli import Exit
+from icegroup.iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN
+from icegroup.iceberg.store.registry import registry_identifier
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.test_rest_server import running

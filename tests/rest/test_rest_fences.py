@@ -17,14 +17,14 @@ from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.table.update import AssertRefSnapshotId, AssertTableUUID
 
-from dagster_project.cli import Exit
-from iceberg.leader import tick
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import KEY_FENCE, KEY_STAGE
-from iceberg.store.fences import raise_fences
-from iceberg.store.sink_history import read_sink_history
-from iceberg.verify import verify_group
+from icegroup.dagster_project.cli import Exit
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.sink_commit import KEY_FENCE, KEY_STAGE
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.sink_history import read_sink_history
+from icegroup.iceberg.verify import verify_group
 from tests.chaos.worker import STALE_EXIT
 from tests.conftest import repo_root
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source

@@ -13,10 +13,10 @@ import subprocess
 
 import pytest
 
-from dagster_project.cli import Exit
-from iceberg.failpoints import ENV as ENV_FAILPOINTS
-from iceberg.protocol.group import GroupConfig
-from iceberg.verify import verify_group
+from icegroup.dagster_project.cli import Exit
+from icegroup.iceberg.failpoints import ENV as ENV_FAILPOINTS
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import wait_for

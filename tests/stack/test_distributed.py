@@ -17,15 +17,15 @@ from pyiceberg.exceptions import RESTError
 from pyspark.sql import SparkSession
 from sqlalchemy.exc import SQLAlchemyError
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
-from infra.processes import alive
-from infra.stack import Stack, alive_workers, up
-from spark_jobs.borrower.user_errors import failure_classes, is_infrastructure
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.infra.processes import alive
+from icegroup.infra.stack import Stack, alive_workers, up
+from icegroup.spark_jobs.borrower.user_errors import failure_classes, is_infrastructure
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 from tests.stack_env import stack_layout, stack_postgres
@@ -103,7 +103,7 @@ def test_a_spark_worker_killed_under_a_running_lease_keeps_exactly_once(
 @pytest.fixture
 def interrupted_tick(monkeypatch: pytest.MonkeyPatch) -> Callable[[Callable[[], None]], None]:
     """Arm ``leader.after_liveness`` (after the tick reads liveness, before it fences and commits) with an action."""
-    from iceberg import leader
+    from icegroup.iceberg import leader
 
     real = leader.failpoint
 

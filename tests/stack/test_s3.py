@@ -14,13 +14,13 @@ import pytest
 import yaml
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.store.registry import load_state
-from iceberg.verify import verify_group
-from infra.stack_layout import BUCKET, S3_KEYS
-from spark_jobs.session import get_session
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.verify import verify_group
+from icegroup.infra.stack_layout import BUCKET, S3_KEYS
+from icegroup.spark_jobs.session import get_session
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease

@@ -2,7 +2,7 @@
 
 cloudpickle sends a UDF's own body by value but a module-level function it calls by reference, so
 these run on a cluster's executors only if ``tests.stack.rules`` is importable there: shipped by the
-Borrower (``spark_jobs.code_shipping``), since the stack's executors do not see the driver's path.
+Borrower (``icegroup.spark_jobs.code_shipping``), since the stack's executors do not see the driver's path.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.group import GroupConfig
 from tests.factories import MakeGroup, append_batches, create_source, write_groups
 
 

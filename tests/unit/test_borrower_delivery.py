@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from iceberg.errors import ConfigError, Fenced, IcegroupError, PlatformUnavailable, SinkError, StaleLease
-from iceberg.protocol.group import GroupConfig
-from spark_jobs.borrower import lease as borrower
-from spark_jobs.borrower.lease import LeaseReport
-from spark_jobs.borrower.redelivery import platform_retry, stage_with_redelivery
-from spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from icegroup.iceberg.errors import ConfigError, Fenced, IcegroupError, PlatformUnavailable, SinkError, StaleLease
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.spark_jobs.borrower import lease as borrower
+from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.redelivery import platform_retry, stage_with_redelivery
+from icegroup.spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
 from tests.factories import MakeGroup, shard
 
 SHARD = shard()
@@ -312,7 +312,7 @@ def test_a_lease_waits_out_a_platform_failure_with_backoff_for_half_its_timeout(
     assert [platform_retry(group, outage, tries, 0.0) for tries in range(7)] == [1, 2, 4, 8, 16, 30, 30]
     assert platform_retry(group, outage, 3, 30.0) is None, "half the lease timeout waited: the run fails"
     assert platform_retry(group, ValueError("bad row"), 0, 0.0) is None, "the shard's failure is not retried here"
-    assert failure_classes(outage) == ["iceberg.errors.PlatformUnavailable"]
+    assert failure_classes(outage) == ["icegroup.iceberg.errors.PlatformUnavailable"]
 
 
 def java_error(name: str) -> FakePy4JError:

@@ -12,17 +12,17 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import ConfigError, StaleLease
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import BorrowerPhase
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.sink_commit import commit_properties
-from iceberg.protocol.state import Lease, Origin
-from iceberg.store.fences import raise_fences
-from spark_jobs.borrower.lease import LeaseReport, LeaseRun, connect, report, resume
-from spark_jobs.transforms import identity
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import ConfigError, StaleLease
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import BorrowerPhase
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.sink_commit import commit_properties
+from icegroup.iceberg.protocol.state import Lease, Origin
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.spark_jobs.borrower.lease import LeaseReport, LeaseRun, connect, report, resume
+from icegroup.spark_jobs.transforms import identity
 from tests.factories import MakeGroup, lease, shard
 from tests.sink_commits import ID_SCHEMA, create_sink
 

@@ -13,15 +13,15 @@ import re
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.errors import SourceBlocked, SourceError, UsageError
-from iceberg.leader import tick
-from iceberg.protocol.cascade import plan_follow, replaced_commits, superseding
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.reset import StreamMove
-from iceberg.protocol.shards import SnapshotInfo
-from iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
-from iceberg.reset_targets import check_reachable
-from iceberg.shards import plan_increment
+from icegroup.iceberg.errors import SourceBlocked, SourceError, UsageError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.cascade import plan_follow, replaced_commits, superseding
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import StreamMove
+from icegroup.iceberg.protocol.shards import SnapshotInfo
+from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, ReplayCommit, ShardRange, SinkCommit
+from icegroup.iceberg.reset_targets import check_reachable
+from icegroup.iceberg.shards import plan_increment
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import commit_lease
 

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project.cli import Exit, main
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.errors import CatalogUnavailable
+from icegroup.dagster_project.cli import Exit, main
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.errors import CatalogUnavailable
 
 
 def test_a_file_that_is_not_a_database_names_the_file_and_the_remedy(tmp_path: Path) -> None:

@@ -9,10 +9,10 @@ from typing import Any
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import main
-from iceberg.protocol.dead_letters import PARKED, REDRIVEN, STOPPED, DeadLetter
-from iceberg.protocol.group import GroupConfig
-from iceberg.store.dead_letters import latest, open_letters, record
+from icegroup.dagster_project.cli import main
+from icegroup.iceberg.protocol.dead_letters import PARKED, REDRIVEN, STOPPED, DeadLetter
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.store.dead_letters import latest, open_letters, record
 from tests.factories import MakeDeadLetter, MakeGroup, write_groups
 
 # What the listing shows of every letter below; spelled out because the assertions spell it out.

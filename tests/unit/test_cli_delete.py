@@ -10,19 +10,19 @@ import json
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import Exit, main
-from iceberg.leader import TickResult, tick
-from iceberg.pause import set_paused
-from iceberg.protocol.fences import epoch_key, fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.store.fences import raise_fences
-from iceberg.store.group_delete import footprint, owned_property
-from iceberg.store.lineage import lineage_identifier
-from iceberg.store.registrations import registration_key
-from iceberg.store.registry import load_state, registry_identifier
-from iceberg.store.sink_history import deleted_key
-from iceberg.store.tables import load_optional
+from icegroup.dagster_project.cli import Exit, main
+from icegroup.iceberg.leader import TickResult, tick
+from icegroup.iceberg.pause import set_paused
+from icegroup.iceberg.protocol.fences import epoch_key, fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.group_delete import footprint, owned_property
+from icegroup.iceberg.store.lineage import lineage_identifier
+from icegroup.iceberg.store.registrations import registration_key
+from icegroup.iceberg.store.registry import load_state, registry_identifier
+from icegroup.iceberg.store.sink_history import deleted_key
+from icegroup.iceberg.store.tables import load_optional
 from tests.factories import BORROWER_RUN
 from tests.sink_commits import commit_lease
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project import jobs
-from dagster_project.cli import commands as cli
-from dagster_project.cli.exits import MEANING
-from dagster_project.resources import IcegroupResource
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.errors import NotCaughtUp
-from spark_jobs import session
+from icegroup.dagster_project import jobs
+from icegroup.dagster_project.cli import commands as cli
+from icegroup.dagster_project.cli.exits import MEANING
+from icegroup.dagster_project.resources import IcegroupResource
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.errors import NotCaughtUp
+from icegroup.spark_jobs import session
 from tests.conftest import repo_root
 from tests.factories import append_batches, create_source
 

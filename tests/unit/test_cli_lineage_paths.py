@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project.cli.lineage import absolute_if_relative
-from iceberg.protocol.locations import file_forms
+from icegroup.dagster_project.cli.lineage import absolute_if_relative
+from icegroup.iceberg.protocol.locations import file_forms
 
 
 def test_a_relative_path_is_read_from_the_current_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

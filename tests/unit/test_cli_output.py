@@ -13,11 +13,11 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project.cli import entry
-from dagster_project.cli.logfile import log_path, run_output
-from dagster_project.cli.output import dumps, json_ready, text
-from iceberg.errors import UsageError
-from iceberg.protocol.locations import file_forms, local_path
+from icegroup.dagster_project.cli import entry
+from icegroup.dagster_project.cli.logfile import log_path, run_output
+from icegroup.dagster_project.cli.output import dumps, json_ready, text
+from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.locations import file_forms, local_path
 from tests.conftest import repo_root
 
 BIG = 3_949_470_894_046_880_921  # a real snapshot id: a double turns it into 3949470894046880768
@@ -105,7 +105,7 @@ def run_printer(code: str) -> subprocess.CompletedProcess[bytes]:
 def test_a_closed_pipe_ends_quietly_with_exit_0() -> None:
     printer = """
         import sys
-        from dagster_project.cli.output import quiet_pipe
+        from icegroup.dagster_project.cli.output import quiet_pipe
 
         def many() -> int:
             for n in range(200_000):
@@ -124,7 +124,7 @@ def test_a_command_whose_reader_went_away_exits_0_with_nothing_on_stderr() -> No
     """The whole console script: a closed pipe is not an unforeseen error (``icegroup describe g | head -2``)."""
     done = run_printer("""
         import sys
-        from dagster_project.cli import commands, main
+        from icegroup.dagster_project.cli import commands, main
 
         def cmd_list(args, lakehouse, groups) -> int:
             for n in range(200_000):
@@ -153,8 +153,8 @@ def test_run_output_sends_stderr_and_a_childs_stderr_to_the_log_and_names_it_on_
     code = f"""
         import subprocess, sys
         from pathlib import Path
-        from dagster_project.cli.logfile import run_output
-        from iceberg.errors import UsageError
+        from icegroup.dagster_project.cli.logfile import run_output
+        from icegroup.iceberg.errors import UsageError
         try:
             with run_output(Path({str(tmp_path)!r}), "consume", verbose=False) as output:
                 print("from python", file=sys.stderr)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import Exit, main
-from iceberg.leader import tick
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
+from icegroup.dagster_project.cli import Exit, main
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
 from tests.factories import BORROWER_RUN
 from tests.sink_commits import commit_lease
 

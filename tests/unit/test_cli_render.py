@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from dagster_project.cli.support import render, table
-from iceberg.describe import GroupView, StreamView
-from iceberg.protocol.liveness import Hold
+from icegroup.dagster_project.cli.support import render, table
+from icegroup.iceberg.describe import GroupView, StreamView
+from icegroup.iceberg.protocol.liveness import Hold
 
 
 def view() -> GroupView:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project.cli import Exit, commands, main
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.cli import Exit, commands, main
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.group import GroupConfig
 
 
 def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

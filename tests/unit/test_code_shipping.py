@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from spark_jobs.code_shipping import code_root, ships_code, zip_code
+from icegroup.spark_jobs.code_shipping import code_root, ships_code, zip_code
 from tests.conftest import repo_root
 
 

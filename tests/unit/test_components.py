@@ -10,10 +10,10 @@ from typing import Any
 import dagster as dg
 import pytest
 
-from dagster_project.components import default_name, icegroup_definitions
-from dagster_project.definitions import defs
-from iceberg.errors import ConfigError
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.components import default_name, icegroup_definitions
+from icegroup.dagster_project.definitions import defs
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.group import GroupConfig
 
 GROUPS: list[dict[str, Any]] = [
     {"name": "orders_clean", "source": "raw.orders", "sink": "clean.orders"},

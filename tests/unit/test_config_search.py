@@ -9,9 +9,9 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from iceberg.config.lakehouse import load_lakehouse
-from iceberg.config.search import Places, find_groups, find_lakehouse
-from iceberg.errors import ConfigError
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.config.search import Places, find_groups, find_lakehouse
+from icegroup.iceberg.errors import ConfigError
 
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
 

@@ -12,18 +12,18 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import main
-from dagster_project.resources import IcegroupResource
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.lag import Work, pending_work
-from iceberg.leader import tick
-from iceberg.protocol.completion import MAX_PER_TICK
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import DAY_MS
-from iceberg.store.registry import load_state
-from spark_jobs import session
-from spark_jobs.consume import consume
+from icegroup.dagster_project.cli import main
+from icegroup.dagster_project.resources import IcegroupResource
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.lag import Work, pending_work
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.completion import MAX_PER_TICK
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import DAY_MS
+from icegroup.iceberg.store.registry import load_state
+from icegroup.spark_jobs import session
+from icegroup.spark_jobs.consume import consume
 from tests.factories import MakeGroup, append_batches, create_source, no_spark, write_groups
 from tests.sink_commits import commit_lease
 
@@ -101,7 +101,7 @@ def test_icegroup_consume_of_an_idle_group_makes_no_run_and_never_imports_dagste
     groups = write_groups(tmp_path / "groups.yaml", group)
     script = (
         "import sys\n"
-        "from dagster_project.cli import main\n"
+        "from icegroup.dagster_project.cli import main\n"
         f"code = main(['--groups', {str(groups)!r}, 'consume', {group.name!r}])\n"
         "print('exit', code, 'dagster' in sys.modules, 'pyspark' in sys.modules)\n"
     )

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli.progress import TOTAL, Tally, Tracker
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
+from icegroup.dagster_project.cli.progress import TOTAL, Tally, Tracker
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import commit_lease
 

@@ -9,15 +9,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import PoisonShard
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.shards import Shard
-from iceberg.protocol.state import Lease
-from spark_jobs.borrower import runner
-from spark_jobs.borrower.lease import LeaseReport
-from spark_jobs.borrower.redelivery import record_poison_shard
-from spark_jobs.consume import consume
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import PoisonShard
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.spark_jobs.borrower import runner
+from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.redelivery import record_poison_shard
+from icegroup.spark_jobs.consume import consume
 from tests.factories import MakeGroup, append_batches, create_source
 
 

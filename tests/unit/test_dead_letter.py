@@ -8,10 +8,10 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.protocol.dead_letters import PARKED, REDRIVEN, STOPPED, DeadLetter
-from iceberg.store import dead_letters
-from iceberg.store.dead_letters import dead_letter_identifier, latest, open_letters, record, redrive
-from iceberg.store.registry import NAMESPACE
+from icegroup.iceberg.protocol.dead_letters import PARKED, REDRIVEN, STOPPED, DeadLetter
+from icegroup.iceberg.store import dead_letters
+from icegroup.iceberg.store.dead_letters import dead_letter_identifier, latest, open_letters, record, redrive
+from icegroup.iceberg.store.registry import NAMESPACE
 from tests.factories import MakeDeadLetter
 
 

@@ -7,11 +7,11 @@ from datetime import UTC, datetime
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 
-from iceberg.describe import describe_group
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import commit_properties
-from iceberg.store.registry import load_state
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.sink_commit import commit_properties
+from icegroup.iceberg.store.registry import load_state
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import ID_SCHEMA
 

@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import ConfigError
-from spark_jobs.engines import Runtime, check_pair, jar_file, minor, runtime_for, runtime_from_file
-from spark_jobs.jars import coordinates, installed_runtime, remember, resolved
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import ConfigError
+from icegroup.spark_jobs.engines import Runtime, check_pair, jar_file, minor, runtime_for, runtime_from_file
+from icegroup.spark_jobs.jars import coordinates, installed_runtime, remember, resolved
 
 
 @pytest.mark.parametrize(

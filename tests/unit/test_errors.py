@@ -8,11 +8,11 @@ import inspect
 
 import pytest
 
-from dagster_project.cli import commands as cli
-from iceberg import errors
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import IcegroupError
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.cli import commands as cli
+from icegroup.iceberg import errors
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import IcegroupError
+from icegroup.iceberg.protocol.group import GroupConfig
 from tests.conftest import repo_root
 
 PACKAGES = ("iceberg", "spark_jobs", "dagster_project", "infra")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.protocol.dead_letters import PARKED, is_open
-from iceberg.protocol.state import LeasePhase
+from icegroup.iceberg.protocol.dead_letters import PARKED, is_open
+from icegroup.iceberg.protocol.state import LeasePhase
 from tests.factories import REGIONS, MakeDeadLetter, MakeLease, MakeShard, append_batches, create_source, events
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from iceberg.failpoints import ENV, failpoint
+from icegroup.iceberg.failpoints import ENV, failpoint
 
 WAIT_S = 10.0
 

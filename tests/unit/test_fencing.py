@@ -10,10 +10,10 @@ from pyiceberg.schema import Schema
 from pyiceberg.table import Table
 from pyiceberg.types import LongType, NestedField
 
-from iceberg.errors import LostRace, SinkError
-from iceberg.protocol.sink_commit import KEY_FENCE
-from iceberg.store.fences import commit_fence, raise_fences
-from iceberg.store.sink import commit_retrying
+from icegroup.iceberg.errors import LostRace, SinkError
+from icegroup.iceberg.protocol.sink_commit import KEY_FENCE
+from icegroup.iceberg.store.fences import commit_fence, raise_fences
+from icegroup.iceberg.store.sink import commit_retrying
 
 KEY = "icegroup.fence.orders.0123456789abcdef"
 OTHER = "icegroup.fence.orders.fedcba9876543210"
@@ -109,7 +109,7 @@ def test_raise_fences_gives_up_with_a_sink_error(catalog: Catalog, ns: str, monk
     fresh, stale = catalog.load_table(f"{ns}.sink"), catalog.load_table(f"{ns}.sink")
     raise_fences(fresh, {KEY: 2})
     monkeypatch.setattr(Table, "refresh", lambda self: self)  # never sees the newer fence
-    monkeypatch.setattr("iceberg.retry.time.sleep", lambda _: None)
+    monkeypatch.setattr("icegroup.iceberg.retry.time.sleep", lambda _: None)
 
     with pytest.raises(SinkError, match=r"^sink: could not raise fences .* in 2 retries; try again"):
         raise_fences(stale, {KEY: 1}, retries=2)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from iceberg.protocol.file_ref import SPARK_SEED, file_ref, unambiguous, xxhash64
+from icegroup.iceberg.protocol.file_ref import SPARK_SEED, file_ref, unambiguous, xxhash64
 
 
 @pytest.mark.parametrize(

@@ -7,12 +7,12 @@ from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.table import Table
 from pyiceberg.transforms import DayTransform
 
-from iceberg.describe import describe_group
-from iceberg.lag import Work, lag_of, pending_work
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
-from iceberg.shards import plan_increment
-from iceberg.store.registry import load_state
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.lag import Work, lag_of, pending_work
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.shards import plan_increment
+from icegroup.iceberg.store.registry import load_state
 from tests.factories import SCHEMA, MakeGroup, create_source, events, next_event_id
 from tests.sink_commits import consume_all
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dagster_project.sensors import DAEMON_LOOP_S, minimum_interval_s
-from iceberg.protocol.consume import next_poll_s
+from icegroup.dagster_project.sensors import DAEMON_LOOP_S, minimum_interval_s
+from icegroup.iceberg.protocol.consume import next_poll_s
 
 
 @pytest.mark.parametrize(

@@ -6,8 +6,8 @@ from datetime import timedelta
 
 import pytest
 
-from iceberg.protocol.freshness import STATES, judge_lag, lag_verdict, oldest_unconsumed_ms, state_of
-from iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.freshness import STATES, judge_lag, lag_verdict, oldest_unconsumed_ms, state_of
+from icegroup.iceberg.protocol.group import GroupConfig
 from tests.factories import group_state, shard
 
 WARN = timedelta(minutes=30)

@@ -9,9 +9,9 @@ from typing import Any
 import pytest
 from pyiceberg.expressions import And, EqualTo, GreaterThan
 
-from iceberg.config.groups import load_groups, parse_groups
-from iceberg.errors import ConfigError
-from iceberg.protocol.group import START_HELP, GroupConfig, ShardCaps, StartAtSnapshot, StartAtTimestamp
+from icegroup.iceberg.config.groups import load_groups, parse_groups
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.group import START_HELP, GroupConfig, ShardCaps, StartAtSnapshot, StartAtTimestamp
 
 SOURCE = "groups.yaml"
 BASE: dict[str, Any] = {"name": "orders", "source": "demo.events", "sink": "demo.events_out"}
@@ -21,7 +21,7 @@ groups:
   - name: eu_orders
     source: demo.events
     sink: demo.eu_orders
-    transform: spark_jobs.transforms:identity
+    transform: icegroup.spark_jobs.transforms:identity
     filter: "region = 'eu' and amount > 0"
     max_borrowers: 3
     shard_caps: {max_files: 8, max_bytes: 1048576, max_rows: 1000}
@@ -61,7 +61,7 @@ def test_fully_specified_group_parses_every_field(tmp_path: Path) -> None:
     assert group.name == "eu_orders"
     assert group.source == "demo.events"
     assert group.sink == "demo.eu_orders"
-    assert group.transform == "spark_jobs.transforms:identity"
+    assert group.transform == "icegroup.spark_jobs.transforms:identity"
     assert group.filter == "region = 'eu' and amount > 0"
     assert group.row_filter == And(EqualTo("region", "eu"), GreaterThan("amount", 0))
     assert group.max_borrowers == 3
@@ -82,7 +82,7 @@ def test_fully_specified_group_parses_every_field(tmp_path: Path) -> None:
 def test_minimal_group_gets_defaults() -> None:
     group = parse_one()
 
-    assert group.transform == "spark_jobs.transforms:identity"
+    assert group.transform == "icegroup.spark_jobs.transforms:identity"
     assert group.filter is None
     assert group.row_filter is None
     assert group.max_borrowers == 2
@@ -118,14 +118,14 @@ def test_minimal_group_gets_defaults() -> None:
             id="sink-is-source-any-case",
         ),
         pytest.param(
-            {"transform": "spark_jobs.transforms.identity"},
+            {"transform": "icegroup.spark_jobs.transforms.identity"},
             "'orders'",
             "transform",
             "package.module:function",
             id="transform-no-colon",
         ),
         pytest.param(
-            {"transform": "spark_jobs.transforms:"},
+            {"transform": "icegroup.spark_jobs.transforms:"},
             "'orders'",
             "transform",
             "module:function",

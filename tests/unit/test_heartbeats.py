@@ -13,12 +13,12 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.leader import tick
-from iceberg.protocol.liveness import LeaseAction, RunState, hold_of, holder_of, lease_action
-from iceberg.protocol.phases import check_liveness
-from iceberg.protocol.state import LeasePhase
-from iceberg.store.heartbeats import (
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import LeaseAction, RunState, hold_of, holder_of, lease_action
+from icegroup.iceberg.protocol.phases import check_liveness
+from icegroup.iceberg.protocol.state import LeasePhase
+from icegroup.iceberg.store.heartbeats import (
     HEARTBEATS,
     beat,
     ensure_table,
@@ -241,8 +241,8 @@ def test_a_tick_regrants_at_once_the_leases_of_a_consumer_killed_with_kill_9(
     assert [x.owner_run_id for x in granted.launch] == ["consumer-1"]
     beating = (
         "import sys, time\n"
-        "from iceberg.store.heartbeats import heartbeat\n"
-        "from iceberg.config.lakehouse import load_lakehouse\n"
+        "from icegroup.iceberg.store.heartbeats import heartbeat\n"
+        "from icegroup.iceberg.config.lakehouse import load_lakehouse\n"
         f"with heartbeat(load_lakehouse().catalog(), {group.name!r}, 'consumer-1', interval_s=10):\n"
         "    print('beating', flush=True)\n"
         "    time.sleep(120)\n"

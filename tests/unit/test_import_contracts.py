@@ -16,19 +16,21 @@ PACKAGES = ("iceberg", "spark_jobs", "dagster_project", "infra")
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
-    """Run lint-imports on ``tree`` with its own packages first on the path."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    """Run lint-imports on ``tree`` (a copy of the ``icegroup`` package) with it first on the path."""
+    env = {**os.environ, "PYTHONPATH": str(tree.parent)}
     command = [str(Path(sys.executable).with_name("lint-imports")), "--config", str(tree / "pyproject.toml")]
     return subprocess.run(command, cwd=tree, env=env, capture_output=True, text=True, timeout=120, check=False)
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A copy of the packages and the contracts."""
+    """A copy of the ``icegroup`` package (its four folders) and the contracts."""
+    package_root = tmp_path / "icegroup"
     for package in PACKAGES:
-        shutil.copytree(repo_root() / package, tmp_path / package, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(repo_root() / "pyproject.toml", tmp_path / "pyproject.toml")
-    return tmp_path
+        shutil.copytree(repo_root() / package, package_root / package, ignore=shutil.ignore_patterns("__pycache__"))
+    (package_root / "__init__.py").write_text('"""A copy of icegroup."""\n')
+    shutil.copy(repo_root() / "pyproject.toml", package_root / "pyproject.toml")
+    return package_root
 
 
 def test_the_tree_as_it_is_keeps_every_contract(tree: Path) -> None:
@@ -44,8 +46,8 @@ def test_the_tree_as_it_is_keeps_every_contract(tree: Path) -> None:
     [
         "from pyiceberg.catalog import Catalog",
         "from pyiceberg.table import Table",
-        "from iceberg.store.registry import load_state",
-        "from iceberg.config.lakehouse import LakehouseConfig",
+        "from icegroup.iceberg.store.registry import load_state",
+        "from icegroup.iceberg.config.lakehouse import LakehouseConfig",
         "import yaml",
         "import sqlalchemy",
         "import pyarrow",
@@ -65,10 +67,10 @@ def test_the_protocol_package_may_not_import_catalog_or_store_code(tree: Path, l
 @pytest.mark.parametrize(
     ("module", "line"),
     [
-        (("store", "registry.py"), "from iceberg.leader import tick"),
-        (("config", "lakehouse.py"), "from iceberg.store.tables import load_optional"),
-        (("protocol", "state.py"), "from iceberg.describe import describe_group"),
-        (("errors.py",), "from iceberg.protocol.state import GroupState"),
+        (("store", "registry.py"), "from icegroup.iceberg.leader import tick"),
+        (("config", "lakehouse.py"), "from icegroup.iceberg.store.tables import load_optional"),
+        (("protocol", "state.py"), "from icegroup.iceberg.describe import describe_group"),
+        (("errors.py",), "from icegroup.iceberg.protocol.state import GroupState"),
     ],
     ids=["store-reaches-a-concept", "config-reaches-the-store", "protocol-reaches-a-concept", "errors-reach-up"],
 )

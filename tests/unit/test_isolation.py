@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from iceberg.protocol.isolation import PoisonRow, Probe, Span, bisect, halves, positions_by_file, rows_in
+from icegroup.iceberg.protocol.isolation import PoisonRow, Probe, Span, bisect, halves, positions_by_file, rows_in
 
 FILES: list[Span] = [("a.parquet", 0, 40_000), ("b.parquet", 0, 35_000), ("c.parquet", 0, 25_000)]
 

@@ -6,9 +6,9 @@ from datetime import UTC, datetime
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.lag import Work, lag_of, pending_work
-from iceberg.leader import tick
-from iceberg.protocol.liveness import RunState
+from icegroup.iceberg.lag import Work, lag_of, pending_work
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import commit_lease
 

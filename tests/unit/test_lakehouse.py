@@ -8,11 +8,11 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog.sql import SqlCatalog
 
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.errors import ConfigError
-from spark_jobs.engines import DEFAULT_ICEBERG, DRIVERS, aws_bundle
-from spark_jobs.jars import ICEGROUP_JAR
-from spark_jobs.session import executors_python, spark_conf, spark_jdbc_url
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.errors import ConfigError
+from icegroup.spark_jobs.engines import DEFAULT_ICEBERG, DRIVERS, aws_bundle
+from icegroup.spark_jobs.jars import ICEGROUP_JAR
+from icegroup.spark_jobs.session import executors_python, spark_conf, spark_jdbc_url
 
 PG_URI = "postgresql+psycopg2://user:pw@host:5433/db"
 RUNTIME = f"org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:{DEFAULT_ICEBERG['3.5']}"

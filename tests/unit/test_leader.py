@@ -11,18 +11,18 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.errors import ConfigError, SinkError
-from iceberg.leader import TickResult, tick
-from iceberg.pause import set_paused
-from iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.phases import check_drift
-from iceberg.protocol.sink_commit import commit_properties
-from iceberg.protocol.state import GroupState, Lease, LeasePhase
-from iceberg.store.dead_letters import record, redrive
-from iceberg.store.registry import load_state
+from icegroup.iceberg.errors import ConfigError, SinkError
+from icegroup.iceberg.leader import TickResult, tick
+from icegroup.iceberg.pause import set_paused
+from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.phases import check_drift
+from icegroup.iceberg.protocol.sink_commit import commit_properties
+from icegroup.iceberg.protocol.state import GroupState, Lease, LeasePhase
+from icegroup.iceberg.store.dead_letters import record, redrive
+from icegroup.iceberg.store.registry import load_state
 from tests.factories import BORROWER_RUN, REGIONS, MakeGroup, append_batches, create_source, dead_letter
 from tests.sink_commits import ID_SCHEMA, create_sink
 
@@ -291,7 +291,7 @@ def test_the_fence_is_raised_before_the_registry_commit(
     def cannot_fence(table: Table, fences: dict[str, int]) -> dict[str, int]:
         raise SinkError("sink: could not raise fences")
 
-    monkeypatch.setattr("iceberg.leader.raise_fences", cannot_fence)
+    monkeypatch.setattr("icegroup.iceberg.leader.raise_fences", cannot_fence)
     with pytest.raises(SinkError):
         tick(catalog, group, failed, owner_run_id=BORROWER_RUN, now_ms=T0 + 1000)
 

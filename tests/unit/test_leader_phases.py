@@ -7,11 +7,11 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.schema import Schema
 from pyiceberg.types import LongType, NestedField
 
-from iceberg import leader
-from iceberg.leader import fence_and_commit, plan
-from iceberg.protocol.fences import fence_key
-from iceberg.start import initial_state
-from iceberg.store.registry import Loaded, load_state
+from icegroup.iceberg import leader
+from icegroup.iceberg.leader import fence_and_commit, plan
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.start import initial_state
+from icegroup.iceberg.store.registry import Loaded, load_state
 from tests.factories import MakeGroup, append_batches, create_source, tables_of
 
 

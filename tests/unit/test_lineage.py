@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.protocol.sink_commit import (
     KEY_SHARD_IDS,
     KEY_SHARDS,
     ShardRange,
@@ -14,7 +14,7 @@ from iceberg.protocol.sink_commit import (
     commit_properties,
     parse_commit,
 )
-from iceberg.protocol.state import Origin
+from icegroup.iceberg.protocol.state import Origin
 from tests.factories import WINDOW_START_MS, MakeShard
 
 

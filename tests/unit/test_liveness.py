@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from iceberg.protocol.liveness import Decision, LeaseAction, RunState, lease_action, regrant
-from iceberg.protocol.state import Lease, LeasePhase, Origin
+from icegroup.iceberg.protocol.liveness import Decision, LeaseAction, RunState, lease_action, regrant
+from icegroup.iceberg.protocol.state import Lease, LeasePhase, Origin
 from tests import factories
 
 DEADLINE = 1_060_000

@@ -10,16 +10,16 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import Exit, main
-from iceberg.describe import describe_group
-from iceberg.errors import NotCaughtUp, UsageError
-from iceberg.leader import TickResult, tick
-from iceberg.pause import set_paused
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import replay_properties
-from iceberg.store.registry import load_state
-from spark_jobs.consume import consume
+from icegroup.dagster_project.cli import Exit, main
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.errors import NotCaughtUp, UsageError
+from icegroup.iceberg.leader import TickResult, tick
+from icegroup.iceberg.pause import set_paused
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.sink_commit import replay_properties
+from icegroup.iceberg.store.registry import load_state
+from icegroup.spark_jobs.consume import consume
 from tests.factories import BORROWER_RUN, no_spark
 from tests.sink_commits import SINK_SCHEMA, commit_lease
 

@@ -6,14 +6,14 @@ from typing import Any
 
 import pytest
 
-from iceberg.errors import ConfigError, SourceError
-from iceberg.protocol.fences import fence_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.phases import check_config, check_drift, check_liveness, cut, grant, reconcile, renewed
-from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo
-from iceberg.protocol.sink_commit import ShardRange, SinkCommit
-from iceberg.protocol.state import Lease, LeasePhase
+from icegroup.iceberg.errors import ConfigError, SourceError
+from icegroup.iceberg.protocol.fences import fence_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.phases import check_config, check_drift, check_liveness, cut, grant, reconcile, renewed
+from icegroup.iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo
+from icegroup.iceberg.protocol.sink_commit import ShardRange, SinkCommit
+from icegroup.iceberg.protocol.state import Lease, LeasePhase
 from tests.factories import group_state, lease, shard
 
 W0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z
@@ -63,7 +63,7 @@ def test_a_changed_filter_or_transform_is_refused_by_default() -> None:
     state = group_state([], config_hash=group_of().config_hash)
 
     with pytest.raises(ConfigError, match=r"filter/transform changed .* Choose one"):
-        check_config(state, group_of(transform="spark_jobs.transforms:enrich_events"), NOW, sink_head=7)
+        check_config(state, group_of(transform="icegroup.spark_jobs.transforms:enrich_events"), NOW, sink_head=7)
     with pytest.raises(ConfigError, match="on_change is fail"):
         check_config(state, group_of(filter="region = 'eu'"), NOW, sink_head=7)
 

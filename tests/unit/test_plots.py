@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import main
-from dagster_project.cli.group_files import DEFAULT_GROUPS
-from dagster_project.cli.plots import bars
+from icegroup.dagster_project.cli import main
+from icegroup.dagster_project.cli.group_files import DEFAULT_GROUPS
+from icegroup.dagster_project.cli.plots import bars
 
 
 def test_bars_scale_to_the_largest_value_and_align_their_labels() -> None:

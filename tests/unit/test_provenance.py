@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from iceberg.protocol.group import ShardCaps
-from iceberg.protocol.lineage import CONSUMED, REPLAYED, consumed, replayed, voided
-from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
-from iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, SinkCommit, range_of
-from iceberg.protocol.state import Origin
+from icegroup.iceberg.protocol.group import ShardCaps
+from icegroup.iceberg.protocol.lineage import CONSUMED, REPLAYED, consumed, replayed, voided
+from icegroup.iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
+from icegroup.iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, SinkCommit, range_of
+from icegroup.iceberg.protocol.state import Origin
 from tests.factories import GROUP, STREAM, WINDOW_START_MS, shard
 
 

@@ -6,12 +6,12 @@ from typing import Any
 
 import pytest
 
-from iceberg.errors import SourceError
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.rebuild import rebuild_state, registry_behind
-from iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
-from iceberg.protocol.sink_commit import ResetRecord, SinkCommit, commit_properties, parse_commit
-from iceberg.protocol.state import Origin, StreamState, add_shards, retire_streams
+from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.rebuild import rebuild_state, registry_behind
+from icegroup.iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
+from icegroup.iceberg.protocol.sink_commit import ResetRecord, SinkCommit, commit_properties, parse_commit
+from icegroup.iceberg.protocol.state import Origin, StreamState, add_shards, retire_streams
 from tests.factories import WINDOW_START_MS, group_state, shard
 
 EU, US = "0/region=eu", "0/region=us"

@@ -14,18 +14,18 @@ import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import Exit, main
-from iceberg import rebuild
-from iceberg.describe import describe_group
-from iceberg.errors import ConfigError, RegistryConflict, SinkError
-from iceberg.leader import TickResult, tick
-from iceberg.protocol.fences import epoch_key
-from iceberg.protocol.group import GroupConfig, StartAtSnapshot
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.sink_commit import COL_SHARD, shard_number
-from iceberg.rebuild import sync_tables
-from iceberg.store.registry import commit_state, load_state, registry_identifier
-from iceberg.store.sink_history import SinkHistory
+from icegroup.dagster_project.cli import Exit, main
+from icegroup.iceberg import rebuild
+from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.errors import ConfigError, RegistryConflict, SinkError
+from icegroup.iceberg.leader import TickResult, tick
+from icegroup.iceberg.protocol.fences import epoch_key
+from icegroup.iceberg.protocol.group import GroupConfig, StartAtSnapshot
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, shard_number
+from icegroup.iceberg.rebuild import sync_tables
+from icegroup.iceberg.store.registry import commit_state, load_state, registry_identifier
+from icegroup.iceberg.store.sink_history import SinkHistory
 from tests.factories import MakeGroup, append_batches, create_source, tables_of, write_groups
 from tests.sink_commits import SINK_SCHEMA, commit_lease, consume_all, sink_of
 

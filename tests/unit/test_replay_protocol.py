@@ -6,15 +6,15 @@ from datetime import date
 
 import pytest
 
-from iceberg.describe import replay_lines
-from iceberg.errors import ReplayConflict, UsageError
-from iceberg.protocol.assignment import assign_leases
-from iceberg.protocol.completion import CLOSE_GRACE_MS, complete_windows, first_window_ms
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.replay import check_window, expire_replays, take_ticket, window_coverage, windows_between
-from iceberg.protocol.shards import DAY_MS
-from iceberg.protocol.sink_commit import ReplayCommit, ShardRange, SinkCommit
-from iceberg.protocol.state import ReplayTicket
+from icegroup.iceberg.describe import replay_lines
+from icegroup.iceberg.errors import ReplayConflict, UsageError
+from icegroup.iceberg.protocol.assignment import assign_leases
+from icegroup.iceberg.protocol.completion import CLOSE_GRACE_MS, complete_windows, first_window_ms
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.replay import check_window, expire_replays, take_ticket, window_coverage, windows_between
+from icegroup.iceberg.protocol.shards import DAY_MS
+from icegroup.iceberg.protocol.sink_commit import ReplayCommit, ShardRange, SinkCommit
+from icegroup.iceberg.protocol.state import ReplayTicket
 from tests.factories import WINDOW_START_MS, MakeShard, group_state
 
 DAY = "2026-01-01"
@@ -26,7 +26,7 @@ def group(**overrides: object) -> GroupConfig:
         "name": "orders",
         "source": "demo.events",
         "sink": "demo.events_out",
-        "transform": "spark_jobs.transforms:identity",
+        "transform": "icegroup.spark_jobs.transforms:identity",
         "window_start": "2025-12-30",
     }
     return GroupConfig.model_validate({**fields, **overrides})

@@ -19,23 +19,23 @@ import dagster as dg
 import pytest
 from pyiceberg.catalog import Catalog
 
-from dagster_project.cli import main
-from dagster_project.jobs import borrower_job
-from dagster_project.resources import IcegroupResource
-from dagster_project.sensors import leader_sensor
-from iceberg import reset
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import NotCaughtUp, RegistryConflict, ResetInFlight, ResetInterrupted, UsageError
-from iceberg.leader import tick
-from iceberg.protocol.fences import epoch_key
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.reset import Holder, ResetMarker, ResetTarget, judge_holder, parse_marker
-from iceberg.protocol.sink_commit import reset_key
-from iceberg.store.fences import raise_fences
-from iceberg.store.heartbeats import beat, ensure_table, heartbeat
-from iceberg.store.registry import load_state
-from spark_jobs.consume import ConsumeSummary, consume
+from icegroup.dagster_project.cli import main
+from icegroup.dagster_project.jobs import borrower_job
+from icegroup.dagster_project.resources import IcegroupResource
+from icegroup.dagster_project.sensors import leader_sensor
+from icegroup.iceberg import reset
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import NotCaughtUp, RegistryConflict, ResetInFlight, ResetInterrupted, UsageError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.fences import epoch_key
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import Holder, ResetMarker, ResetTarget, judge_holder, parse_marker
+from icegroup.iceberg.protocol.sink_commit import reset_key
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.heartbeats import beat, ensure_table, heartbeat
+from icegroup.iceberg.store.registry import load_state
+from icegroup.spark_jobs.consume import ConsumeSummary, consume
 from tests.factories import MakeGroup, append_batches, create_source, no_spark, write_groups
 from tests.sink_commits import consume_all
 

@@ -8,13 +8,13 @@ from typing import Any
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg import reset
-from iceberg.errors import RegistryConflict
-from iceberg.protocol.fences import epoch_key
-from iceberg.protocol.reset import ResetTarget
-from iceberg.protocol.sink_commit import reset_key
-from iceberg.store.fences import raise_fences
-from iceberg.store.registry import load_state
+from icegroup.iceberg import reset
+from icegroup.iceberg.errors import RegistryConflict
+from icegroup.iceberg.protocol.fences import epoch_key
+from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.protocol.sink_commit import reset_key
+from icegroup.iceberg.store.fences import raise_fences
+from icegroup.iceberg.store.registry import load_state
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import consume_all
 

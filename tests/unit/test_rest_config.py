@@ -7,12 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from iceberg.config.rest import RestCatalogSettings
-from iceberg.errors import ConfigError
-from spark_jobs.engines import DEFAULT_ICEBERG
-from spark_jobs.jars import coordinates
-from spark_jobs.session import SPARK_REDACTION, spark_conf
+from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
+from icegroup.iceberg.config.rest import RestCatalogSettings
+from icegroup.iceberg.errors import ConfigError
+from icegroup.spark_jobs.engines import DEFAULT_ICEBERG
+from icegroup.spark_jobs.jars import coordinates
+from icegroup.spark_jobs.session import SPARK_REDACTION, spark_conf
 
 SECRET = "client-7:s3cr3t-value"
 HEARTBEATS = "postgresql+psycopg2://dagster@db:5432/dagster"

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from iceberg.protocol.durations import format_duration, parse_duration
-from iceberg.protocol.retention import Pin, judge, reset_reach, staleness
-from iceberg.protocol.shards import SnapshotInfo
-from iceberg.protocol.sink_commit import ShardRange
+from icegroup.iceberg.protocol.durations import format_duration, parse_duration
+from icegroup.iceberg.protocol.retention import Pin, judge, reset_reach, staleness
+from icegroup.iceberg.protocol.shards import SnapshotInfo
+from icegroup.iceberg.protocol.sink_commit import ShardRange
 
 
 def history(count: int) -> list[SnapshotInfo]:

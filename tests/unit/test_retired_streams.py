@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.phases import cut
-from iceberg.protocol.shards import DAY_MS, FileEntry, SnapshotInfo
-from iceberg.protocol.state import GroupState, StreamState, apply_commits, retire_streams
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.phases import cut
+from icegroup.iceberg.protocol.shards import DAY_MS, FileEntry, SnapshotInfo
+from icegroup.iceberg.protocol.state import GroupState, StreamState, apply_commits, retire_streams
 from tests.factories import group_state, lease
 
 W0 = 1_767_225_600_000  # 2026-01-01T00:00:00Z

@@ -6,15 +6,15 @@ from collections.abc import Callable
 
 import pytest
 
-from iceberg.errors import LostRace, RegistryConflict, SinkError
-from iceberg.retry import again_while_losing
+from icegroup.iceberg.errors import LostRace, RegistryConflict, SinkError
+from icegroup.iceberg.retry import again_while_losing
 
 
 @pytest.fixture(autouse=True)
 def no_waiting(monkeypatch: pytest.MonkeyPatch) -> list[float]:
     """The waits the policy asked for, without waiting them."""
     waits: list[float] = []
-    monkeypatch.setattr("iceberg.retry.time.sleep", waits.append)
+    monkeypatch.setattr("icegroup.iceberg.retry.time.sleep", waits.append)
     return waits
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from iceberg.protocol.shard_reads import (
+from icegroup.iceberg.protocol.shard_reads import (
     MAX_SPLIT_BYTES,
     OPEN_COST_BYTES,
     TASKS_PER_CORE,
@@ -12,7 +12,7 @@ from iceberg.protocol.shard_reads import (
     spanning_range,
     split_bytes,
 )
-from spark_jobs.row_files import sql_string
+from icegroup.spark_jobs.row_files import sql_string
 from tests.factories import shard
 
 MIB = 1024 * 1024

@@ -8,8 +8,8 @@ from datetime import UTC, date, datetime
 
 import pytest
 
-from iceberg.protocol.group import ShardCaps
-from iceberg.protocol.shards import (
+from icegroup.iceberg.protocol.group import ShardCaps
+from icegroup.iceberg.protocol.shards import (
     FileEntry,
     Shard,
     SnapshotInfo,

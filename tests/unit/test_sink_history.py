@@ -14,9 +14,9 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.serializers import ToOutputFile
 from pyiceberg.table import Table
 
-from iceberg.errors import SinkError
-from iceberg.protocol.sink_commit import commit_properties
-from iceberg.store.sink_history import group_commits, read_sink_history
+from icegroup.iceberg.errors import SinkError
+from icegroup.iceberg.protocol.sink_commit import commit_properties
+from icegroup.iceberg.store.sink_history import group_commits, read_sink_history
 from tests.factories import shard
 from tests.sink_commits import ID_SCHEMA
 

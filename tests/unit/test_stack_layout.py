@@ -9,9 +9,9 @@ from pathlib import Path
 
 import yaml
 
-from iceberg.config.lakehouse import LakehouseConfig
-from infra.processes import MEMBER, members, terminate
-from infra.stack_layout import Layout, lakehouse_config, rest_secret, s3_lakehouse_config, stack_env
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.infra.processes import MEMBER, members, terminate
+from icegroup.infra.stack_layout import Layout, lakehouse_config, rest_secret, s3_lakehouse_config, stack_env
 
 
 def test_the_stacks_lakehouse_is_a_valid_config_on_the_rest_catalog_and_the_cluster(tmp_path: Path) -> None:
@@ -24,8 +24,7 @@ def test_the_stacks_lakehouse_is_a_valid_config_on_the_rest_catalog_and_the_clus
     assert (lakehouse.rest.uri, lakehouse.rest.warehouse) == ("http://127.0.0.1:18181", "lake")
     assert lakehouse.heartbeats_uri == "postgresql+psycopg2://postgres@127.0.0.1:55432/dagster"
     assert lakehouse.spark_master == "spark://127.0.0.1:17077"
-    assert lakehouse.jars is not None
-    assert lakehouse.jars.endswith("build/jars")
+    assert lakehouse.jars is None, "the cluster's driver resolves the coordinates and serves the jars to its workers"
     assert lakehouse.spark.conf()["spark.cores.max"] == "1"
     assert lakehouse.spark.python == sys.executable
 

@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 from pyiceberg.catalog import Catalog
 
-from iceberg.describe import status_of
-from iceberg.errors import ConfigError, SourceBlocked, SourceError
-from iceberg.leader import tick
-from iceberg.protocol.dead_letters import PARKED, STOPPED
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.liveness import RunState
-from iceberg.store.dead_letters import dead_letter_identifier
-from iceberg.store.registry import load_state, registry_identifier
+from icegroup.iceberg.describe import status_of
+from icegroup.iceberg.errors import ConfigError, SourceBlocked, SourceError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.store.dead_letters import dead_letter_identifier
+from icegroup.iceberg.store.registry import load_state, registry_identifier
 from tests.factories import MakeGroup, append_batches, create_source, dead_letter, group_state, lease, shard
 
 

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from iceberg.protocol.assignment import assign_leases, make_lease_id
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.shards import DAY_MS, Shard
-from iceberg.protocol.state import RATE_SAMPLES, GroupState, Lease, StreamState, add_shards, apply_commits
+from icegroup.iceberg.protocol.assignment import assign_leases, make_lease_id
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.shards import DAY_MS, Shard
+from icegroup.iceberg.protocol.state import RATE_SAMPLES, GroupState, Lease, StreamState, add_shards, apply_commits
 from tests import factories
 from tests.factories import MakeLease
 

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from iceberg.protocol.shards import FileEntry, PartitionValue, shared_identity
-from iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
+from icegroup.iceberg.protocol.shards import FileEntry, PartitionValue, shared_identity
+from icegroup.iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
 
 EU: dict[str, PartitionValue] = {"region": "eu"}
 US: dict[str, PartitionValue] = {"region": "us"}

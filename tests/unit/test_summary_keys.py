@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-from iceberg.protocol.sink_commit import (
+from icegroup.iceberg.protocol.sink_commit import (
     KEY_GROUP,
     KEY_REPLAY,
     KEY_SHARD_IDS,
@@ -21,7 +21,7 @@ from iceberg.protocol.sink_commit import (
 from tests.conftest import repo_root
 from tests.factories import shard
 
-JAVA = repo_root() / "spark_jobs" / "sink" / "jvm" / "src" / "icegroup" / "commit" / "FencedCommit.java"
+JAVA = repo_root() / "spark_jobs" / "sink" / "jvm" / "src" / "main" / "java" / "icegroup" / "commit" / "FencedCommit.java"
 SHARED = {
     "STAGE_KEY": KEY_STAGE,
     "SHARD_IDS_KEY": KEY_SHARD_IDS,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pyiceberg.schema import Schema
 from pyiceberg.types import DateType, LongType, NestedField, StringType
 
-from dagster_project.table_metadata import column_schema
+from icegroup.dagster_project.table_metadata import column_schema
 
 
 def test_each_column_keeps_its_name_type_nullability_and_doc() -> None:

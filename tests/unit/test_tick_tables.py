@@ -9,13 +9,13 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from iceberg.leader import tick
-from iceberg.protocol.dead_letters import PARKED
-from iceberg.protocol.liveness import RunState
-from iceberg.protocol.state import Lease, LeasePhase
-from iceberg.store.dead_letters import dead_letter_identifier, record
-from iceberg.store.lineage import lineage_identifier
-from iceberg.store.registry import registry_identifier
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.dead_letters import PARKED
+from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.state import Lease, LeasePhase
+from icegroup.iceberg.store.dead_letters import dead_letter_identifier, record
+from icegroup.iceberg.store.lineage import lineage_identifier
+from icegroup.iceberg.store.registry import registry_identifier
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, dead_letter
 from tests.sink_commits import commit_lease
 

@@ -8,12 +8,12 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from dagster_project.cli import main
-from dagster_project.cli.group_files import ENV_GROUPS, load_checked_groups
-from dagster_project.definitions import defs
-from iceberg.errors import ConfigError
-from spark_jobs.transform_paths import import_transform
-from spark_jobs.transforms import identity, load_transform
+from icegroup.dagster_project.cli import main
+from icegroup.dagster_project.cli.group_files import ENV_GROUPS, load_checked_groups
+from icegroup.dagster_project.definitions import defs
+from icegroup.iceberg.errors import ConfigError
+from icegroup.spark_jobs.transform_paths import import_transform
+from icegroup.spark_jobs.transforms import identity, load_transform
 
 
 def groups_yaml(tmp_path: Path, transform: str) -> Path:
@@ -32,13 +32,14 @@ def groups_yaml(tmp_path: Path, transform: str) -> Path:
             id="module-missing",
         ),
         pytest.param(
-            "spark_jobs.transforms:nope",
-            "transform: 'spark_jobs.transforms:nope': module 'spark_jobs.transforms' has no function 'nope'; "
+            "icegroup.spark_jobs.transforms:nope",
+            "transform: 'icegroup.spark_jobs.transforms:nope': module 'icegroup.spark_jobs.transforms' "
+            "has no function 'nope'; "
             "fix the function name",
             id="function-missing",
         ),
         pytest.param(
-            "iceberg.config.groups:NAME_RE",
+            "icegroup.iceberg.config.groups:NAME_RE",
             "has no function 'NAME_RE'",
             id="not-a-function",
         ),
@@ -65,13 +66,13 @@ def test_the_cli_prints_the_error_and_exits_2(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
-    path = groups_yaml(tmp_path, "spark_jobs.transforms:nope")
+    path = groups_yaml(tmp_path, "icegroup.spark_jobs.transforms:nope")
 
     assert main(["--groups", str(path), "list"]) == 2
 
     err = capsys.readouterr().err
     assert err.startswith("icegroup: error: ")
-    assert "group 'orders': transform: 'spark_jobs.transforms:nope'" in err
+    assert "group 'orders': transform: 'icegroup.spark_jobs.transforms:nope'" in err
     assert "fix the function name" in err
 
 
@@ -80,7 +81,7 @@ def test_every_problem_is_reported_together(tmp_path: Path) -> None:
     path.write_text(
         "groups:\n"
         "  - {name: a, source: demo.events, sink: demo.a, transform: 'nope_a:f'}\n"
-        "  - {name: b, source: demo.events, sink: demo.b, transform: 'spark_jobs.transforms:identity'}\n"
+        "  - {name: b, source: demo.events, sink: demo.b, transform: 'icegroup.spark_jobs.transforms:identity'}\n"
         "  - {name: c, source: demo.events, sink: demo.c, transform: 'nope_c:f'}\n"
     )
 
@@ -94,13 +95,15 @@ def test_every_problem_is_reported_together(tmp_path: Path) -> None:
 
 
 def test_import_transform_returns_the_function() -> None:
-    assert import_transform("spark_jobs.transforms:identity") is identity
+    assert import_transform("icegroup.spark_jobs.transforms:identity") is identity
 
 
 def test_load_transform_raises_config_error_naming_the_field() -> None:
-    assert load_transform("spark_jobs.transforms:identity") is identity
-    with pytest.raises(ConfigError, match=r"^transform: 'spark_jobs.transforms:nope': .*fix the function name"):
-        load_transform("spark_jobs.transforms:nope")
+    assert load_transform("icegroup.spark_jobs.transforms:identity") is identity
+    with pytest.raises(
+        ConfigError, match=r"^transform: 'icegroup.spark_jobs.transforms:nope': .*fix the function name"
+    ):
+        load_transform("icegroup.spark_jobs.transforms:nope")
 
 
 def test_a_function_defined_in_its_module_source_is_checked_without_running_the_module(

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from pyiceberg.catalog import Catalog
 
-from iceberg.borrower import take_leases
-from iceberg.leader import tick
-from iceberg.protocol.borrower import BorrowerRun, borrowers_to_start, census, take, waiting
-from iceberg.protocol.liveness import LeaseAction, RunState, lease_action
-from iceberg.protocol.state import LeasePhase
+from icegroup.iceberg.borrower import take_leases
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.borrower import BorrowerRun, borrowers_to_start, census, take, waiting
+from icegroup.iceberg.protocol.liveness import LeaseAction, RunState, lease_action
+from icegroup.iceberg.protocol.state import LeasePhase
 from tests.factories import MakeGroup, append_batches, create_source, group_state, lease, shard
 
 NOW = 1_900_000_000_000

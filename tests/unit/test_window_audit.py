@@ -12,10 +12,10 @@ from pyiceberg.table import Table
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import DateType, LongType, NestedField
 
-from iceberg.protocol.group import GroupConfig
-from iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, commit_properties, shard_number
-from iceberg.protocol.window_audit import COMPACTION, RESET, CommitFacts, audit_window
-from iceberg.window_audit import audit_sink
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, commit_properties, shard_number
+from icegroup.iceberg.protocol.window_audit import COMPACTION, RESET, CommitFacts, audit_window
+from icegroup.iceberg.window_audit import audit_sink
 from tests.factories import shard
 
 WINDOW = "2026-11-26"

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from dagster_project.window_start import first_window_day, resolve_window_starts
-from iceberg.config.lakehouse import LakehouseConfig
-from iceberg.errors import CatalogUnavailable
-from iceberg.protocol.group import GroupConfig
+from icegroup.dagster_project.window_start import first_window_day, resolve_window_starts
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import CatalogUnavailable
+from icegroup.iceberg.protocol.group import GroupConfig
 
 TODAY = date(2026, 11, 26)
 
