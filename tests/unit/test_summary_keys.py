@@ -21,7 +21,7 @@ from icegroup.iceberg.protocol.sink_commit import (
 from tests.conftest import repo_root
 from tests.factories import shard
 
-JAVA = repo_root() / "spark_jobs" / "sink" / "jvm" / "src" / "main" / "java" / "icegroup" / "commit" / "FencedCommit.java"
+JAVA = repo_root() / "spark_jobs/sink/jvm/src/main/java/icegroup/commit/FencedCommit.java"
 SHARED = {
     "STAGE_KEY": KEY_STAGE,
     "SHARD_IDS_KEY": KEY_SHARD_IDS,
