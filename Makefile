@@ -9,10 +9,10 @@ export ICEGROUP_HOME ?= $(CURDIR)
 export ICEGROUP_GROUPS ?= $(CURDIR)/dagster_project/groups.yaml
 PYTEST_ARGS ?=
 # The default pair (docs/reference/matrix.md): what the lock's pyspark runs and icegroup-spark.jar is built against.
-ICEBERG_VERSION ?= 1.10.2
+ICEBERG_VERSION ?= 1.10.1
 SPARK_RUNTIME ?= 3.5_2.12
 # The other supported pairs, each as pyspark release:Iceberg release (an empty pyspark: the lock's, in .venv).
-MATRIX ?= :1.9.2 4.0.5:1.10.2
+MATRIX ?= :1.9.2 4.0.5:1.10.1
 # What runs on them: the core of the integration tier and the CI-sized chaos suite (docs/reference/matrix.md).
 MATRIX_TESTS ?= tests/integration/test_exactly_once.py tests/integration/test_zombie.py \
 	tests/integration/test_replay.py tests/integration/test_reset.py tests/integration/test_lineage_exact.py \
@@ -110,7 +110,7 @@ screenshots: jvm ## the docs' screenshots of the Dagster UI over the demo, taken
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-stack-up: jars ## the scale-out stack: PostgreSQL, a Spark master and 2 workers, dagster-webserver and -daemon, S3 (moto)
+stack-up: jvm ## the scale-out stack: PostgreSQL, a Spark master and 2 workers, dagster-webserver and -daemon, S3 (moto)
 	@$(PY) -m icegroup.infra.stack up
 
 stack-status: venv ## each stack part: up or down, where it listens, where it logs
@@ -127,14 +127,14 @@ STACK_TESTS ?= tests/stack tests/e2e/test_daemon.py \
 	$(addprefix tests/integration/test_,$(addsuffix .py,exactly_once commit_races fencing_and_resume zombie \
 	  leader_kill batched_commits lineage_exact file_ref replay dagster))
 
-test-stack: jars ## the stack tier, and the exactly-once, fencing, lineage, replay and Dagster tests again, on the stack; stack-down even on failure
+test-stack: jvm ## the stack tier, and the exactly-once, fencing, lineage, replay and Dagster tests again, on the stack; stack-down even on failure
 	@status=0; \
 	$(PY) -m icegroup.infra.stack up && { set -a; source .stack/env; set +a; ICEGROUP_TEST_STACK=$(CURDIR)/.stack \
 	  $(PY) -m pytest -q $(STACK_TESTS) $(PYTEST_ARGS); } \
 	  || status=$$?; \
 	$(PY) -m icegroup.infra.stack down || status=1; exit $$status
 
-bench-stack: jars ## throughput on the stack beside the embedded stack, 1 and 2 workers; records tests/benchmarks/results/stack_throughput.*
+bench-stack: jvm ## throughput on the stack beside the embedded stack, 1 and 2 workers; records tests/benchmarks/results/stack_throughput.*
 	@status=0; $(PY) -m icegroup.infra.stack up && $(PY) -m tests.benchmarks.bench_stack || status=$$?; \
 	$(PY) -m icegroup.infra.stack down || status=1; exit $$status
 

@@ -2,7 +2,7 @@
 # Builds icegroup's Java with Maven, against the Iceberg API of the runtime in use, when a source is newer
 # than its jar: spark_jobs/sink/jvm (the fenced commit and the SQLite shim: icegroup-spark.jar, the one jar
 # the wheel carries) and infra/rest_catalog (the stack's REST server, with its runtime jars in lib/).
-# Usage: build_jvm.sh ICEBERG_VERSION SPARK_RUNTIME   (e.g. 1.10.2 3.5_2.12)
+# Usage: build_jvm.sh ICEBERG_VERSION SPARK_RUNTIME   (e.g. 1.10.1 3.5_2.12)
 set -euo pipefail
 iceberg=${1:?usage: build_jvm.sh ICEBERG_VERSION SPARK_RUNTIME}
 runtime=${2:?usage: build_jvm.sh ICEBERG_VERSION SPARK_RUNTIME}

@@ -16,7 +16,7 @@ from icegroup.iceberg.errors import ConfigError
 # Spark minor -> the Iceberg minors tested with it (CI runs each pair; docs/reference/matrix.md says what).
 SUPPORTED: dict[str, tuple[str, ...]] = {"3.5": ("1.9", "1.10"), "4.0": ("1.10",)}
 # The Iceberg release a Spark minor gets when nothing is configured: the newest patch of the newest tested minor.
-DEFAULT_ICEBERG: dict[str, str] = {"3.5": "1.10.2", "4.0": "1.10.2"}
+DEFAULT_ICEBERG: dict[str, str] = {"3.5": "1.10.1", "4.0": "1.10.1"}
 # Each Spark minor's Scala: pyspark 3.5 is built for 2.12, Spark 4 for 2.13 only.
 SCALA: dict[str, str] = {"3.5": "2.12", "4.0": "2.13"}
 DRIVERS: dict[str, str] = {
@@ -74,7 +74,7 @@ def runtime_for(spark_version: str, iceberg_version: str | None) -> Runtime:
 
 
 def runtime_from_file(name: str) -> Runtime | None:
-    """The runtime a jar's file name declares (``iceberg-spark-runtime-3.5_2.12-1.10.2.jar``), else None."""
+    """The runtime a jar's file name declares (``iceberg-spark-runtime-3.5_2.12-1.10.1.jar``), else None."""
     match = _RUNTIME_FILE.search(name)
     return Runtime(*match.groups()) if match else None
 

@@ -141,10 +141,25 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
             session = builder.getOrCreate()
         session.sparkContext.setLogLevel("ERROR")
         if packages:
-            remember(ivy, tuple(packages.split(",")), session.sparkContext.getConf().get("spark.jars", ""))
+            ship_resolved(session, ivy, tuple(packages.split(",")))
         check_engine(session)
         _Started.conf, _Started.session = conf, session
         return session
+
+
+def ship_resolved(spark: SparkSession, ivy: Path, packages: tuple[str, ...]) -> None:
+    """Hand the jars Spark resolved for ``packages`` to the executors, and remember them for the next start.
+
+    SparkSubmit merges the resolved jars into ``spark.jars`` and puts them on the driver's classpath,
+    but pyspark then applies the session's own ``spark.jars`` (icegroup's jar) over that merged list,
+    so a cluster's executors would never get the Iceberg runtime: tasks then fail to deserialize
+    (``ClassCastException ... List$SerializationProxy``). The merged list survives as a JVM property.
+    """
+    merged = str(spark._jvm.System.getProperty("spark.jars") or "")  # type: ignore[union-attr]
+    for jar in merged.split(","):
+        if str(ivy / "jars") in jar:
+            spark._jsc.addJar(jar)
+    remember(ivy, packages, merged)
 
 
 def check_engine(spark: SparkSession) -> None:

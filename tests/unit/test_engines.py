@@ -13,7 +13,7 @@ from icegroup.spark_jobs.jars import coordinates, installed_runtime, remember, r
 
 
 @pytest.mark.parametrize(
-    ("spark", "release"), [("3.5.8", "1.9.2"), ("3.5.3", "1.10.2"), ("4.0.1", "1.10.0"), ("3.5.8", "1.10.2 (commit)")]
+    ("spark", "release"), [("3.5.8", "1.9.2"), ("3.5.3", "1.10.1"), ("4.0.1", "1.10.0"), ("3.5.8", "1.10.1 (commit)")]
 )
 def test_supported_pairs_pass(spark: str, release: str) -> None:
     check_pair(spark, release.split()[0])
@@ -31,8 +31,8 @@ def test_an_unsupported_pair_names_both_versions_and_the_supported_pairs(spark: 
 
 
 def test_each_spark_gets_the_runtime_built_for_its_scala() -> None:
-    assert runtime_for("3.5.8", None).coordinate == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2"
-    assert runtime_for("4.0.1", None).coordinate == "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.2"
+    assert runtime_for("3.5.8", None).coordinate == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.1"
+    assert runtime_for("4.0.1", None).coordinate == "org.apache.iceberg:iceberg-spark-runtime-4.0_2.13:1.10.1"
     assert runtime_for("3.5.8", "1.9.2").coordinate == "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"
 
 
@@ -70,9 +70,9 @@ def test_a_clusters_runtime_of_an_unsupported_pair_is_refused(tmp_path: Path) ->
 def test_a_resolution_is_reused_only_while_every_file_it_named_is_there(tmp_path: Path) -> None:
     ivy = tmp_path / "ivy"
     (ivy / "jars").mkdir(parents=True)
-    runtime = ivy / "jars" / "org.apache.iceberg_iceberg-spark-runtime-3.5_2.12-1.10.2.jar"
+    runtime = ivy / "jars" / "org.apache.iceberg_iceberg-spark-runtime-3.5_2.12-1.10.1.jar"
     runtime.write_bytes(b"PK")
-    packages = ("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.2",)
+    packages = ("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.1",)
 
     assert resolved(ivy, packages) is None
     remember(ivy, packages, f"file://{runtime},/checkout/spark_jobs/sink/jvm/icegroup-spark.jar")
