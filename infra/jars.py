@@ -9,7 +9,6 @@ so the folder holds exactly the files ``jars:`` expects, under Maven's names.
 from __future__ import annotations
 
 import argparse
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -35,7 +34,7 @@ def every_coordinate(iceberg_version: str | None) -> list[str]:
 
 
 def collect(folder: Path, iceberg_version: str | None = None) -> list[Path]:
-    """Copy every coordinate's jar and ``icegroup-spark.jar`` into ``folder``; Maven skips what is already there."""
+    """Copy every coordinate's jar into ``folder``; Maven skips what is already there (icegroup's own jar stays put)."""
     if not ICEGROUP_JAR.is_file():
         raise SystemExit(f"missing {ICEGROUP_JAR}; run `make jvm` first")
     folder.mkdir(parents=True, exist_ok=True)
@@ -44,7 +43,6 @@ def collect(folder: Path, iceberg_version: str | None = None) -> list[Path]:
             ["mvn", "-q", "-B", DEPENDENCY_PLUGIN, f"-Dartifact={coordinate}", f"-DoutputDirectory={folder}"],
             check=True,
         )
-    shutil.copyfile(ICEGROUP_JAR, folder / ICEGROUP_JAR.name)
     return sorted(folder.glob("*.jar"))
 
 

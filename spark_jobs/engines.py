@@ -79,6 +79,13 @@ def runtime_from_file(name: str) -> Runtime | None:
     return Runtime(*match.groups()) if match else None
 
 
+def runtime_from_coordinate(coordinate: str) -> Runtime | None:
+    """The runtime a coordinate names (``org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2``), else None."""
+    group, _, rest = coordinate.partition(":")
+    artifact, _, version = rest.partition(":")
+    return runtime_from_file(f"{artifact}-{version}.jar") if group == "org.apache.iceberg" else None
+
+
 def aws_bundle(iceberg_version: str) -> str:
     """The coordinate of S3FileIO and the AWS SDK for Spark's side of an S3 warehouse, matching the runtime."""
     return f"org.apache.iceberg:iceberg-aws-bundle:{iceberg_version}"
@@ -88,3 +95,9 @@ def jar_file(coordinate: str) -> str:
     """The file name Maven gives a coordinate's jar: ``artifact-version.jar``."""
     _, artifact, version = coordinate.split(":")
     return f"{artifact}-{version}.jar"
+
+
+def ivy_file(coordinate: str) -> str:
+    """The file name Spark's package resolution gives a coordinate's jar: ``group_artifact-version.jar``."""
+    group, artifact, version = coordinate.split(":")
+    return f"{group}_{artifact}-{version}.jar"

@@ -27,13 +27,17 @@ from icegroup.spark_jobs.engines import (
     Runtime,
     aws_bundle,
     check_pair,
+    ivy_file,
     jar_file,
+    minor,
     runtime_for,
+    runtime_from_coordinate,
     runtime_from_file,
 )
 
 ICEGROUP_JAR = Path(__file__).parent / "sink" / "jvm" / "icegroup-spark.jar"
 IVY_CONF = "spark.jars.ivy"
+PACKAGES_CONF = "spark.jars.packages"
 
 
 @dataclass(frozen=True)
@@ -64,37 +68,62 @@ def installed_runtime(folder: Path) -> Runtime | None:
     return None
 
 
+def installed_aws_bundle(folder: Path) -> bool:
+    """Whether the cluster put an ``iceberg-aws-bundle`` on Spark's classpath in ``folder`` too."""
+    return any(folder.glob("iceberg-aws-bundle-*.jar"))
+
+
 def catalog_backend(lakehouse: LakehouseConfig) -> str | None:
     """The SQL catalog's database backend (``sqlite``, ``postgresql``); None for a REST catalog: no driver."""
     return None if lakehouse.catalog_uri is None else make_url(lakehouse.catalog_uri).get_backend_name()
 
 
-def coordinates(lakehouse: LakehouseConfig, spark_version: str, preinstalled: Runtime | None) -> list[str]:
+def coordinates(
+    lakehouse: LakehouseConfig, spark_version: str, preinstalled: Runtime | None, aws_preinstalled: bool = False
+) -> list[str]:
     """Every Maven coordinate this lakehouse needs on this Spark; pure, so unit-tested.
 
-    The runtime is left out when the cluster has one (``preinstalled``) or ``iceberg_packages`` names
-    the user's own; the JDBC driver comes with a SQL catalog; the AWS bundle, matching the runtime's
-    Iceberg release, with an S3 warehouse.
+    The runtime is left out when the cluster has one (``preinstalled``) or the user names their own
+    (``iceberg_packages``, or ``spark.jars.packages`` in ``spark_conf``); the JDBC driver comes with a
+    SQL catalog; the AWS bundle of the runtime's own release with an S3 warehouse. Nothing is listed
+    twice (a user's own version of an artifact wins), and nothing the cluster already has is added.
     """
     if preinstalled is not None:
         check_pair(spark_version, preinstalled.iceberg)
-    runtime = preinstalled or runtime_for(spark_version, lakehouse.iceberg_version)
-    own = [c.strip() for c in (lakehouse.iceberg_packages or "").split(",") if c.strip()]
-    coords = own if own or preinstalled else [runtime.coordinate]
+    listed = ",".join(filter(None, (lakehouse.iceberg_packages, lakehouse.spark_conf.get(PACKAGES_CONF))))
+    own = [c.strip() for c in listed.split(",") if c.strip()]
+    theirs = next((r for r in map(runtime_from_coordinate, own) if r is not None), None)
+    runtime = preinstalled or theirs or runtime_for(spark_version, lakehouse.iceberg_version)
+    coords = own if preinstalled or theirs else [runtime.coordinate, *own]
     backend = catalog_backend(lakehouse)
     if backend is not None:
         coords.append(DRIVERS[backend])
-    if lakehouse.on_s3 and not any(":iceberg-aws-bundle:" in c for c in coords):
+    if lakehouse.on_s3 and not aws_preinstalled:
         coords.append(aws_bundle(runtime.iceberg))
-    return coords
+    return _first_of_each_artifact(coords)
 
 
-def ivy_dir(lakehouse: LakehouseConfig) -> Path:
-    """Spark's Ivy folder for package resolution: the configured ``spark.jars.ivy``, else ``~/.ivy2``.
+def _first_of_each_artifact(coords: list[str]) -> list[str]:
+    seen: set[str] = set()
+    kept = []
+    for coordinate in coords:
+        artifact = coordinate.rsplit(":", 1)[0]
+        if artifact not in seen:
+            seen.add(artifact)
+            kept.append(coordinate)
+    return kept
 
-    Set explicitly, so Spark 3.5 and 4.0 (whose default moved to ``~/.ivy2.5.2``) share one download.
+
+def ivy_dir(lakehouse: LakehouseConfig, spark_version: str) -> Path:
+    """Spark's Ivy folder for package resolution: the configured ``spark.jars.ivy``, else Spark's own default.
+
+    Spark 3.5 resolves into ``~/.ivy2``; Spark 4.0 into ``~/.ivy2.5.2``, which it keeps apart because
+    its newer Ivy lays out the cache differently.
     """
-    return Path(lakehouse.spark_conf.get(IVY_CONF) or Path.home() / ".ivy2").expanduser()
+    configured = lakehouse.spark_conf.get(IVY_CONF)
+    if configured:
+        return Path(configured).expanduser()
+    return Path.home() / (".ivy2" if minor(spark_version) == "3.5" else ".ivy2.5.2")
 
 
 def _manifest(ivy: Path, packages: tuple[str, ...]) -> Path:
@@ -112,10 +141,15 @@ def resolved(ivy: Path, packages: tuple[str, ...]) -> list[str] | None:
 
 
 def remember(ivy: Path, packages: tuple[str, ...], spark_jars: str) -> None:
-    """Record the files Spark resolved ``packages`` to (the Ivy-folder entries of its ``spark.jars``)."""
+    """Record the files Spark resolved ``packages`` to (the Ivy-folder entries of its ``spark.jars``).
+
+    Only a list that holds every coordinate's own jar is kept: a JVM that was already running resolved
+    nothing for ``packages``, and its list must not stand for them at the next start.
+    """
     root = str(ivy / "jars")
     files = [jar.removeprefix("file://").removeprefix("file:") for jar in spark_jars.split(",") if root in jar]
-    if files:
+    names = {Path(file).name for file in files}
+    if files and all(ivy_file(coordinate) in names for coordinate in packages):
         manifest = _manifest(ivy, packages)
         manifest.parent.mkdir(parents=True, exist_ok=True)
         partial = manifest.with_suffix(f".{os.getpid()}")
@@ -140,9 +174,9 @@ def spark_jars(lakehouse: LakehouseConfig, spark_version: str) -> SparkJars:
     """What to give Spark for this lakehouse: a ``jars`` folder's files, cached resolutions, or coordinates."""
     if not ICEGROUP_JAR.is_file():
         raise ConfigError(f"Spark needs {ICEGROUP_JAR}; build it with `make jvm`")
-    ivy = ivy_dir(lakehouse)
-    preinstalled = installed_runtime(spark_jars_dir())
-    coords = coordinates(lakehouse, spark_version, preinstalled)
+    ivy = ivy_dir(lakehouse, spark_version)
+    folder = spark_jars_dir()
+    coords = coordinates(lakehouse, spark_version, installed_runtime(folder), installed_aws_bundle(folder))
     if lakehouse.jars is not None:
         return SparkJars(packages=(), files=(*folder_files(lakehouse.jars, coords), str(ICEGROUP_JAR)), ivy=ivy)
     packages = tuple(coords)

@@ -19,8 +19,9 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.config.rest import spark_catalog_properties
 from icegroup.iceberg.errors import ConfigError
 from icegroup.spark_jobs.engines import check_pair, supported_pairs
-from icegroup.spark_jobs.jars import IVY_CONF, remember, resolving, spark_jars
+from icegroup.spark_jobs.jars import IVY_CONF, PACKAGES_CONF, remember, resolving, spark_jars
 
+JARS_CONF = "spark.jars"
 SPARK_REDACTION = "(?i)secret|password|token|access[.]key|credential|header[.]"
 log = logging.getLogger(__name__)
 
@@ -67,12 +68,14 @@ def spark_conf(lakehouse: LakehouseConfig, env: Mapping[str, str] | None = None)
     conf.update(lakehouse.spark.conf())
     if lakehouse.on_s3:
         conf.update(s3_conf(lakehouse))
+    conf.update(lakehouse.spark_conf)
+    # Last, so a user's spark.jars and spark.jars.packages join icegroup's rather than replace them.
     jars = spark_jars(lakehouse, pyspark.__version__)
     conf[IVY_CONF] = str(jars.ivy)
+    conf.pop(PACKAGES_CONF, None)
     if jars.packages:
-        conf["spark.jars.packages"] = ",".join(jars.packages)
-    conf["spark.jars"] = ",".join(jars.files)
-    conf.update(lakehouse.spark_conf)
+        conf[PACKAGES_CONF] = ",".join(jars.packages)
+    conf[JARS_CONF] = ",".join([*jars.files, *filter(None, [lakehouse.spark_conf.get(JARS_CONF)])])
     return conf
 
 
@@ -129,13 +132,18 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
     conf = spark_conf(lakehouse)
     with _Started.lock:
         session = _Started.session
-        if session is not None and conf == _Started.conf and SparkContext._active_spark_context is session.sparkContext:
+        if (
+            session is not None
+            and _without_jars(conf) == _without_jars(_Started.conf)
+            and SparkContext._active_spark_context is session.sparkContext
+        ):
             return session
         builder = SparkSession.builder
         for key, value in conf.items():
             builder = builder.config(key, value)
-        # Spark resolves packages only when it starts the JVM; then what it resolved is remembered.
-        packages = conf.get("spark.jars.packages") if SparkContext._active_spark_context is None else None
+        # Spark resolves packages only when it starts the JVM (pyspark keeps one JVM for the process, also
+        # after a session stops); then what it resolved is handed to the executors and remembered.
+        packages = conf.get(PACKAGES_CONF) if SparkContext._gateway is None else None
         ivy = Path(conf[IVY_CONF])
         with executors_python(lakehouse.spark.python), resolving(ivy) if packages else nullcontext():
             session = builder.getOrCreate()
@@ -145,6 +153,11 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         check_engine(session)
         _Started.conf, _Started.session = conf, session
         return session
+
+
+def _without_jars(conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings but where the jars come from: a first start's coordinates and a later start's files agree."""
+    return {key: value for key, value in conf.items() if key not in (JARS_CONF, PACKAGES_CONF)}
 
 
 def ship_resolved(spark: SparkSession, ivy: Path, packages: tuple[str, ...]) -> None:

@@ -1,7 +1,7 @@
 """The lakehouse a test uses: the embedded default, or under ``make test-stack`` the scale-out stack.
 
-``make test-stack`` sources ``.stack/env`` (``ICEGROUP_LAKEHOUSE``: the REST catalog, the Spark
-master, the jars folder; the REST credential) and sets ``ICEGROUP_TEST_STACK`` to the stack's folder.
+``make test-stack`` sources ``.stack/env`` (``ICEGROUP_LAKEHOUSE``: the REST catalog and the Spark
+master; the REST credential) and sets ``ICEGROUP_TEST_STACK`` to the stack's folder.
 The run then gets a heartbeat database of its own (``pytest_configure``), and every test folder that
 is an ``ICEGROUP_HOME`` gets a REST warehouse of its own, as each has its own SQLite file on the
 embedded default. Off the stack, ``home_env`` is just ``ICEGROUP_HOME``, as before.

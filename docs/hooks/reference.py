@@ -91,7 +91,9 @@ def component_roots() -> list[Root]:
     found = [
         value
         for value in vars(module).values()
-        if inspect.isclass(value) and issubclass(value, dg.Component) and value.__module__.startswith("dagster_project")
+        if inspect.isclass(value)
+        and issubclass(value, dg.Component)
+        and value.__module__.startswith("icegroup.dagster_project")
     ]
     roots = []
     for component in sorted(found, key=lambda cls: cls.__name__):

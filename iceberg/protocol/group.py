@@ -59,6 +59,11 @@ class ShardCaps(BaseModel):
     max_rows: int = Field(default=5_000_000, ge=1, description="Source rows per shard.")
 
 
+# icegroup's built-in transforms, and the path groups files named them by before the import name icegroup.
+OWN_TRANSFORMS = "icegroup.spark_jobs.transforms:"
+LEGACY_TRANSFORMS = "spark_jobs.transforms:"
+
+
 class GroupConfig(BaseModel):
     """One consumer group: what it reads, how it transforms, where it writes, and how it shares work."""
 
@@ -242,6 +247,8 @@ class GroupConfig(BaseModel):
     def _transform(cls, value: str) -> str:
         if not TRANSFORM_RE.match(value):
             raise ValueError(f"{value!r} is not an import path; write it as package.module:function")
+        if value.startswith(LEGACY_TRANSFORMS):  # a groups file written before the import name icegroup
+            return OWN_TRANSFORMS + value.removeprefix(LEGACY_TRANSFORMS)
         return value
 
     @field_validator("filter")
@@ -290,7 +297,12 @@ class GroupConfig(BaseModel):
 
         The transform counts by its import path; a changed body under the same path is not seen.
         """
-        pinned = json.dumps({"filter": self.filter, "transform": self.transform}, sort_keys=True)
+        # icegroup's own transforms count by the path they had before the import name icegroup, so a
+        # group's hash, pinned in its registry, does not change with the package's name.
+        transform = self.transform
+        if transform.startswith(OWN_TRANSFORMS):
+            transform = LEGACY_TRANSFORMS + transform.removeprefix(OWN_TRANSFORMS)
+        pinned = json.dumps({"filter": self.filter, "transform": transform}, sort_keys=True)
         return hashlib.sha256(pinned.encode()).hexdigest()[:16]
 
     @property

@@ -59,7 +59,7 @@ def pg_lakehouse(postgres: LocalPostgres, tmp_path_factory: pytest.TempPathFacto
 @pytest.fixture(scope="module")
 def pg_spark(spark: SparkSession, pg_lakehouse: LakehouseConfig) -> SparkSession:
     """The test session with the PostgreSQL catalog registered, exactly as spark_conf describes it."""
-    assert DRIVERS["postgresql"].split(":")[1] in spark.sparkContext.getConf().get("spark.jars", "")
+    assert DRIVERS["postgresql"].split(":")[1] in str(spark._jsc.sc().listJars())  # type: ignore[union-attr]
     for key, value in spark_conf(pg_lakehouse).items():
         if key.startswith("spark.sql.catalog.pglake"):
             spark.conf.set(key, value)

@@ -7,6 +7,9 @@ Iceberg's ``S3FileIO`` from ``iceberg-aws-bundle``, resolved from Maven Central 
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import boto3
@@ -21,19 +24,30 @@ from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.verify import verify_group
 from icegroup.infra.stack_layout import BUCKET, S3_KEYS
 from icegroup.spark_jobs.session import get_session
-from tests.factories import MakeGroup, append_batches, create_source
+from tests.factories import MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import drive
 from tests.sink_commits import commit_lease
 from tests.stack_env import scratch_database, stack_layout
 
+ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
+
 
 @pytest.fixture
-def s3_lakehouse(tmp_path: Path) -> LakehouseConfig:
-    """The stack's S3 lakehouse config (a SQL catalog), with a catalog database of its own in the stack's PostgreSQL."""
+def s3_env(tmp_path: Path) -> dict[str, str]:
+    """The variables that select the stack's S3 lakehouse (a SQL catalog) with a catalog database of its own."""
     config = yaml.safe_load((stack_layout().folder / "lakehouse-s3.yaml").read_text())
     path = tmp_path / "lakehouse.yaml"
     path.write_text(yaml.safe_dump({**config, "warehouse": f"s3://{BUCKET}/{tmp_path.name}"}))
-    return load_lakehouse(path, env={"ICEGROUP_CATALOG_URI": stack_layout().catalog_uri(scratch_database("lake_s3"))})
+    uri = stack_layout().catalog_uri(scratch_database("lake_s3"))
+    return {"ICEGROUP_LAKEHOUSE": str(path), "ICEGROUP_CATALOG_URI": uri}
+
+
+@pytest.fixture
+def s3_lakehouse(s3_env: dict[str, str]) -> LakehouseConfig:
+    """The stack's S3 lakehouse config, loaded in this process."""
+    return load_lakehouse(
+        Path(s3_env["ICEGROUP_LAKEHOUSE"]), env={"ICEGROUP_CATALOG_URI": s3_env["ICEGROUP_CATALOG_URI"]}
+    )
 
 
 def bucket_keys(prefix: str) -> list[str]:
@@ -97,3 +111,30 @@ def test_spark_borrowers_consume_exactly_once_in_an_s3_warehouse(
     drive(spark, s3_lakehouse, group)
 
     assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_the_icegroup_command_consumes_into_s3_with_the_jars_it_resolves_itself(
+    s3_env: dict[str, str], s3_lakehouse: LakehouseConfig, make_group: MakeGroup, tmp_path: Path
+) -> None:
+    catalog = s3_lakehouse.catalog()
+    group = make_group()
+    rows = append_batches(create_source(catalog, group.source), 3, 20)
+    groups = write_groups(tmp_path / "groups.yaml", group)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("ICEGROUP_")}
+    env.update({**s3_env, "ICEGROUP_GROUPS": str(groups), "ICEGROUP_HOME": str(tmp_path)})
+
+    done = subprocess.run(
+        [ICEGROUP, "consume", group.name, "--until-caught-up"],
+        env=env,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert verify_group(catalog, group, key="event_id").ok
+    assert len(catalog.load_table(group.sink).scan().to_arrow()) == rows
+    location = catalog.load_table(group.sink).location().removeprefix(f"s3://{BUCKET}/")
+    # The executors wrote these through S3FileIO: the AWS bundle icegroup chose reached the cluster's workers.
+    assert any(key.startswith(f"{location}/data/") for key in bucket_keys(location)), "Spark wrote the sink to S3"

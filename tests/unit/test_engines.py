@@ -81,3 +81,41 @@ def test_a_resolution_is_reused_only_while_every_file_it_named_is_there(tmp_path
     assert resolved(ivy, ("org.xerial:sqlite-jdbc:3.46.1.3",)) is None
     runtime.unlink()
     assert resolved(ivy, packages) is None
+
+
+def s3_lakehouse(tmp_path: Path, **fields: object) -> LakehouseConfig:
+    values: dict[str, object] = {"catalog_uri": f"sqlite:///{tmp_path / 'c.db'}", "warehouse": "s3://b/w"}
+    return LakehouseConfig.model_validate({**values, **fields})
+
+
+def test_a_users_own_runtime_on_s3_gets_the_aws_bundle_of_its_own_release(tmp_path: Path) -> None:
+    own = "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.9.2"
+
+    coords = coordinates(s3_lakehouse(tmp_path, iceberg_packages=own), "3.5.8", None)
+
+    assert coords == [own, "org.xerial:sqlite-jdbc:3.46.1.3", "org.apache.iceberg:iceberg-aws-bundle:1.9.2"]
+
+
+def test_packages_in_spark_conf_join_icegroups_and_a_users_driver_version_wins(tmp_path: Path) -> None:
+    theirs = "org.xerial:sqlite-jdbc:3.49.1.0,com.example:udfs:1.0"
+    lakehouse = s3_lakehouse(tmp_path, spark_conf={"spark.jars.packages": theirs})
+
+    coords = coordinates(lakehouse, "3.5.8", None, aws_preinstalled=True)
+
+    assert coords == [
+        "org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.1",
+        "org.xerial:sqlite-jdbc:3.49.1.0",
+        "com.example:udfs:1.0",
+    ]
+
+
+def test_a_jar_list_missing_a_coordinate_is_not_remembered(tmp_path: Path) -> None:
+    ivy = tmp_path / "ivy"
+    (ivy / "jars").mkdir(parents=True)
+    runtime = ivy / "jars" / "org.apache.iceberg_iceberg-spark-runtime-3.5_2.12-1.10.1.jar"
+    runtime.write_bytes(b"PK")
+    packages = ("org.apache.iceberg:iceberg-spark-runtime-3.5_2.12:1.10.1", "org.xerial:sqlite-jdbc:3.46.1.3")
+
+    remember(ivy, packages, f"file://{runtime}")
+
+    assert resolved(ivy, packages) is None, "a JVM that resolved only the runtime does not stand for the driver"

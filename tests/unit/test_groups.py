@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import hashlib
+import json
 from datetime import UTC, date, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -373,3 +375,13 @@ def test_load_groups_on_malformed_yaml_raises_config_error(tmp_path: Path) -> No
 
     with pytest.raises(ConfigError):
         load_groups(path)
+
+
+def test_a_groups_file_from_before_the_import_name_icegroup_keeps_its_transform_and_its_hash() -> None:
+    before = GroupConfig(name="g", source="a.b", sink="a.c", transform="spark_jobs.transforms:enrich_events")
+    now = GroupConfig(name="g", source="a.b", sink="a.c", transform="icegroup.spark_jobs.transforms:enrich_events")
+
+    assert before.transform == "icegroup.spark_jobs.transforms:enrich_events"
+    assert before.config_hash == now.config_hash
+    pinned = json.dumps({"filter": None, "transform": "spark_jobs.transforms:enrich_events"}, sort_keys=True)
+    assert now.config_hash == hashlib.sha256(pinned.encode()).hexdigest()[:16], "the hash registries hold"

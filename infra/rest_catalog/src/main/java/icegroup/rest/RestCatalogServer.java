@@ -29,11 +29,11 @@ import org.apache.iceberg.rest.responses.ErrorResponse;
  * JdbcCatalog}, served by the JDK's own HTTP server.
  *
  * <p>Why it exists: icegroup's fences must hold against a REST catalog, where the server, not the
- * client, checks a commit's requirements against the latest metadata. Iceberg ships its REST test
- * server only as a test fixture (a Docker image, Jetty), neither of which this project can fetch;
- * everything this server needs is already on the machine: the Iceberg 1.9.2 runtime jar (handlers,
- * serializers, JdbcCatalog), pyspark's Hadoop client jars and the Debian JDBC drivers. So pyiceberg
- * and Spark can be run against a real REST catalog, credentials included, on a laptop or in CI.
+ * client, checks a commit's requirements against the latest metadata, and with a credential that
+ * the server really checks (OAuth2 client credentials or a bearer token), which Iceberg's own REST
+ * test fixture does not do. It needs only the Iceberg runtime jar (handlers, serializers,
+ * JdbcCatalog), the JDBC drivers (both copied by Maven, infra/rest_catalog/pom.xml) and pyspark's
+ * Hadoop client jars, so it runs on a laptop or in CI.
  *
  * <p>Usage: {@code java -Dsun.net.httpserver.nodelay=true -cp ... icegroup.rest.RestCatalogServer
  * --jdbc-url URL --warehouse PATH_OR_URI [--host 127.0.0.1] [--port 8181] [--catalog-name lake]
