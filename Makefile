@@ -110,14 +110,18 @@ screenshots: jvm ## the docs' screenshots of the Dagster UI over the demo, taken
 ui: jvm instance ## the Dagster UI on 127.0.0.1:3000 over the demo's instance
 	$(VENV)/bin/dagster dev -w workspace.yaml -h 127.0.0.1 -p 3000
 
-stack-up: jvm ## the scale-out stack: PostgreSQL, a Spark master and 2 workers, dagster-webserver and -daemon, S3 (moto)
-	@$(PY) -m icegroup.infra.stack up
+stack-up: jvm ## the scale-out stack: PostgreSQL, a REST catalog (CATALOG=icegroup|fixture|nessie), a Spark master and 2 workers, dagster-webserver and -daemon, S3 (moto)
+	@$(PY) -m icegroup.infra.stack up $(STACK_CATALOG)
 
 stack-status: venv ## each stack part: up or down, where it listens, where it logs
 	@$(PY) -m icegroup.infra.stack status
 
 stack-down: venv ## stop every stack process (data kept in .stack/)
 	@$(PY) -m icegroup.infra.stack down
+
+# The REST catalog server the stack runs: empty for icegroup's own (docs/reference/rest-catalogs.md).
+CATALOG ?=
+STACK_CATALOG = $(if $(CATALOG),--catalog $(CATALOG))
 
 # What runs again on the stack: the stack tier, and the tests whose outcome the stack's parts can change (the REST
 # catalog's commits and fences, a Spark cluster's executors, PostgreSQL under Dagster and the heartbeats). The rest
@@ -129,7 +133,7 @@ STACK_TESTS ?= tests/stack tests/e2e/test_daemon.py \
 
 test-stack: jvm ## the stack tier, and the exactly-once, fencing, lineage, replay and Dagster tests again, on the stack; stack-down even on failure
 	@status=0; \
-	$(PY) -m icegroup.infra.stack up && { set -a; source .stack/env; set +a; ICEGROUP_TEST_STACK=$(CURDIR)/.stack \
+	$(PY) -m icegroup.infra.stack up $(STACK_CATALOG) && { set -a; source .stack/env; set +a; ICEGROUP_TEST_STACK=$(CURDIR)/.stack \
 	  $(PY) -m pytest -q $(STACK_TESTS) $(PYTEST_ARGS); } \
 	  || status=$$?; \
 	$(PY) -m icegroup.infra.stack down || status=1; exit $$status

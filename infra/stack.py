@@ -4,12 +4,16 @@ Every part is a separate process, as it would be on separate hosts:
 
 - PostgreSQL holding the Iceberg catalog (database ``lake``) and Dagster's run, event-log and
   schedule storage (database ``dagster``, which also keeps Borrowers' heartbeats);
-- an Iceberg REST catalog in front of database ``lake`` (``infra/rest_catalog``): both engines reach
-  the catalog only through it, with a client credential, as production lakes are reached;
+- an Iceberg REST catalog: both engines reach the catalog only through it, as production lakes are
+  reached. ``make stack-up CATALOG=...`` picks the server: ``icegroup`` (the default:
+  ``infra/rest_catalog``, over database ``lake``, with a client credential, the warehouse a folder of
+  the stack's), ``fixture`` (Iceberg's REST test fixture over database ``lake``, the warehouse in S3)
+  or ``nessie`` (Project Nessie, its version store in RocksDB, the warehouse in S3);
 - a Spark standalone master and two workers, each with its own cores and memory limits, started
   with ``spark-class`` from the pyspark install;
 - ``dagster-webserver`` (on 127.0.0.1 only) and ``dagster-daemon`` over one PostgreSQL instance;
-- an S3-compatible server (moto) with a bucket, for pyiceberg's side of an S3 warehouse.
+- an S3-compatible server (moto) with a bucket: the fixture's and Nessie's warehouse, and the
+  ``lakehouse-s3.yaml`` SQL catalog's.
 
 Its files live in one folder (``.stack/`` by default): the data, every log, ``stack.json`` (what
 runs where), ``lakehouse.yaml`` (the product's config for this stack) and ``env`` (the variables
@@ -23,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,13 +35,13 @@ import urllib.request
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from icegroup.infra import rest_catalog
+from icegroup.infra import nessie, rest_catalog, rest_fixture
 from icegroup.infra.postgres import LocalPostgres, open_local_postgres, server_bin_dir
 from icegroup.infra.processes import MEMBER, alive, http_ok, is_member, members, port_open, terminate, wait_for
 from icegroup.infra.stack_layout import (
     BUCKET,
+    CATALOGS,
     REST_CLIENT_ID,
-    REST_WAREHOUSE,
     S3_KEYS,
     Layout,
     default_layout,
@@ -63,6 +68,7 @@ class Stack:
 
     folder: str
     parts: list[Part] = field(default_factory=list)
+    catalog: str = "icegroup"
 
     def save(self) -> None:
         """Write ``stack.json`` atomically."""
@@ -78,7 +84,11 @@ class Stack:
             data = json.loads((folder / "stack.json").read_text())
         except (OSError, ValueError):
             return None
-        return Stack(folder=data["folder"], parts=[Part(**part) for part in data["parts"]])
+        return Stack(
+            folder=data["folder"],
+            parts=[Part(**part) for part in data["parts"]],
+            catalog=data.get("catalog", "icegroup"),
+        )
 
 
 def venv_bin() -> Path:
@@ -96,12 +106,12 @@ def spark_home() -> Path:
 def member_env(layout: Layout, extra: dict[str, str] | None = None) -> dict[str, str]:
     """A started process's environment: the host's basics, marked as a stack member, plus ``extra``.
 
-    The caller's icegroup, Dagster, Spark, AWS and Python-path settings are left out: a part that a
+    The caller's icegroup, Dagster, Spark, AWS, Iceberg-fixture and Python-path settings are left out: a part that a
     test restarts must not inherit the test's scratch catalog or instance. Without PYTHONPATH a
     cluster's executors import only what is installed or shipped, as on real hosts; a transform that
     reaches them only through the driver's path fails here as it would there.
     """
-    dropped = ("ICEGROUP_", "DAGSTER_", "SPARK_", "PYSPARK_", "AWS_")
+    dropped = ("ICEGROUP_", "DAGSTER_", "SPARK_", "PYSPARK_", "AWS_", "CATALOG_")
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH" and not k.startswith(dropped)}
     env.update({MEMBER: str(layout.folder), "SPARK_LOCAL_IP": "127.0.0.1", "SPARK_HOME": str(spark_home())})
     env.update(extra or {})
@@ -146,13 +156,49 @@ def daemon_healthy(layout: Layout) -> bool:
 
 
 def rest_server(layout: Layout) -> rest_catalog.RestServer:
-    """The stack's REST catalog server: Iceberg's reference handlers over the catalog database ``lake``."""
+    """The stack's own REST catalog server (the default): Iceberg's handlers over the catalog database ``lake``."""
     return rest_catalog.RestServer(
         jdbc_url=f"jdbc:postgresql://127.0.0.1:{layout.postgres_port}/lake",
         jdbc_user="postgres",
         warehouse=str(layout.folder / "warehouse"),
         port=layout.rest_port,
     )
+
+
+def fixture_server(layout: Layout) -> rest_fixture.FixtureServer:
+    """Iceberg's REST test fixture over the catalog database ``fixture``, its warehouse in the stack's bucket."""
+    return rest_fixture.FixtureServer(
+        jdbc_url=f"jdbc:postgresql://127.0.0.1:{layout.postgres_port}/fixture",
+        jdbc_user="postgres",
+        warehouse=layout.s3_warehouse,
+        port=layout.rest_port,
+        s3_endpoint=layout.s3_endpoint,
+    )
+
+
+def nessie_server(layout: Layout) -> nessie.NessieServer:
+    """Project Nessie, its version store in ``nessie/`` of the stack, its warehouse in the stack's bucket."""
+    return nessie.NessieServer(
+        store=layout.folder / "nessie",
+        s3_endpoint=layout.s3_endpoint,
+        warehouse=layout.s3_warehouse,
+        port=layout.nessie_port,
+        management_port=layout.nessie_management_port,
+    )
+
+
+def catalog_part(layout: Layout) -> tuple[int, list[str], dict[str, str], str]:
+    """The stack's catalog server as (port, command, environment, what it serves), for the chosen ``layout.catalog``."""
+    if layout.catalog == "fixture":
+        server = fixture_server(layout)
+        env = {**rest_fixture.server_env(server, {}), **S3_KEYS}
+        return layout.rest_port, rest_fixture.command(), env, f"Iceberg's REST fixture, {server.warehouse}"
+    if layout.catalog == "nessie":
+        served = nessie_server(layout)
+        command = served.command(nessie.find_java(), nessie.fetch_jar())
+        return layout.nessie_port, command, dict(S3_KEYS), f"Nessie {nessie.VERSION}, {served.warehouse}"
+    credentials = {"ICEGROUP_REST_CLIENT_ID": REST_CLIENT_ID, "ICEGROUP_REST_CLIENT_SECRET": rest_secret(layout)}
+    return layout.rest_port, rest_catalog.command(rest_server(layout)), credentials, "icegroup's server, warehouse lake"
 
 
 def claim_port(port: int, part: str) -> None:
@@ -166,11 +212,20 @@ def up(layout: Layout) -> Stack:
     layout.folder.mkdir(parents=True, exist_ok=True)
     write_files(layout)
     recorded = Stack.load(layout.folder)
+    if (
+        recorded is not None
+        and recorded.catalog != layout.catalog
+        and any(is_member(part.pid, layout.folder) for part in recorded.parts)
+    ):
+        raise SystemExit(
+            f"the stack in {layout.folder} runs CATALOG={recorded.catalog}; run `make stack-down` first to start it "
+            f"on {layout.catalog}"
+        )
     if recorded is None and (strays := members(layout.folder)):
         print(f"stopping {len(strays)} processes left by an earlier stack that was not recorded")
         terminate(strays, grace_s=10)
     before = {part.name: part for part in (recorded.parts if recorded else [])}
-    stack = Stack(folder=str(layout.folder))
+    stack = Stack(folder=str(layout.folder), catalog=layout.catalog)
 
     def keep_or_start(name: str, port: int, command: list[str], extra: dict[str, str] | None = None) -> Part:
         own = before.get(name)
@@ -181,22 +236,27 @@ def up(layout: Layout) -> Stack:
         return Part(name=name, pid=pid, listens=f"127.0.0.1:{port}", log=log)
 
     postgres = open_local_postgres(layout.folder / "postgres", layout.postgres_port)
-    for database in ("lake", "dagster"):
+    for database in ("lake", "dagster", "fixture"):
         postgres.ensure_database(database)
     stack.parts.append(
         Part("postgres", postgres.pid(), f"127.0.0.1:{layout.postgres_port}", str(postgres.data_dir / "log"))
     )
 
-    server = rest_server(layout)
-    rest = keep_or_start(
-        "rest-catalog",
-        layout.rest_port,
-        rest_catalog.command(server),
-        {"ICEGROUP_REST_CLIENT_ID": REST_CLIENT_ID, "ICEGROUP_REST_CLIENT_SECRET": rest_secret(layout)},
+    s3 = keep_or_start(
+        "s3", layout.s3_port, [str(venv_bin() / "moto_server"), "-H", "127.0.0.1", "-p", str(layout.s3_port)]
     )
-    rest.listens = f"{layout.rest_url} (warehouse {REST_WAREHOUSE}, over PostgreSQL database lake)"
+    s3.listens = f"{layout.s3_endpoint} (bucket {BUCKET})"
+    stack.parts.append(s3)
+    wait_for("the S3 server", lambda: http_ok(f"{layout.s3_endpoint}/moto-api/"), 60, s3.log)
+    if s3 is not before.get("s3"):
+        forget_s3_catalogs(layout, postgres)
+    ensure_bucket(layout)
+
+    port, command, extra, serves = catalog_part(layout)
+    rest = keep_or_start("rest-catalog", port, command, extra)
+    rest.listens = f"{layout.rest_url} ({serves})"
     stack.parts.append(rest)
-    rest_catalog.wait_ready(layout.rest_url, 60, log=Path(rest.log))
+    rest_catalog.wait_ready(layout.rest_url, 120, log=Path(rest.log))
 
     spark_class = str(spark_home() / "bin" / "spark-class")
     master = keep_or_start(
@@ -242,12 +302,6 @@ def up(layout: Layout) -> Stack:
         worker.listens = f"{layout.worker_cores} cores, {layout.worker_memory} (status http://127.0.0.1:{ui_port})"
         stack.parts.append(worker)
 
-    s3 = keep_or_start(
-        "s3", layout.s3_port, [str(venv_bin() / "moto_server"), "-H", "127.0.0.1", "-p", str(layout.s3_port)]
-    )
-    s3.listens = f"{layout.s3_endpoint} (bucket {BUCKET})"
-    stack.parts.append(s3)
-
     dagster_env = stack_env(layout)
     workspace = str(repo_root() / "workspace.yaml")
     webserver = keep_or_start(
@@ -269,8 +323,6 @@ def up(layout: Layout) -> Stack:
 
     workers = len(layout.worker_ui_ports)
     wait_for(f"{workers} Spark workers", lambda: alive_workers(layout) == workers, 90, master.log)
-    wait_for("the S3 server", lambda: http_ok(f"{layout.s3_endpoint}/moto-api/"), 60, s3.log)
-    ensure_bucket(layout)
     wait_for(
         "dagster-webserver",
         lambda: http_ok(f"http://127.0.0.1:{layout.webserver_port}/server_info"),
@@ -279,6 +331,18 @@ def up(layout: Layout) -> Stack:
     )
     wait_for("dagster-daemon", lambda: daemon_healthy(layout), 180, daemon.log)
     return stack
+
+
+def forget_s3_catalogs(layout: Layout, postgres: LocalPostgres) -> None:
+    """Empty the fixture's and Nessie's catalogs: their tables' files were in an S3 server that just started empty.
+
+    The S3 server (moto) keeps its objects in memory, so a new one has none; a catalog still naming
+    them would serve tables whose metadata is gone.
+    """
+    if "fixture" in postgres.databases():
+        postgres.drop_database("fixture")
+    shutil.rmtree(layout.folder / "nessie", ignore_errors=True)
+    postgres.ensure_database("fixture")
 
 
 def ensure_bucket(layout: Layout) -> None:
@@ -361,15 +425,24 @@ def main(argv: list[str] | None = None) -> int:
     """``python -m icegroup.infra.stack up|down|status``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("action", choices=["up", "down", "status"])
-    action = parser.parse_args(argv).action
-    layout = default_layout()
+    parser.add_argument(
+        "--catalog",
+        choices=CATALOGS,
+        help="the REST catalog server `up` starts (default: ICEGROUP_STACK_CATALOG, else icegroup)",
+    )
+    args = parser.parse_args(argv)
+    action = args.action
+    recorded = Stack.load(default_layout().folder)
+    layout = default_layout(args.catalog or (recorded.catalog if recorded and action != "up" else None))
     if action == "up":
         started = time.monotonic()
         stack = up(layout)
         rows, _ = status(layout)
         print(f"stack up in {time.monotonic() - started:.0f} s, {len(stack.parts)} parts healthy:")
         print_parts(rows)
-        what = "ICEGROUP_LAKEHOUSE, DAGSTER_HOME, the REST credential, the S3 keys"
+        what = "ICEGROUP_LAKEHOUSE, DAGSTER_HOME, the S3 keys"
+        if layout.catalog == "icegroup":
+            what += ", the REST credential"
         print(f"use it: source {layout.folder / 'env'}   ({what})")
         return 0
     if action == "status":

@@ -19,6 +19,10 @@ from icegroup.iceberg.config.rest import ENV_CREDENTIAL
 BUCKET = "icegroup"
 REST_WAREHOUSE = "lake"
 REST_CLIENT_ID = "icegroup-stack"
+# The REST catalog servers the stack can run (`make stack-up CATALOG=...`): icegroup's own small server
+# (the default: it checks a client credential), Iceberg's REST test fixture, and Project Nessie.
+CATALOGS = ("icegroup", "fixture", "nessie")
+ENV_STACK_CATALOG = "ICEGROUP_STACK_CATALOG"
 # Dummy keys for the local S3 server, which accepts any; .stack/env exports them. Real keys never go in a file.
 S3_KEYS = {"AWS_ACCESS_KEY_ID": "icegroup-stack", "AWS_SECRET_ACCESS_KEY": "icegroup-stack", "AWS_REGION": "us-east-1"}
 
@@ -33,6 +37,7 @@ class Layout:
     """
 
     folder: Path
+    catalog: str = "icegroup"
     postgres_port: int = 55432
     master_port: int = 17077
     master_ui_port: int = 18080
@@ -42,6 +47,8 @@ class Layout:
     webserver_port: int = 13000
     s3_port: int = 19000
     rest_port: int = 18181
+    nessie_port: int = 19120
+    nessie_management_port: int = 19121
     # One Borrower's application: 1 core and a small executor, so a handful of Borrowers share the workers.
     app_cores: int = 1
     executor_memory: str = "768m"
@@ -51,10 +58,31 @@ class Layout:
         """The Spark master, as ``spark_master`` takes it."""
         return f"spark://127.0.0.1:{self.master_port}"
 
+    def __post_init__(self) -> None:
+        """Refuse a catalog server the stack cannot run, naming the ones it can."""
+        if self.catalog not in CATALOGS:
+            raise ValueError(f"CATALOG={self.catalog!r} is not a server the stack runs; use {', '.join(CATALOGS)}")
+
     @property
     def rest_url(self) -> str:
         """The stack's Iceberg REST catalog, as ``rest.uri`` takes it."""
+        if self.catalog == "nessie":
+            return f"http://127.0.0.1:{self.nessie_port}/iceberg"
         return f"http://127.0.0.1:{self.rest_port}"
+
+    @property
+    def rest_warehouse(self) -> str | None:
+        """The warehouse clients name, if any.
+
+        icegroup's server makes a catalog per name, Nessie has one named ``warehouse``, and the
+        fixture serves a single catalog and ignores the name.
+        """
+        return {"icegroup": REST_WAREHOUSE, "nessie": "warehouse"}.get(self.catalog)
+
+    @property
+    def s3_warehouse(self) -> str:
+        """Where the fixture's and Nessie's tables live: the stack's bucket (Nessie takes no local folder)."""
+        return f"s3://{BUCKET}/{self.catalog}"
 
     @property
     def s3_endpoint(self) -> str:
@@ -74,15 +102,20 @@ def repo_root() -> Path:
 def lakehouse_config(layout: Layout) -> dict[str, object]:
     """The product's lakehouse config for this stack: the only thing that differs from the embedded default.
 
-    The catalog is the stack's REST catalog, as production lakes are reached; its warehouse is
-    ``lake``, and heartbeats are kept in the Dagster instance's database, which every Leader and
-    Borrower of the stack reaches already. The credential is in ``env``, never in this file.
+    The catalog is the stack's REST catalog, as production lakes are reached; heartbeats are kept in
+    the Dagster instance's database, which every Leader and Borrower of the stack reaches already.
+    On icegroup's server the warehouse is ``lake`` (a folder of the stack's) and the credential is in
+    ``env``, never in this file; on the fixture and Nessie the tables are in S3, reached with the
+    keys in ``env``.
     """
-    return {
-        "rest": {"uri": layout.rest_url, "warehouse": REST_WAREHOUSE},
-        "heartbeats_uri": layout.catalog_uri("dagster"),
-        **spark_config(layout),
-    }
+    rest = {"uri": layout.rest_url, **({"warehouse": layout.rest_warehouse} if layout.rest_warehouse else {})}
+    s3 = {} if layout.catalog == "icegroup" else {"s3": s3_settings(layout)}
+    return {"rest": rest, **s3, "heartbeats_uri": layout.catalog_uri("dagster"), **spark_config(layout)}
+
+
+def s3_settings(layout: Layout) -> dict[str, object]:
+    """The stack's S3 server, as the lakehouse's ``s3`` takes it."""
+    return {"endpoint": layout.s3_endpoint, "region": S3_KEYS["AWS_REGION"], "path_style_access": True}
 
 
 def spark_config(layout: Layout) -> dict[str, object]:
@@ -108,7 +141,7 @@ def s3_lakehouse_config(layout: Layout) -> dict[str, object]:
         "catalog_name": "s3lake",
         "catalog_uri": layout.catalog_uri(),
         "warehouse": f"s3://{BUCKET}/warehouse",
-        "s3": {"endpoint": layout.s3_endpoint, "region": S3_KEYS["AWS_REGION"], "path_style_access": True},
+        "s3": s3_settings(layout),
         **spark_config(layout),
     }
 
@@ -154,12 +187,15 @@ def dagster_config(layout: Layout) -> dict[str, object]:
 
 def stack_env(layout: Layout) -> dict[str, str]:
     """The variables that point icegroup, Dagster and boto3 at this stack, the REST catalog's credential included."""
-    return {
+    env = {
         "ICEGROUP_LAKEHOUSE": str(layout.folder / "lakehouse.yaml"),
         "DAGSTER_HOME": str(layout.folder / "dagster"),
-        ENV_CREDENTIAL: f"{REST_CLIENT_ID}:{rest_secret(layout)}",
+        ENV_STACK_CATALOG: layout.catalog,
         **S3_KEYS,
     }
+    if layout.catalog == "icegroup":
+        env[ENV_CREDENTIAL] = f"{REST_CLIENT_ID}:{rest_secret(layout)}"
+    return env
 
 
 def write_files(layout: Layout) -> None:
@@ -178,6 +214,7 @@ def write_files(layout: Layout) -> None:
     )
 
 
-def default_layout() -> Layout:
-    """The layout in ``ICEGROUP_STACK_DIR``, else ``.stack/`` of the checkout."""
-    return Layout(folder=Path(os.environ.get("ICEGROUP_STACK_DIR") or repo_root() / ".stack").resolve())
+def default_layout(catalog: str | None = None) -> Layout:
+    """The layout in ``ICEGROUP_STACK_DIR`` (else ``.stack/``), on ``catalog`` (else ``ICEGROUP_STACK_CATALOG``)."""
+    folder = Path(os.environ.get("ICEGROUP_STACK_DIR") or repo_root() / ".stack").resolve()
+    return Layout(folder=folder, catalog=catalog or os.environ.get(ENV_STACK_CATALOG) or "icegroup")

@@ -32,6 +32,25 @@ def pytest_configure(config: pytest.Config) -> None:
         os.environ["ICEGROUP_HEARTBEATS_URI"] = layout.catalog_uri(scratch_database("heartbeats_test"))
 
 
+@pytest.fixture(autouse=True)
+def _empty_shared_catalog() -> None:
+    """On a stack whose server serves one catalog (the fixture, Nessie), each test starts with it empty.
+
+    Elsewhere each test's home has a catalog of its own (a SQLite file, or a REST warehouse name on
+    icegroup's server); tests that name their tables alike (``chaos.events``) need that.
+    """
+    if on_stack() and stack_layout().catalog != "icegroup":
+        empty_catalog(load_lakehouse().catalog())
+
+
+def empty_catalog(catalog: Catalog) -> None:
+    """Drop every table and namespace of ``catalog`` (their files stay: the warehouse is a test's)."""
+    for namespace in catalog.list_namespaces():
+        for table in catalog.list_tables(namespace):
+            catalog.drop_table(table)
+        catalog.drop_namespace(namespace)
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Under ``make test-stack``, drop the run's scratch databases (heartbeats and the Dagster instances)."""
     if on_stack():

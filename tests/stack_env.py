@@ -19,10 +19,10 @@ import yaml
 
 import icegroup.infra.stack
 from icegroup.infra.postgres import LocalPostgres
-from icegroup.infra.stack_layout import Layout, dagster_config
+from icegroup.infra.stack_layout import ENV_STACK_CATALOG, Layout, dagster_config
 
 ENV_TEST_STACK = "ICEGROUP_TEST_STACK"
-PASSED_ON = ("ICEGROUP_LAKEHOUSE", "ICEGROUP_HEARTBEATS_URI", "ICEGROUP_REST_CREDENTIAL")
+PASSED_ON = ("ICEGROUP_LAKEHOUSE", "ICEGROUP_HEARTBEATS_URI", "ICEGROUP_REST_CREDENTIAL", "ICEGROUP_STACK_CATALOG")
 
 
 def on_stack() -> bool:
@@ -32,7 +32,7 @@ def on_stack() -> bool:
 
 def stack_layout() -> Layout:
     """The running stack's layout."""
-    return Layout(folder=Path(os.environ[ENV_TEST_STACK]))
+    return Layout(folder=Path(os.environ[ENV_TEST_STACK]), catalog=os.environ.get(ENV_STACK_CATALOG) or "icegroup")
 
 
 def stack_postgres() -> LocalPostgres:
@@ -68,7 +68,8 @@ def home_env(home: Path) -> dict[str, str]:
         env[ENV_ICEBERG_VERSION] = os.environ[ENV_ICEBERG_VERSION]
     if on_stack():
         env.update({key: os.environ[key] for key in PASSED_ON if os.environ.get(key)})
-        env["ICEGROUP_REST_WAREHOUSE"] = "h" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
+        if stack_layout().catalog == "icegroup":  # a catalog per warehouse name; the others serve one catalog
+            env["ICEGROUP_REST_WAREHOUSE"] = "h" + hashlib.sha256(str(home.resolve()).encode()).hexdigest()[:12]
     return env
 
 

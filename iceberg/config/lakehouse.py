@@ -19,14 +19,13 @@ from typing import Any
 import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.exceptions import BadRequestError, ForbiddenError, OAuthError, RESTError, UnauthorizedError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from icegroup.iceberg.config.files import format_validation_error, read_yaml_mapping
-from icegroup.iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN, RestCatalogSettings
+from icegroup.iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN, RestCatalogSettings, RetryingRestCatalog
 from icegroup.iceberg.config.sections import OpenLineageSettings, S3Settings, SparkSettings
 from icegroup.iceberg.errors import CatalogUnavailable, ConfigError
 from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
@@ -104,7 +103,8 @@ class LakehouseConfig(BaseModel):
     spark: SparkSettings = Field(default_factory=SparkSettings, description="Sizing of a Borrower's Spark application.")
     s3: S3Settings | None = Field(
         default=None,
-        description="Endpoint, region and addressing of an s3:// warehouse. Credentials come only from the "
+        description="Endpoint, region and addressing of an s3:// warehouse, or of a REST catalog's S3 warehouse (set "
+        "it when the server does not hand them out). Credentials come only from the "
         "environment (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY) or the AWS credential chain, never from this file.",
     )
     spark_conf: dict[str, str] = Field(default_factory=dict, description="Extra Spark settings, applied last.")
@@ -162,8 +162,12 @@ class LakehouseConfig(BaseModel):
 
     @property
     def on_s3(self) -> bool:
-        """Whether the warehouse is in object storage (``s3://`` or ``s3a://``)."""
-        return (self.warehouse or "").startswith(S3_SCHEMES)
+        """Whether the tables are in object storage.
+
+        That is an ``s3://`` (or ``s3a://``) SQL warehouse, or a REST catalog given ``s3`` settings: its
+        server keeps the warehouse, and the engines reach its files with these.
+        """
+        return (self.warehouse or "").startswith(S3_SCHEMES) or (self.rest is not None and self.s3 is not None)
 
     @property
     def warehouse_uri(self) -> str:
@@ -297,7 +301,7 @@ class LakehouseConfig(BaseModel):
         properties[HEARTBEATS_URI] = self.heartbeats_uri
         where = f"catalog {self.catalog_name!r} at {properties['uri']}"
         try:
-            return RestCatalog(self.catalog_name, **properties)
+            return RetryingRestCatalog(self.catalog_name, **properties)
         except (OAuthError, UnauthorizedError, ForbiddenError) as exc:
             raise ConfigError(
                 f"rest: {where} refused the credential ({_first_line(exc)}). Check {ENV_CREDENTIAL} "

@@ -18,7 +18,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pyiceberg.catalog.rest import RestCatalog
 from pyiceberg.utils.config import Config
+from requests import Session
+from requests.adapters import HTTPAdapter
+from urllib3.util.retry import Retry
 
 ENV_CREDENTIAL = "ICEGROUP_REST_CREDENTIAL"
 ENV_TOKEN = "ICEGROUP_REST_TOKEN"
@@ -26,6 +30,20 @@ SECRET_KEYS = frozenset({"credential", "token"})
 # What Java's REST client takes besides the secrets; pyiceberg-only keys (its FileIO, SSL files) stay out of Spark.
 SHARED_KEYS = frozenset({"uri", "warehouse", "prefix", "oauth2-server-uri", "scope", "audience", "resource"})
 SHARED_PREFIXES = ("header.", "rest.")
+# A read answered by a server error or a dropped connection is asked again: reads change nothing, so a
+# second try is always safe. Commits (POST) are never retried here: whether a lost one landed is decided
+# by icegroup from the table itself (its fence and summaries), not by sending it twice.
+READ_RETRY = Retry(
+    total=4,
+    connect=4,
+    read=4,
+    status=4,
+    backoff_factor=0.25,
+    status_forcelist=(500, 502, 503, 504),
+    allowed_methods=frozenset({"GET", "HEAD"}),
+    raise_on_status=False,
+    respect_retry_after_header=True,
+)
 
 
 class RestCatalogSettings(BaseModel):
@@ -144,3 +162,20 @@ def spark_catalog_properties(properties: Mapping[str, str]) -> dict[str, str]:
         # Java 1.9 infers OAuth2 from a credential or token with a warning; say it, as pyiceberg does.
         shared.setdefault("rest.auth.type", "oauth2")
     return shared
+
+
+class RetryingRestCatalog(RestCatalog):
+    """pyiceberg's ``RestCatalog`` whose reads outlast a server's brief failures (``READ_RETRY``).
+
+    Iceberg's REST test fixture, for one, answers 500 once per pooled connection after its catalog
+    database restarts (PostgreSQL's admin-shutdown state is not one Iceberg's JDBC pool reconnects
+    on); a proxy or load balancer answers 502-504 while a server restarts. Java's REST client
+    retries such reads itself; pyiceberg's does not.
+    """
+
+    def _create_session(self) -> Session:
+        session = super()._create_session()
+        adapter = HTTPAdapter(max_retries=READ_RETRY)
+        session.mount("http://", adapter)
+        session.mount("https://", adapter)
+        return session

@@ -17,12 +17,13 @@ from sqlalchemy.orm import Session
 
 from icegroup.iceberg.errors import SourceError
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD
+from icegroup.iceberg.protocol.table_history import HistoryView, history_missing
 
 
 def load_source(catalog: Catalog, identifier: str, field: str = "source") -> Table:
-    """Load a table a group reads, with an error that names the config field."""
+    """Load a table a group reads, with an error that names the config field; one served without history is refused."""
     try:
-        return catalog.load_table(identifier)
+        table = catalog.load_table(identifier)
     except NoSuchTableError as exc:
         if is_view(catalog, identifier):
             raise SourceError(
@@ -33,6 +34,28 @@ def load_source(catalog: Catalog, identifier: str, field: str = "source") -> Tab
             f"{field}: table {identifier!r} does not exist in catalog {catalog.name!r}; "
             "create it or correct the group's source"
         ) from exc
+    check_history(table, identifier, field)
+    return table
+
+
+def check_history(table: Table, identifier: str, field: str = "source") -> None:
+    """Refuse a table whose catalog serves it without its snapshot history (``protocol/table_history.py``)."""
+    current = table.current_snapshot()
+    view = HistoryView(
+        properties=table.properties,
+        format_version=table.format_version,
+        snapshots=len(table.snapshots()),
+        current_sequence=current.sequence_number if current else None,
+        current_parent=current.parent_snapshot_id if current else None,
+    )
+    reason = history_missing(view)
+    if reason is not None:
+        raise SourceError(
+            f"{field}: table {identifier!r} in catalog {table.catalog.name!r} cannot be consumed: {reason}. A group's "
+            "position is a snapshot of the source and its exactly-once record is the sink's snapshot history, so "
+            "icegroup needs a catalog that keeps a table's snapshots (Iceberg's JDBC, Hive, Glue or REST catalogs: "
+            "Polaris, Lakekeeper, Iceberg's REST fixture). Nothing was read or written"
+        )
 
 
 def is_view(catalog: Catalog, identifier: str) -> bool:

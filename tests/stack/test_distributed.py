@@ -30,7 +30,9 @@ from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive
 from tests.stack_env import stack_layout, stack_postgres
 
-OUTAGE_S = 3.0  # PostgreSQL stays down this long once halted in the middle of a tick
+# PostgreSQL stays down this long once halted in the middle of a tick: longer than a REST read's retries
+# (READ_RETRY, about 4 s of back-off), so the tick meets the outage rather than waiting it out.
+OUTAGE_S = 8.0
 
 
 @pytest.fixture
