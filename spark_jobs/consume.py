@@ -34,7 +34,7 @@ from icegroup.iceberg.protocol.state import Lease, LeasePhase
 from icegroup.iceberg.store.heartbeats import heartbeat, read_beats
 from icegroup.spark_jobs.borrower.lease import LeaseReport
 from icegroup.spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
-from icegroup.spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.follow import FollowReport, follow_upstream
 from icegroup.spark_jobs.transforms import load_transform
 
@@ -133,7 +133,7 @@ def consume(
                     on_follow(report)
                 continue
             except Exception as exc:
-                if not is_infrastructure(failure_classes(exc)):
+                if not is_platform_failure(exc):
                     raise
                 progress(outage.wait_or_give_up(exc))
                 if runner.busy:

@@ -19,7 +19,7 @@ from pyspark.sql import functions as F
 from icegroup.iceberg.errors import PlatformUnavailable
 from icegroup.iceberg.protocol.isolation import Bisection, PoisonRow, Probe, Span, bisect
 from icegroup.iceberg.protocol.shards import Shard
-from icegroup.spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.row_files import HOLDING_EXPRESSIONS, sql_string, streams_rows
 from icegroup.spark_jobs.shards import FILE_COLUMN, POS_COLUMN, identity_filter, of_files
 
@@ -83,7 +83,7 @@ def probe_with(rows_out: Callable[[Column], DataFrame], platform_up: Callable[[]
         try:
             rows_out(in_spans(spans)).write.format("noop").mode("overwrite").save()
         except Exception as exc:
-            if is_infrastructure(failure_classes(exc)) or not platform_up():
+            if is_platform_failure(exc) or not platform_up():
                 raise PlatformUnavailable(f"isolating poison rows: {describe_error(exc)}") from exc
             return describe_error(exc)
         return None

@@ -31,7 +31,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import Shard, snapshot_range
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.store.dead_letters import record
-from icegroup.spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 
 # The longest wait between tries of a lease whose catalog, storage or network failed.
 PLATFORM_MAX_WAIT_S = 30.0
@@ -71,7 +71,7 @@ def stage_with_redelivery(
         except IcegroupError:
             raise
         except Exception as exc:
-            if is_infrastructure(failure_classes(exc)) or not platform_up():
+            if is_platform_failure(exc) or not platform_up():
                 raise PlatformUnavailable(f"shard {shard.shard_id}: {describe_error(exc)}") from exc
             if delivery == group.max_deliver:
                 return exc
@@ -127,7 +127,7 @@ def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float
     config) are final, whatever Iceberg failure they were found through (a fenced commit is refused
     by Iceberg's commit validation): another try would only hold the Borrower for nothing.
     """
-    if isinstance(exc, FINAL) or not is_infrastructure(failure_classes(exc)) or waited >= group.lease_timeout_s / 2:
+    if isinstance(exc, FINAL) or not is_platform_failure(exc) or waited >= group.lease_timeout_s / 2:
         return None
     return float(min(max(group.deliver_backoff_s, 0.1) * 2**tries, PLATFORM_MAX_WAIT_S))
 

@@ -136,3 +136,30 @@ def is_infrastructure(names: list[str]) -> bool:
     return any(
         name == known or (known.endswith(".") and name.startswith(known)) for name in names for known in INFRASTRUCTURE
     )
+
+
+# Iceberg's reference handlers up to 1.10 (its REST fixture; Polaris before apache/polaris#5138) answer a
+# commit that lost the race for the table's next sequence number with 400, where other servers answer
+# 409. Nothing was applied, so it is a lost race like a CommitFailedException, not a fault of the shard.
+LOST_SEQUENCE_RACE = "Cannot add snapshot with sequence number"
+
+
+def failure_messages(exc: BaseException) -> list[str]:
+    """Every message along the failure's cause chain, Python's and the JVM's, as ``failure_classes`` walks it."""
+    messages: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        messages.append(str(current))
+        java = getattr(current, "java_exception", None)
+        while java is not None:
+            messages.append(str(java.getMessage() or ""))
+            java = java.getCause()
+        current = current.__cause__ or current.__context__
+    return messages
+
+
+def is_platform_failure(exc: BaseException) -> bool:
+    """Whether ``exc`` is the platform's (``is_infrastructure``) or a lost race a server answered with 400."""
+    return is_infrastructure(failure_classes(exc)) or any(LOST_SEQUENCE_RACE in text for text in failure_messages(exc))

@@ -72,7 +72,7 @@ def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
         wait_until(borrowers_ended, 60, daemon, "the idle Borrowers to exit")
         runs = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: "live"}))
         stored = [run_config_and_events(instance, run) for run in runs]
-    if lakehouse.rest is not None:
+    if os.environ.get(ENV_CREDENTIAL):  # a REST catalog that signs clients in (icegroup's server)
         secret = os.environ[ENV_CREDENTIAL].split(":", 1)[1]
         assert all(secret not in text for text in stored), "no run config, tag or event holds the REST credential"
         assert secret not in (daemon / "dev.log").read_text(), "nor the daemon's and runs' log"

@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.rest.helpers import RestLake, RestServerProcess
+from tests.rest.helpers import RestLake, RestServerProcess, server_kind
 
 
 @pytest.fixture(scope="session")
 def rest_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[RestServerProcess]:
     """The session's REST catalog server, stopped at the end (also when a test left it down)."""
-    server = RestServerProcess(tmp_path_factory.mktemp("rest-server"))
+    server = RestServerProcess(tmp_path_factory.mktemp("rest-server"), server_kind())
     server.start()
     try:
         yield server
@@ -28,8 +28,9 @@ def rest_lake(
     rest_server: RestServerProcess, tmp_path: Path, request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
 ) -> RestLake:
     """A warehouse of this test's own on the session's server; in-process icegroup code signs in with the credential."""
-    warehouse = "w" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12]
-    lake = RestLake(rest_server.url, tmp_path, warehouse)
+    # A warehouse of the test's own where the server makes a catalog per name; else the namespaces keep tests apart.
+    warehouse = "w" + hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:12] if rest_server.signs_in else None
+    lake = RestLake(rest_server.url, tmp_path, warehouse, rest_server.signs_in)
     (tmp_path / "home").mkdir()
     (tmp_path / "dagster").mkdir()
     lake.write_config()

@@ -1,9 +1,11 @@
-"""The REST tier's server and lakehouses: a local Iceberg REST catalog (infra/rest_catalog) and a warehouse per test.
+"""The REST tier's server and lakehouses: a local Iceberg REST catalog and a warehouse per test.
 
-The server runs over a SQLite catalog file in a temporary folder, signed in to with a client id and
-secret. Each test gets a warehouse of its own on it (the server makes a catalog per named
-warehouse), a lakehouse YAML naming it (``rest: {uri, warehouse}``, heartbeats in a SQLite file of the
-test's), and the environment an ``icegroup`` process needs, the credential only in
+``ICEGROUP_TEST_REST_SERVER`` picks the server: ``icegroup`` (the default: ``infra/rest_catalog``,
+signed in to with a client id and secret, a catalog per named warehouse, so each test gets a
+warehouse of its own) or ``fixture`` (Iceberg's REST test fixture: no credential, one catalog, so
+tests keep apart by their namespaces). Either runs over a SQLite catalog file in a temporary folder.
+Each test gets a lakehouse YAML (``rest: {uri, warehouse}``, heartbeats in a SQLite file of the
+test's) and the environment an ``icegroup`` process needs, the credential only in
 ``ICEGROUP_REST_CREDENTIAL``. ``RestServerProcess.restart`` stops the server and starts it again on
 the same files and port.
 """
@@ -25,6 +27,7 @@ from pyiceberg.catalog import Catalog, load_catalog
 from icegroup.iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig, load_lakehouse
 from icegroup.iceberg.config.rest import ENV_CREDENTIAL
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.infra import rest_fixture
 from icegroup.infra.rest_catalog import SERVER_JAR, RestServer, start, stop, wait_ready
 from tests.factories import write_groups
 from tests.integration.test_rest_server import free_port
@@ -34,6 +37,17 @@ CLIENT_SECRET = "rest-tier-secret-3b9e"
 CREDENTIAL = f"{CLIENT_ID}:{CLIENT_SECRET}"
 CATALOG_NAME = "rest"
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
+ENV_SERVER = "ICEGROUP_TEST_REST_SERVER"
+SERVERS = ("icegroup", "fixture")
+
+
+def server_kind() -> str:
+    """The server the tier runs on (``ICEGROUP_TEST_REST_SERVER``), checked."""
+    kind = os.environ.get(ENV_SERVER) or "icegroup"
+    if kind not in SERVERS:
+        raise pytest.UsageError(f"{ENV_SERVER}={kind!r}: the REST tier runs on {' or '.join(SERVERS)}")
+    return kind
+
 
 # Every module of the tier: it talks to the REST server, whose jar `make jvm` builds.
 REST = [
@@ -45,13 +59,17 @@ REST = [
 class RestServerProcess:
     """The session's server: started, stopped and started again on the same catalog file and port."""
 
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, kind: str = "icegroup") -> None:
         """A server (not started yet) over ``folder``'s ``catalog.db`` and ``warehouse/``, on a free port."""
+        self.kind = kind
         self.settings = RestServer(
             jdbc_url=f"jdbc:sqlite:{folder / 'catalog.db'}",
             warehouse=str(folder / "warehouse"),
             port=free_port(),
             catalog_name=CATALOG_NAME,
+        )
+        self.fixture = rest_fixture.FixtureServer(
+            jdbc_url=self.settings.jdbc_url, warehouse=self.settings.warehouse, port=self.settings.port
         )
         self.log = folder / "server.log"
         self.process: subprocess.Popen[bytes] | None = None
@@ -61,9 +79,24 @@ class RestServerProcess:
         """The catalog's base URI."""
         return self.settings.url
 
+    @property
+    def signs_in(self) -> bool:
+        """Whether the server checks a client credential (icegroup's does; the fixture takes any request)."""
+        return self.kind == "icegroup"
+
     def start(self) -> None:
         """Start it (its log appended to) and wait until it answers."""
-        self.process = start(self.settings, self.log, {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
+        if self.kind == "fixture":
+            with self.log.open("ab") as out:
+                self.process = subprocess.Popen(
+                    rest_fixture.command(),
+                    env=rest_fixture.server_env(self.fixture),
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
+                    start_new_session=True,
+                )
+        else:
+            self.process = start(self.settings, self.log, {"client_id": CLIENT_ID, "client_secret": CLIENT_SECRET})
         wait_ready(self.url, 60, self.process, self.log)
 
     def stop(self, sig: signal.Signals = signal.SIGTERM) -> int | None:
@@ -94,7 +127,8 @@ class RestLake:
 
     url: str
     folder: Path
-    warehouse: str
+    warehouse: str | None
+    signs_in: bool = True
 
     @property
     def config_file(self) -> Path:
@@ -105,7 +139,7 @@ class RestLake:
         """Write the lakehouse YAML."""
         config = {
             "catalog_name": CATALOG_NAME,
-            "rest": {"uri": self.url, "warehouse": self.warehouse},
+            "rest": {"uri": self.url, **({"warehouse": self.warehouse} if self.warehouse else {})},
             "heartbeats_uri": f"sqlite:///{self.folder / 'heartbeats.db'}",
             "spark_master": "local[2]",
         }
@@ -123,10 +157,11 @@ class RestLake:
             {
                 ENV_HOME: str(self.folder / "home"),
                 ENV_CONFIG: str(self.config_file),
-                ENV_CREDENTIAL: CREDENTIAL,
                 "DAGSTER_HOME": str(self.folder / "dagster"),
             }
         )
+        if self.signs_in:
+            env[ENV_CREDENTIAL] = CREDENTIAL
         for key, value in overrides.items():
             if value is None:
                 env.pop(key, None)

@@ -14,7 +14,12 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.spark_jobs.borrower import lease as borrower
 from icegroup.spark_jobs.borrower.lease import LeaseReport
 from icegroup.spark_jobs.borrower.redelivery import platform_retry, stage_with_redelivery
-from icegroup.spark_jobs.borrower.user_errors import describe_error, failure_classes, is_infrastructure
+from icegroup.spark_jobs.borrower.user_errors import (
+    describe_error,
+    failure_classes,
+    is_infrastructure,
+    is_platform_failure,
+)
 from tests.factories import MakeGroup, shard
 
 SHARD = shard()
@@ -371,3 +376,19 @@ def test_a_jvm_failure_pyspark_converted_from_none_keeps_its_jvm_causes() -> Non
 
 class IllegalArgumentError(Exception):
     """Like PySpark's ``IllegalArgumentException``, which it raises ``from None`` over the JVM's error."""
+
+
+def test_a_lost_sequence_race_answered_400_is_the_platforms_and_blames_no_shard(
+    make_group: MakeGroup, waits: list[float]
+) -> None:
+    refused = FakeThrowable(
+        "org.apache.iceberg.exceptions.BadRequestException",
+        "Malformed request: Cannot add snapshot with sequence number 62 older than last sequence number 62",
+    )
+    bad_column = FakeThrowable("org.apache.iceberg.exceptions.BadRequestException", "Malformed request: bad column")
+
+    assert is_platform_failure(FakePy4JError(refused))
+    assert not is_platform_failure(FakePy4JError(bad_column)), "another 400 is no lost race"
+    with pytest.raises(PlatformUnavailable, match="sequence number 62"):
+        deliver(make_group(max_deliver=2), Deliveries(FakePy4JError(refused)), report(), [])
+    assert waits == [], "not counted as a delivery, nor waited on here"

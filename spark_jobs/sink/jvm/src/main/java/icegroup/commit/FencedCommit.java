@@ -15,6 +15,7 @@ import org.apache.iceberg.Table;
 import org.apache.iceberg.TableMetadata;
 import org.apache.iceberg.TableOperations;
 import org.apache.iceberg.encryption.EncryptionManager;
+import org.apache.iceberg.exceptions.BadRequestException;
 import org.apache.iceberg.exceptions.CommitFailedException;
 import org.apache.iceberg.exceptions.ValidationException;
 import org.apache.iceberg.io.FileIO;
@@ -331,7 +332,24 @@ public final class FencedCommit {
       } catch (CommitFailedException e) {
         conflicts += 1;
         throw e;
+      } catch (BadRequestException e) {
+        if (!lostSequenceRace(e)) {
+          throw e;
+        }
+        conflicts += 1;
+        throw new CommitFailedException(e, "lost a race on the sink's sequence number: %s", e.getMessage());
       }
+    }
+
+    /**
+     * Whether the server refused the commit because another writer took its sequence number first.
+     * Iceberg's reference handlers (its REST fixture, up to 1.10) answer that with 400; from 1.11, and
+     * on most servers, it is a 409. Either way nothing was applied, so it is retried on fresh metadata
+     * like any lost race.
+     */
+    static boolean lostSequenceRace(BadRequestException e) {
+      String message = e.getMessage();
+      return message != null && message.contains("Cannot add snapshot with sequence number");
     }
 
     @Override
