@@ -119,7 +119,7 @@ stack-status: venv ## each stack part: up or down, where it listens, where it lo
 stack-down: venv ## stop every stack process (data kept in .stack/)
 	@$(PY) -m icegroup.infra.stack down
 
-# The REST catalog server the stack runs: empty for icegroup's own (docs/reference/rest-catalogs.md).
+# The REST catalog server the stack runs: empty for icegroup's own (docs/how-to/rest-catalog.md).
 CATALOG ?=
 STACK_CATALOG = $(if $(CATALOG),--catalog $(CATALOG))
 

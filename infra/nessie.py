@@ -12,7 +12,7 @@ What it needs that the other servers do not:
 
 Its version store is RocksDB in a folder of the caller's, so a restart keeps the catalog.
 Nessie keeps only a table's current snapshot in the table's metadata, which icegroup refuses
-(``iceberg/protocol/table_history.py``); ``docs/reference/rest-catalogs.md`` has the details.
+(``iceberg/protocol/table_history.py``); ``docs/how-to/rest-catalog.md`` has the details.
 """
 
 from __future__ import annotations
