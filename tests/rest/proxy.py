@@ -4,7 +4,7 @@ Every request is passed on to the server as it came. An armed ``Fault`` picks on
 method, a pattern on its path and one on its body), lets the server answer it, and then, instead of
 relaying that answer, either drops the connection (the client sees it reset with no response) or
 answers 503 (a gateway that gave up). So the commit happened, and the client cannot know it. Each
-fault fires once. ``seen`` keeps every request's method, path and status for the test to read.
+fault fires once. ``seen`` keeps every request's method, path, status and the start of its body.
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class FaultProxy:
         """A proxy for ``upstream`` (not started yet) on a free loopback port."""
         self.upstream = upstream.rstrip("/")
         self.faults: list[Fault] = []
-        self.seen: list[tuple[str, str, int]] = []
+        self.seen: list[tuple[str, str, int, str]] = []
         self.lock = threading.Lock()
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler())
         self.server.daemon_threads = True
@@ -94,8 +94,9 @@ class FaultProxy:
                     self.command, proxy.upstream + self.path, data=body, headers=headers, timeout=120
                 )
                 fault = proxy._take(self.command, self.path, body)
+                start = body[:300].decode(errors="replace")
                 with proxy.lock:
-                    proxy.seen.append((self.command, self.path, answer.status_code))
+                    proxy.seen.append((self.command, self.path, answer.status_code, start))
                 if fault is not None and fault.after == "drop":
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
