@@ -9,6 +9,9 @@ from __future__ import annotations
 import textwrap
 from enum import IntEnum
 
+import requests
+from pyiceberg.exceptions import CommitStateUnknownException, ServiceUnavailableError
+
 from icegroup.iceberg.errors import IcegroupError, Interrupted, NotCaughtUp, RunFailed
 
 
@@ -38,9 +41,19 @@ MEANING: dict[Exit, str] = {
         "stopped short, run it again later: `consume --until-caught-up` did not catch up (it names each lease held "
         "elsewhere, its holder and when it is re-granted) or was stopped by SIGTERM or Ctrl-C (its leases handed "
         "back), `replay --cascade`/`--follow-upstream` left a chained "
-        "group waiting, or `expire` lost a race on a table"
+        "group waiting, `expire` lost a race on a table, or the catalog did not answer (a commit whose answer was "
+        "lost may have landed: a second run reads what landed and does not do it twice)"
     ),
 }
+
+# The catalog's answer never came: the connection dropped, or a gateway answered 5xx in its place. A commit
+# may have landed or not; every verb reads what landed from the tables when it runs again, so the remedy
+# is to run it again (tests/rest/test_lost_answers.py).
+LOST_ANSWER: tuple[type[Exception], ...] = (
+    requests.ConnectionError,
+    CommitStateUnknownException,
+    ServiceUnavailableError,
+)
 
 # The error-to-code map, most specific first: what ``main`` prints before the message, and the code.
 ERRORS: tuple[tuple[type[IcegroupError], str, Exit], ...] = (
