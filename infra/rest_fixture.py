@@ -46,12 +46,23 @@ class FixtureServer:
         """The catalog's base URI, as clients take it (``uri``)."""
         return f"http://127.0.0.1:{self.port}"
 
+    @property
+    def jdbc_uri(self) -> str:
+        """The catalog database's JDBC URL; a SQLite file's waits for a lock and keeps a write-ahead log.
+
+        The fixture's Jetty threads share the file through a pool of connections, and SQLite fails a
+        writer that finds it locked at once unless told to wait (``busy_timeout``).
+        """
+        if not self.jdbc_url.startswith("jdbc:sqlite:") or "?" in self.jdbc_url:
+            return self.jdbc_url
+        return f"{self.jdbc_url}?busy_timeout=30000&journal_mode=WAL"
+
     def properties(self) -> dict[str, str]:
         """The catalog properties the fixture is started with."""
         warehouse = self.warehouse if "://" in self.warehouse else Path(self.warehouse).resolve().as_uri()
         props = {
             "rest.port": str(self.port),
-            "uri": self.jdbc_url,
+            "uri": self.jdbc_uri,
             "warehouse": warehouse,
             "catalog-impl": "org.apache.iceberg.jdbc.JdbcCatalog",
             "jdbc.schema-version": "V1",
