@@ -145,7 +145,8 @@ test-stack: jvm ## the stack tier, and the exactly-once, fencing, lineage, repla
 FIXTURE_STACK_TESTS ?= tests/e2e/test_daemon.py "tests/chaos/test_chaos.py::test_kill_9_chaos_keeps_exactly_once[consume-workers]"
 
 test-catalogs: jvm ## the REST tier, the Dagster end-to-end tests and chaos on Iceberg's REST fixture; Nessie's stack and its refusal
-	ICEGROUP_TEST_REST_SERVER=fixture $(PY) -m pytest -q tests/rest -k "not 503" $(PYTEST_ARGS)
+	ICEGROUP_TEST_REST_SERVER=fixture $(PY) -m pytest -q tests/rest/test_rest_fences.py tests/rest/test_rest_restart.py \
+	  tests/rest/test_lost_answers.py -k "not 503" $(PYTEST_ARGS)
 	$(MAKE) test-stack CATALOG=fixture STACK_TESTS='$(FIXTURE_STACK_TESTS)'
 	$(MAKE) test-stack CATALOG=nessie STACK_TESTS=tests/stack/test_nessie.py
 

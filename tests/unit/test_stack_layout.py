@@ -7,10 +7,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.infra.processes import MEMBER, members, terminate
+from icegroup.infra.rest_fixture import FixtureServer, server_env
 from icegroup.infra.stack_layout import Layout, lakehouse_config, rest_secret, s3_lakehouse_config, stack_env
 
 
@@ -68,3 +70,36 @@ def test_down_finds_a_stack_process_by_its_mark_and_leaves_none(tmp_path: Path) 
         for process in (child, other):
             process.kill()
             process.wait()
+
+
+def test_on_the_fixture_and_nessie_the_lakehouse_reaches_their_s3_warehouse_and_holds_no_credential(
+    tmp_path: Path,
+) -> None:
+    fixture = LakehouseConfig.model_validate(lakehouse_config(Layout(folder=tmp_path, catalog="fixture")))
+    nessie = LakehouseConfig.model_validate(lakehouse_config(Layout(folder=tmp_path, catalog="nessie")))
+
+    assert fixture.rest is not None
+    assert (fixture.rest.uri, fixture.rest.warehouse) == ("http://127.0.0.1:18181", None), "one catalog: no name"
+    assert nessie.rest is not None
+    assert (nessie.rest.uri, nessie.rest.warehouse) == ("http://127.0.0.1:19120/iceberg", "warehouse")
+    assert fixture.on_s3, "Spark gets S3FileIO and the AWS bundle for a REST catalog's S3 warehouse"
+    assert nessie.pyiceberg_s3_properties()["s3.endpoint"] == "http://127.0.0.1:19000"
+    assert "ICEGROUP_REST_CREDENTIAL" not in stack_env(Layout(folder=tmp_path, catalog="fixture"))
+
+
+def test_a_catalog_the_stack_cannot_run_is_refused_naming_the_ones_it_can(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="use icegroup, fixture, nessie"):
+        Layout(folder=tmp_path, catalog="polaris")
+
+
+def test_the_fixture_reads_each_property_from_the_variable_its_name_maps_to() -> None:
+    settings = FixtureServer(jdbc_url="jdbc:sqlite:/tmp/c.db", warehouse="s3://b/w", s3_endpoint="http://s3:9000")
+
+    env = server_env(settings, {"CATALOG_STRAY": "x", "HOME": "/root"})
+
+    assert env["CATALOG_S3_PATH__STYLE__ACCESS"] == "true"
+    assert env["CATALOG_JDBC_SCHEMA__VERSION"] == "V1"
+    assert env["CATALOG_IO__IMPL"] == "org.apache.iceberg.aws.s3.S3FileIO"
+    assert env["CATALOG_URI"] == "jdbc:sqlite:/tmp/c.db?busy_timeout=30000&journal_mode=WAL"
+    assert "CATALOG_STRAY" not in env, "an inherited CATALOG_* variable would become a catalog property"
+    assert env["HOME"] == "/root"
