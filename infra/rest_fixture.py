@@ -75,11 +75,12 @@ class FixtureServer:
             props.update(
                 {
                     "io-impl": "org.apache.iceberg.aws.s3.S3FileIO",
-                    "s3.endpoint": self.s3_endpoint or "",
                     "s3.path-style-access": "true",
                     "client.region": self.s3_region,
                 }
             )
+            if self.s3_endpoint:
+                props["s3.endpoint"] = self.s3_endpoint
         return props
 
 

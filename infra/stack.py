@@ -7,7 +7,7 @@ Every part is a separate process, as it would be on separate hosts:
 - an Iceberg REST catalog: both engines reach the catalog only through it, as production lakes are
   reached. ``make stack-up CATALOG=...`` picks the server: ``icegroup`` (the default:
   ``infra/rest_catalog``, over database ``lake``, with a client credential, the warehouse a folder of
-  the stack's), ``fixture`` (Iceberg's REST test fixture over database ``lake``, the warehouse in S3)
+  the stack's), ``fixture`` (Iceberg's REST test fixture over database ``fixture``, the warehouse in S3)
   or ``nessie`` (Project Nessie, its version store in RocksDB, the warehouse in S3);
 - a Spark standalone master and two workers, each with its own cores and memory limits, started
   with ``spark-class`` from the pyspark install;
@@ -249,6 +249,10 @@ def up(layout: Layout) -> Stack:
     stack.parts.append(s3)
     wait_for("the S3 server", lambda: http_ok(f"{layout.s3_endpoint}/moto-api/"), 60, s3.log)
     if s3 is not before.get("s3"):
+        # The catalog server still running would serve tables whose files the new S3 server lacks: restart it.
+        running = before.pop("rest-catalog", None) if layout.catalog != "icegroup" else None
+        if running is not None and running.pid is not None and is_member(running.pid, layout.folder):
+            terminate([running.pid], grace_s=10)
         forget_s3_catalogs(layout, postgres)
     ensure_bucket(layout)
 

@@ -14,7 +14,7 @@ from dataclasses import asdict
 
 from icegroup.dagster_project.cli.canary import add_canary
 from icegroup.dagster_project.cli.configs import load_configs, package_version
-from icegroup.dagster_project.cli.exits import LOST_ANSWER, Exit, epilog, exit_for
+from icegroup.dagster_project.cli.exits import Exit, epilog, exit_for, lost_answer
 from icegroup.dagster_project.cli.expire import add_expire
 from icegroup.dagster_project.cli.init import add_init, cmd_init
 from icegroup.dagster_project.cli.lineage import add_lineage
@@ -53,9 +53,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         label, code = exit_for(exc)
         print(f"icegroup: {label}: {exc}{logged(exc)}", file=sys.stderr)
         return code
-    except LOST_ANSWER as exc:
-        if args.verbose:
-            raise
+    except Exception as exc:
+        if args.verbose or not lost_answer(exc):
+            return unforeseen(args, exc)
         path = log_traceback(dagster_home(), args.run.__name__.removeprefix("cmd_").replace("_", "-"), exc)
         cause = (str(exc).strip().splitlines() or [""])[0][:300]
         print(
@@ -65,14 +65,17 @@ def main(argv: Sequence[str] | None = None) -> int:
             file=sys.stderr,
         )
         return Exit.INCOMPLETE
-    except Exception as exc:  # a failure icegroup did not foresee: one line here, the traceback in a log file
-        if args.verbose or (isinstance(exc, BrokenPipeError) and stdout_closed()):
-            raise  # with --verbose, or when the reader went away (``| head``): ``entry.main`` ends quietly
-        command = args.run.__name__.removeprefix("cmd_").replace("_", "-")
-        path = log_traceback(dagster_home(), command, exc)
-        cause = (str(exc).strip().splitlines() or [""])[0][:300]
-        print(f"icegroup: unexpected error: {type(exc).__name__}: {cause} ({pointer(path)})", file=sys.stderr)
-        return Exit.RUN_FAILED
+
+
+def unforeseen(args: argparse.Namespace, exc: Exception) -> int:
+    """A failure icegroup did not foresee: one line on stderr, the traceback in a log file; exit 1."""
+    if args.verbose or (isinstance(exc, BrokenPipeError) and stdout_closed()):
+        raise exc  # with --verbose, or when the reader went away (``| head``): ``entry.main`` ends quietly
+    command = args.run.__name__.removeprefix("cmd_").replace("_", "-")
+    path = log_traceback(dagster_home(), command, exc)
+    cause = (str(exc).strip().splitlines() or [""])[0][:300]
+    print(f"icegroup: unexpected error: {type(exc).__name__}: {cause} ({pointer(path)})", file=sys.stderr)
+    return Exit.RUN_FAILED
 
 
 def logged(exc: Exception) -> str:

@@ -46,14 +46,18 @@ MEANING: dict[Exit, str] = {
     ),
 }
 
-# The catalog's answer never came: the connection dropped, or a gateway answered 5xx in its place. A commit
-# may have landed or not; every verb reads what landed from the tables when it runs again, so the remedy
-# is to run it again (tests/rest/test_lost_answers.py).
+# The catalog's answer never came: the connection dropped or timed out, or a gateway answered 5xx in its
+# place. A commit may have landed or not; every verb reads what landed from the tables when it runs again,
+# so the remedy is to run it again (tests/rest/test_lost_answers.py). A TLS or proxy failure is no lost
+# answer: running again would fail the same way.
 LOST_ANSWER: tuple[type[Exception], ...] = (
     requests.ConnectionError,
+    requests.Timeout,
+    requests.exceptions.ChunkedEncodingError,
     CommitStateUnknownException,
     ServiceUnavailableError,
 )
+NOT_LOST: tuple[type[Exception], ...] = (requests.exceptions.SSLError, requests.exceptions.ProxyError)
 
 # The error-to-code map, most specific first: what ``main`` prints before the message, and the code.
 ERRORS: tuple[tuple[type[IcegroupError], str, Exit], ...] = (
@@ -62,6 +66,11 @@ ERRORS: tuple[tuple[type[IcegroupError], str, Exit], ...] = (
     (RunFailed, "run failed", Exit.RUN_FAILED),
     (IcegroupError, "error", Exit.ERROR),
 )
+
+
+def lost_answer(exc: Exception) -> bool:
+    """Whether ``exc`` says the catalog's answer never came (and another run may well get it)."""
+    return isinstance(exc, LOST_ANSWER) and not isinstance(exc, NOT_LOST)
 
 
 def exit_for(exc: IcegroupError) -> tuple[str, Exit]:

@@ -20,36 +20,21 @@ NESSIE_COMMIT_PROPERTY = "nessie.commit.id"
 
 @dataclass(frozen=True)
 class HistoryView:
-    """What a table's metadata says about its history: the facts the check reads, from any client."""
+    """What a table's metadata says about where it is served from: the facts the check reads, from any client."""
 
     properties: Mapping[str, str]
-    format_version: int
-    snapshots: int
-    current_sequence: int | None
-    current_parent: int | None
 
 
 def history_missing(view: HistoryView) -> str | None:
-    """Why the table's metadata holds no snapshot history, or None when it does (or cannot yet tell).
+    """Why the table's metadata holds no snapshot history, or None when it does.
 
-    Nessie is named by the property it sets. Any other server is caught by the shape it leaves: a
-    format-v2 current snapshot with sequence number above 1 has a parent, unless the metadata was
-    written without it; a table whose older snapshots expired keeps the parent's id.
+    Nessie is named by the property it sets on every table it serves. The shape it leaves (one
+    snapshot, no parent) is not enough on its own: icegroup's own sink after its first publish, and a
+    table replaced and then expired, look the same and keep their history.
     """
     if NESSIE_COMMIT_PROPERTY in view.properties:
         return (
             "it is served by Project Nessie, whose Iceberg REST endpoint keeps only the current snapshot in a "
             "table's metadata (history is in Nessie's commit log)"
-        )
-    if (
-        view.format_version >= 2
-        and view.snapshots == 1
-        and view.current_sequence is not None
-        and view.current_sequence > 1
-        and view.current_parent is None
-    ):
-        return (
-            f"its metadata holds one snapshot, at sequence number {view.current_sequence}, with no parent: the "
-            "catalog wrote it without the snapshots before it"
         )
     return None

@@ -40,15 +40,7 @@ def load_source(catalog: Catalog, identifier: str, field: str = "source") -> Tab
 
 def check_history(table: Table, identifier: str, field: str = "source") -> None:
     """Refuse a table whose catalog serves it without its snapshot history (``protocol/table_history.py``)."""
-    current = table.current_snapshot()
-    view = HistoryView(
-        properties=table.properties,
-        format_version=table.format_version,
-        snapshots=len(table.snapshots()),
-        current_sequence=current.sequence_number if current else None,
-        current_parent=current.parent_snapshot_id if current else None,
-    )
-    reason = history_missing(view)
+    reason = history_missing(HistoryView(properties=table.properties))
     if reason is not None:
         raise SourceError(
             f"{field}: table {identifier!r} in catalog {table.catalog.name!r} cannot be consumed: {reason}. A group's "

@@ -162,4 +162,8 @@ def failure_messages(exc: BaseException) -> list[str]:
 
 def is_platform_failure(exc: BaseException) -> bool:
     """Whether ``exc`` is the platform's (``is_infrastructure``) or a lost race a server answered with 400."""
-    return is_infrastructure(failure_classes(exc)) or any(LOST_SEQUENCE_RACE in text for text in failure_messages(exc))
+    classes = failure_classes(exc)
+    if is_infrastructure(classes):
+        return True
+    bad_request = any(name.endswith(("BadRequestException", "BadRequestError")) for name in classes)
+    return bad_request and any(LOST_SEQUENCE_RACE in text for text in failure_messages(exc))

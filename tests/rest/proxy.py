@@ -78,7 +78,7 @@ class FaultProxy:
 
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         proxy = self
-        session = requests.Session()
+        sessions = threading.local()  # a requests.Session is not shared between threads
 
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
@@ -90,7 +90,9 @@ class FaultProxy:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else b""
                 headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
-                answer = session.request(
+                if not hasattr(sessions, "session"):
+                    sessions.session = requests.Session()
+                answer = sessions.session.request(
                     self.command, proxy.upstream + self.path, data=body, headers=headers, timeout=120
                 )
                 fault = proxy._take(self.command, self.path, body)
