@@ -15,7 +15,8 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icegroup.iceberg.cascade import followed
-from icegroup.iceberg.errors import SourceBlocked, UsageError
+from icegroup.iceberg.errors import HistoryGap, SourceBlocked, UsageError
+from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from icegroup.iceberg.protocol.durations import format_duration
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -26,7 +27,7 @@ from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.source_ref import ref_name
 from icegroup.iceberg.protocol.state import GroupState
 from icegroup.iceberg.rebuild import sync_tables
-from icegroup.iceberg.shards import blocked_at, plan_increment
+from icegroup.iceberg.shards import blocked_at
 from icegroup.iceberg.store.dead_letters import open_in
 from icegroup.iceberg.store.group_tables import load_group_tables
 from icegroup.iceberg.store.heartbeats import read_beats
@@ -154,8 +155,11 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         lag_snaps[shard.stream].update(shard.snapshots)
         lag_rows[shard.stream] += shard.rows
         heads[shard.stream] = max(heads.get(shard.stream, (0, 0)), (shard.to_sequence, shard.to_snapshot))
-    plan = plan_increment(source, state.planned_through, group.model_copy(update={"non_append": "skip"}))
-    stop = blocked_at(source, state.planned_through, group, lambda: followed(tables.sink, group.name))
+    plan = plan_source(source, state.planned_through, group.model_copy(update={"non_append": "skip"}))
+    try:
+        stop = blocked_at(source, state.planned_through, group, lambda: followed(tables.sink, group.name))
+    except HistoryGap:  # no snapshots to stop at: a stop is a rewrite across the gap, which the plan holds
+        stop = (plan.blocked, False) if plan.blocked is not None else None
     blocked, appends_ahead = stop if stop is not None else (None, False)
     sequence = {s.snapshot_id: s.sequence_number for s in plan.appends}
     committed_at = {s.snapshot_id: s.timestamp_ms for s in source.snapshots()}

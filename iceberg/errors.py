@@ -29,6 +29,15 @@ class SourceError(IcegroupError):
     """The source table cannot be consumed as configured (missing, non-append snapshot, expired)."""
 
 
+class HistoryGap(SourceError):
+    """Snapshots between a group's position and the head have expired; ``iceberg/history_gap.py`` plans across them."""
+
+    def __init__(self, message: str, position: int | None = None) -> None:
+        """``position`` is the group's planning cursor, whose snapshot its branch keeps (None: the table's start)."""
+        super().__init__(message)
+        self.position = position
+
+
 class SourceBlocked(SourceError):
     """The group stopped at a source snapshot it cannot step over (upstream replay or reset, a delete): a state."""
 

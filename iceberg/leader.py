@@ -30,6 +30,7 @@ from pyiceberg.table import Table
 from icegroup.iceberg.cascade import followed
 from icegroup.iceberg.errors import SourceBlocked
 from icegroup.iceberg.failpoints import failpoint
+from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from icegroup.iceberg.protocol.dead_letters import STOPPED, DeadLetter
 from icegroup.iceberg.protocol.fences import replay_fence_key
@@ -52,7 +53,6 @@ from icegroup.iceberg.protocol.shards import Shard, snapshot_range
 from icegroup.iceberg.protocol.state import GroupState, Lease, retire_streams
 from icegroup.iceberg.provenance import WindowProvenance, window_provenance
 from icegroup.iceberg.rebuild import sync_tables
-from icegroup.iceberg.shards import plan_increment
 from icegroup.iceberg.store.dead_letters import open_in
 from icegroup.iceberg.store.fences import prune_fences, raise_fences
 from icegroup.iceberg.store.group_tables import GroupTables, load_group_tables
@@ -308,7 +308,8 @@ def complete(
 def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceBlocked | None]:
     """Read what the source's snapshots after the planning cursor added, and cut it into shards.
 
-    Also returns the error of a non-append snapshot planning stopped at (``plan_increment``).
+    Also returns the error of a non-append snapshot planning stopped at (``plan_increment``). History
+    that expired after the cursor is planned across by comparing files (``iceberg/history_gap.py``).
     """
     group = tables.group
 
@@ -316,7 +317,7 @@ def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceBlocked
         # Asked only at a non-append snapshot: the sink as it is now, so a follow recorded during the tick counts.
         return followed(load_optional(tables.catalog, group.sink), group.name)
 
-    found = plan_increment(tables.source, state.planned_through, group, followed_now)
+    found = plan_source(tables.source, state.planned_through, group, followed_now)
     if found.skipped:
         log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
     if found.pruned:
@@ -324,7 +325,8 @@ def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceBlocked
     if found.through is None:
         return cut(state, group, found.appends, found.files, None), found.blocked
     through = found.through
-    return cut(state, group, found.appends, found.files, through.snapshot_id, through.sequence_number), found.blocked
+    planned = cut(state, group, found.appends, found.files, through.snapshot_id, through.sequence_number, found.read_at)
+    return planned, found.blocked
 
 
 def fence_and_commit(tables: GroupTables, state: GroupState, fences: dict[str, int]) -> None:

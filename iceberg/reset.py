@@ -111,6 +111,7 @@ class ResetPlan:
                 "reconsumed_rows": m.reconsumed_rows,
                 "skipped_snapshots": m.skipped_snapshots,
                 "skipped_rows": m.skipped_rows,
+                "skipped_rows_expired": m.skipped_expired_rows,
             }
             for m in self.moves
         ]

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pyiceberg.table import Table
 
 from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.history_gap import live_added_between
 from icegroup.iceberg.protocol.durations import option_value, parse_duration, parse_time
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.reset import Position, ResetTarget, StreamMove
@@ -158,17 +159,25 @@ def shifted(current: Position, snapshots: list[SnapshotInfo], by: int, history: 
 
 
 def count_skipped(source: Table, history: list[SnapshotInfo], moves: list[StreamMove]) -> None:
-    """Fill in the rows that forward moves skip, from the files the skipped snapshots added."""
+    """Fill in the rows that forward moves skip, from the files the skipped snapshots added.
+
+    Where a move starts before the oldest snapshot still reachable from the head, the snapshots it
+    skips first have expired. Their rows are counted from the data files live now, by the sequence
+    number each file was committed at (``live_added_between``), and marked as such: a preview must
+    never say 0 for rows it cannot see.
+    """
     forward = [m for m in moves if m.direction == "forward"]
     if not forward:
         return
     low, high = min(m.current[1] for m in forward), max(m.new[1] for m in forward)
     appends = [i for i in history if i.operation == APPEND and low < i.sequence_number <= high]
     sequence = {i.snapshot_id: i.sequence_number for i in appends}
-    files = added_files(source, appends)
+    files = [(f, sequence[f.snapshot_id]) for f in added_files(source, appends)]
+    oldest = history[0].sequence_number if history else high + 1
+    expired = live_added_between(source, low, min(high, oldest - 1)) if low < oldest - 1 else []
     for move in forward:
-        mine = [
-            f for f in files if f.stream == move.stream and move.current[1] < sequence[f.snapshot_id] <= move.new[1]
-        ]
-        move.skipped_rows = sum(f.record_count for f in mine)
-        move.skipped_snapshots = len({f.snapshot_id for f in mine})
+        mine = [f for f, seq in files if f.stream == move.stream and move.current[1] < seq <= move.new[1]]
+        gone = [f for f, seq in expired if f.stream == move.stream and move.current[1] < seq <= move.new[1]]
+        move.skipped_rows = sum(f.record_count for f in mine + gone)
+        move.skipped_expired_rows = sum(f.record_count for f in gone)
+        move.skipped_snapshots = len({f.snapshot_id for f in mine + gone})

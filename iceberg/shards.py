@@ -18,7 +18,7 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import IdentityTransform
 from pyiceberg.types import BooleanType, IntegerType, LongType, StringType
 
-from icegroup.iceberg.errors import SourceBlocked, SourceError
+from icegroup.iceberg.errors import HistoryGap, SourceBlocked
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
 from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
@@ -32,7 +32,11 @@ PRUNABLE_TYPES = (StringType, IntegerType, LongType, BooleanType)
 
 @dataclass(frozen=True)
 class Plan:
-    """What one tick found after the planning cursor."""
+    """What one tick found after the planning cursor.
+
+    ``read_at`` is set when the snapshots that added ``files`` have expired (``iceberg/history_gap.py``):
+    the shards cut from them read their files as of that snapshot, not by an incremental scan.
+    """
 
     appends: list[SnapshotInfo]
     files: list[FileEntry]
@@ -41,6 +45,7 @@ class Plan:
     remaining: int
     blocked: SourceBlocked | None = None
     pruned: int = 0
+    read_at: int | None = None
 
 
 def snapshot_info(snapshot: Snapshot) -> SnapshotInfo:
@@ -59,17 +64,17 @@ def new_snapshots(table: Table, after: int | None, group: GroupConfig) -> list[S
     """Snapshots on main after ``after``, oldest first; an unreachable position is an error.
 
     Reaching a parent that is no longer in the metadata before reaching ``after`` means history the
-    group still needs was expired, so stopping is the only way to not skip data silently.
+    group still needs was expired: ``HistoryGap``, which ``iceberg/history_gap.py`` plans across by
+    comparing files, and whose message is the error where nothing can.
     """
     chain = list(walk_back(table, after))
     if chain:
         oldest = chain[-1]
         if oldest.parent_snapshot_id != after:
-            raise SourceError(
-                f"group {group.name!r}: position {after} of source {group.source!r} is no longer in its "
-                f"history (expired or rolled back); the oldest reachable snapshot is {oldest.snapshot_id}. "
-                "Reset the group to the earliest available snapshot (start: earliest with a new group "
-                "name) and accept the gap, or restore the source's history."
+            raise HistoryGap(
+                f"group {group.name!r}: the history of source {group.source!r} after the group's position "
+                f"{after} has expired; the oldest snapshot still reachable from its head is {oldest.snapshot_id}",
+                after,
             )
     return [snapshot_info(s) for s in reversed(chain)]
 
@@ -253,15 +258,17 @@ def added_files(table: Table, appends: list[SnapshotInfo]) -> list[FileEntry]:
             for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=True):
                 if entry.status != ManifestEntryStatus.ADDED or entry.snapshot_id not in ids:
                     continue
-                data_file = entry.data_file
-                out.append(
-                    FileEntry(
-                        stream=stream_key(spec.spec_id, spec.partition_to_path(data_file.partition, schema)),
-                        snapshot_id=entry.snapshot_id,
-                        path=data_file.file_path,
-                        record_count=data_file.record_count,
-                        size_bytes=data_file.file_size_in_bytes,
-                        identity=identity_values(spec, schema, data_file),
-                    )
-                )
+                out.append(file_entry(spec, schema, entry.data_file, entry.snapshot_id))
     return out
+
+
+def file_entry(spec: PartitionSpec, schema: Schema, data_file: DataFile, snapshot_id: int) -> FileEntry:
+    """What planning keeps of a data file that ``snapshot_id`` added."""
+    return FileEntry(
+        stream=stream_key(spec.spec_id, spec.partition_to_path(data_file.partition, schema)),
+        snapshot_id=snapshot_id,
+        path=data_file.file_path,
+        record_count=data_file.record_count,
+        size_bytes=data_file.file_size_in_bytes,
+        identity=identity_values(spec, schema, data_file),
+    )

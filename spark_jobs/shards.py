@@ -9,7 +9,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.errors import SourceError
-from icegroup.iceberg.protocol.shard_reads import OPEN_COST_BYTES, file_sizes, split_bytes
+from icegroup.iceberg.protocol.shard_reads import OPEN_COST_BYTES, AsOf, Span, file_sizes, shard_span, split_bytes
 from icegroup.iceberg.protocol.shards import PartitionValue, Shard
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
 from icegroup.spark_jobs.row_files import sql_string
@@ -39,16 +39,14 @@ def read_shard(
     columns are dropped, because this group writes its own. ``rows`` restricts the read further by
     ``_file`` and ``_pos`` (``spark_jobs/borrower/isolation.py``: rows isolated, or tried, on their own).
     """
-    return read_shards(
-        spark, table, [shard], (shard.from_snapshot, shard.to_snapshot), root_snapshot, row_filter, columns, rows
-    )
+    return read_shards(spark, table, [shard], shard_span(shard), root_snapshot, row_filter, columns, rows)
 
 
 def read_shards(
     spark: SparkSession,
     table: str,
     shards: Sequence[Shard],
-    span: tuple[int | None, int],
+    span: Span,
     root_snapshot: int | None,
     row_filter: str | None,
     columns: list[tuple[str, str]] | None = None,
@@ -59,15 +57,19 @@ def read_shards(
     As ``read_shard``, for shards of one schema: the streams' identity values prune the other
     streams' files, and ``_file`` keeps exactly the shards' own. Iceberg's incremental read needs an
     exclusive start; a span that starts at the table's first snapshot reads that snapshot on its
-    own and the rest incrementally.
+    own and the rest incrementally. A span ``AsOf`` a snapshot reads the files as of it: a file diff
+    found them after the snapshots that added them expired (``iceberg/history_gap.py``).
     """
     if len({shard.schema_id for shard in shards}) != 1:
         raise ValueError(
             f"read_shards: shards of one source schema only, got {sorted({str(s.schema_id) for s in shards})}"
         )
-    start, end = span
     options = read_options(spark, shards)
-    if start is None:
+    if isinstance(span, AsOf):
+        reader = spark.read.format("iceberg").options(**options).option("snapshot-id", str(span.snapshot_id))
+        df = reader.load(table).select("*", FILE_COLUMN, POS_COLUMN)
+    elif span[0] is None:
+        end = span[1]
         if root_snapshot is None:
             raise SourceError(f"shard {shards[0].shard_id} starts at the table's first snapshot, and it has none left")
         reader = spark.read.format("iceberg").options(**options)
@@ -75,7 +77,7 @@ def read_shards(
         if end != root_snapshot:
             df = df.unionByName(_incremental(spark, table, root_snapshot, end, options))
     else:
-        df = _incremental(spark, table, start, end, options)
+        df = _incremental(spark, table, span[0], span[1], options)
     streams = [
         identity_filter(identity) for identity in {tuple(s.identity.items()): s.identity for s in shards}.values()
     ]

@@ -290,6 +290,12 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
     # A position before the table's first snapshot is its start, as a source range writes it (``start..B``).
     rows = [{**row, "current": row["current"] or "start", "new": row["new"] or "start"} for row in plan.rows()]
     print(table(rows, list(rows[0]) if rows else ["stream"]))
+    expired = sum(move.skipped_expired_rows for move in plan.moves)
+    if expired:
+        print(
+            f"{expired} of the skipped rows were committed by snapshots that have expired: they are counted from the "
+            "data files live now, so a compaction or delete since then makes the figure approximate"
+        )
     replaced = "kept (--keep-output)" if plan.keep_output else (", ".join(plan.windows) or "none")
     print(f"output replaced in windows: {replaced} ({len(plan.replaced_shards)} shards' rows deleted, consumed again)")
     done = "done: the Leader goes on from the new positions"

@@ -53,7 +53,12 @@ class ResetTarget:
 
 @dataclass
 class StreamMove:
-    """One stream's move: from where to where, and what that consumes again or skips."""
+    """One stream's move: from where to where, and what that consumes again or skips.
+
+    ``skipped_expired_rows`` is the part of ``skipped_rows`` whose snapshots have expired: counted from
+    the data files live now (``iceberg/history_gap.py``), which a compaction or a delete in that
+    stretch makes a bound rather than the exact figure.
+    """
 
     stream: str
     current: Position
@@ -61,6 +66,7 @@ class StreamMove:
     reconsumed: list[ShardRange] = field(default_factory=list)
     skipped_snapshots: int = 0
     skipped_rows: int = 0
+    skipped_expired_rows: int = 0
 
     @property
     def direction(self) -> str:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 
 from icegroup.iceberg.protocol.shards import Shard
 
@@ -71,3 +72,33 @@ def spanning_range(shards: Sequence[Shard], sequence_of: Callable[[int], int | N
     if len(known) < len(sequences) or len(set(known.values())) < len(known):
         return None
     return min(known, key=known.__getitem__), end
+
+
+@dataclass(frozen=True)
+class AsOf:
+    """Read the files as of one snapshot, not by a range: the snapshots that added them have expired."""
+
+    snapshot_id: int
+
+
+Span = tuple[int | None, int] | AsOf
+
+
+def shard_span(shard: Shard) -> Span:
+    """What one shard is read by: its snapshot range, or, for one a file diff found, its files as of the head."""
+    return (shard.from_snapshot, shard.to_snapshot) if shard.read_snapshot is None else AsOf(shard.read_snapshot)
+
+
+def batch_span(shards: Sequence[Shard], sequence_of: Callable[[int], int | None]) -> Span | None:
+    """What one scan of ``shards`` is read by; None when they must be read one by one.
+
+    Shards a file diff found (``Shard.read_snapshot``) are read as of the snapshot they name, all in
+    one scan when they name the same one. Beside shards read by range, each is read on its own.
+    """
+    ats = {shard.read_snapshot for shard in shards}
+    if ats == {None}:
+        return spanning_range(shards, sequence_of)
+    if len(ats) == 1:
+        (at,) = ats
+        return AsOf(at) if at is not None else None
+    return None

@@ -76,6 +76,19 @@ class Shard(BaseModel):
         description="Source column values that every file of the stream has (identity partition fields), "
         "so a read of the shard can prune the other streams' files.",
     )
+    read_snapshot: int | None = Field(
+        default=None,
+        description="Set when the snapshots that added its files had expired when it was cut (found by a file "
+        "diff, iceberg/history_gap.py): its files are read as of this snapshot, not by an incremental scan.",
+    )
+
+    def read_at(self) -> int:
+        """The snapshot the shard's files are read as of: its own end, or the head a file diff reached."""
+        return self.to_snapshot if self.read_snapshot is None else self.read_snapshot
+
+    def found_by(self) -> str:
+        """How planning found its files: ``snapshots`` (an incremental range) or ``files`` (a file diff)."""
+        return "snapshots" if self.read_snapshot is None else "files"
 
 
 def window_start_ms(timestamp_ms: int, window: Window) -> int:
@@ -166,6 +179,7 @@ def cut_shards(
     caps: ShardCaps,
     window: Window,
     floors: Mapping[str, int] | None = None,
+    read_at: int | None = None,
 ) -> list[Shard]:
     """Cut the files of the planned snapshots into shards, stream by stream.
 
@@ -198,7 +212,7 @@ def cut_shards(
                 or current.window != win
                 or current.would_exceed(added, caps)
             ):
-                shards.append(_close(group, epoch, stream, current))
+                shards.append(_close(group, epoch, stream, current, read_at))
                 cursor = current.snapshot.snapshot_id
                 current = None
             if current is None:
@@ -207,7 +221,7 @@ def cut_shards(
             current.snapshots.append(snap.snapshot_id)
             current.files.extend(added)
         if current is not None:
-            shards.append(_close(group, epoch, stream, current))
+            shards.append(_close(group, epoch, stream, current, read_at))
     return sorted(shards, key=lambda s: (s.to_sequence, s.stream))
 
 
@@ -232,7 +246,7 @@ def commit_batches(shards: Sequence[Shard], max_rows: int) -> list[list[Shard]]:
     return batches
 
 
-def _close(group: str, epoch: int, stream: str, open_shard: _Open) -> Shard:
+def _close(group: str, epoch: int, stream: str, open_shard: _Open, read_at: int | None) -> Shard:
     last = open_shard.snapshot
     return Shard(
         shard_id=make_shard_id(group, epoch, stream, open_shard.from_snapshot, last.snapshot_id),
@@ -248,6 +262,7 @@ def _close(group: str, epoch: int, stream: str, open_shard: _Open) -> Shard:
         rows=sum(f.record_count for f in open_shard.files),
         bytes=sum(f.size_bytes for f in open_shard.files),
         identity=shared_identity(open_shard.files),
+        read_snapshot=read_at,
     )
 
 

@@ -154,6 +154,7 @@ class ShardRange:
     to_sequence: int | None = None
     rows: int | None = None
     window_start_ms: int | None = None
+    found_by: str = "snapshots"
 
 
 @dataclass(frozen=True)
@@ -200,14 +201,18 @@ def range_of(shard: Shard) -> ShardRange:
         to_sequence=shard.to_sequence,
         rows=shard.rows,
         window_start_ms=shard.window_start_ms,
+        found_by=shard.found_by(),
     )
 
 
 def shard_range_json(shard: ShardRange | Shard) -> dict[str, object]:
-    """A shard's range as commit summaries record it."""
+    """A shard's range as commit summaries record it; ``found`` only for a shard a file diff found.
+
+    Its ``snapshots`` then may have expired before it was read, and its rows were read by file.
+    """
     if isinstance(shard, Shard):
         shard = range_of(shard)
-    return {
+    recorded: dict[str, object] = {
         "id": shard.shard_id,
         "stream": shard.stream,
         "from": shard.from_snapshot,
@@ -217,6 +222,9 @@ def shard_range_json(shard: ShardRange | Shard) -> dict[str, object]:
         "window": shard.window_start_ms,
         "snapshots": list(shard.snapshots),
     }
+    if shard.found_by != "snapshots":
+        recorded["found"] = shard.found_by
+    return recorded
 
 
 def parse_ranges(text: str) -> tuple[ShardRange, ...]:
@@ -231,6 +239,7 @@ def parse_ranges(text: str) -> tuple[ShardRange, ...]:
             to_sequence=item.get("seq"),
             rows=item.get("rows"),
             window_start_ms=item.get("window"),
+            found_by=item.get("found", "snapshots"),
         )
         for item in json.loads(text)
     )

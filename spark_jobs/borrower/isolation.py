@@ -62,8 +62,8 @@ def except_rows(positions: Mapping[str, Sequence[int]]) -> Column:
 
 
 def shard_files(spark: SparkSession, table: str, shard: Shard) -> DataFrame:
-    """The rows of the shard's files at its last snapshot, with ``_file`` and ``_pos``; its stream prunes the scan."""
-    rows = spark.read.format("iceberg").option("snapshot-id", str(shard.to_snapshot)).load(table)
+    """The rows of the shard's files as of ``Shard.read_at``, with ``_file`` and ``_pos``; its stream prunes it."""
+    rows = spark.read.format("iceberg").option("snapshot-id", str(shard.read_at())).load(table)
     stream = identity_filter(shard.identity)
     if stream is not None:
         rows = rows.where(stream)

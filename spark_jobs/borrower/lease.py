@@ -161,7 +161,7 @@ def run_lease(
     """
     catalog = lakehouse.catalog()
     key = f"lease/{lease.lease_id}/{lease.attempt}"
-    read_to = shards[-1].to_snapshot if shards else None
+    read_to = shards[-1].read_at() if shards else None
     events = run_events(lakehouse, catalog, group.name, f"{group.name}.lease", key, group.source, read_to)
     events.start()
     waited = 0.0

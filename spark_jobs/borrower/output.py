@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.shard_reads import spanning_range
+from icegroup.iceberg.protocol.shard_reads import batch_span
 from icegroup.iceberg.protocol.shards import Shard, sink_window
 from icegroup.iceberg.protocol.sink_commit import shard_number
 from icegroup.iceberg.protocol.state import Lease
@@ -66,7 +66,7 @@ def shard_output(
         schema = shards[0].schema_id
         if row_files.known(schema) is None:
             row_files.ref(read(shards[0]), schema)
-        span = spanning_range(shards, lambda snapshot: sequence_number(source, snapshot))
+        span = batch_span(shards, lambda snapshot: sequence_number(source, snapshot))
         if span is None or not row_files.known(schema):
             return None
         out = transform(read_shards(spark, source_table, shards, span, root, group.filter, columns))

@@ -8,7 +8,10 @@ from icegroup.iceberg.protocol.shard_reads import (
     MAX_SPLIT_BYTES,
     OPEN_COST_BYTES,
     TASKS_PER_CORE,
+    AsOf,
+    batch_span,
     file_sizes,
+    shard_span,
     spanning_range,
     split_bytes,
 )
@@ -70,3 +73,17 @@ def test_a_location_becomes_a_binary_spark_sql_literal_of_its_utf8_bytes(value: 
     assert literal.startswith("CAST(X'")
     assert literal.endswith("' AS STRING)")
     assert bytes.fromhex(literal.removeprefix("CAST(X'").removesuffix("' AS STRING)")).decode() == value
+
+
+def test_shards_a_file_diff_found_are_read_as_of_their_snapshot_together_or_one_by_one() -> None:
+    def sequence(snapshot: int) -> int:
+        return snapshot
+
+    found = [shard(1, read_snapshot=300), shard(2, stream="b", read_snapshot=300)]
+    assert batch_span(found, sequence) == AsOf(300), "one scan as of the head the diff reached"
+    ranged = shard(3, stream="c", from_snapshot=101, to_snapshot=105)
+    assert batch_span([ranged], sequence) == (101, 105)
+    assert batch_span([found[0], ranged], sequence) is None, "a mix is read one by one"
+    assert batch_span([found[0], shard(4, read_snapshot=301)], sequence) is None
+    assert shard_span(found[0]) == AsOf(300)
+    assert shard_span(ranged) == (101, 105)
