@@ -224,7 +224,8 @@ def ref_line(source: Table, group: str) -> str:
     before = f" and the {ref.keep - 1} before it" if ref.keep > 1 else ""
     return (
         f"source branch {ref_name(group)}: at snapshot {ref.snapshot_id}; any engine's expire_snapshots keeps it"
-        f"{before}"
+        f"{before}. Newer snapshots it does not keep: if they expire, the group reads their rows from the files "
+        "live now (a compaction among them stops it)"
     )
 
 

@@ -78,7 +78,8 @@ def test_describe_names_what_keeps_the_groups_history_and_forecasts_an_expiry_by
     head = catalog.load_table(group.source).snapshots()[-1].snapshot_id
     assert branch == (
         f"source branch icegroup-{group.name}: at snapshot {head}; "
-        "any engine's expire_snapshots keeps it and the 1 before it"
+        "any engine's expire_snapshots keeps it and the 1 before it. Newer snapshots it does not keep: if they "
+        "expire, the group reads their rows from the files live now (a compaction among them stops it)"
     )
     expires = datetime.fromtimestamp((first.timestamp_ms + 3_600_000) / 1000, tz=UTC).isoformat(timespec="seconds")
     assert "expiry by age (0.0416667 days) outside icegroup would take the oldest snapshot" in forecast
