@@ -1,11 +1,15 @@
-"""A group's transform, named ``module:function``: found and checked without importing Spark where it can be.
+"""A group's transform, named ``module:function``: imported and checked when the groups load.
 
-The groups file is loaded by every ``icegroup`` command, including the ones that never start Spark.
-Importing a transform module imports PySpark with it (a fifth of a second), so ``check_transforms``
-first reads the module's source: a top-level ``def`` of that name settles it. Anything it cannot
-settle that way (a missing module, a typo, a name bound some other way, a module without source)
-is imported, so every problem still fails at once with an error naming the file, the group and
-the field. A module that fails while it runs is reported when a Borrower loads it, before any lease.
+Every ``icegroup`` command loads the groups file, so a transform that cannot work fails there, with
+an error that names the file, the group and the field, before any Spark job starts:
+- a module that cannot be imported, with the module's own error (a dependency it imports that is
+  not installed, say);
+- a module without that function;
+- a module-level UDF whose return type is a string (``@F.udf("long")``). The type string is parsed
+  through the JVM when the module is imported, and an executor's Python worker has no JVM, so the
+  module fails on every executor. Found in the module's source before it is imported, so the
+  error says this rather than the import's own ``SparkContext ... should be created first``.
+  ``@F.udf(LongType())`` is what works.
 """
 
 from __future__ import annotations
@@ -37,34 +41,67 @@ def import_transform(path: str) -> Callable[[Any], Any]:
     return cast(Callable[[Any], Any], function)
 
 
-def defined_in_source(path: str) -> bool:
-    """Whether the module's source file defines the function at its top level; the module does not run."""
-    module_name, _, attr = path.partition(":")
+UDF_DECORATORS = frozenset({"udf", "pandas_udf"})
+
+
+def string_typed_udfs(path: str) -> list[str]:
+    """Module-level functions decorated with a UDF whose return type is given as a string, by name.
+
+    Read from the module's source file; a module without one (built, or not a ``.py`` file) has none found.
+    """
+    module_name, _, _ = path.partition(":")
     try:
         spec = importlib.util.find_spec(module_name)
     except (ImportError, ValueError):
-        return False
+        return []
     if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        return False
+        return []
     try:
         tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
     except (OSError, SyntaxError, ValueError):
-        return False
-    return any(isinstance(node, ast.FunctionDef) and node.name == attr for node in tree.body)
+        return []
+    found = []
+    for node in tree.body:
+        if not isinstance(node, ast.FunctionDef):
+            continue
+        for decorator in node.decorator_list:
+            if isinstance(decorator, ast.Call) and _name(decorator.func) in UDF_DECORATORS and _string_type(decorator):
+                found.append(node.name)
+    return found
+
+
+def _name(func: ast.expr) -> str | None:
+    if isinstance(func, ast.Name):
+        return func.id
+    return func.attr if isinstance(func, ast.Attribute) else None
+
+
+def _string_type(call: ast.Call) -> bool:
+    given = [*call.args[:1], *(k.value for k in call.keywords if k.arg == "returnType")]
+    return any(isinstance(arg, ast.Constant) and isinstance(arg.value, str) for arg in given)
 
 
 def check_transforms(groups: Iterable[GroupConfig], source: str) -> None:
-    """Check every group's transform; problems of all groups are reported together.
+    """Import and check every group's transform; problems of all groups are reported together.
 
     ``source`` names where the groups were defined (the YAML file), as in every other config error.
     """
     problems = []
     for group in groups:
-        if defined_in_source(group.transform):
+        where = f"{source}: group {group.name!r}: transform"
+        typed_by_string = string_typed_udfs(group.transform)
+        for name in typed_by_string:
+            problems.append(
+                f"{where}: {group.transform.partition(':')[0]}.{name} is a module-level UDF with its return type as a "
+                "string, which is parsed through the JVM when the module is imported: without a SparkContext (as on "
+                "every executor) the import fails; give the type as an object, such as @F.udf(LongType()) instead of "
+                '@F.udf("long")'
+            )
+        if typed_by_string:
             continue
         try:
             import_transform(group.transform)
         except ValueError as exc:
-            problems.append(f"{source}: group {group.name!r}: transform: {exc}")
+            problems.append(f"{where}: {exc}")
     if problems:
         raise ConfigError("\n".join(problems))

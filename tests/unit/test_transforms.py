@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import dagster as dg
@@ -106,17 +105,34 @@ def test_load_transform_raises_config_error_naming_the_field() -> None:
         load_transform("icegroup.spark_jobs.transforms:nope")
 
 
-def test_a_function_defined_in_its_module_source_is_checked_without_running_the_module(
+def test_a_module_whose_own_import_fails_is_refused_when_the_groups_load_with_its_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The groups load without importing a transform's module (and PySpark with it); a Borrower still loads it."""
-    (tmp_path / "slow_transform_xyz.py").write_text(
+    (tmp_path / "broken_transform_xyz.py").write_text(
         "import no_such_dependency_xyz\n\n\ndef reshape(df):\n    return df\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
 
-    load_checked_groups(groups_yaml(tmp_path, "slow_transform_xyz:reshape"))
+    with pytest.raises(ConfigError) as info:
+        load_checked_groups(groups_yaml(tmp_path, "broken_transform_xyz:reshape"))
 
-    assert "slow_transform_xyz" not in sys.modules, "the module's source was read, not run"
-    with pytest.raises(ConfigError, match=r"module 'slow_transform_xyz' cannot be imported \(ModuleNotFoundError"):
-        load_transform("slow_transform_xyz:reshape")
+    message = str(info.value)
+    assert "group 'orders': transform: 'broken_transform_xyz:reshape'" in message
+    assert "ModuleNotFoundError: No module named 'no_such_dependency_xyz'" in message
+
+
+def test_a_module_level_udf_typed_by_a_string_is_refused_and_one_typed_by_an_object_is_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    header = "from pyspark.sql import functions as F\nfrom pyspark.sql.types import LongType\n\n\n"
+    (tmp_path / "udf_string_xyz.py").write_text(
+        header + '@F.udf("long")\ndef cents(x):\n    return x\n\n\ndef reshape(df):\n    return df\n'
+    )
+    (tmp_path / "udf_object_xyz.py").write_text(
+        header + "@F.udf(LongType())\ndef cents(x):\n    return x\n\n\ndef reshape(df):\n    return df\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    with pytest.raises(ConfigError, match=r"udf_string_xyz\.cents is a module-level UDF .* @F\.udf\(LongType\(\)\)"):
+        load_checked_groups(groups_yaml(tmp_path, "udf_string_xyz:reshape"))
+    load_checked_groups(groups_yaml(tmp_path, "udf_object_xyz:reshape"))
