@@ -25,6 +25,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from icegroup.iceberg.config.files import format_validation_error, read_yaml_mapping
+from icegroup.iceberg.config.nearby import nearby_lakes
 from icegroup.iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN, RestCatalogSettings, RetryingRestCatalog
 from icegroup.iceberg.config.sections import OpenLineageSettings, S3Settings, SparkSettings
 from icegroup.iceberg.errors import CatalogUnavailable, ConfigError
@@ -263,10 +264,12 @@ class LakehouseConfig(BaseModel):
         url = make_url(self.catalog_uri)
         if url.get_backend_name() != "sqlite" or not url.database or Path(url.database).is_file():
             return None
+        near = nearby_lakes(Path(url.database))
+        found = f"; lakes that do exist near it: {', '.join(map(str, near))}" if near else ""
         return (
-            f"catalog_uri: no lake at {url.database} (the catalog database does not exist). Run `icegroup init` to "
-            "start a local lake there, or point --lakehouse, $ICEGROUP_LAKEHOUSE or $ICEGROUP_CATALOG_URI at your "
-            "lake"
+            f"catalog_uri: no lake at {url.database} (the catalog database does not exist){found}. Fix catalog_uri "
+            "(a typo in the path?), or point --lakehouse, $ICEGROUP_LAKEHOUSE or $ICEGROUP_CATALOG_URI at your lake; "
+            "only to start a new, empty lake there, run `icegroup init`"
         )
 
     def _open_catalog(self) -> Catalog:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -115,6 +116,21 @@ def test_a_missing_local_catalog_is_named_not_created(tmp_path: Path) -> None:
     assert "no lake at" in (lakehouse.missing_lake() or "")
     assert "icegroup init" in (lakehouse.missing_lake() or "")
     assert not (tmp_path / ".lake").exists()
+
+
+def test_a_mistyped_catalog_path_names_the_lakes_beside_it_and_does_not_lead_with_init(tmp_path: Path) -> None:
+    lake = tmp_path / ".lake"
+    lake.mkdir()
+    sqlite3.connect(lake / "catalog.db").execute("create table t (x)").connection.close()
+    (lake / "notes.db").write_text("not a database")
+    lakehouse = load_lakehouse(
+        None, env={"ICEGROUP_CATALOG_URI": f"sqlite:///{lake}/catalg.db", "ICEGROUP_WAREHOUSE": str(lake)}
+    )
+
+    message = lakehouse.missing_lake() or ""
+    assert f"no lake at {lake}/catalg.db" in message
+    assert f"lakes that do exist near it: {lake}/catalog.db." in message, "a file that is no SQLite is no lake"
+    assert message.index("Fix catalog_uri") < message.index("icegroup init"), "init is the last advice"
 
 
 def cli(folder: Path, *args: str, home: Path) -> subprocess.CompletedProcess[str]:
