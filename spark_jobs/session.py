@@ -13,6 +13,7 @@ from typing import ClassVar
 import pyspark
 from py4j.protocol import Py4JError
 from pyspark import SparkContext
+from pyspark.errors import PySparkRuntimeError
 from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
@@ -20,6 +21,7 @@ from icegroup.iceberg.config.rest import spark_catalog_properties
 from icegroup.iceberg.errors import ConfigError
 from icegroup.spark_jobs.engines import check_pair, supported_pairs
 from icegroup.spark_jobs.jars import IVY_CONF, PACKAGES_CONF, remember, resolving, spark_jars
+from icegroup.spark_jobs.java import check_java, gateway_exited
 
 JARS_CONF = "spark.jars"
 SPARK_REDACTION = "(?i)secret|password|token|access[.]key|credential|header[.]"
@@ -145,8 +147,15 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         # after a session stops); then what it resolved is handed to the executors and remembered.
         packages = conf.get(PACKAGES_CONF) if SparkContext._gateway is None else None
         ivy = Path(conf[IVY_CONF])
+        if SparkContext._gateway is None:
+            check_java()
         with executors_python(lakehouse.spark.python), resolving(ivy) if packages else nullcontext():
-            session = builder.getOrCreate()
+            try:
+                session = builder.getOrCreate()
+            except PySparkRuntimeError as exc:
+                if exc.getErrorClass() != "JAVA_GATEWAY_EXITED":
+                    raise
+                raise gateway_exited(exc) from exc
         session.sparkContext.setLogLevel("ERROR")
         if packages:
             ship_resolved(session, ivy, tuple(packages.split(",")))
