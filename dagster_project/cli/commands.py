@@ -281,7 +281,7 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     else:
         print(render(view))
     if args.plot:
-        print("\n".join(plot_lines(lakehouse.catalog(), group, dagster_home(), lakehouse.catalog_name)))
+        print("\n".join(plot_lines(lakehouse.catalog(), group, dagster_home(create=False), lakehouse.catalog_name)))
     return Exit.OK
 
 

@@ -59,7 +59,7 @@ def cmd_metrics(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     chosen = {name: pick(groups, name, args.groups) for name in args.group} if args.group else groups
     if args.every is not None and (args.textfile is None or args.every <= 0):
         raise UsageError("--every: give it with --textfile, as a number of seconds above 0 (e.g. --every 15)")
-    home = dagster_home()
+    home = dagster_home(create=False)
     registry = CollectorRegistry()
     registry.register(GroupCollector(lakehouse.catalog, chosen, lambda: leader_ticks(home, chosen)))
     if args.serve is not None:
@@ -92,6 +92,8 @@ def leader_ticks(home: Path, groups: Mapping[str, GroupConfig]) -> dict[str, Lea
 
     by_sensor = {f"{name}_leader": name for name in groups}
     ticks: dict[str, LeaderTick] = {}
+    if not home.is_dir():
+        return ticks  # no instance: no tick was ever recorded, and reading must not create one
     with open_instance(home) as instance:
         for state in instance.all_instigator_state():
             group = by_sensor.get(state.instigator_name)

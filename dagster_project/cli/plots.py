@@ -40,6 +40,8 @@ def lag_after_leases(home: Path, group: GroupConfig, catalog_name: str, last: in
     from icegroup.dagster_project.assets import table_key
     from icegroup.dagster_project.runs.execute import open_instance
 
+    if not home.is_dir():
+        return []  # no instance: no lease was observed, and reading must not create one
     with open_instance(home) as instance:
         records = instance.fetch_observations(table_key(catalog_name, group.sink), limit=200).records
     points = []

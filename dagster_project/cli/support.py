@@ -51,10 +51,15 @@ def table(rows: list[dict[str, object]], columns: list[str]) -> str:
     return "\n".join(line.rstrip() for line in out.getvalue().splitlines())
 
 
-def dagster_home() -> Path:
-    """``$DAGSTER_HOME``, else ``.dagster`` under ``$ICEGROUP_HOME``: the instance ``make ui`` shows."""
+def dagster_home(create: bool = True) -> Path:
+    """``$DAGSTER_HOME``, else ``.dagster`` under ``$ICEGROUP_HOME``: the instance ``make ui`` shows.
+
+    A command that only reads passes ``create=False``: it must leave no folder behind, and an
+    instance that is not there has nothing to show.
+    """
     home = Path(os.environ.get("DAGSTER_HOME") or Path(os.environ.get(ENV_HOME, ".")) / ".dagster").resolve()
-    home.mkdir(parents=True, exist_ok=True)
+    if create:
+        home.mkdir(parents=True, exist_ok=True)
     return home
 
 

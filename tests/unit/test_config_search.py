@@ -13,6 +13,7 @@ import pytest
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.config.search import Places, find_groups, find_lakehouse
 from icegroup.iceberg.errors import ConfigError
+from tests.factories import SCHEMA
 
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
 
@@ -193,3 +194,19 @@ def test_read_only_commands_and_previews_create_no_table(tmp_path: Path) -> None
     assert [r.returncode for r in ran] == [0] * len(ran), [r.stderr for r in ran]
     assert catalog.list_tables("shop") == [("shop", "orders")]
     assert sorted(p.name for p in tmp_path.iterdir()) == [".lake", "groups.yaml", "lakehouse.yaml"]
+
+
+def test_metrics_and_describe_plot_only_read_and_create_no_dagster_folder(tmp_path: Path) -> None:
+    assert cli(tmp_path, "init", home=tmp_path).returncode == 0
+    (tmp_path / "groups.yaml").write_text("groups:\n  - {name: g1, source: shop.orders, sink: shop.orders_copy}\n")
+    catalog = load_lakehouse(tmp_path / "lakehouse.yaml", env={}).catalog()
+    catalog.create_namespace_if_not_exists("shop")
+    catalog.create_table("shop.orders", schema=SCHEMA)
+
+    metrics = cli(tmp_path, "metrics", home=tmp_path)
+    described = cli(tmp_path, "describe", "g1", "--plot", home=tmp_path)
+
+    assert metrics.returncode == 0, metrics.stderr
+    assert described.returncode == 0, described.stderr
+    assert "no lease observed" in described.stdout
+    assert not (tmp_path / ".dagster").exists(), "a command that only reads created the Dagster instance's folder"
