@@ -25,7 +25,7 @@ from icegroup.iceberg.protocol.phases import reconcile, renewed
 from icegroup.iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.source_ref import ref_name
-from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.protocol.state import GroupState, LeasePhase
 from icegroup.iceberg.rebuild import sync_tables
 from icegroup.iceberg.shards import blocked_at
 from icegroup.iceberg.store.dead_letters import open_in
@@ -78,6 +78,7 @@ class GroupView:
     holds: list[Hold] = field(default_factory=list)
     retired_streams: int = 0
     retired_rows: int = 0
+    leases_parked: int = 0
     as_of_ms: int = 0
     status: str = "caught up"
     historical: bool = False
@@ -338,6 +339,7 @@ class Counts(TypedDict):
     leases_done: int
     retired_streams: int
     retired_rows: int
+    leases_parked: int = 0
 
 
 def counts_of(group: GroupConfig, state: GroupState) -> Counts:
@@ -349,7 +351,8 @@ def counts_of(group: GroupConfig, state: GroupState) -> Counts:
         epoch=state.epoch,
         planned_through=state.planned_through,
         pending_shards=len(state.shards),
-        leases_in_flight=len(state.leases),
+        leases_in_flight=sum(1 for lease in state.leases.values() if lease.phase is not LeasePhase.PARKED),
+        leases_parked=sum(1 for lease in state.leases.values() if lease.phase is LeasePhase.PARKED),
         leases_done=state.leases_done,
         retired_streams=state.retired.streams,
         retired_rows=state.retired.rows,

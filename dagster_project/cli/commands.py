@@ -257,7 +257,8 @@ def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[
                 "streams": len(view.streams),
                 "lag_rows": view.lag_rows,
                 "leases_in_flight": view.leases_in_flight,
-                "state": view.status,
+                "leases_parked": view.leases_parked,
+                "status": view.status,
             }
         )
     if args.json:

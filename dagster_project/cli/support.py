@@ -89,7 +89,8 @@ def render(view: GroupView) -> str:
         + f"group {view.group}: {view.source} -> {view.sink}  epoch {view.epoch}  {view.status}\n"
         f"source head {text(view.source_head)}  planned through {text(view.planned_through)}  "
         f"pending shards {view.pending_shards}  leases in flight {view.leases_in_flight}  "
-        f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
+        + (f"leases parked {view.leases_parked}  " if view.leases_parked else "")
+        + f"leases done {view.leases_done}  lag {view.lag_snapshots} snapshots / {view.lag_rows} rows"
         + (f" / {view.lag_age_s:.1f}s (oldest unconsumed commit)" if view.lag_age_s is not None else "")
         + (
             f"\nstreams done and folded out of the registry: {view.retired_streams} ({view.retired_rows} rows)"
@@ -106,7 +107,7 @@ def render(view: GroupView) -> str:
             "lag_rows": s.lag_rows,
             "lag_age": None if (age := s.age_at(view.as_of_ms)) is None else f"{age:.1f}s",
             "committed_rows": s.committed_rows,
-            "rate": None if s.rate_rows_s is None else f"{s.rate_rows_s:,.0f} rows/s",
+            "rate": None if s.rate_rows_s is None else f"{rate_text(s.rate_rows_s)} rows/s",
             "leases": s.leases,
         }
         for s in view.streams
@@ -121,3 +122,12 @@ def render(view: GroupView) -> str:
         + (f"\nreplays in flight:{replays}" if replays else "")
         + retention
     )
+
+
+def rate_text(rows_s: float) -> str:
+    """A rate with the digits that matter: whole rows from 10 a second up, else three significant digits.
+
+    Rounded to whole rows, a stream that commits a few rows a minute read ``0 rows/s`` beside the
+    0.077 that ``metrics`` gives for it.
+    """
+    return f"{rows_s:,.0f}" if rows_s >= 10 or rows_s == 0 else f"{rows_s:.3g}"

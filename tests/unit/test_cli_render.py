@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from icegroup.dagster_project.cli.support import render, table
+from dataclasses import replace
+
+from icegroup.dagster_project.cli.support import rate_text, render, table
 from icegroup.iceberg.describe import GroupView, StreamView
 from icegroup.iceberg.protocol.liveness import Hold
 
@@ -99,3 +101,16 @@ def test_render_ends_with_who_holds_each_lease_and_until_when() -> None:
         "  lease 0123456789abcdef#1 (0/region=eu) held by run-7: last heartbeat 10s ago; re-granted in 20s if it "
         "stays silent, at the latest in 1790s",
     ]
+
+
+def test_a_slow_rate_keeps_its_digits_as_metrics_gives_them() -> None:
+    assert rate_text(0.077) == "0.077", "a few rows a minute is not 0 rows/s"
+    assert rate_text(3.14159) == "3.14"
+    assert rate_text(2500.0) == "2,500"
+    assert rate_text(0) == "0"
+
+
+def test_parked_leases_show_apart_from_the_leases_in_flight() -> None:
+    parked = replace(view(), leases_in_flight=0, leases_parked=2)
+    assert "leases in flight 0  leases parked 2  leases done 4" in render(parked)
+    assert "leases parked" not in render(view())
