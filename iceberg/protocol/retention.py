@@ -102,6 +102,8 @@ def reset_reach(
 
 # Iceberg's default for history.expire.max-snapshot-age-ms: what an expiry outside icegroup keeps.
 DEFAULT_MAX_AGE_MS = 5 * 24 * 3_600_000
+# With no rate to forecast from, an expiry closer than this is called a risk.
+NO_RATE_WARNING_MS = 24 * 3_600_000
 
 
 @dataclass(frozen=True)
@@ -119,8 +121,9 @@ class Staleness:
             return f"retention: nothing unconsumed; an expiry by age ({days:g} days) takes nothing the group needs"
         expires = _iso(self.expires_at_ms)
         if self.catches_up_at_ms is None:
+            risk = "AT RISK: " if self.at_risk else ""
             return (
-                f"retention: AT RISK: no recent rate, so no catch-up forecast; an expiry by age ({days:g} days) "
+                f"retention: {risk}no recent rate yet, so no catch-up forecast; an expiry by age ({days:g} days) "
                 f"outside icegroup would take the oldest snapshot the group needs at {expires}"
             )
         verdict = "AT RISK: that is before" if self.at_risk else "safe: that is after"
@@ -138,7 +141,8 @@ def staleness(
         return Staleness(None, None, at_risk=False)
     expires = oldest_needed_ms + max_age_ms
     if not rate_rows_s:
-        return Staleness(expires, None, at_risk=True)
+        # Without a rate there is no forecast: a new group has none yet. Only a close expiry is a risk then.
+        return Staleness(expires, None, at_risk=expires - now_ms < NO_RATE_WARNING_MS)
     clears = now_ms + int(lag_rows / rate_rows_s * 1000)
     return Staleness(expires, clears, at_risk=clears >= expires)
 

@@ -66,7 +66,9 @@ def test_the_forecast_is_at_risk_when_the_lag_outlasts_the_age_limit_or_nothing_
     slow = staleness(now - 4 * DAY, 5 * DAY, lag_rows=10 * 86_400, rate_rows_s=1.0, now_ms=now)
     assert slow.at_risk
     assert "AT RISK: that is before the lag clears" in slow.line(5 * DAY)
-    assert staleness(now - DAY, 5 * DAY, lag_rows=10, rate_rows_s=None, now_ms=now).at_risk
+    stuck = staleness(now - 4 * DAY - 3_600_000, 5 * DAY, lag_rows=10, rate_rows_s=None, now_ms=now)
+    assert stuck.at_risk, "no rate, and the expiry by age is under a day away"
+    assert "AT RISK: no recent rate yet" in stuck.line(5 * DAY)
     idle = staleness(None, 5 * DAY, lag_rows=0, rate_rows_s=None, now_ms=now)
     assert not idle.at_risk
     assert "nothing unconsumed" in idle.line(5 * DAY)
@@ -94,3 +96,10 @@ def test_the_sink_keeps_every_commit_that_consumed_source_history_a_reset_can_st
     legacy = [(7, ranges(None)), (8, ranges(None))]  # no sequence numbers recorded: ends at snapshot 100
     assert reset_reach(legacy, 5, [100, *present]) == 7, "an old range is kept while its snapshot is there"
     assert reset_reach(legacy, 5, present) is None, "and not once the source expired it"
+
+
+def test_a_new_group_with_no_rate_yet_is_not_at_risk_days_before_any_expiry() -> None:
+    now = 10 * DAY
+    new = staleness(now - 60_000, 5 * DAY, lag_rows=10, rate_rows_s=None, now_ms=now)
+    assert not new.at_risk
+    assert new.line(5 * DAY).startswith("retention: no recent rate yet, so no catch-up forecast")
