@@ -93,20 +93,7 @@ def parser() -> argparse.ArgumentParser:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     top.add_argument("--version", action="version", version=f"icegroup {package_version()}")
-    top.add_argument(
-        "--groups", help=f"group definitions YAML (else ${ENV_GROUPS}, ./groups.yaml, ~/.icegroup/groups.yaml)"
-    )
-    top.add_argument(
-        "--lakehouse",
-        help=f"lakehouse config YAML (else ${ENV_CONFIG}, ./lakehouse.yaml, ~/.icegroup/lakehouse.yaml, "
-        f"a local lake in ${ENV_HOME}/.lake or ./.lake)",
-    )
-    top.add_argument(
-        "--verbose",
-        action="store_true",
-        help="print Dagster's event log, Spark's output, warnings and full tracebacks, instead of writing a run's "
-        "output to a log file under $DAGSTER_HOME/logs/",
-    )
+    shared_options(top, default=None)
     sub = top.add_subparsers(required=True, metavar="COMMAND")
     add_init(sub)
 
@@ -181,7 +168,35 @@ def parser() -> argparse.ArgumentParser:
     add_canary(sub)
     for choice in sub._choices_actions:  # each command's own --help opens with its one line, preview rule included
         sub.choices[choice.dest].description = choice.help
+    for command in sub.choices.values():  # the options that apply to every command, also after its name
+        shared_options(command, default=argparse.SUPPRESS)
     return top
+
+
+def shared_options(command: argparse.ArgumentParser, default: object) -> None:
+    """``--groups``, ``--lakehouse`` and ``--verbose``, on the top level and on each command.
+
+    On a command they default to ``SUPPRESS``: given there they win, left out they leave what the
+    top level parsed, so ``icegroup --groups F list`` and ``icegroup list --groups F`` mean the same.
+    """
+    command.add_argument(
+        "--groups",
+        default=default,
+        help=f"group definitions YAML (else ${ENV_GROUPS}, ./groups.yaml, ~/.icegroup/groups.yaml)",
+    )
+    command.add_argument(
+        "--lakehouse",
+        default=default,
+        help=f"lakehouse config YAML (else ${ENV_CONFIG}, ./lakehouse.yaml, ~/.icegroup/lakehouse.yaml, "
+        f"a local lake in ${ENV_HOME}/.lake or ./.lake)",
+    )
+    command.add_argument(
+        "--verbose",
+        action="store_true",
+        default=False if default is None else default,
+        help="print Dagster's event log, Spark's output, warnings and full tracebacks, instead of writing a run's "
+        "output to a log file under $DAGSTER_HOME/logs/",
+    )
 
 
 def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -48,12 +48,15 @@ def _command_section(path: str, parser: argparse.ArgumentParser, summary: str | 
     parts = [f"{'#' * level} {path}"]
     if summary:
         parts.append(escape(summary[:1].upper() + summary[1:]) + ("" if summary.endswith(".") else "."))
-    if parser.description:
+    if parser.description and not _same_text(parser.description, summary or ""):
         parts.append(paragraphs(parser.description))
     parts.append(f"```text\n{parser.format_usage().strip()}\n```")
     rows = [_argument_row(parser, action) for action in _documented_actions(parser)]
     if rows:
         parts.append(table(["argument", "description", "default"], rows))
+    shared = [action.option_strings[0] for action in parser._actions if _shared(action)]
+    if shared:
+        parts.append(f"It also takes {', '.join(code(option) for option in shared)}, as the top level does.")
     parts.extend(_exclusive_notes(parser))
     if parser.epilog and summary is not None:
         parts.append(paragraphs(parser.epilog))
@@ -65,7 +68,23 @@ def _documented_actions(parser: argparse.ArgumentParser) -> Iterator[argparse.Ac
     for action in parser._actions:
         if isinstance(action, argparse._HelpAction | argparse._SubParsersAction) or action.help == argparse.SUPPRESS:
             continue
+        if _shared(action):
+            continue
         yield action
+
+
+def _shared(action: argparse.Action) -> bool:
+    """An option every command takes after its name as well (its default leaves the top level's value)."""
+    return (
+        bool(action.option_strings)
+        and action.default == argparse.SUPPRESS
+        and not isinstance(action, argparse._HelpAction | argparse._VersionAction)
+    )
+
+
+def _same_text(description: str, summary: str) -> bool:
+    """Whether a command's description only repeats its one-line help (the CLI sets it so, for ``--help``)."""
+    return description.strip().rstrip(".").lower() == summary.strip().rstrip(".").lower()
 
 
 def _argument_row(parser: argparse.ArgumentParser, action: argparse.Action) -> list[str]:

@@ -166,3 +166,27 @@ def test_an_unknown_marker_fails_the_build_naming_the_choices(hooks: dict[str, M
     reference = importlib.import_module("reference")
     with pytest.raises(reference.UnknownMarker, match=r"generated: clli .*\['cli', 'configuration'\]"):
         reference.on_page_markdown("# X\n\n<!-- generated: clli -->\n")
+
+
+def test_the_cli_page_says_each_command_once_and_names_the_shared_options_once_per_command(
+    hooks: dict[str, ModuleType],
+) -> None:
+    page = hooks["cli_reference"].render_cli(parser(), {int(code): text for code, text in MEANING.items()})
+    sections = re.findall(r"^## (icegroup \S+)\n\n([^\n]+)\n\n([^\n]+)", page, flags=re.MULTILINE)
+    assert sections, "the commands are there"
+    repeated = [name for name, first, second in sections if first.lower().rstrip(".") == second.lower().rstrip(".")]
+    assert repeated == [], "a command's description repeats its one-line help"
+    assert page.count("| `--groups GROUPS` |") == 1, "the shared options are described once, on the top level"
+    assert page.count("It also takes `--groups`, `--lakehouse`, `--verbose`, as the top level does.") == len(
+        [line for line in page.splitlines() if re.match(r"^## icegroup \S+$", line)]
+    )
+
+
+def test_the_shared_options_mean_the_same_before_and_after_the_command() -> None:
+    cli = parser()
+    assert cli.parse_args(["list", "--groups", "g.yaml", "--lakehouse", "l.yaml"]).groups == "g.yaml"
+    assert cli.parse_args(["--groups", "g.yaml", "list"]).groups == "g.yaml"
+    assert cli.parse_args(["--groups", "a.yaml", "list", "--groups", "b.yaml"]).groups == "b.yaml"
+    plain = cli.parse_args(["list"])
+    assert (plain.groups, plain.lakehouse, plain.verbose) == (None, None, False)
+    assert cli.parse_args(["describe", "g", "--verbose"]).verbose
