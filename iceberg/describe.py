@@ -339,7 +339,7 @@ class Counts(TypedDict):
     leases_done: int
     retired_streams: int
     retired_rows: int
-    leases_parked: int = 0
+    leases_parked: int
 
 
 def counts_of(group: GroupConfig, state: GroupState) -> Counts:
