@@ -63,9 +63,11 @@ def dumps(value: Any) -> str:
 
 
 def text(value: object) -> str:
-    """One value in text output: ``none`` for an absent one, lists joined by commas, anything else as it is."""
+    """One value in text output: ``none`` for an absent one, yes or no, lists joined by commas, else as it is."""
     if value is None:
         return ABSENT
+    if isinstance(value, bool):
+        return "yes" if value else "no"
     if isinstance(value, list | tuple):
         return ",".join(text(item) for item in value) or ABSENT
     return str(value)

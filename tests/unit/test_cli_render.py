@@ -114,3 +114,8 @@ def test_parked_leases_show_apart_from_the_leases_in_flight() -> None:
     parked = replace(view(), leases_in_flight=0, leases_parked=2)
     assert "leases in flight 0  leases parked 2  leases done 4" in render(parked)
     assert "leases parked" not in render(view())
+
+
+def test_table_cells_are_words_not_python_literals() -> None:
+    out = table([{"complete": True, "missing": None}, {"complete": False, "missing": []}], ["complete", "missing"])
+    assert out.splitlines()[1:] == ["yes       none", "no        none"]
