@@ -155,6 +155,8 @@ def consume(
                 account(runner.finished(0))
                 raise GroupStopped(result.stop_message())
             if result.caught_up and not result.more_windows_due:
+                while runner.busy:  # committed, and caught up, but a lease's own report may not be counted yet
+                    account(runner.finished(None))
                 summary.caught_up = True
                 if said_caught_up != result.source_head:
                     progress(f"{group.name}: caught up at source snapshot {result.source_head}")
