@@ -8,6 +8,7 @@ SparkSession.
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -37,6 +38,10 @@ from icegroup.spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, Leas
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.follow import FollowReport, follow_upstream
 from icegroup.spark_jobs.transforms import load_transform
+
+# Waits a person at the console should hear of as they happen, wherever the run's own log goes: the
+# ``icegroup`` command prints this logger's records on the terminal.
+WAITS = logging.getLogger("icegroup.waits")
 
 
 @dataclass
@@ -120,6 +125,7 @@ def consume(
                     raise not_caught_up(catalog, group, summary, owner_run_id, max_wait_s) from exc
                 account(runner.finished(poll_s))
                 if isinstance(exc, ResetInFlight) and not runner.busy:
+                    WAITS.warning(f"{group.name}: waiting for a reset in flight, at most {max_wait_s:.0f}s: {exc}")
                     time.sleep(poll_s)  # the reset commits in a moment: tick again then, not at once
                 continue
             except SourceBlocked as exc:
@@ -135,7 +141,9 @@ def consume(
             except Exception as exc:
                 if not is_platform_failure(exc):
                     raise
-                progress(outage.wait_or_give_up(exc))
+                waiting = outage.wait_or_give_up(exc)
+                progress(waiting)
+                WAITS.warning(waiting)
                 if runner.busy:
                     account(runner.finished(outage.next_wait_s))
                 else:
@@ -274,7 +282,10 @@ class Outage:
                 "lost or dead-lettered: run again once the catalog is back, or raise --max-wait to wait longer"
             ) from exc
         self.next_wait_s = min(self.next_wait_s * 2, 30.0) if waited else 1.0
-        return f"{self.group}: the catalog is unavailable ({cause}); trying again in {self.next_wait_s:.0f}s"
+        return (
+            f"{self.group}: waiting for the catalog, unavailable for {waited:.0f}s ({cause}); trying again in "
+            f"{self.next_wait_s:.0f}s, and giving up after {self.patience_s:.0f}s without an answer (--max-wait)"
+        )
 
     def over(self) -> None:
         """The catalog answered: the next outage gets the whole patience again."""

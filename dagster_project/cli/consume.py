@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import argparse
-from contextlib import nullcontext
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from typing import TextIO
 
 from icegroup.dagster_project.cli.progress import ConsumeBars
@@ -12,6 +14,7 @@ from icegroup.dagster_project.definitions import build_definitions
 from icegroup.dagster_project.runs.execute import execute, open_instance
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.spark_jobs.consume import WAITS
 
 
 def run_consume(
@@ -44,6 +47,22 @@ def run_consume(
     }
     tty = terminal.isatty() and not args.json
     bars = ConsumeBars(lakehouse.catalog(), group, terminal) if tty else nullcontext()
-    with open_instance(home) as instance, bars:
+    with open_instance(home) as instance, bars, waits_on(terminal):
         result = execute(job, instance, home, run_config=run_config)
     return result.run_id, result.success
+
+
+@contextmanager
+def waits_on(terminal: TextIO) -> Iterator[None]:
+    """Print the run's waits (``spark_jobs.consume.WAITS``: an outage, a reset in flight) on the terminal, as they come.
+
+    The run's own log goes to the command's log file, so without this a consume with its output in
+    a file said nothing for as long as the catalog was down.
+    """
+    handler = logging.StreamHandler(terminal)
+    handler.setFormatter(logging.Formatter("icegroup: %(message)s"))
+    WAITS.addHandler(handler)
+    try:
+        yield
+    finally:
+        WAITS.removeHandler(handler)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -23,7 +24,7 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
 from icegroup.spark_jobs.borrower import lease as borrower
 from icegroup.spark_jobs.borrower.lease import run_lease
-from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.consume import WAITS, consume
 from icegroup.spark_jobs.engines import DRIVERS
 from icegroup.spark_jobs.session import activate, spark_conf
 from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
@@ -167,9 +168,14 @@ def test_a_catalog_outage_longer_than_the_redelivery_backoff_poisons_nothing(
 
 
 def test_a_consume_waits_out_the_catalog_database_going_down_and_goes_on(
-    pg_spark: SparkSession, pg_lakehouse: LakehouseConfig, postgres: LocalPostgres, make_group: MakeGroup
+    pg_spark: SparkSession,
+    pg_lakehouse: LakehouseConfig,
+    postgres: LocalPostgres,
+    make_group: MakeGroup,
+    caplog: pytest.LogCaptureFixture,
 ) -> None:
     """PostgreSQL shut down under a running consume is the platform failing: waited out, then caught up once."""
+    caplog.set_level(logging.WARNING, logger=WAITS.name)
     catalog = pg_lakehouse.catalog()
     group = make_group(shard_caps={"max_files": 2})
     append_batches(create_source(catalog, group.source), 3, 30)
@@ -184,9 +190,12 @@ def test_a_consume_waits_out_the_catalog_database_going_down_and_goes_on(
         back.join()
 
     assert summary.caught_up
-    waits = [line for line in lines if "the catalog is unavailable" in line]
+    waits = [line for line in lines if "waiting for the catalog" in line]
     assert waits, "each wait is shown"
     assert "OperationalError" in waits[0], "naming the cause"
+    assert "giving up after 120s without an answer (--max-wait)" in waits[0], "and how long at most"
+    heard = [r.getMessage() for r in caplog.records if r.name == WAITS.name]
+    assert heard == waits, "the console hears every wait, wherever the run's log goes"
     assert open_letters(catalog, group.name) == {}, "an outage makes no shard poison"
     assert verify_group(catalog, group, key="event_id").ok
 

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import io
+
 from pyiceberg.catalog import Catalog
 
+from icegroup.dagster_project.cli.consume import waits_on
 from icegroup.dagster_project.cli.progress import TOTAL, Tally, Tracker
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.spark_jobs.consume import WAITS
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import commit_lease
 
@@ -31,3 +35,14 @@ def test_bars_count_committed_rows_and_snapshots_per_stream_and_in_total(
     [stream] = lease.streams
     assert after[stream] == Tally(rows_done=20, rows_total=20, snapshots_done=2, snapshots_total=2)
     assert after[TOTAL] == Tally(rows_done=20, rows_total=60, snapshots_done=2, snapshots_total=6)
+
+
+def test_the_runs_waits_reach_the_terminal_whatever_the_log_and_only_while_it_runs() -> None:
+    terminal = io.StringIO()
+    with waits_on(terminal):
+        WAITS.warning("g: waiting for the catalog, unavailable for 4s (OperationalError); giving up after 60s")
+    WAITS.warning("after the run: not on the terminal")
+
+    assert terminal.getvalue() == (
+        "icegroup: g: waiting for the catalog, unavailable for 4s (OperationalError); giving up after 60s\n"
+    )
