@@ -26,7 +26,13 @@ from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from icegroup.iceberg.config.files import format_validation_error, read_yaml_mapping
 from icegroup.iceberg.config.nearby import nearby_lakes
-from icegroup.iceberg.config.rest import ENV_CREDENTIAL, ENV_TOKEN, RestCatalogSettings, RetryingRestCatalog
+from icegroup.iceberg.config.rest import (
+    ENV_CREDENTIAL,
+    ENV_TOKEN,
+    SECRET_KEYS,
+    RestCatalogSettings,
+    RetryingRestCatalog,
+)
 from icegroup.iceberg.config.sections import OpenLineageSettings, S3Settings, SparkSettings
 from icegroup.iceberg.errors import CatalogUnavailable, ConfigError
 from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
@@ -306,6 +312,12 @@ class LakehouseConfig(BaseModel):
         try:
             return RetryingRestCatalog(self.catalog_name, **properties)
         except (OAuthError, UnauthorizedError, ForbiddenError) as exc:
+            if not SECRET_KEYS & set(properties):
+                raise ConfigError(
+                    f"rest: {where} wants a credential, and none was given ({_first_line(exc)}). Set "
+                    f"{ENV_CREDENTIAL} (client_id:client_secret) or {ENV_TOKEN} (a bearer token), or name a "
+                    "pyiceberg_catalog that has one"
+                ) from exc
             raise ConfigError(
                 f"rest: {where} refused the credential ({_first_line(exc)}). Check {ENV_CREDENTIAL} "
                 f"(client_id:client_secret) or {ENV_TOKEN} (a token that has not expired), or the pyiceberg_catalog "

@@ -86,3 +86,19 @@ def test_an_expired_token_exits_2_naming_the_catalog_and_the_setting_and_commits
         after = short.catalog(warehouse=lake.warehouse)
         assert not after.table_exists(registry_identifier(group.name)), "no registry was created"
         assert not after.table_exists(group.sink), "no sink was created"
+
+
+def test_no_credential_at_all_exits_2_saying_none_was_given(rest_lake: RestLake, make_group: MakeGroup) -> None:
+    group = make_group()
+
+    done = subprocess.run(
+        [ICEGROUP, "--groups", str(rest_lake.groups_file(group)), "list"],
+        cwd=repo_root(), env=rest_lake.env(**{ENV_CREDENTIAL: None, ENV_TOKEN: None}),
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+
+    assert done.returncode == Exit.ERROR, done.stdout + done.stderr
+    assert "wants a credential, and none was given" in done.stderr, done.stderr
+    assert ENV_CREDENTIAL in done.stderr
+    assert ENV_TOKEN in done.stderr
+    assert "refused the credential" not in done.stderr, "nothing was refused: nothing was sent"
