@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
+from pyiceberg.catalog import Catalog
+
 from icegroup.dagster_project.cli.canary import add_canary
 from icegroup.dagster_project.cli.configs import load_configs, package_version
 from icegroup.dagster_project.cli.exits import Exit, epilog, exit_for, lost_answer
@@ -28,7 +30,7 @@ from icegroup.iceberg.checkpoints import list_checkpoints
 from icegroup.iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
 from icegroup.iceberg.config.search import ENV_GROUPS
 from icegroup.iceberg.describe import describe_as_of, describe_group
-from icegroup.iceberg.errors import IcegroupError, UsageError
+from icegroup.iceberg.errors import IcegroupError, Interrupted, UsageError
 from icegroup.iceberg.lag import Work, pending_work
 from icegroup.iceberg.pause import set_paused
 from icegroup.iceberg.protocol.consume import DEFAULTS
@@ -314,6 +316,7 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     work = pending_work(catalog, group)
     run_id: str | None = None
     success = True
+    stopped: str | None = None
     if work is not Work.NONE or args.follow:
         from icegroup.dagster_project.cli.logfile import run_output
 
@@ -326,15 +329,35 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
                 run_consume,  # Dagster loads only when there is a run to make
             )
 
-            run_id, success = run_consume(args, lakehouse, groups, group, output.terminal)
+            try:
+                run_id, success = run_consume(args, lakehouse, groups, group, output.terminal)
+            except Interrupted as exc:
+                stopped = stopped_caught_up(catalog, group, exc)
     view = describe_group(catalog, group)
     if args.json:
-        print(dumps({"run_id": run_id, "success": success, "group": view_json(catalog, group, view)}))
+        found = {"run_id": run_id, "success": success, "stopped_by_signal": stopped is not None}
+        print(dumps({**found, "group": view_json(catalog, group, view)}))
     else:
         ran = f"run {run_id}: {'success' if success else 'failure'} (instance {dagster_home()})"
-        print(ran if run_id else f"group {group.name}: nothing to consume; no run started")
+        print(stopped or (ran if run_id else f"group {group.name}: nothing to consume; no run started"))
         print(render(view))
     return Exit.OK if success else Exit.RUN_FAILED
+
+
+def stopped_caught_up(catalog: Catalog, group: GroupConfig, exc: Interrupted) -> str:
+    """A consume stopped by a signal: done when the group was caught up with nothing in flight, else stopped short.
+
+    Its leases end after the shard in flight and the rest go back to the group, so what the signal
+    left depends on when it came. Caught up, nothing was handed back and there is nothing to run
+    again: the consume did its work, and this says so. Otherwise the error says what is left.
+    """
+    view = describe_group(catalog, group)
+    if view.status == "caught up" and not view.leases_in_flight:
+        return f"group {group.name}: stopped by a signal once caught up; nothing was handed back"
+    raise Interrupted(
+        f"{exc} The group is {view.status}, with {view.lag_rows} rows to consume and {view.leases_in_flight} "
+        f"leases in flight: run `icegroup consume {group.name}` again to go on"
+    ) from None
 
 
 def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

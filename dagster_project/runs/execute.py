@@ -51,8 +51,8 @@ def execute(
         return job.execute_in_process(instance=instance, **options)
     except (dg.DagsterExecutionInterruptedError, KeyboardInterrupt):
         raise Interrupted(
-            f"job {job.name} was interrupted; its run is canceled and the leases it held were handed back for the "
-            "next consume or Leader tick (the log says which, and what they committed)"
+            f"job {job.name} was interrupted and its run is canceled; its leases ended after their shard in flight, "
+            "and any shard left went back to the group (the log says which, and what they committed)."
         ) from None
     except Exception as exc:
         # Dagster raises the op's own error, or wraps it in a step error: unwrap that.

@@ -92,3 +92,40 @@ def test_a_consumer_stopped_with_sigterm_hands_its_lease_back_for_the_next_tick(
     check = verify_group(catalog, group, key="event_id")
     assert check.ok, check
     assert len(sink.refresh().scan().to_arrow()) == SHARDS * ROWS
+
+
+def test_a_consumer_stopped_with_sigterm_after_its_last_commit_says_nothing_was_handed_back_and_exits_0(
+    tmp_path: Path, lake_home: Path, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(max_borrowers=1)
+    source = create_source(catalog, group.source)
+    source.append(events(next_event_id(source), ROWS, seed=1, regions=("eu",)))
+    groups = write_groups(tmp_path / "groups.yaml", group)
+    points = tmp_path / "points"
+    points.mkdir()
+    env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
+
+    (points / "borrower.after_commit").touch()
+    stopped = subprocess.Popen(
+        [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"],
+        cwd=repo_root(),
+        env={**env, "ICEGROUP_FAILPOINTS": str(points)},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consumer to commit")
+        stopped.send_signal(signal.SIGTERM)
+        for hit in points.glob("hit.*"):
+            hit.unlink()
+        out, said = stopped.communicate(timeout=120)
+    finally:
+        if stopped.poll() is None:
+            stopped.kill()
+
+    assert stopped.returncode == Exit.OK, out + said[-3000:]
+    assert f"group {group.name}: stopped by a signal once caught up; nothing was handed back" in out
+    assert "caught up" in out
+    assert "handed back for" not in out + said
+    assert len(catalog.load_table(group.sink).scan().to_arrow()) == ROWS
