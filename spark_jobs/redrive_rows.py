@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
-from icegroup.iceberg.errors import AlreadyCommitted, ReplayIncomplete
+from icegroup.iceberg.errors import AlreadyCommitted, IcegroupError, PoisonShard, ReplayIncomplete
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.isolation import redrive_id
 from icegroup.iceberg.protocol.shards import sink_window, window_label
@@ -43,6 +43,7 @@ from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_optional, load_source
 from icegroup.spark_jobs.borrower.isolation import except_rows
+from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.shards import FILE_COLUMN, POS_COLUMN
 from icegroup.spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
@@ -102,10 +103,24 @@ def redrive_rows(
             except AlreadyCommitted:
                 progress(f"{group.name}: the isolated rows of shard {shard.shard_id} were re-driven meanwhile; skipped")
                 continue
+            except Exception as exc:
+                if is_platform_failure(exc) or isinstance(exc, IcegroupError):
+                    raise
+                raise still_failing(group, shard, exc) from exc
         mark_taken_in(catalog, group.name, shard, published.snapshot_id)
         progress(f"{group.name}: {published.added_records} isolated rows of shard {shard.shard_id} re-driven")
         done.append(RowRedrive(shard.shard_id, published.added_records, published.snapshot_id))
     return done
+
+
+def still_failing(group: GroupConfig, shard: IsolatedShard, exc: BaseException) -> PoisonShard:
+    """The isolated rows fail the transform still: the rows' own error, and what to do, not a Spark trace."""
+    return PoisonShard(
+        f"group {group.name!r}: the {shard.rows} isolated row(s) of shard {shard.shard_id} still fail the transform "
+        f"{group.transform}: {describe_error(exc)}. Nothing was committed, and they stay isolated. Fix the "
+        f"transform (`icegroup dead-letters {group.name} --rows` shows each row and its error), then run "
+        f"`icegroup redrive {group.name} --execute` again"
+    )
 
 
 def commit_rows(

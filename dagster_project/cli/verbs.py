@@ -118,8 +118,10 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     elif rows:
         also = f"; {len(chosen)} shard(s) re-driven, the next Leader tick grants them again" if chosen else ""
         print(f"{total} isolated row(s) committed to {group.sink}, exactly once{also}")
-    else:
+    elif chosen:
         print(f"{len(chosen)} shard(s) re-driven; the next Leader tick grants them again")
+    elif not taken:
+        print(f"group {group.name}: nothing to re-drive: no shard is parked or stopped, and no isolated row waits")
     return Exit.OK
 
 

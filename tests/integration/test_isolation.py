@@ -17,6 +17,7 @@ from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.errors import PoisonShard
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.sink_commit import KEY_ISOLATED
 from icegroup.iceberg.store.dead_rows import ISOLATED, REDRIVEN, latest_rows
@@ -63,6 +64,10 @@ def test_three_poison_rows_of_a_100000_row_shard_are_isolated_and_redriven_exact
     assert sum(len(positions) for shard in isolated.values() for positions in shard.values()) == 3
     assert any("3 rows isolated in" in line for line in lines), lines
     assert not describe_group(catalog, group).status.startswith("stopped")
+
+    with pytest.raises(PoisonShard, match=r"3 isolated row\(s\) of shard \w+ still fail .*poison event .*Nothing was"):
+        redrive_rows(spark, lakehouse, group, "redrive-0", quiet)  # before the fix: the rows' own error, exit 2
+    assert sum(sink_ids(catalog, group).values()) == ROWS - 3, "nothing was committed"
 
     fixed = group.model_copy(update={"transform": "icegroup.spark_jobs.transforms:identity", "on_change": "continue"})
     (redriven,) = redrive_rows(spark, lakehouse, fixed, "redrive-1", quiet)

@@ -165,7 +165,9 @@ def test_redrive_with_nothing_open_releases_nothing(
 ) -> None:
     assert cli(groups_file, "redrive", group.name, "--execute") == 0
 
-    assert capsys.readouterr().out.splitlines() == ["0 shard(s) re-driven; the next Leader tick grants them again"]
+    assert capsys.readouterr().out.splitlines() == [
+        f"group {group.name}: nothing to re-drive: no shard is parked or stopped, and no isolated row waits"
+    ]
 
 
 @pytest.mark.parametrize("command", ["dead-letters", "redrive"])
