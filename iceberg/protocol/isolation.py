@@ -20,6 +20,26 @@ import hashlib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
+# Why a shard's rows could not be isolated (``Bisection.stopped`` and the Borrower's own checks).
+NOT_ROWWISE = "the transform does not turn each row into its output on its own (it aggregates, sorts or joins)"
+FILES_GONE = "its files are not in the source at its last snapshot any more"
+TOGETHER = "the failure needs several rows together: no single row fails on its own"
+OVER_CAP = "more than max_isolated_rows ({cap}) rows fail"
+
+
+def not_isolated(reason: str) -> str:
+    """Why ``on_poison: isolate`` did not apply to a shard, and the setting or fix that would change that."""
+    if reason == NOT_ROWWISE:
+        remedy = "isolation needs a row-wise transform; set on_poison: park to park the shard while the rest goes on"
+    elif reason == TOGETHER:
+        remedy = "no row can be left out on its own; fix the transform or the data"
+    elif reason == FILES_GONE:
+        remedy = "the source was rewritten or expired under the shard; fix the transform and redrive the shard"
+    else:
+        remedy = "raise max_isolated_rows if that many bad rows are expected, or fix the data"
+    return f"on_poison: isolate could not isolate its rows: {reason}; {remedy}"
+
+
 # A run of rows: a data file of the shard, and the positions [first, end) in it.
 Span = tuple[str, int, int]
 # Tries a set of spans: None when the transform passes on their rows, else the error it raised.
@@ -73,7 +93,7 @@ def bisect(spans: Sequence[Span], error: str, probe: Probe, cap: int) -> Bisecti
     of rows has halves that each pass, or a row that passes alone: that failure is not any single row's.
     """
     found = Bisection()
-    together = "the failure needs several rows together: no single row fails on its own"
+    together = TOGETHER
     pending: list[tuple[list[Span], str, bool]] = [(list(spans), error, False)]
     while pending:
         failing, why, inferred = pending.pop()
@@ -88,7 +108,7 @@ def bisect(spans: Sequence[Span], error: str, probe: Probe, cap: int) -> Bisecti
                 why = confirmed
             found.rows.append(PoisonRow(path, first, why))
             if len(found.rows) > cap:
-                found.stopped = f"more than max_isolated_rows ({cap}) rows fail"
+                found.stopped = OVER_CAP.format(cap=cap)
                 return found
             continue
         first_half, second_half = (part for part in halves(failing))

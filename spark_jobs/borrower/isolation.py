@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.errors import PlatformUnavailable
-from icegroup.iceberg.protocol.isolation import Bisection, PoisonRow, Probe, Span, bisect
+from icegroup.iceberg.protocol.isolation import FILES_GONE, NOT_ROWWISE, Bisection, PoisonRow, Probe, Span, bisect
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.row_files import HOLDING_EXPRESSIONS, sql_string, streams_rows
@@ -106,10 +106,10 @@ def isolate(
     ``_pos``. ``error`` is the shard's last delivery's error: the failure of the whole.
     """
     if not rowwise(rows_out(F.lit(True)), table):
-        return "the transform does not turn each row into its output on its own (it aggregates, sorts or joins)"
+        return NOT_ROWWISE
     spans = file_spans(spark, table, shard)
     if not spans:
-        return "its files are not in the source at its last snapshot any more"
+        return FILES_GONE
     found: Bisection = bisect(spans, describe_error(error), probe_with(rows_out, platform_up), cap)
     if found.stopped is not None:
         return found.stopped

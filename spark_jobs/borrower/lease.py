@@ -38,7 +38,7 @@ from icegroup.iceberg.errors import AlreadyCommitted, ConfigError, Fenced, Icegr
 from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.openlineage import output_dataset, run_events
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.isolation import positions_by_file
+from icegroup.iceberg.protocol.isolation import not_isolated, positions_by_file
 from icegroup.iceberg.protocol.liveness import BorrowerPhase
 from icegroup.iceberg.protocol.shards import Shard, commit_batches
 from icegroup.iceberg.protocol.sink_commit import KEY_ISOLATED, SinkCommit, commit_properties
@@ -315,11 +315,12 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -
         lambda: catalog_reachable(run.catalog, run.group.source),
     )  # fmt: skip
     isolated: dict[str, list[int]] = {}
+    why_not: str | None = None
     if isinstance(staged, Exception) and run.group.on_poison == "isolate":
-        staged, isolated = commit_without_poison(run, shard, root, source, staged)
+        staged, isolated, why_not = commit_without_poison(run, shard, root, source, staged)
     if isinstance(staged, Exception):
         claim(run.catalog, run.group, run.lease)  # only the lease's holder may declare its shard poison
-        raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged)
+        raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged, why_not)
     failpoint("borrower.after_stage")
     # A lone shard refused as a duplicate is in a commit (or SinkError is raised): none is left over.
     publish(run, [shard], staged, time.perf_counter() - started, isolated_rows(shard, isolated))
@@ -327,11 +328,12 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -
 
 def commit_without_poison(
     run: LeaseRun, shard: Shard, root: int | None, source: Table, error: Exception
-) -> tuple[str | Exception, dict[str, list[int]]]:
+) -> tuple[str | Exception, dict[str, list[int]], str | None]:
     """Isolate the rows the shard fails on, record them as dead rows, and stage the rest of the shard.
 
     Returns the stage token and the isolated rows (file -> positions), or the error to stop the
-    shard with when its rows cannot be isolated (``spark_jobs/borrower/isolation.py``).
+    shard with when its rows cannot be isolated (``spark_jobs/borrower/isolation.py``), and then
+    why not, with the setting that would change it (``not_isolated``), for the stop's own message.
     """
     columns = shard_columns(source, shard.schema_id)
 
@@ -347,7 +349,7 @@ def commit_without_poison(
     )  # fmt: skip
     if isinstance(found, str):
         run.progress(f"shard {shard.shard_id}: its rows could not be isolated: {found}; the shard stops as a whole")
-        return error, {}
+        return error, {}, not_isolated(found)
     positions = positions_by_file(found.rows)
     run.progress(
         f"shard {shard.shard_id}: {len(found.rows)} rows isolated in {found.probes} tries "
@@ -359,10 +361,10 @@ def commit_without_poison(
         lambda: catalog_reachable(run.catalog, run.group.source),
     )  # fmt: skip
     if isinstance(staged, Exception):  # the rest fails too: the shard stops as a whole, and no row is a dead row
-        return staged, {}
+        return staged, {}, not_isolated(f"the shard fails without its {len(found.rows)} isolated rows too")
     record_rows(run.catalog, run.group.name, dead_rows(run, shard, found))  # before the commit that leaves them out
     run.report.isolated_rows += len(found.rows)
-    return staged, positions
+    return staged, positions, None
 
 
 def dead_rows(run: LeaseRun, shard: Shard, found: Isolation) -> list[DeadRow]:

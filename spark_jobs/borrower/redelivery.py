@@ -86,10 +86,15 @@ def stage_with_redelivery(
 
 
 def record_poison_shard(
-    catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error: Exception
+    catalog: Catalog, group: GroupConfig, lease: Lease, shard: Shard, error: Exception, why_not: str | None = None
 ) -> PoisonShard:
-    """Record a poison shard in the dead-letter table; returns the error that ends the run."""
+    """Record a poison shard in the dead-letter table; returns the error that ends the run.
+
+    ``why_not`` says why ``on_poison: isolate`` did not apply, and what would change that: it goes in
+    the dead letter (so ``dead-letters`` and ``describe`` show it) and in the error.
+    """
     action = PARKED if group.on_poison == "park" else STOPPED
+    cause = describe_error(error) + (f" ({why_not})" if why_not else "")
     record(
         catalog,
         group.name,
@@ -100,7 +105,7 @@ def record_poison_shard(
                 lease_id=lease.lease_id,
                 attempt=lease.attempt,
                 action=action,
-                error=describe_error(error),
+                error=cause,
                 from_snapshot=shard.from_snapshot,
                 to_snapshot=shard.to_snapshot,
                 at_ms=int(time.time() * 1000),
@@ -112,7 +117,7 @@ def record_poison_shard(
         f"group {group.name}, lease {lease.lease_id}#{lease.attempt}: shard {shard.shard_id} (stream {shard.stream}, "
         "source snapshots "
         f"{snapshot_range(shard.from_snapshot, shard.to_snapshot)}) failed {group.max_deliver} deliveries "
-        f"and {what}: {describe_error(error)}. "
+        f"and {what}: {cause}. "
         f"Fix the transform or the data, then run `icegroup redrive {group.name} --execute`"
     )
 

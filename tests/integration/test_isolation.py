@@ -20,6 +20,7 @@ from icegroup.iceberg.describe import describe_group
 from icegroup.iceberg.errors import PoisonShard
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.sink_commit import KEY_ISOLATED
+from icegroup.iceberg.store.dead_letters import open_letters
 from icegroup.iceberg.store.dead_rows import ISOLATED, REDRIVEN, latest_rows
 from icegroup.iceberg.verify import verify_group
 from icegroup.iceberg.window_audit import audit_sink
@@ -106,3 +107,29 @@ def test_a_python_udf_that_raises_on_some_rows_is_isolated_through_its_workers(
     assert len(dead) == len(blocked)
     assert all("ValueError: user" in row.error and "is blocked" in row.error for row in dead), dead[0].error
     assert sum(sink_ids(catalog, group).values()) == 2_000 - len(blocked)
+
+
+def test_a_shard_with_more_bad_rows_than_max_isolated_rows_stops_saying_why_and_which_setting_to_raise(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(
+        transform="tests.integration.transforms:reject_blocked_users",
+        on_poison="isolate",
+        max_deliver=1,
+        max_isolated_rows=1,
+    )
+    source = create_source(catalog, group.source)
+    source.append(events(1, 2_000, seed=9, regions=("us",)))
+
+    with pytest.raises(PoisonShard) as caught:
+        consume(lambda: spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=quiet, max_wait_s=5)
+
+    why = (
+        "on_poison: isolate could not isolate its rows: more than max_isolated_rows (1) rows fail; "
+        "raise max_isolated_rows"
+    )
+    (letter,) = open_letters(catalog, group.name).values()
+    assert why in str(caught.value)
+    assert why in letter.error, "dead-letters and describe show it too"
+    assert "ValueError: user" in letter.error, "beside the rows' own error"
+    assert latest_rows(catalog, group.name) == {}, "no row was isolated"

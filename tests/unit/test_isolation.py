@@ -4,7 +4,22 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from icegroup.iceberg.protocol.isolation import PoisonRow, Probe, Span, bisect, halves, positions_by_file, rows_in
+import pytest
+
+from icegroup.iceberg.protocol.isolation import (
+    FILES_GONE,
+    NOT_ROWWISE,
+    OVER_CAP,
+    TOGETHER,
+    PoisonRow,
+    Probe,
+    Span,
+    bisect,
+    halves,
+    not_isolated,
+    positions_by_file,
+    rows_in,
+)
 
 FILES: list[Span] = [("a.parquet", 0, 40_000), ("b.parquet", 0, 35_000), ("c.parquet", 0, 25_000)]
 
@@ -85,3 +100,18 @@ def test_isolated_rows_group_by_file_in_order() -> None:
     rows = [PoisonRow("b", 9, "x"), PoisonRow("a", 3, "y"), PoisonRow("b", 2, "z")]
 
     assert positions_by_file(rows) == {"a": [3], "b": [2, 9]}
+
+
+@pytest.mark.parametrize(
+    ("reason", "remedy"),
+    [
+        (NOT_ROWWISE, "set on_poison: park"),
+        (TOGETHER, "fix the transform or the data"),
+        (FILES_GONE, "redrive the shard"),
+        (OVER_CAP.format(cap=5), "raise max_isolated_rows"),
+    ],
+)
+def test_why_isolation_did_not_apply_names_the_setting_or_fix(reason: str, remedy: str) -> None:
+    said = not_isolated(reason)
+    assert said.startswith(f"on_poison: isolate could not isolate its rows: {reason}; ")
+    assert remedy in said
