@@ -39,7 +39,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import snapshot_range
 from icegroup.iceberg.rebuild import rebuild_registry
 from icegroup.iceberg.store.dead_letters import latest
-from icegroup.iceberg.store.dead_rows import ISOLATED, latest_rows
+from icegroup.iceberg.store.dead_rows import ISOLATED, committed_whole, latest_rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -388,9 +388,13 @@ def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, group
     if rows or not isolated:
         print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
     if isolated:
-        still = sum(1 for row in isolated if row.action == ISOLATED)
+        behind = committed_whole(lakehouse.catalog(), group)
+        still = sum(1 for row in isolated if row.action == ISOLATED) - len(behind)
         print(f"{len(isolated)} rows isolated from their shards, {still} not re-driven: `icegroup dead-letters "
               f"{group.name} --rows`")  # fmt: skip
+        if behind:
+            print(f"{len(behind)} more were committed with their shard whole after a crash: `icegroup redrive "
+                  f"{group.name} --execute` marks them")  # fmt: skip
     return Exit.OK
 
 

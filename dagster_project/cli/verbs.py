@@ -19,7 +19,13 @@ from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
 from icegroup.iceberg.store.dead_letters import latest, open_letters, redrive
-from icegroup.iceberg.store.dead_rows import mark_taken_in, pending_redrives, taken_in_unmarked
+from icegroup.iceberg.store.dead_rows import (
+    committed_whole,
+    mark_redriven,
+    mark_taken_in,
+    pending_redrives,
+    taken_in_unmarked,
+)
 from icegroup.iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
 from icegroup.iceberg.store.tables import load_optional
 
@@ -79,7 +85,10 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     wanted = set(args.shard or [])
     rows_now = [s for s in pending_redrives(catalog, group) if not wanted or s.shard_id in wanted]
     taken = [s for s in taken_in_unmarked(catalog, group) if not wanted or s.shard_id in wanted]
-    unknown = sorted(wanted - set(open_now) - {s.shard_id for s in [*rows_now, *taken]})
+    whole = [(row, at) for row, at in committed_whole(catalog, group) if not wanted or row.shard_id in wanted]
+    unknown = sorted(
+        wanted - set(open_now) - {s.shard_id for s in [*rows_now, *taken]} - {r.shard_id for r, _ in whole}
+    )
     if unknown:
         raise UsageError(
             f"shard(s) {unknown} of group {group.name!r} are not parked or stopped, and have no isolated rows to "
@@ -90,6 +99,8 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         for resolved in taken:  # a replay or an earlier re-drive took them in: only the record is behind
             if resolved.redriven_in is not None:
                 mark_taken_in(catalog, group.name, resolved, resolved.redriven_in)
+        for at in sorted({at for _, at in whole}):  # their shard committed them whole: only the record is behind
+            mark_redriven(catalog, group.name, [row for row, there in whole if there == at], at)
         redriven = execute_row_redrives(lakehouse, group, wanted, args.verbose) if rows_now else []
         rows = [(r.shard_id, r.rows, f" (sink snapshot {r.sink_snapshot})") for r in redriven]
     else:
@@ -106,6 +117,10 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         print(f"{verb}: shard {letter.shard_id} (stream {letter.stream})")
     for shard, count, where in rows:
         print(f"{verb}: {count} isolated rows of shard {shard}{where}")
+    for shard_id, at in sorted({(row.shard_id, at) for row, at in whole}):
+        count = sum(1 for row, there in whole if row.shard_id == shard_id and there == at)
+        print(f"{'marked' if args.execute else 'would mark'}: the {count} isolated rows of shard {shard_id} in the "
+              f"sink, committed with their shard whole by sink snapshot {at} (after a crash)")  # fmt: skip
     for found in taken:
         done = "marked" if args.execute else "would mark"
         print(f"{done}: the {found.rows} isolated rows of shard {found.shard_id} re-driven, taken in by sink snapshot "
@@ -120,7 +135,7 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         print(f"{total} isolated row(s) committed to {group.sink}, exactly once{also}")
     elif chosen:
         print(f"{len(chosen)} shard(s) re-driven; the next Leader tick grants them again")
-    elif not taken:
+    elif not taken and not whole:
         print(f"group {group.name}: nothing to re-drive: no shard is parked or stopped, and no isolated row waits")
     return Exit.OK
 

@@ -186,3 +186,35 @@ def taken_in_unmarked(catalog: Catalog, group: GroupConfig) -> list[IsolatedShar
     open_rows = {row.shard_id for row in latest_rows(catalog, group.name).values() if row.action == ISOLATED}
     found = isolated_in_sink(table, group.name, group.replay_window, state.epoch).values()
     return [s for s in found if s.redriven_in is not None and s.shard_id in open_rows]
+
+
+def committed_whole(catalog: Catalog, group: GroupConfig) -> list[tuple[DeadRow, int]]:
+    """Isolated dead rows whose shard then committed without leaving them out, with the sink snapshot that did.
+
+    A Borrower records the rows it isolated before the commit that leaves them out. If it dies in
+    between, the next attempt can commit the shard whole (the transform was fixed, or the failure
+    went away): the rows are in that commit's output, and no re-drive will ever find them, since no
+    commit left them out. Their records are behind, as after a replay of their window.
+    """
+    sink = load_optional(catalog, group.sink)
+    state = load_state(catalog, group.name).state
+    if sink is None or state is None:
+        return []
+    still = [row for row in latest_rows(catalog, group.name).values() if row.action == ISOLATED]
+    if not still:
+        return []
+    left_out = isolated_in_sink(sink, group.name, group.replay_window, state.epoch)
+    committed: dict[str, int] = {}
+    for snapshot in walk_back(sink, None):
+        summary = snapshot.summary.additional_properties if snapshot.summary is not None else {}
+        commit = parse_commit(snapshot.snapshot_id, snapshot.timestamp_ms, summary, 0)
+        if commit is None or commit.group != group.name or commit.epoch < state.epoch:
+            continue
+        for shard in commit.shards:
+            committed.setdefault(shard.shard_id, snapshot.snapshot_id)
+    found = []
+    for row in still:
+        isolated = left_out.get(row.shard_id)
+        if row.shard_id in committed and (isolated is None or row.pos not in isolated.positions.get(row.file, [])):
+            found.append((row, committed[row.shard_id]))
+    return found

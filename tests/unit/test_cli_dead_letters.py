@@ -10,10 +10,15 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from icegroup.dagster_project.cli import main
+from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.dead_letters import PARKED, REDRIVEN, STOPPED, DeadLetter
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.store.dead_letters import latest, open_letters, record
-from tests.factories import MakeDeadLetter, MakeGroup, write_groups
+from icegroup.iceberg.store.dead_rows import ISOLATED, DeadRow, latest_rows, record_rows
+from icegroup.iceberg.store.dead_rows import REDRIVEN as REDRIVEN_ROW
+from tests.factories import MakeDeadLetter, MakeGroup, append_batches, create_source, write_groups
+from tests.sink_commits import commit_lease
 
 # What the listing shows of every letter below; spelled out because the assertions spell it out.
 LISTED: dict[str, Any] = {
@@ -178,3 +183,40 @@ def test_an_undefined_group_is_an_error_listing_the_defined_ones(
 
     err = capsys.readouterr().err
     assert f"group 'nope' is not defined in {groups_file}; defined: [{group.name!r}]" in err
+
+
+def test_rows_isolated_before_a_crash_and_then_committed_with_their_shard_whole_are_marked_and_counted_out(
+    catalog: Catalog, group: GroupConfig, groups_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    append_batches(create_source(catalog, group.source), 1, 9)
+    first = tick(catalog, group, lambda _: RunState.MISSING)
+    lease = first.launch[0]
+    shard = first.state.shards[lease.shard_ids[0]]
+    # The Borrower recorded an isolated row, then died before the commit that leaves it out; the next
+    # attempt committed the shard whole.
+    record_rows(catalog, group.name, [DeadRow(shard.shard_id, shard.stream, lease.lease_id, 0, shard.files[0], 3,
+                                              ISOLATED, "ValueError: bad", "{}", None, 1_000)])  # fmt: skip
+    commit_lease(catalog, group, first.state, lease)
+    (committed,) = [
+        snapshot
+        for snapshot in catalog.load_table(group.sink).snapshots()
+        if snapshot.summary and shard.shard_id in snapshot.summary.additional_properties.get("icegroup.shards", "")
+    ]
+
+    assert cli(groups_file, "dead-letters", group.name) == 0
+    assert capsys.readouterr().out.splitlines()[-2:] == [
+        f"1 rows isolated from their shards, 0 not re-driven: `icegroup dead-letters {group.name} --rows`",
+        f"1 more were committed with their shard whole after a crash: `icegroup redrive {group.name} --execute` "
+        "marks them",
+    ]
+    assert cli(groups_file, "redrive", group.name, "--execute") == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"marked: the 1 isolated rows of shard {shard.shard_id} in the sink, committed with their shard whole by "
+        f"sink snapshot {committed.snapshot_id} (after a crash)"
+    ]
+    (row,) = latest_rows(catalog, group.name).values()
+    assert (row.action, row.sink_snapshot) == (REDRIVEN_ROW, committed.snapshot_id)
+    assert cli(groups_file, "dead-letters", group.name) == 0
+    assert capsys.readouterr().out.splitlines()[-1] == (
+        f"1 rows isolated from their shards, 0 not re-driven: `icegroup dead-letters {group.name} --rows`"
+    )
