@@ -10,6 +10,7 @@ in ``cli/commands.py``, which imports this module (and so Dagster) only when one
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 
 import dagster as dg
@@ -28,10 +29,12 @@ from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.cascade import FollowPlan
 from icegroup.iceberg.protocol.durations import option_value, parse_time
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import still_beating
 from icegroup.iceberg.protocol.replay import check_window, windows_between
 from icegroup.iceberg.protocol.reset import ResetTarget
 from icegroup.iceberg.replay import ReplayPlan, plan_replay
 from icegroup.iceberg.reset import ResetPlan, plan_reset
+from icegroup.iceberg.store.heartbeats import read_beats
 from icegroup.iceberg.store.registry import load_state
 
 
@@ -269,8 +272,15 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
     if args.execute:
         before = load_state(catalog, group.name).state
         plan = reset_run(lakehouse, group, target, keep_output=args.keep_output)
-        # The runs of the epochs the reset left behind (a reset that had committed already may find some).
-        leases = [lease for lease in before.leases.values() if lease.epoch < plan.epoch] if before else []
+        # The runs of the epochs the reset left behind (a reset that had committed already may find some), but for
+        # those whose process still beats: they go on in the new epoch by themselves.
+        beats = {holder: beat.beat_ms for holder, beat in read_beats(catalog, group.name).items()}
+        now_ms = int(time.time() * 1000)
+        leases = [
+            lease
+            for lease in (before.leases.values() if before else [])
+            if lease.epoch < plan.epoch and not still_beating(lease, beats, now_ms, group.session_timeout_s)
+        ]
         if leases:
             home = dagster_home()
             with run_output(home, "reset", args.verbose), open_instance(home) as instance:

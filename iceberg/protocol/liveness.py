@@ -69,6 +69,18 @@ def holder_of(lease: Lease) -> str:
     return lease.owner_run_id or f"{lease.lease_id}#{lease.attempt}"
 
 
+def still_beating(lease: Lease, beats: Mapping[str, int], now_ms: int, session_timeout_s: int) -> bool:
+    """Whether the lease's holder beat within the session timeout: a process alive, which sees an epoch change itself.
+
+    A reset ends the runs of the leases it leaves behind. A run whose process still beats is not
+    ended: it is a consume that goes on in the new epoch (its old leases can no longer commit), and
+    marking its run canceled while it goes on committing would make its outcome depend on which of
+    the two wrote last.
+    """
+    last = beats.get(holder_of(lease))
+    return last is not None and now_ms - last <= session_timeout_s * 1000
+
+
 def lease_action(
     lease: Lease,
     run: RunState,

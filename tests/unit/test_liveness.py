@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from icegroup.iceberg.protocol.liveness import Decision, LeaseAction, RunState, lease_action, regrant
+from icegroup.iceberg.protocol.liveness import Decision, LeaseAction, RunState, lease_action, regrant, still_beating
 from icegroup.iceberg.protocol.state import Lease, LeasePhase, Origin
 from tests import factories
 
@@ -211,3 +211,11 @@ def test_regrant_counts_every_attempt() -> None:
     assert twice.attempt == 2
     decision = lease_action(twice, RunState.RUNNING, now_ms=3_000_000 + 30 * 1000)
     assert outcome(decision) == (LeasePhase.GRANTED, LeaseAction.WAIT, False)
+
+
+def test_a_lease_whose_holder_beat_within_the_session_timeout_is_still_beating() -> None:
+    mine = factories.lease(["s1"], owner_run_id="run-a")
+    beats = {"run-a": 100_000}
+    assert still_beating(mine, beats, now_ms=100_000 + 30_000, session_timeout_s=30)
+    assert not still_beating(mine, beats, now_ms=100_000 + 30_001, session_timeout_s=30), "silent past the timeout"
+    assert not still_beating(factories.lease(["s2"], owner_run_id="run-b"), beats, now_ms=100_000, session_timeout_s=30)
