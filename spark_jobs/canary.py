@@ -31,13 +31,11 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError, WindowMoved
 from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.replay import check_window
 from icegroup.iceberg.protocol.shards import window_value
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_STAGE, LINEAGE_COLUMNS
 from icegroup.iceberg.replay import ReplayPlan, plan_replay, replay_ticket
-from icegroup.iceberg.store.canaries import Canary, drop_canary, load_canary, save_canary
+from icegroup.iceberg.store.canaries import Canary, drop_canary, promotable, save_canary
 from icegroup.iceberg.store.heartbeats import heartbeat
-from icegroup.iceberg.store.registry import load_state
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.replay import ReplayReport, publish_staged, stage_window
 from icegroup.spark_jobs.session import activate
@@ -266,22 +264,7 @@ def promote_canary(
     activate(spark)
     catalog = lakehouse.catalog()
     sink = catalog.load_table(group.sink)
-    record = load_canary(sink, group.name)
-    if record is None:
-        raise UsageError(f"canary: group {group.name!r} has no canary to promote; run `icegroup canary` first")
-    if record.transform != group.transform:
-        raise UsageError(
-            f"canary: group {group.name!r} names transform {group.transform}; set `transform: {record.transform}` "
-            "for it in its groups file first (with `on_change: continue`, as for a replay with a new transform), "
-            "so that what it commits after the promotion is made the same way, then promote"
-        )
-    state = load_state(catalog, group.name).state
-    start = check_window(group, record.window)
-    if state is not None and any(shard.window_start_ms == start for shard in state.shards.values()):
-        raise UsageError(
-            f"canary: window {record.window} of group {group.name!r} has shards not committed yet; promote it once "
-            "they are (`icegroup describe` shows none pending), after a new canary"
-        )
+    record = promotable(catalog, sink, group)
     holder = run_id or f"canary-{uuid.uuid4().hex}"
     with (
         replay_ticket(catalog, group, record.window, holder) as ticket,

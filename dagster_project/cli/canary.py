@@ -35,7 +35,10 @@ def add_canary(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         "--promote",
         action="store_true",
         help="publish the canary already staged as its window's output, in one fenced commit, once the groups file "
-        "names its transform",
+        "names its transform; previews it unless --execute is given",
+    )
+    canary.add_argument(
+        "--execute", action="store_true", help="with --promote: do it (else only show what it would do)"
     )
     canary.add_argument("--json", action="store_true", help=JSON_HELP)
     canary.set_defaults(run=cmd_canary)
@@ -49,6 +52,10 @@ def cmd_canary(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     group = pick(groups, args.group, args.groups)
     if args.promote == bool(args.transform):
         raise UsageError("canary: give --transform to try one, or --promote (alone) to publish the one tried")
+    if args.execute and not args.promote:
+        raise UsageError("canary: --execute goes with --promote; trying a transform changes nothing on main")
+    if args.promote and not args.execute:
+        return preview_promotion(lakehouse, group, args.json)
     run_id = f"canary-{int(time.time())}"
     with run_output(dagster_home(), "canary", args.verbose):
         spark = get_session(lakehouse)
@@ -66,6 +73,27 @@ def cmd_canary(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
         print(dumps(asdict(diff)))
         return Exit.OK
     print(render(diff, group))
+    return Exit.OK
+
+
+def preview_promotion(lakehouse: LakehouseConfig, group: GroupConfig, as_json: bool) -> int:
+    """What ``canary --promote --execute`` would publish, checked as the execution checks it; no Spark, no change."""
+    from icegroup.iceberg.store.canaries import promotable
+    from icegroup.iceberg.store.tables import load_optional
+
+    catalog = lakehouse.catalog()
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        raise UsageError(f"canary: group {group.name!r} has no sink yet, so no canary to promote")
+    record = promotable(catalog, sink, group)
+    if as_json:
+        print(dumps({"group": group.name, "executed": False, **record.model_dump()}))
+        return Exit.OK
+    print(
+        f"would promote: the canary of window {record.window} (transform {record.transform}, staged snapshot "
+        f"{record.staged_snapshot}) as the window's output, replacing it in one fenced commit\n"
+        f"preview: nothing changed; `icegroup canary {group.name} --promote --execute` promotes it"
+    )
     return Exit.OK
 
 

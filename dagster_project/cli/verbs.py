@@ -36,9 +36,10 @@ PREVIEW_RULE = "previews what it would do; changes nothing unless --execute"
 ACTS_AT_ONCE = "acts at once (it moves nothing backwards; its opposite undoes it)"
 EXECUTE_HELP = "do it (without --execute: only show what would be done)"
 RULE = (
-    "Verbs that rewrite or remove state (reset, rebuild, replay, expire, redrive, migrate, delete) preview what "
-    "they would do and change nothing unless --execute is given; consume, pause and resume act at once (they move "
-    "nothing backwards, and each is undone by its opposite)."
+    "Verbs that rewrite or remove state (reset, rebuild, replay, expire, redrive, migrate, delete, canary --promote) "
+    "preview what they would do and change nothing unless --execute is given; consume, pause and resume act at once "
+    "(they move nothing backwards, and each is undone by its opposite), and so does canary --transform, which "
+    "stages beside main and changes nothing on it."
 )
 
 

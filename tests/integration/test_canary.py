@@ -9,18 +9,20 @@ every old row or every new row, never a mix, and the registry records the transf
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
+from icegroup.dagster_project.cli import main as icegroup_cli
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError, WindowMoved
 from icegroup.iceberg.store.canaries import load_canary
 from icegroup.iceberg.store.registry import load_state
 from icegroup.spark_jobs.canary import promote_canary, run_canary
-from tests.factories import MakeGroup, append_batches, create_source, today
+from tests.factories import MakeGroup, append_batches, create_source, today, write_groups
 from tests.integration.helpers import drive, quiet
 
 pytestmark = pytest.mark.spark
@@ -35,7 +37,14 @@ def amounts(catalog: Catalog, sink: str) -> dict[int, float]:
 
 
 def test_a_canary_shows_its_difference_and_leaves_main_untouched_then_promotes_in_one_commit(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    lake_home: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 15)
@@ -70,6 +79,22 @@ def test_a_canary_shows_its_difference_and_leaves_main_untouched_then_promotes_i
     with pytest.raises(UsageError, match=f"set `transform: {CENTS}` for it in its groups file first"):
         promote_canary(spark, lakehouse, group, "promote-0", quiet)
     switched = group.model_copy(update={"transform": CENTS, "on_change": "continue"})  # the groups file, edited
+    monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
+    capsys.readouterr()
+    unedited = write_groups(tmp_path / "before.yaml", group)
+    assert icegroup_cli(["--groups", str(unedited), "canary", group.name, "--promote"]) == 2, (
+        "the preview checks as --execute"
+    )
+    assert f"set `transform: {CENTS}` for it in its groups file first" in capsys.readouterr().err
+    edited = write_groups(tmp_path / "groups.yaml", switched)
+    assert icegroup_cli(["--groups", str(edited), "canary", group.name, "--promote"]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        f"would promote: the canary of window {diff.window} (transform {CENTS}, staged snapshot "
+        f"{record.staged_snapshot}) as the window's output, replacing it in one fenced commit",
+        f"preview: nothing changed; `icegroup canary {group.name} --promote --execute` promotes it",
+    ]
+    assert catalog.load_table(group.sink).current_snapshot() == head_before, "the preview changed nothing"
+    assert load_canary(catalog.load_table(group.sink), group.name) == record
     reader = threading.Thread(target=read_while_promoting)
     reader.start()
     try:

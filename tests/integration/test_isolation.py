@@ -28,6 +28,7 @@ from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.redrive_rows import redrive_rows
 from tests.factories import MakeGroup, append_batches, create_source, events
 from tests.integration.helpers import quiet, sink_ids
+from tests.integration.transforms import POISON_IDS
 
 pytestmark = pytest.mark.spark
 
@@ -37,8 +38,6 @@ ROWS = 100_000
 def test_three_poison_rows_of_a_100000_row_shard_are_isolated_and_redriven_exactly_once(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    from tests.integration.transforms import POISON_IDS  # its UDFs need the session, which the fixture makes
-
     group = make_group(transform="tests.integration.transforms:fail_on_three_ids", on_poison="isolate", max_deliver=1)
     source = create_source(catalog, group.source)
     source.append(events(1, ROWS, seed=5, regions=("eu",)))

@@ -6,6 +6,7 @@ import time
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import DoubleType, LongType
 
 
 def columns_seen(df: DataFrame) -> DataFrame:
@@ -25,7 +26,7 @@ def event_id_as_string(df: DataFrame) -> DataFrame:
     return df.withColumn("event_id", F.col("event_id").cast("string"))
 
 
-@F.udf("double")
+@F.udf(DoubleType())
 def _checked_amount(amount: float) -> float:
     if amount > 50:
         raise ValueError(f"amount {amount} is over the limit")
@@ -57,7 +58,7 @@ def spread_over_two_tasks(df: DataFrame) -> DataFrame:
     return df.repartition(2)
 
 
-@F.udf("double")
+@F.udf(DoubleType())
 def _slow_amount(amount: float) -> float:
     time.sleep(1.0)
     return amount
@@ -78,7 +79,7 @@ def fail_on_three_ids(df: DataFrame) -> DataFrame:
     return df.withColumn("amount", F.when(poison, F.raise_error(message)).otherwise(F.col("amount")))
 
 
-@F.udf("long")
+@F.udf(LongType())
 def _checked_user(user_id: int) -> int:
     if user_id % 97 == 0:
         raise ValueError(f"user {user_id} is blocked")
