@@ -9,16 +9,17 @@ from __future__ import annotations
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
+from pyspark.sql.types import LongType
 
 from tests.stack.rules import cents, kill_own_worker_once
 
 
-@F.udf("long")
+@F.udf(LongType())
 def _in_cents(amount: float) -> int:
     return cents(amount)
 
 
-@F.udf("long")
+@F.udf(LongType())
 def _in_cents_killing_the_worker(amount: float) -> int:
     kill_own_worker_once()
     return cents(amount, pause_s=0.02)
