@@ -42,6 +42,11 @@ directory_type = "project"
 
 [tool.dg.project]
 root_module = "user_project"
+code_location_name = "user-project"
+
+[tool.dagster]
+module_name = "user_project.definitions"
+code_location_name = "user-project"
 """
 
 DEFINITIONS = """\
@@ -123,13 +128,14 @@ def test_dg_scaffolds_the_component_and_loads_a_project_with_two(project: Path, 
 
     checked = run(project, "dg", "check", "defs")
     listed = json.loads(run(project, "dg", "list", "defs", "--json").stdout)
-    validated = run(project, "dagster", "definitions", "validate", "-m", "user_project.definitions")
+    validated = run(project, "dagster", "definitions", "validate")
 
     assert "All definitions loaded successfully" in checked.stdout
     assert "All code locations passed validation" in validated.stdout + validated.stderr
     said = (checked.stdout + checked.stderr + validated.stdout + validated.stderr).splitlines()
     # `dagster definitions validate` warns that `dg check defs` supersedes it; nothing else may warn.
-    assert [line for line in said if "Warning" in line and "definitions_validate_command" not in line] == []
+    warned = [line for line in said if "warning" in line.lower() and "definitions_validate_command" not in line]
+    assert warned == []
     assets = {a["asset_key"]: a for a in listed["assets"]}
     sink = assets[f"lake/{ns}/orders_clean"]
     assert sink["dependency_keys"] == ["raw/orders"], "the sink reads the project's own asset"
