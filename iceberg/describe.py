@@ -27,7 +27,7 @@ from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.source_ref import ref_name
 from icegroup.iceberg.protocol.state import GroupState, LeasePhase
 from icegroup.iceberg.rebuild import sync_tables
-from icegroup.iceberg.shards import blocked_at
+from icegroup.iceberg.shards import added_files, blocked_at, snapshot_info
 from icegroup.iceberg.store.dead_letters import open_in
 from icegroup.iceberg.store.group_tables import load_group_tables
 from icegroup.iceberg.store.heartbeats import read_beats
@@ -171,6 +171,15 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         lag_snaps[entry.stream].add(entry.snapshot_id)
         lag_rows[entry.stream] += entry.record_count
         heads[entry.stream] = max(heads.get(entry.stream, (0, 0)), (sequence[entry.snapshot_id], entry.snapshot_id))
+    replayed = (
+        source.snapshot_by_id(blocked.snapshot_id) if blocked and blocked.followable and blocked.snapshot_id else None
+    )
+    if replayed is not None:  # an upstream replay the group stopped at: its new rows are what following it consumes
+        info = snapshot_info(replayed)
+        for entry in added_files(source, [info]):
+            lag_snaps[entry.stream].add(entry.snapshot_id)
+            lag_rows[entry.stream] += entry.record_count
+            heads[entry.stream] = max(heads.get(entry.stream, (0, 0)), (info.sequence_number, entry.snapshot_id))
     beats = {holder: b.beat_ms for holder, b in read_beats(catalog, group.name).items()}
     redrive = f"icegroup redrive {group.name} --execute"
     leases_by_stream: dict[str, list[str]] = defaultdict(list)

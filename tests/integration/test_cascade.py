@@ -158,8 +158,10 @@ def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follo
     replayed = catalog.load_table(first.sink).snapshots()[-1].snapshot_id
     stopped_at = f"stopped at source snapshot {replayed}, a replay of window {window} upstream"
     follow = f"icegroup replay {second.name} --follow-upstream --execute"
-    status = describe_group(catalog, second).status
+    view = describe_group(catalog, second)
+    status = view.status
     assert status.startswith(stopped_at), "not caught up: stopped, and saying where"
+    assert view.lag_rows == 24, "the replay's new rows are the lag under the stop line, not 0"
     assert follow in status
     skipped, lag = leader_skip(second)
     assert skipped.endswith(status), "the sensor skips saying so, where it used to fail every tick"
