@@ -91,11 +91,12 @@ chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader
 	$(PY) -m tests.chaos.run --full
 	$(PY) -m tests.chaos.run --full --borrowers
 
-bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, processes, replay, poison-row isolation, idle consume, what a shard costs beyond a plain write and which code spends it, where a consume's time goes, forward lineage precision and recall, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog; records tests/benchmarks/results/
+bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard costs beyond a plain write and which code spends it, where a consume's time goes, forward lineage precision and recall, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_throughput
 	$(PY) -m tests.benchmarks.bench_latency
 	$(PY) -m tests.benchmarks.bench_leader
 	$(PY) -m tests.benchmarks.bench_heartbeat
+	$(PY) -m tests.benchmarks.bench_branch_contention
 	$(PY) -m tests.benchmarks.bench_processes
 	$(PY) -m tests.benchmarks.bench_replay
 	$(PY) -m tests.benchmarks.bench_isolation
