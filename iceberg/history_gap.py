@@ -46,6 +46,7 @@ class Gap:
     snapshots: list[SnapshotInfo]
     diff: GapDiff
     figures: GapFigures
+    row_floor: int | None = None
 
 
 def plan_source(
@@ -62,11 +63,15 @@ def plan_across_gap(table: Table, group: GroupConfig, gap: HistoryGap) -> Plan:
     """Plan every file added since the group's position up to the head, in one step; stop at a rewrite.
 
     The plan reaches the head at once, whatever ``max_snapshots_per_tick`` says: there are no
-    snapshots in between to stop at. A gap in which files live at the position went away is not
-    planned: the plan holds the stop (``blocked``), with the figures of what is in question.
+    snapshots in between to stop at. A gap in which files live at the position went away (a
+    compaction, an overwrite) is planned only on a format-v3 source, whose rows keep their row id
+    through a rewrite: the rows from the table's next-row-id at the position on are exactly the new
+    ones (``Shard.min_row_id``). Elsewhere, and where delete files appeared, the plan holds the stop
+    (``blocked``), with the figures of what is in question.
     """
     found = read_gap(table, gap.position, group)
-    if not found.diff.append_only:
+    by_row_id = not found.diff.append_only and found.row_floor is not None and not found.diff.new_deletes
+    if not found.diff.append_only and not by_row_id:
         message = gap_stop(group.name, group.source, gap.position, found.head.snapshot_id, found.figures)
         blocked = SourceBlocked(
             message,
@@ -85,6 +90,7 @@ def plan_across_gap(table: Table, group: GroupConfig, gap: HistoryGap) -> Plan:
         skipped=[],
         remaining=0,
         read_at=found.head.snapshot_id,
+        min_row_id=found.row_floor if by_row_id else None,
     )
 
 
@@ -127,7 +133,23 @@ def read_gap(table: Table, position: int | None, group: GroupConfig) -> Gap:
         snapshots=stand_ins(table, head, added, _sequences(head_data, diff.added)),
         diff=diff,
         figures=figures,
+        row_floor=row_floor(table, at),
     )
+
+
+def row_floor(table: Table, position: Snapshot | None) -> int | None:
+    """The table's next-row-id at ``position`` (None: its start): every row from it on was added after.
+
+    Only a format-v3 table assigns row ids (row lineage), and a rewrite keeps them. None where the
+    table has none, or the position's snapshot predates them.
+    """
+    if table.metadata.format_version < 3:
+        return None
+    if position is None:
+        return 0
+    if position.first_row_id is None or position.added_rows is None:
+        return None
+    return position.first_row_id + position.added_rows
 
 
 def live_added_between(table: Table, low: int, high: int) -> list[tuple[FileEntry, int]]:

@@ -325,7 +325,10 @@ def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceBlocked
     if found.through is None:
         return cut(state, group, found.appends, found.files, None), found.blocked
     through = found.through
-    planned = cut(state, group, found.appends, found.files, through.snapshot_id, through.sequence_number, found.read_at)
+    planned = cut(
+        state, group, found.appends, found.files, through.snapshot_id, through.sequence_number, found.read_at,
+        found.min_row_id,
+    )  # fmt: skip
     return planned, found.blocked
 
 

@@ -36,6 +36,8 @@ class Plan:
 
     ``read_at`` is set when the snapshots that added ``files`` have expired (``iceberg/history_gap.py``):
     the shards cut from them read their files as of that snapshot, not by an incremental scan.
+    ``min_row_id`` is set when those files also hold rows read before (a compaction in the gap, on a
+    format-v3 source): only rows from that row id on are new.
     """
 
     appends: list[SnapshotInfo]
@@ -46,6 +48,7 @@ class Plan:
     blocked: SourceBlocked | None = None
     pruned: int = 0
     read_at: int | None = None
+    min_row_id: int | None = None
 
 
 def snapshot_info(snapshot: Snapshot) -> SnapshotInfo:

@@ -17,6 +17,8 @@ from icegroup.spark_jobs.sink.shape import shard_ids
 
 FILE_COLUMN = "_file"
 POS_COLUMN = "_pos"
+# A format-v3 row's id (row lineage): kept through rewrites, so a watermark on it finds the rows added after it.
+ROW_ID_COLUMN = "_row_id"
 UPSTREAM_SHARD_COLUMN = "_ig_upstream_shard"
 
 
@@ -67,7 +69,10 @@ def read_shards(
     options = read_options(spark, shards)
     if isinstance(span, AsOf):
         reader = spark.read.format("iceberg").options(**options).option("snapshot-id", str(span.snapshot_id))
-        df = reader.load(table).select("*", FILE_COLUMN, POS_COLUMN)
+        df = reader.load(table)
+        if span.min_row_id is not None:  # only a format-v3 table has the column
+            df = df.where(F.col(ROW_ID_COLUMN) >= F.lit(span.min_row_id))
+        df = df.select("*", FILE_COLUMN, POS_COLUMN)
     elif span[0] is None:
         end = span[1]
         if root_snapshot is None:

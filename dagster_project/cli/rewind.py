@@ -298,7 +298,9 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
         return Exit.OK
     print(f"reset group {group.name} {plan.target.describe()}: into epoch {plan.epoch}")
     # A position before the table's first snapshot is its start, as a source range writes it (``start..B``).
-    rows = [{**row, "current": row["current"] or "start", "new": row["new"] or "start"} for row in plan.rows()]
+    # The skipped rows counted from live files are said below the table, when there are any.
+    shown = [{key: value for key, value in row.items() if key != "skipped_rows_expired"} for row in plan.rows()]
+    rows = [{**row, "current": row["current"] or "start", "new": row["new"] or "start"} for row in shown]
     print(table(rows, list(rows[0]) if rows else ["stream"]))
     expired = sum(move.skipped_expired_rows for move in plan.moves)
     if expired:

@@ -214,13 +214,15 @@ def cut(
     through: int | None,
     through_sequence: int = 0,
     read_at: int | None = None,
+    min_row_id: int | None = None,
 ) -> Planned:
     """Cut what planning read into shards and move the planning cursor to ``through``.
 
     ``appends`` and ``files`` are the append snapshots after the cursor and the data files they
     added; ``through`` is the last snapshot planned (None: nothing new, the state stays as it is)
     and ``through_sequence`` its sequence number. ``read_at``: the files' snapshots have expired,
-    and the shards read them as of that snapshot (``iceberg/history_gap.py``).
+    and the shards read them as of that snapshot (``iceberg/history_gap.py``); ``min_row_id``: and
+    only their rows from that row id on are new.
     """
     if through is None:
         return Planned(state=state, new_shards=[])
@@ -235,6 +237,7 @@ def cut(
         window=group.replay_window,
         floors={name: stream.position_sequence for name, stream in state.streams.items()},
         read_at=read_at,
+        min_row_id=min_row_id,
     )
     check_windows(group, shards)
     return Planned(state=add_shards(state, shards, through, through_sequence), new_shards=shards)

@@ -76,9 +76,13 @@ def spanning_range(shards: Sequence[Shard], sequence_of: Callable[[int], int | N
 
 @dataclass(frozen=True)
 class AsOf:
-    """Read the files as of one snapshot, not by a range: the snapshots that added them have expired."""
+    """Read the files as of one snapshot, not by a range: the snapshots that added them have expired.
+
+    ``min_row_id``: only rows whose ``_row_id`` is at least this are read (``Shard.min_row_id``).
+    """
 
     snapshot_id: int
+    min_row_id: int | None = None
 
 
 Span = tuple[int | None, int] | AsOf
@@ -86,19 +90,22 @@ Span = tuple[int | None, int] | AsOf
 
 def shard_span(shard: Shard) -> Span:
     """What one shard is read by: its snapshot range, or, for one a file diff found, its files as of the head."""
-    return (shard.from_snapshot, shard.to_snapshot) if shard.read_snapshot is None else AsOf(shard.read_snapshot)
+    if shard.read_snapshot is None:
+        return (shard.from_snapshot, shard.to_snapshot)
+    return AsOf(shard.read_snapshot, shard.min_row_id)
 
 
 def batch_span(shards: Sequence[Shard], sequence_of: Callable[[int], int | None]) -> Span | None:
     """What one scan of ``shards`` is read by; None when they must be read one by one.
 
     Shards a file diff found (``Shard.read_snapshot``) are read as of the snapshot they name, all in
-    one scan when they name the same one. Beside shards read by range, each is read on its own.
+    one scan when they name the same one (and the same row-id watermark). Beside shards read by
+    range, each is read on its own.
     """
-    ats = {shard.read_snapshot for shard in shards}
-    if ats == {None}:
+    ats = {(shard.read_snapshot, shard.min_row_id) for shard in shards}
+    if ats == {(None, None)}:
         return spanning_range(shards, sequence_of)
     if len(ats) == 1:
-        (at,) = ats
-        return AsOf(at) if at is not None else None
+        ((at, floor),) = ats
+        return AsOf(at, floor) if at is not None else None
     return None

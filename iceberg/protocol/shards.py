@@ -82,12 +82,20 @@ class Shard(BaseModel):
         "diff, iceberg/history_gap.py): its files are read as of this snapshot, not by an incremental scan.",
     )
 
+    min_row_id: int | None = Field(
+        default=None,
+        description="Set on a format-v3 source whose gap held a rewrite: only rows whose _row_id is at least this "
+        "(the table's next-row-id at the group's position) are the shard's; the files also hold rows read before.",
+    )
+
     def read_at(self) -> int:
         """The snapshot the shard's files are read as of: its own end, or the head a file diff reached."""
         return self.to_snapshot if self.read_snapshot is None else self.read_snapshot
 
     def found_by(self) -> str:
-        """How planning found its files: ``snapshots`` (an incremental range) or ``files`` (a file diff)."""
+        """How planning found its rows: an incremental range, a file diff, or a file diff cut at a row-id watermark."""
+        if self.min_row_id is not None:
+            return "row_ids"
         return "snapshots" if self.read_snapshot is None else "files"
 
 
@@ -180,6 +188,7 @@ def cut_shards(
     window: Window,
     floors: Mapping[str, int] | None = None,
     read_at: int | None = None,
+    min_row_id: int | None = None,
 ) -> list[Shard]:
     """Cut the files of the planned snapshots into shards, stream by stream.
 
@@ -212,7 +221,7 @@ def cut_shards(
                 or current.window != win
                 or current.would_exceed(added, caps)
             ):
-                shards.append(_close(group, epoch, stream, current, read_at))
+                shards.append(_close(group, epoch, stream, current, read_at, min_row_id))
                 cursor = current.snapshot.snapshot_id
                 current = None
             if current is None:
@@ -221,7 +230,7 @@ def cut_shards(
             current.snapshots.append(snap.snapshot_id)
             current.files.extend(added)
         if current is not None:
-            shards.append(_close(group, epoch, stream, current, read_at))
+            shards.append(_close(group, epoch, stream, current, read_at, min_row_id))
     return sorted(shards, key=lambda s: (s.to_sequence, s.stream))
 
 
@@ -246,7 +255,9 @@ def commit_batches(shards: Sequence[Shard], max_rows: int) -> list[list[Shard]]:
     return batches
 
 
-def _close(group: str, epoch: int, stream: str, open_shard: _Open, read_at: int | None) -> Shard:
+def _close(
+    group: str, epoch: int, stream: str, open_shard: _Open, read_at: int | None, min_row_id: int | None
+) -> Shard:
     last = open_shard.snapshot
     return Shard(
         shard_id=make_shard_id(group, epoch, stream, open_shard.from_snapshot, last.snapshot_id),
@@ -263,6 +274,7 @@ def _close(group: str, epoch: int, stream: str, open_shard: _Open, read_at: int 
         bytes=sum(f.size_bytes for f in open_shard.files),
         identity=shared_identity(open_shard.files),
         read_snapshot=read_at,
+        min_row_id=min_row_id,
     )
 
 

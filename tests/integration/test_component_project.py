@@ -106,7 +106,8 @@ def write_project(root: Path, ns: str, orders_lake: dict[str, Any]) -> Path:
 
 def run(project: Path, *command: str) -> subprocess.CompletedProcess[str]:
     """A command of the venv run in the project, as its user runs it: the project's sources importable."""
-    env = {**os.environ, "PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": f"{project / 'src'}"}
+    env = {key: value for key, value in os.environ.items() if key != "DAGSTER_HOME"}  # the user's own, not the repo's
+    env |= {"PATH": f"{BIN}{os.pathsep}{os.environ['PATH']}", "PYTHONPATH": f"{project / 'src'}"}
     result = subprocess.run(
         [str(BIN / command[0]), *command[1:]], cwd=project, env=env, capture_output=True, text=True, timeout=300
     )

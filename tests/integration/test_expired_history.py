@@ -147,3 +147,37 @@ def test_a_reset_across_expired_history_previews_the_rows_it_skips(
     ids = sink_ids(catalog, group)
     assert 7 * BATCH - len(ids) == skipped, "the execution skipped what the preview said"
     assert set(ids.values()) == {1}
+
+
+def test_a_compaction_in_expired_history_of_a_format_v3_source_is_read_exactly_by_row_id(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group()
+    table = f"{lakehouse.catalog_name}.{group.source}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {lakehouse.catalog_name}.{group.source.split('.')[0]}")
+    spark.sql(
+        f"CREATE TABLE {table} (event_id BIGINT, region STRING) USING iceberg PARTITIONED BY (region) "
+        "TBLPROPERTIES ('format-version'='3')"
+    )
+
+    def append(first: int) -> None:
+        spark.sql(
+            f"INSERT INTO {table} SELECT id AS event_id, element_at(array('eu', 'us', 'apac'), "
+            f"CAST(id % 3 AS INT) + 1) AS region FROM range({first}, {first + BATCH})"
+        )
+
+    for batch in range(3):
+        append(1 + batch * BATCH)
+    drive(spark, lakehouse, group)
+    for batch in range(3, 7):
+        append(1 + batch * BATCH)
+    spark.sql(f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{group.source}', "
+              "options => map('min-input-files','2'))")  # fmt: skip
+    spark_expire(spark, lakehouse, group.source)
+
+    drive(spark, lakehouse, group)
+
+    ids = sink_ids(catalog, group)
+    assert sorted(ids) == list(range(1, 7 * BATCH + 1)), "every row, though the compaction merged read and unread"
+    assert set(ids.values()) == {1}, "none twice"
+    assert "row_ids" in files_found(catalog, group), "the commits say a row-id watermark found them"

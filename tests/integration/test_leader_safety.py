@@ -32,13 +32,13 @@ def lake_env(lake_home: Any, monkeypatch: pytest.MonkeyPatch) -> None:
 def in_lockstep(monkeypatch: pytest.MonkeyPatch, parties: int) -> None:
     """Make concurrent ticks read the registry before any of them commits: the worst case for CAS."""
     barrier = threading.Barrier(parties, timeout=30)
-    original = icegroup.iceberg.leader.plan_increment
+    original = icegroup.iceberg.leader.plan_source
 
     def planned_after_everyone_read(*args: Any, **kwargs: Any) -> Any:
         barrier.wait()
         return original(*args, **kwargs)
 
-    monkeypatch.setattr(icegroup.iceberg.leader, "plan_increment", planned_after_everyone_read)
+    monkeypatch.setattr(icegroup.iceberg.leader, "plan_source", planned_after_everyone_read)
 
 
 def evaluate_at_once(evaluations: list[Callable[[], Any]]) -> list[Any]:

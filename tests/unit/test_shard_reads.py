@@ -87,3 +87,14 @@ def test_shards_a_file_diff_found_are_read_as_of_their_snapshot_together_or_one_
     assert batch_span([found[0], shard(4, read_snapshot=301)], sequence) is None
     assert shard_span(found[0]) == AsOf(300)
     assert shard_span(ranged) == (101, 105)
+
+
+def test_shards_cut_at_a_row_id_watermark_are_read_together_only_with_the_same_one() -> None:
+    def sequence(snapshot: int) -> int:
+        return snapshot
+
+    cut = [shard(1, read_snapshot=300, min_row_id=70), shard(2, stream="b", read_snapshot=300, min_row_id=70)]
+    assert batch_span(cut, sequence) == AsOf(300, 70)
+    assert shard_span(cut[0]) == AsOf(300, 70)
+    assert batch_span([cut[0], shard(3, read_snapshot=300)], sequence) is None
+    assert cut[0].found_by() == "row_ids"
