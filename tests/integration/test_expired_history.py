@@ -173,7 +173,18 @@ def test_a_compaction_in_expired_history_of_a_format_v3_source_is_read_exactly_b
         append(1 + batch * BATCH)
     spark.sql(f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{group.source}', "
               "options => map('min-input-files','2'))")  # fmt: skip
-    spark_expire(spark, lakehouse, group.source)
+    # pyiceberg writes no format-v3 metadata, so on this SQL catalog the group keeps no branch on the
+    # source (a REST server writes its own metadata, and keeps it). The expiry takes the snapshots
+    # after the position, as an expiry behind a branch does.
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    after = [s.snapshot_id for s in catalog.load_table(group.source).snapshots()]
+    gap = after[after.index(state.planned_through) + 1 : -1]
+    assert len(gap) == 4, "the four unconsumed appends; the compaction is the head"
+    spark.sql(
+        f"CALL {lakehouse.catalog_name}.system.expire_snapshots(table => '{group.source}', "
+        f"snapshot_ids => array({', '.join(map(str, gap))}))"
+    )
 
     drive(spark, lakehouse, group)
 
