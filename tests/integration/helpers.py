@@ -2,20 +2,27 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
 
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.failpoints import ENV
 from icegroup.iceberg.leader import TickResult, tick
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.spark_jobs.borrower.lease import LeaseReport, run_lease
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def quiet(_: str) -> None:
@@ -68,6 +75,39 @@ def wait_for(predicate: Callable[[], object], timeout_s: float, what: str) -> No
             return
         time.sleep(0.1)
     raise AssertionError(f"timed out after {timeout_s}s waiting for {what}")
+
+
+@dataclass
+class Held:
+    """A process held at a fail point: the block acts on it, then lets it go on."""
+
+    process: subprocess.Popen[str]
+    points: Path
+
+    def release(self) -> None:
+        """Let the process go on from the fail point."""
+        for hit in self.points.glob("hit.*"):
+            hit.unlink()
+
+
+@contextmanager
+def held_at(point: str, command: list[str], env: dict[str, str], points: Path, what: str) -> Iterator[Held]:
+    """Run ``command`` (from the checkout) until it reaches fail point ``point``, and hold it there for the block.
+
+    Its output is captured as text. A process the block leaves running is killed.
+    """
+    (points / point).touch()
+    process = subprocess.Popen(
+        command, cwd=REPO, env={**env, ENV: str(points)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()) or process.poll() is not None,
+                 120, what)  # fmt: skip
+        assert process.poll() is None, f"it ended before {what}: {process.communicate()}"
+        yield Held(process, points)
+    finally:
+        if process.poll() is None:
+            process.kill()
 
 
 def sink_ids(catalog: Catalog, group: GroupConfig) -> Counter[int]:

@@ -28,7 +28,7 @@ from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, create_source, events, next_event_id, write_groups
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import held_at
 from tests.stack_env import home_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
@@ -51,26 +51,12 @@ def test_a_consumer_stopped_with_sigterm_hands_its_lease_back_for_the_next_tick(
     env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
     consume = ["--verbose", "--groups", str(groups), "consume", group.name, "--until-caught-up"]
 
-    (points / "borrower.after_stage").touch()
-    stopped = subprocess.Popen(
-        [ICEGROUP, *consume],
-        cwd=repo_root(),
-        env={**env, "ICEGROUP_FAILPOINTS": str(points)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consumer to stage")
-        stopped.send_signal(signal.SIGTERM)
-        for hit in points.glob("hit.*"):
-            hit.unlink()  # the shard in flight goes on to its commit
-        _, said = stopped.communicate(timeout=120)
-    finally:
-        if stopped.poll() is None:
-            stopped.kill()
+    with held_at("borrower.after_stage", [ICEGROUP, *consume], env, points, "the consumer to stage") as held:
+        held.process.send_signal(signal.SIGTERM)
+        held.release()  # the shard in flight goes on to its commit
+        _, said = held.process.communicate(timeout=120)
 
-    assert stopped.returncode == Exit.INCOMPLETE, said[-3000:]
+    assert held.process.returncode == Exit.INCOMPLETE, said[-3000:]
     assert f"icegroup: stopped: job {group.name}_consume was interrupted" in said
     assert f"stopped after 1 shards committed; {SHARDS - 1} handed back" in said
     assert "this run ended; its lease is handed back" in said
@@ -105,26 +91,13 @@ def test_a_consumer_stopped_with_sigterm_after_its_last_commit_says_nothing_was_
     points.mkdir()
     env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
 
-    (points / "borrower.after_commit").touch()
-    stopped = subprocess.Popen(
-        [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"],
-        cwd=repo_root(),
-        env={**env, "ICEGROUP_FAILPOINTS": str(points)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consumer to commit")
-        stopped.send_signal(signal.SIGTERM)
-        for hit in points.glob("hit.*"):
-            hit.unlink()
-        out, said = stopped.communicate(timeout=120)
-    finally:
-        if stopped.poll() is None:
-            stopped.kill()
+    consume = [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"]
+    with held_at("borrower.after_commit", consume, env, points, "the consumer to commit") as held:
+        held.process.send_signal(signal.SIGTERM)
+        held.release()
+        out, said = held.process.communicate(timeout=120)
 
-    assert stopped.returncode == Exit.OK, out + said[-3000:]
+    assert held.process.returncode == Exit.OK, out + said[-3000:]
     assert f"group {group.name}: stopped by a signal once caught up; nothing was handed back" in out
     assert "caught up" in out
     assert "handed back for" not in out + said

@@ -24,7 +24,7 @@ from icegroup.iceberg.protocol.group import ShardCaps
 from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, create_source, events, next_event_id, write_groups
-from tests.integration.helpers import wait_for
+from tests.integration.helpers import held_at
 from tests.stack_env import home_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
@@ -46,30 +46,17 @@ def test_a_consume_running_while_a_reset_executes_goes_on_in_the_new_epoch_and_e
     points.mkdir()
     env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
 
-    (points / "borrower.after_stage").touch()
-    consuming = subprocess.Popen(
-        [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"],
-        cwd=repo_root(),
-        env={**env, "ICEGROUP_FAILPOINTS": str(points)},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consume to stage")
+    consume = [ICEGROUP, "--groups", str(groups), "consume", group.name, "--until-caught-up"]
+    with held_at("borrower.after_stage", consume, env, points, "the consume to stage") as held:
         reset = subprocess.run(
             [ICEGROUP, "--groups", str(groups), "reset", group.name, "--to-latest", "--execute"],
             cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300,
         )  # fmt: skip
-        for hit in points.glob("hit.*"):
-            hit.unlink()  # the staged shard goes on to its commit, which the new epoch's fence refuses
-        out, said = consuming.communicate(timeout=300)
-    finally:
-        if consuming.poll() is None:
-            consuming.kill()
+        held.release()  # the staged shard goes on to its commit, which the new epoch's fence refuses
+        out, said = held.process.communicate(timeout=300)
 
     assert reset.returncode == Exit.OK, reset.stderr[-3000:]
-    assert consuming.returncode == Exit.OK, out + said[-3000:]
+    assert held.process.returncode == Exit.OK, out + said[-3000:]
     assert "caught up" in out
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
         (run,) = instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: group.name}))
