@@ -22,6 +22,7 @@ from icegroup.iceberg.errors import HistoryGap, SourceBlocked, SourceError
 from icegroup.iceberg.protocol.file_diff import GapDiff, GapFigures, diff_live, gap_stop
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import FileEntry, SnapshotInfo
+from icegroup.iceberg.protocol.source_ref import ref_name
 from icegroup.iceberg.protocol.stream_filter import may_match
 from icegroup.iceberg.shards import (
     APPEND,
@@ -107,8 +108,8 @@ def read_gap(table: Table, position: int | None, group: GroupConfig) -> Gap:
     if position is not None and at is None:
         raise SourceError(
             f"group {group.name!r}: position {position} of source {group.source!r} is no longer in its metadata "
-            f"(expired, or its branch {group.name!r} was removed), and the snapshots after it have expired too, so "
-            "nothing says which of the files live now the group has read. Consume the source with a new group "
+            f"(expired, or its branch {ref_name(group.name)} was removed), and the snapshots after it have expired "
+            "too, so nothing says which of the files live now the group has read. Consume the source with a new group "
             "(start: earliest reads every row live now once), or restore the source's history"
         )
     head_manifests = head.manifests(table.io)
