@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -112,17 +112,20 @@ def source_pins(source: Table, groups: list[GroupConfig], catalog: Catalog, now_
     return pins, lapsed
 
 
-def sink_pins(sink: Table, groups: list[GroupConfig], catalog: Catalog) -> list[Pin]:
+def sink_pins(
+    sink: Table, groups: list[GroupConfig], catalog: Catalog, expiring: Mapping[str, set[int]] | None = None
+) -> list[Pin]:
     """What the groups writing ``sink`` read back of it.
 
     Their cursors, their leases' grants, their lineage cursors, the commits that left out rows not
     re-driven yet (``redrive`` finds them there), and every commit whose output a reset may still
-    delete (``reset_reach``): one that consumed a source snapshot still in the source.
+    delete (``reset_reach``): one that consumed a source snapshot still in the source, once the
+    snapshots this run expires from it (``expiring``, by table) are gone.
     """
     sequence = {s.snapshot_id: s.sequence_number or 0 for s in sink.snapshots()}
     pins = []
     for group in groups:
-        reach = reset_pin(sink, group, catalog, sequence)
+        reach = reset_pin(sink, group, catalog, sequence, (expiring or {}).get(group.source, set()))
         if reach is not None:
             pins.append(reach)
         state = load_state(catalog, group.name).state
@@ -143,12 +146,17 @@ def sink_pins(sink: Table, groups: list[GroupConfig], catalog: Catalog) -> list[
     return pins
 
 
-def reset_pin(sink: Table, group: GroupConfig, catalog: Catalog, sequence: Mapping[int, int]) -> Pin | None:
-    """The pin of the sink commits a reset of ``group`` may still need; None when the source is gone."""
+def reset_pin(
+    sink: Table, group: GroupConfig, catalog: Catalog, sequence: Mapping[int, int], gone: Collection[int] = ()
+) -> Pin | None:
+    """The pin of the sink commits a reset of ``group`` may still need; None when the source is gone.
+
+    ``gone`` are source snapshots this run expires: a reset cannot reach back to them afterwards.
+    """
     source = load_optional(catalog, group.source)
     if source is None:
         return None
-    chain = {s.snapshot_id: s.sequence_number or 0 for s in walk_back(source, None)}
+    chain = {s.snapshot_id: s.sequence_number or 0 for s in walk_back(source, None) if s.snapshot_id not in gone}
     commits, replays = sink_history(sink, group.name)
     ranges = [(sequence.get(c.snapshot_id, 0), c.shards) for c in commits]
     ranges += [(sequence.get(r.snapshot_id, 0), r.covers) for r in replays]
@@ -179,8 +187,12 @@ def judge_table(
     state_of: str | None,
     keep: StateRetention,
     now_ms: int,
+    expiring: Mapping[str, set[int]] | None = None,
 ) -> TableExpiry | None:
-    """Judge one table by everything that pins it; None if it does not exist."""
+    """Judge one table by everything that pins it; None if it does not exist.
+
+    ``expiring`` are the snapshots this run expires from the tables judged before (sources first).
+    """
     table = load_optional(catalog, identifier)
     if table is None:
         return None
@@ -196,7 +208,7 @@ def judge_table(
         stray = stray_refs(table, readers, now_ms)
     if writers:
         roles.append("sink")
-        pins += sink_pins(table, writers, catalog)
+        pins += sink_pins(table, writers, catalog, expiring)
         staged = staged_leftovers(table, writers, now_ms)
     if state_of is not None:
         roles.append(state_of)
@@ -239,6 +251,10 @@ def expire(
 
     The tables are the groups' sources and sinks, and each group's registry, lineage and dead
     letters. A table whose expiry lost a race with another commit is reported and left for next time.
+    Sources are judged first: what a sink must keep for a reset depends on the source history that
+    is left, so a sink is judged with its source's verdict applied, whether this run executes it
+    or only previews it (a source expiry that failed is not applied). The preview then says what
+    the execution does.
     """
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     chosen = list(groups.values())
@@ -254,14 +270,18 @@ def expire(
             (dead_rows_identifier(group.name), [], [], "dead rows"),
         ]
     plans = []
-    for identifier, readers, writers, state_of in work:
-        plan = judge_table(catalog, identifier, readers, writers, state_of, keep, now_ms)
+    expiring: dict[str, set[int]] = {}
+    for identifier, readers, writers, state_of in sorted(work, key=lambda item: not item[1]):
+        plan = judge_table(catalog, identifier, readers, writers, state_of, keep, now_ms, expiring)
         if plan is None:
             continue
         plans.append(plan)
         if execute:
             expire_judged(catalog, plan)
-    return plans
+        if plan.error is None:
+            expiring[identifier] = {s.snapshot_id for s in plan.judged.expire}
+    order = {identifier: index for index, (identifier, *_) in enumerate(work)}
+    return sorted(plans, key=lambda plan: order[plan.table])
 
 
 def expire_judged(catalog: Catalog, plan: TableExpiry) -> None:
