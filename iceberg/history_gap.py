@@ -33,6 +33,8 @@ from icegroup.iceberg.shards import (
     snapshot_info,
 )
 
+# The reserved field id of a format-v3 row's ``_row_id`` (Iceberg's ``MetadataColumns.ROW_ID``).
+ROW_ID_FIELD_ID = 2147483540
 # Manifest path -> (manifest, its live entries).
 _Entries = dict[str, tuple[ManifestFile, list[ManifestEntry]]]
 
@@ -134,7 +136,24 @@ def read_gap(table: Table, position: int | None, group: GroupConfig) -> Gap:
         snapshots=stand_ins(table, head, added, _sequences(head_data, diff.added)),
         diff=diff,
         figures=figures,
-        row_floor=row_floor(table, at),
+        row_floor=row_floor(table, at) if rewrites_kept_row_ids(head_data, diff.added) else None,
+    )
+
+
+def rewrites_kept_row_ids(entries: _Entries, paths: frozenset[str]) -> bool:
+    """Whether every file among ``paths`` that a rewrite wrote carries its rows' ids, as format v3 asks.
+
+    A rewrite (a compaction) writes its files at the sequence number it started from, below the one
+    it commits at; an append writes both alike. A writer that keeps row lineage (Iceberg 1.10 and
+    later) writes each row's ``_row_id`` into such a file, and the file's column bounds show it. An
+    older one (1.9) leaves it out, and the rows then take new ids, which would read as new rows: the
+    watermark is no proof there.
+    """
+    return all(
+        ROW_ID_FIELD_ID in (e.data_file.lower_bounds or {})
+        for _, live in entries.values()
+        for e in live
+        if e.data_file.file_path in paths and (e.sequence_number or 0) < (e.file_sequence_number or 0)
     )
 
 

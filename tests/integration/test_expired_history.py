@@ -56,6 +56,13 @@ def lagging(
     return state.planned_through, newer
 
 
+def iceberg_version(spark: SparkSession) -> tuple[int, int]:
+    """The Iceberg runtime's release as (major, minor), as the JVM reports it."""
+    release = str(spark._jvm.org.apache.iceberg.IcebergBuild.version()).split()[0]  # type: ignore[union-attr]
+    major, minor = release.split(".")[:2]
+    return int(major), int(minor)
+
+
 def files_found(catalog: Catalog, group: GroupConfig) -> list[str]:
     """How the group's sink commits say each shard was found."""
     sink = catalog.load_table(group.sink)
@@ -186,6 +193,11 @@ def test_a_compaction_in_expired_history_of_a_format_v3_source_is_read_exactly_b
         f"snapshot_ids => array({', '.join(map(str, gap))}))"
     )
 
+    if iceberg_version(spark) < (1, 10):  # its compaction writes no _row_id: the rows take new ids, so no proof
+        with pytest.raises(SourceBlocked, match="a compaction, delete or overwrite ran among them"):
+            drive(spark, lakehouse, group)
+        assert sorted(sink_ids(catalog, group)) == list(range(1, 3 * BATCH + 1)), "nothing more was committed"
+        return
     drive(spark, lakehouse, group)
 
     ids = sink_ids(catalog, group)
