@@ -28,10 +28,13 @@ from icegroup.iceberg.shards import (
     APPEND,
     Plan,
     file_entry,
+    first_blocking,
+    non_append_error,
     plan_increment,
     pruning_predicate,
     snapshot_info,
 )
+from icegroup.iceberg.store.tables import walk_back
 
 # The reserved field id of a format-v3 row's ``_row_id`` (Iceberg's ``MetadataColumns.ROW_ID``).
 ROW_ID_FIELD_ID = 2147483540
@@ -53,16 +56,30 @@ class Gap:
 
 
 def plan_source(
-    table: Table, after: int | None, group: GroupConfig, followed: Callable[[], Collection[int]] = frozenset
+    table: Table,
+    after: int | None,
+    group: GroupConfig,
+    followed: Callable[[], Collection[int]] = frozenset,
+    ranges_pending: bool = False,
 ) -> Plan:
-    """``plan_increment``, or, when the history after ``after`` has expired, the plan across the gap."""
+    """``plan_increment``, or, when the history after ``after`` has expired, the plan across the gap.
+
+    With ``ranges_pending`` (shards planned by snapshot range are not committed yet) the gap waits:
+    planning across it moves the group's branch to the head, whose ancestry no longer reaches those
+    shards' snapshots, and another expiry could then take them.
+    """
     try:
         return plan_increment(table, after, group, followed)
     except HistoryGap as gap:
-        return plan_across_gap(table, group, gap)
+        if ranges_pending:
+            position_snapshot(table, gap.position, group)
+            return Plan(appends=[], files=[], through=None, skipped=[], remaining=0)
+        return plan_across_gap(table, group, gap, followed)
 
 
-def plan_across_gap(table: Table, group: GroupConfig, gap: HistoryGap) -> Plan:
+def plan_across_gap(
+    table: Table, group: GroupConfig, gap: HistoryGap, followed: Callable[[], Collection[int]] = frozenset
+) -> Plan:
     """Plan every file added since the group's position up to the head, in one step; stop at a rewrite.
 
     The plan reaches the head at once, whatever ``max_snapshots_per_tick`` says: there are no
@@ -72,6 +89,13 @@ def plan_across_gap(table: Table, group: GroupConfig, gap: HistoryGap) -> Plan:
     ones (``Shard.min_row_id``). Elsewhere, and where delete files appeared, the plan holds the stop
     (``blocked``), with the figures of what is in question.
     """
+    tail = [snapshot_info(s) for s in reversed(list(walk_back(table, None)))]  # what is left after the gap
+    stop = first_blocking(tail, group, followed)
+    if stop is not None:
+        return Plan(
+            appends=[], files=[], through=None, skipped=[], remaining=0,
+            blocked=non_append_error(table, tail[stop], group),
+        )  # fmt: skip
     found = read_gap(table, gap.position, group)
     by_row_id = not found.diff.append_only and found.row_floor is not None and not found.diff.new_deletes
     if not found.diff.append_only and not by_row_id:
@@ -97,6 +121,23 @@ def plan_across_gap(table: Table, group: GroupConfig, gap: HistoryGap) -> Plan:
     )
 
 
+def position_snapshot(table: Table, position: int | None, group: GroupConfig) -> Snapshot | None:
+    """The snapshot of the group's position (None: the table's start); an error when it is gone.
+
+    The group's branch keeps it. Without it, nothing says which of today's files the group has read,
+    and no waiting helps.
+    """
+    at = table.snapshot_by_id(position) if position is not None else None
+    if position is not None and at is None:
+        raise SourceError(
+            f"group {group.name!r}: position {position} of source {group.source!r} is no longer in its metadata "
+            f"(expired, or its branch {ref_name(group.name)} was removed), and the snapshots after it have expired "
+            "too, so nothing says which of the files live now the group has read. Restore the source's history, "
+            f"or `icegroup reset {group.name} --to-latest --execute` and accept the gap"
+        )
+    return at
+
+
 def read_gap(table: Table, position: int | None, group: GroupConfig) -> Gap:
     """Compare the files live at ``position`` (None: the table's start) with those live at the head.
 
@@ -106,14 +147,7 @@ def read_gap(table: Table, position: int | None, group: GroupConfig) -> Gap:
     head = table.current_snapshot()
     if head is None:
         raise SourceError(f"group {group.name!r}: source {group.source!r} has no snapshot")
-    at = table.snapshot_by_id(position) if position is not None else None
-    if position is not None and at is None:
-        raise SourceError(
-            f"group {group.name!r}: position {position} of source {group.source!r} is no longer in its metadata "
-            f"(expired, or its branch {ref_name(group.name)} was removed), and the snapshots after it have expired "
-            "too, so nothing says which of the files live now the group has read. Consume the source with a new group "
-            "(start: earliest reads every row live now once), or restore the source's history"
-        )
+    at = position_snapshot(table, position, group)
     head_manifests = head.manifests(table.io)
     at_manifests = at.manifests(table.io) if at is not None else []
     shared = {m.manifest_path for m in head_manifests} & {m.manifest_path for m in at_manifests}
@@ -136,24 +170,24 @@ def read_gap(table: Table, position: int | None, group: GroupConfig) -> Gap:
         snapshots=stand_ins(table, head, added, _sequences(head_data, diff.added)),
         diff=diff,
         figures=figures,
-        row_floor=row_floor(table, at) if rewrites_kept_row_ids(head_data, diff.added) else None,
+        row_floor=row_floor(table, at) if kept_row_ids(head_data, diff.added) >= removed_rows else None,
     )
 
 
-def rewrites_kept_row_ids(entries: _Entries, paths: frozenset[str]) -> bool:
-    """Whether every file among ``paths`` that a rewrite wrote carries its rows' ids, as format v3 asks.
+def kept_row_ids(entries: _Entries, paths: frozenset[str]) -> int:
+    """Rows among the files at ``paths`` that carry their ``_row_id`` (its column bounds are there).
 
-    A rewrite (a compaction) writes its files at the sequence number it started from, below the one
-    it commits at; an append writes both alike. A writer that keeps row lineage (Iceberg 1.10 and
-    later) writes each row's ``_row_id`` into such a file, and the file's column bounds show it. An
-    older one (1.9) leaves it out, and the rows then take new ids, which would read as new rows: the
-    watermark is no proof there.
+    A writer that keeps row lineage (Iceberg 1.10 and later) writes each rewritten row's ``_row_id``
+    into the file it rewrites it to; an older one (1.9) leaves it out, and the rows take new ids,
+    which would read as new rows. So the rows of the files a rewrite removed must all be accounted
+    for by rows that kept their ids, or the watermark is no proof; a copy-on-write delete that kept
+    them leaves fewer, and stops the group too, which is safe.
     """
-    return all(
-        ROW_ID_FIELD_ID in (e.data_file.lower_bounds or {})
+    return sum(
+        e.data_file.record_count
         for _, live in entries.values()
         for e in live
-        if e.data_file.file_path in paths and (e.sequence_number or 0) < (e.file_sequence_number or 0)
+        if e.data_file.file_path in paths and ROW_ID_FIELD_ID in (e.data_file.lower_bounds or {})
     )
 
 

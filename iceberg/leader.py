@@ -317,7 +317,8 @@ def plan(tables: GroupTables, state: GroupState) -> tuple[Planned, SourceBlocked
         # Asked only at a non-append snapshot: the sink as it is now, so a follow recorded during the tick counts.
         return followed(load_optional(tables.catalog, group.sink), group.name)
 
-    found = plan_source(tables.source, state.planned_through, group, followed_now)
+    ranges_pending = any(shard.read_snapshot is None for shard in state.shards.values())
+    found = plan_source(tables.source, state.planned_through, group, followed_now, ranges_pending)
     if found.skipped:
         log.info("group %s: ignored %d replace/skipped snapshots", group.name, len(found.skipped))
     if found.pruned:

@@ -158,6 +158,12 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     upstream = upstream_of(source, current_id, live)
     counted: dict[str, Counter[str]] = {}
     for shard in covered:
+        if shard.found_by == "row_ids":
+            plan.missing.append(
+                f"shard {shard.shard_id} (stream {shard.stream}) was read by a row-id watermark across expired "
+                "history: its files also hold rows of earlier shards, which a replay by file would read again"
+            )
+            continue
         if current_id is not None and any(snap in upstream.holder for snap in shard.snapshots):
             locate_replaced(source, shard, current_id, live, upstream, plan, counted)
             continue

@@ -94,10 +94,13 @@ def own_and_defined(path: str) -> bool:
     module_name, _, attr = path.partition(":")
     if not module_name.startswith(f"{OWN_PACKAGE}."):
         return False
-    spec = importlib.util.find_spec(module_name)
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        return False
-    tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    try:
+        spec = importlib.util.find_spec(module_name)
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            return False
+        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return False  # the import that follows names the problem
     return any(isinstance(node, ast.FunctionDef) and node.name == attr for node in tree.body)
 
 

@@ -89,7 +89,6 @@ def gap_stop(group: str, source: str, position: int | None, head: int, figures: 
         f"data file(s) ({figures.added_rows} rows) live at head {head} that were not live at {at} hold the rows "
         "the group has not read, and may also hold rows it has read, which only the expired snapshots could tell "
         f"apart. Ways out: `icegroup reset {group} --to-latest --execute` goes on from the head and skips up to "
-        f"{figures.added_rows} unread rows; or consume the source with a new group (start: earliest), which reads "
-        "every row live now once, and retire this one. Next time, keep snapshots for longer than the time "
-        "between consumes"
+        f"{figures.added_rows} unread rows; or restore the source's history from before the expiry. Next time, keep "
+        "snapshots for longer than the time between consumes"
     )

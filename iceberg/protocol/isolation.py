@@ -25,6 +25,7 @@ NOT_ROWWISE = "the transform does not turn each row into its output on its own (
 FILES_GONE = "its files are not in the source at its last snapshot any more"
 TOGETHER = "the failure needs several rows together: no single row fails on its own"
 OVER_CAP = "more than max_isolated_rows ({cap}) rows fail"
+REST_FAILS = "the shard fails without its isolated rows too"
 
 
 def not_isolated(reason: str) -> str:
@@ -33,6 +34,8 @@ def not_isolated(reason: str) -> str:
         remedy = "isolation needs a row-wise transform; set on_poison: park to park the shard while the rest goes on"
     elif reason == TOGETHER:
         remedy = "no row can be left out on its own; fix the transform or the data"
+    elif reason == REST_FAILS:
+        remedy = "the other rows fail as a whole; fix the transform or the data"
     elif reason == FILES_GONE:
         remedy = "the source was rewritten or expired under the shard; fix the transform and redrive the shard"
     else:

@@ -38,7 +38,7 @@ from icegroup.iceberg.errors import AlreadyCommitted, ConfigError, Fenced, Icegr
 from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.openlineage import output_dataset, run_events
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.isolation import not_isolated, positions_by_file
+from icegroup.iceberg.protocol.isolation import REST_FAILS, not_isolated, positions_by_file
 from icegroup.iceberg.protocol.liveness import BorrowerPhase
 from icegroup.iceberg.protocol.shards import Shard, commit_batches
 from icegroup.iceberg.protocol.sink_commit import KEY_ISOLATED, SinkCommit, commit_properties
@@ -361,7 +361,7 @@ def commit_without_poison(
         lambda: catalog_reachable(run.catalog, run.group.source),
     )  # fmt: skip
     if isinstance(staged, Exception):  # the rest fails too: the shard stops as a whole, and no row is a dead row
-        return staged, {}, not_isolated(f"the shard fails without its {len(found.rows)} isolated rows too")
+        return staged, {}, not_isolated(REST_FAILS)
     record_rows(run.catalog, run.group.name, dead_rows(run, shard, found))  # before the commit that leaves them out
     run.report.isolated_rows += len(found.rows)
     return staged, positions, None

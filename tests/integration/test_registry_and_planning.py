@@ -126,7 +126,7 @@ def test_an_expired_position_with_expired_history_after_it_stops_the_group_with_
     table.manage_snapshots().remove_branch(ref_name(group.name)).commit()
     table.maintenance.expire_snapshots().by_ids(needed).commit()
 
-    with pytest.raises(SourceError, match=f"position {position} .* no longer in its metadata.*new group"):
+    with pytest.raises(SourceError, match=f"position {position} .* no longer in its metadata.*--to-latest"):
         tick(catalog, group, missing)
 
 

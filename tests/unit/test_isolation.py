@@ -10,6 +10,7 @@ from icegroup.iceberg.protocol.isolation import (
     FILES_GONE,
     NOT_ROWWISE,
     OVER_CAP,
+    REST_FAILS,
     TOGETHER,
     PoisonRow,
     Probe,
@@ -109,6 +110,7 @@ def test_isolated_rows_group_by_file_in_order() -> None:
         (TOGETHER, "fix the transform or the data"),
         (FILES_GONE, "redrive the shard"),
         (OVER_CAP.format(cap=5), "raise max_isolated_rows"),
+        (REST_FAILS, "the other rows fail as a whole"),
     ],
 )
 def test_why_isolation_did_not_apply_names_the_setting_or_fix(reason: str, remedy: str) -> None:
