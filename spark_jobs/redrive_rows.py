@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
-from pyspark.errors import PythonException
+from pyiceberg.exceptions import CommitFailedException
 from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
-from icegroup.iceberg.errors import AlreadyCommitted, PoisonShard, ReplayIncomplete
+from icegroup.iceberg.errors import AlreadyCommitted, IcegroupError, PoisonShard, ReplayIncomplete
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.isolation import redrive_id
 from icegroup.iceberg.protocol.shards import sink_window, window_label
@@ -44,7 +44,7 @@ from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_optional, load_source
 from icegroup.spark_jobs.borrower.isolation import except_rows
-from icegroup.spark_jobs.borrower.user_errors import describe_error
+from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.shards import FILE_COLUMN, POS_COLUMN
 from icegroup.spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
@@ -104,7 +104,9 @@ def redrive_rows(
             except AlreadyCommitted:
                 progress(f"{group.name}: the isolated rows of shard {shard.shard_id} were re-driven meanwhile; skipped")
                 continue
-            except PythonException as exc:  # the transform raised in a Python worker: the rows fail it still
+            except Exception as exc:  # the rows' read, transform and stage failed: the rows fail it still
+                if is_platform_failure(exc) or isinstance(exc, IcegroupError | CommitFailedException):
+                    raise
                 raise still_failing(group, shard, exc) from exc
         mark_taken_in(catalog, group.name, shard, published.snapshot_id)
         progress(f"{group.name}: {published.added_records} isolated rows of shard {shard.shard_id} re-driven")
