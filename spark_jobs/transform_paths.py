@@ -48,24 +48,26 @@ UDF_DECORATORS = frozenset({"udf", "pandas_udf"})
 OWN_PACKAGE = __name__.split(".", 1)[0]
 
 
-def string_typed_udfs(path: str) -> list[str]:
-    """Module-level functions decorated with a UDF whose return type is given as a string, by name.
+def module_source(path: str) -> ast.Module | None:
+    """The parsed source of the transform's module, without running it; None for one without a ``.py`` source.
 
-    Read from the module's source file; a module without one (built, or not a ``.py`` file) has none found.
+    A module that cannot be found or parsed gives None too: the import that follows names the problem.
     """
     module_name, _, _ = path.partition(":")
     try:
         spec = importlib.util.find_spec(module_name)
-    except (ImportError, ValueError):
-        return []
-    if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-        return []
-    try:
-        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    except (OSError, SyntaxError, ValueError):
-        return []
+        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
+            return None
+        return ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
+    except (ImportError, OSError, SyntaxError, ValueError):
+        return None
+
+
+def string_typed_udfs(path: str) -> list[str]:
+    """Module-level functions decorated with a UDF whose return type is given as a string, by name."""
+    tree = module_source(path)
     found = []
-    for node in tree.body:
+    for node in tree.body if tree is not None else []:
         if not isinstance(node, ast.FunctionDef):
             continue
         for decorator in node.decorator_list:
@@ -92,16 +94,8 @@ def own_and_defined(path: str) -> bool:
     fifth of a second), which a consume with nothing to do never needs. A user's module is imported.
     """
     module_name, _, attr = path.partition(":")
-    if not module_name.startswith(f"{OWN_PACKAGE}."):
-        return False
-    try:
-        spec = importlib.util.find_spec(module_name)
-        if spec is None or spec.origin is None or not spec.origin.endswith(".py"):
-            return False
-        tree = ast.parse(Path(spec.origin).read_text(encoding="utf-8"))
-    except (ImportError, OSError, SyntaxError, ValueError):
-        return False  # the import that follows names the problem
-    return any(isinstance(node, ast.FunctionDef) and node.name == attr for node in tree.body)
+    tree = module_source(path) if module_name.startswith(f"{OWN_PACKAGE}.") else None
+    return tree is not None and any(isinstance(node, ast.FunctionDef) and node.name == attr for node in tree.body)
 
 
 def check_transforms(groups: Iterable[GroupConfig], source: str) -> None:
