@@ -17,7 +17,6 @@ from icegroup.dagster_project.cli.support import GROUP_HELP, dagster_home, pick,
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
 from icegroup.iceberg.store.dead_letters import latest, open_letters, redrive
 from icegroup.iceberg.store.dead_rows import (
     committed_whole,
@@ -27,6 +26,7 @@ from icegroup.iceberg.store.dead_rows import (
     taken_in_unmarked,
 )
 from icegroup.iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
+from icegroup.iceberg.store.sink_windows import lost_windows, shard_windows, windowless, windowless_shards
 from icegroup.iceberg.store.tables import load_optional
 
 if TYPE_CHECKING:
@@ -168,19 +168,26 @@ def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
 
 
 def migrate_preview(lakehouse: LakehouseConfig, group: GroupConfig) -> str:
-    """What ``migrate --execute`` would rewrite: the sink's data files that may hold rows with no window."""
+    """What ``migrate --execute`` would rewrite, or the refusal it would make: the same history is asked."""
     sink = load_optional(lakehouse.catalog(), group.sink)
     if sink is None or sink.current_snapshot() is None:
         return f"the sink {group.sink} holds no rows; nothing to migrate"
-    has_window = any(f.name == COL_WINDOW for f in sink.schema().fields)
-    tasks = list(sink.scan(row_filter=f"{COL_WINDOW} IS NULL").plan_files()) if has_window else []
-    if has_window and not tasks:
+    files = list(sink.scan(row_filter=windowless(sink)).plan_files())
+    if not files:
         return "every sink row has its window; nothing to migrate"
-    files = tasks or list(sink.scan().plan_files())
+    shards = windowless_shards(sink)
+    windows = shard_windows(sink, group.name, group.replay_window)
+    unknown = sorted({str(s) for s in shards if s not in windows})
+    if unknown:
+        lost = sum(1 for s in shards if str(s) in unknown)
+        return (
+            f"preview: nothing changed; `icegroup migrate {group.name} --execute` would refuse: {lost} rows of "
+            f"{len(shards)} with no window; {lost_windows(group.sink, unknown)}"
+        )
     records = sum(t.file.record_count for t in files)
     return (
-        f"preview: nothing changed; up to {len(files)} files ({records} rows) of {group.sink} may hold rows with no "
-        f"window; `icegroup migrate {group.name} --execute` rewrites them with their windows"
+        f"preview: nothing changed; {len(shards)} rows with no window in {len(files)} files ({records} rows) of "
+        f"{group.sink}; `icegroup migrate {group.name} --execute` rewrites those files with their windows"
     )
 
 
@@ -203,7 +210,7 @@ def cmd_delete(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
         "heartbeats": found.heartbeats,
         "leases_in_flight": leases_in_flight(found, now_ms),
         "sink": group.sink,
-        "deleted_at_sink_snapshot": found.sink_snapshot,
+        "deleted_at_sink_snapshot": None if found.empty() else found.sink_snapshot,
     }
     if args.json:
         print(dumps(report))

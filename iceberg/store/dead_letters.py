@@ -94,7 +94,7 @@ def open_in(table: Table | None, catalog_name: str) -> dict[str, DeadLetter]:
 def redrive(catalog: Catalog, group: str, shard_ids: list[str] | None = None) -> list[DeadLetter]:
     """Release parked or stopped shards (all of them by default) so the Leader grants them again."""
     pending = open_letters(catalog, group)
-    chosen = [pending[s] for s in (shard_ids if shard_ids is not None else sorted(pending)) if s in pending]
+    chosen = [pending[s] for s in sorted(set(shard_ids) if shard_ids is not None else pending) if s in pending]
     now = int(time.time() * 1000)
     released = [
         DeadLetter(**{**d.__dict__, "action": REDRIVEN, "error": "", "at_ms": max(now, d.at_ms + 1)}) for d in chosen

@@ -21,9 +21,8 @@ from pyspark.sql import functions as F
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import SinkError
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.shards import window_label
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP, KEY_MIGRATE
-from icegroup.iceberg.store.sink_history import sink_history
+from icegroup.iceberg.store.sink_windows import lost_windows, shard_windows
 from icegroup.iceberg.store.tables import load_optional
 from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.shards import FILE_COLUMN
@@ -59,13 +58,7 @@ def migrate_sink(
         return Migrated(0, 0, None)
     ensure_staged_writes(spark, table)
     ensure_window_partition(spark, table, window_type(group.replay_window))
-    commits, _ = sink_history(sink, group.name)
-    windows = {
-        s.shard_id: window_label(s.window_start_ms, group.replay_window)
-        for c in commits
-        for s in c.shards
-        if s.window_start_ms is not None
-    }
+    windows = shard_windows(sink, group.name, group.replay_window)
     rows = spark.read.format("iceberg").load(table).select("*", FILE_COLUMN)
     files = [r[0] for r in rows.where(F.col(COL_WINDOW).isNull()).select(FILE_COLUMN).distinct().collect()]
     if not files:
@@ -75,11 +68,7 @@ def migrate_sink(
     shards = {r[0] for r in old.select(shard).distinct().collect()}
     unknown = sorted(str(s) for s in shards if s not in windows)
     if unknown:
-        raise SinkError(
-            f"sink: rows of shards {', '.join(unknown[:5])} in {group.sink} have no commit left in its history, so "
-            "their window cannot be known; nothing was rewritten. Restore the sink's expired snapshots, or "
-            "leave these rows as they are (a replay of their windows is then refused)"
-        )
+        raise SinkError(f"sink: {lost_windows(group.sink, unknown)}")
     progress(f"migrating {len(files)} files of {group.sink}: rows get their window")
     mapping = spark.createDataFrame(list(windows.items()), ["_ig_shard_of", "_ig_window_of"])
     filled = (

@@ -32,6 +32,6 @@ def test_migrate_previews_the_files_of_a_sink_written_before_the_window_column_a
     assert main([*cli, "migrate", group.name]) == Exit.OK
 
     out = capsys.readouterr().out.strip()
-    assert out.startswith(f"group {group.name}: preview: nothing changed; up to 1 files (")
-    assert out.endswith(f"`icegroup migrate {group.name} --execute` rewrites them with their windows")
+    assert out.startswith(f"group {group.name}: preview: nothing changed; 10 rows with no window in 1 files (10 rows)")
+    assert out.endswith(f"`icegroup migrate {group.name} --execute` rewrites those files with their windows")
     assert catalog.load_table(group.sink).metadata.current_snapshot_id == before

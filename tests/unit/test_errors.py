@@ -57,6 +57,7 @@ def test_the_known_errors_are_all_there() -> None:
 
 
 @pytest.mark.parametrize("error", ERRORS, ids=lambda e: e.__name__)
+@pytest.mark.usefixtures("catalog")  # the lake exists, whichever test ran before in this process
 def test_the_cli_prints_any_of_them_with_its_remedy_and_exits_non_zero(
     error: type[Exception],
     monkeypatch: pytest.MonkeyPatch,
