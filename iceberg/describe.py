@@ -18,7 +18,7 @@ from icegroup.iceberg.cascade import followed
 from icegroup.iceberg.errors import HistoryGap, SourceBlocked, UsageError
 from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
-from icegroup.iceberg.protocol.durations import format_duration
+from icegroup.iceberg.protocol.durations import format_duration, format_time
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import Hold, hold_of
 from icegroup.iceberg.protocol.phases import reconcile, renewed
@@ -256,7 +256,7 @@ def retention_lines(source: Table, group: GroupConfig, streams: list[StreamView]
         horizon = format_duration(group.replay_retention)
         lines.append(
             f"retention: icegroup expire keeps from source sequence {registration.pin_sequence} and {horizon} "
-            f"back (registered; lapses {iso(lapses)} unless a Leader ticks before)"
+            f"back (registered; lapses {format_time(lapses)} unless a Leader ticks before)"
         )
     lines.append(ref_line(source, group.name))
     max_age = int(source.properties.get(MAX_AGE_PROPERTY, DEFAULT_MAX_AGE_MS))
@@ -265,11 +265,6 @@ def retention_lines(source: Table, group: GroupConfig, streams: list[StreamView]
     lag = sum(s.lag_rows for s in streams)
     lines.append(staleness(min(pending, default=None), max_age, lag, sum(rates) or None, now_ms).line(max_age))
     return lines
-
-
-def iso(ms: int) -> str:
-    """A time in epoch milliseconds as ISO-8601 UTC."""
-    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
 
 
 def replay_lines(state: GroupState, beats: dict[str, int], now_ms: int) -> list[str]:

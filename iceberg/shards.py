@@ -23,7 +23,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
 from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
 from icegroup.iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
-from icegroup.iceberg.store.tables import walk_back
+from icegroup.iceberg.store.tables import history_cut_before, walk_back
 
 APPEND = "append"
 REPLACE = "replace"
@@ -73,10 +73,11 @@ def new_snapshots(table: Table, after: int | None, group: GroupConfig) -> list[S
     chain = list(walk_back(table, after))
     if chain:
         oldest = chain[-1]
-        if oldest.parent_snapshot_id != after:
+        if oldest.parent_snapshot_id != after or (after is None and history_cut_before(oldest)):
+            where = "the table's start" if after is None else f"the group's position {after}"
             raise HistoryGap(
-                f"group {group.name!r}: the history of source {group.source!r} after the group's position "
-                f"{after} has expired; the oldest snapshot still reachable from its head is {oldest.snapshot_id}",
+                f"group {group.name!r}: the history of source {group.source!r} after {where} has expired; the "
+                f"oldest snapshot still reachable from its head is {oldest.snapshot_id}",
                 after,
             )
     return [snapshot_info(s) for s in reversed(chain)]

@@ -5,20 +5,27 @@ from __future__ import annotations
 from pyiceberg.table import Table
 
 from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.protocol.durations import format_time
 from icegroup.iceberg.protocol.group import GroupConfig, StartAtSnapshot, StartAtTimestamp
 from icegroup.iceberg.protocol.state import GroupState
-from icegroup.iceberg.store.tables import walk_back
+from icegroup.iceberg.store.tables import history_cut_before, walk_back
 
 
 def resolve_start(table: Table, group: GroupConfig) -> int | None:
-    """The snapshot a new group consumes after, from its ``start`` setting."""
+    """The snapshot a new group consumes after, from its ``start`` setting (None: the table's start).
+
+    ``earliest`` is the table's start even where its first snapshots have expired: the first tick
+    then finds the history gap and reads every row live at the head once (``iceberg/history_gap.py``).
+    Starting after the oldest snapshot left would skip the rows the expired snapshots added, which are
+    still live.
+    """
     chain = list(walk_back(table, None))
     head = chain[0].snapshot_id if chain else None
     start = group.start
     if start == "latest" or not chain:
         return head
     if start == "earliest":
-        return chain[-1].parent_snapshot_id
+        return None
     if isinstance(start, StartAtSnapshot):
         for snapshot in chain:
             if snapshot.snapshot_id == start.snapshot_id:
@@ -30,6 +37,14 @@ def resolve_start(table: Table, group: GroupConfig) -> int | None:
     if isinstance(start, StartAtTimestamp):
         cutoff = int(start.timestamp.timestamp() * 1000)
         later = [s for s in chain if s.timestamp_ms >= cutoff]
+        if later and later[-1] is chain[-1] and history_cut_before(chain[-1]):
+            raise SourceError(
+                f"group {group.name!r}: start.timestamp: {start.timestamp.isoformat()} is before the oldest snapshot "
+                f"left in the history of {group.source!r} ({chain[-1].snapshot_id}, committed "
+                f"{format_time(chain[-1].timestamp_ms)}); the snapshots before it expired, so which live rows were "
+                "committed after your time cannot be told. Use start: earliest to read every live row once, or a "
+                "timestamp at or after the oldest snapshot"
+            )
         return later[-1].parent_snapshot_id if later else head
     raise SourceError(f"group {group.name!r}: start: unsupported value {start!r}")
 

@@ -49,6 +49,11 @@ def parse_time(text: str) -> int:
     return int((moment if moment.tzinfo else moment.replace(tzinfo=UTC)).timestamp() * 1000)
 
 
+def format_time(ms: int) -> str:
+    """A time in epoch milliseconds as ISO-8601 UTC, as ``parse_time`` reads it back."""
+    return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="seconds")
+
+
 def option_value(option: str, parse: Callable[[str], T], text: str) -> T:
     """``parse(text)`` for a command-line option; its ``ValueError`` as a ``UsageError`` that names the option."""
     try:

@@ -112,6 +112,16 @@ def walk_back(table: Table, stop_at: int | None) -> Iterator[Snapshot]:
         snapshot = by_id.get(snapshot.parent_snapshot_id)
 
 
+def history_cut_before(oldest: Snapshot) -> bool:
+    """Whether main had snapshots before ``oldest``, the first one left: they expired (or were on another branch).
+
+    Java Iceberg leaves the expired parent's id on ``oldest``; pyiceberg's expiry clears it, and then
+    only the sequence number tells: a table's first commit has 1. Reading every live row from the
+    table's start is exact either way, so a snapshot of another branch counted here costs nothing.
+    """
+    return oldest.parent_snapshot_id is not None or (oldest.sequence_number or 0) > 1
+
+
 def former_parent(table: Table, snapshot_id: int) -> int | None:
     """The parent ``snapshot_id`` had before pyiceberg's ``expire_snapshots`` cleared it, from older metadata files.
 

@@ -1,0 +1,53 @@
+"""A new group's ``start`` on a source whose first snapshots have expired: no live row is skipped without a word.
+
+Before, ``earliest`` started after the oldest snapshot left, so the rows the expired snapshots had
+added, still live in the table, were never read. Now ``earliest`` is the table's start, and the
+first tick reads every live row once across the gap. A timestamp older than what is left cannot
+tell which live rows came after it, so it is refused with the ways out.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from pyiceberg.catalog import Catalog
+
+from icegroup.iceberg.errors import SourceError
+from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.liveness import RunState
+from tests.factories import MakeGroup, append_batches, create_source
+from tests.sink_commits import consume_all
+
+
+def expire_all_but_the_head(catalog: Catalog, source: str) -> None:
+    """Expire every snapshot no ref keeps, as pyiceberg's own expiry does: only the head is left."""
+    catalog.load_table(source).maintenance.expire_snapshots().older_than(datetime.now(UTC)).commit()
+
+
+def test_earliest_reads_every_live_row_once_though_the_first_snapshots_expired(
+    catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(start="earliest")
+    append_batches(create_source(catalog, group.source), 3, 10)
+    expire_all_but_the_head(catalog, group.source)
+    assert len(catalog.load_table(group.source).snapshots()) == 1
+
+    consume_all(catalog, group)
+
+    live = len(catalog.load_table(group.source).scan().to_arrow())
+    assert len(catalog.load_table(group.sink).scan().to_arrow()) == live == 30
+
+
+def test_a_start_time_before_the_history_left_is_refused_with_the_ways_out(
+    catalog: Catalog, make_group: MakeGroup
+) -> None:
+    then = datetime.now(UTC) - timedelta(seconds=5)
+    group = make_group(start={"timestamp": then.isoformat()})
+    append_batches(create_source(catalog, group.source), 3, 10)
+    expire_all_but_the_head(catalog, group.source)
+
+    with pytest.raises(SourceError, match=r"start\.timestamp: .* is before the oldest snapshot left") as refused:
+        tick(catalog, group, lambda _: RunState.MISSING)
+    assert "start: earliest" in str(refused.value)
+    assert not catalog.table_exists(group.sink)
