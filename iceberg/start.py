@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Snapshot
 
 from icegroup.iceberg.errors import SourceError
 from icegroup.iceberg.protocol.durations import format_time
 from icegroup.iceberg.protocol.group import GroupConfig, StartAtSnapshot, StartAtTimestamp
 from icegroup.iceberg.protocol.state import GroupState
-from icegroup.iceberg.store.tables import history_cut_before, walk_back
+from icegroup.iceberg.store.tables import history_cut_before, parent_of, walk_back
 
 
 def resolve_start(table: Table, group: GroupConfig) -> int | None:
@@ -29,7 +30,7 @@ def resolve_start(table: Table, group: GroupConfig) -> int | None:
     if isinstance(start, StartAtSnapshot):
         for snapshot in chain:
             if snapshot.snapshot_id == start.snapshot_id:
-                return snapshot.parent_snapshot_id
+                return start_after(table, snapshot, group)
         raise SourceError(
             f"group {group.name!r}: start.snapshot_id: {start.snapshot_id} is not a snapshot on the main "
             f"branch of {group.source!r}; pick one from its snapshots table or use earliest/latest"
@@ -37,7 +38,7 @@ def resolve_start(table: Table, group: GroupConfig) -> int | None:
     if isinstance(start, StartAtTimestamp):
         cutoff = int(start.timestamp.timestamp() * 1000)
         later = [s for s in chain if s.timestamp_ms >= cutoff]
-        if later and later[-1] is chain[-1] and history_cut_before(chain[-1]):
+        if cutoff < chain[-1].timestamp_ms and history_cut_before(chain[-1]):
             raise SourceError(
                 f"group {group.name!r}: start.timestamp: {start.timestamp.isoformat()} is before the oldest snapshot "
                 f"left in the history of {group.source!r} ({chain[-1].snapshot_id}, committed "
@@ -45,8 +46,19 @@ def resolve_start(table: Table, group: GroupConfig) -> int | None:
                 "committed after your time cannot be told. Use start: earliest to read every live row once, or a "
                 "timestamp at or after the oldest snapshot"
             )
-        return later[-1].parent_snapshot_id if later else head
+        return start_after(table, later[-1], group) if later else head
     raise SourceError(f"group {group.name!r}: start: unsupported value {start!r}")
+
+
+def start_after(table: Table, first: Snapshot, group: GroupConfig) -> int | None:
+    """The position before ``first``, the first snapshot a group consumes: its parent, even one expired since."""
+    try:
+        return parent_of(table, first)
+    except LookupError as lost:
+        raise SourceError(
+            f"group {group.name!r}: start: {lost}, so a group cannot start exactly at snapshot {first.snapshot_id} "
+            f"of {group.source!r}; use start: earliest to read every live row once, or a later snapshot"
+        ) from lost
 
 
 def initial_state(table: Table, group: GroupConfig, epoch: int = 0) -> GroupState:

@@ -140,6 +140,19 @@ def former_parent(table: Table, snapshot_id: int) -> int | None:
     return None
 
 
+def parent_of(table: Table, snapshot: Snapshot) -> int | None:
+    """``snapshot``'s parent id, the one pyiceberg's expiry cleared included (None: the table's first snapshot).
+
+    Raises ``LookupError`` when history before it was cut and the parent can no longer be found.
+    """
+    if snapshot.parent_snapshot_id is not None or not history_cut_before(snapshot):
+        return snapshot.parent_snapshot_id
+    parent = former_parent(table, snapshot.snapshot_id)
+    if parent is None:
+        raise LookupError(f"the parent of snapshot {snapshot.snapshot_id} is no longer in any metadata file")
+    return parent
+
+
 def shard_columns(table: Table, schema_id: int | None) -> list[tuple[str, str]] | None:
     """Top-level columns of the schema a shard was written with: (name now, name then).
 

@@ -51,3 +51,15 @@ def test_a_start_time_before_the_history_left_is_refused_with_the_ways_out(
         tick(catalog, group, lambda _: RunState.MISSING)
     assert "start: earliest" in str(refused.value)
     assert not catalog.table_exists(group.sink)
+
+
+def test_a_start_time_at_the_oldest_snapshot_left_starts_there(catalog: Catalog, make_group: MakeGroup) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 3, 10)
+    expire_all_but_the_head(catalog, group.source)
+    head = catalog.load_table(group.source).snapshots()[0]
+    group = make_group(start={"timestamp": datetime.fromtimestamp(head.timestamp_ms / 1000, tz=UTC).isoformat()})
+
+    consume_all(catalog, group)
+
+    assert len(catalog.load_table(group.sink).scan().to_arrow()) == 10, "the rows the oldest snapshot left added"
