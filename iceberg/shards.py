@@ -23,7 +23,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
 from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
 from icegroup.iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
-from icegroup.iceberg.store.tables import former_parent, history_cut_before, walk_back
+from icegroup.iceberg.store.tables import follows, history_cut_before, walk_back
 
 APPEND = "append"
 REPLACE = "replace"
@@ -73,9 +73,7 @@ def new_snapshots(table: Table, after: int | None, group: GroupConfig) -> list[S
     chain = list(walk_back(table, after))
     if chain:
         oldest = chain[-1]
-        cleared = oldest.parent_snapshot_id is None and after is not None  # by pyiceberg's expiry, perhaps
-        reached = oldest.parent_snapshot_id == after or (cleared and former_parent(table, oldest.snapshot_id) == after)
-        if not reached or (after is None and history_cut_before(oldest)):
+        if not follows(table, oldest, after) or (after is None and history_cut_before(oldest)):
             where = "the table's start" if after is None else f"the group's position {after}"
             raise HistoryGap(
                 f"group {group.name!r}: the history of source {group.source!r} after {where} has expired; the "

@@ -38,7 +38,7 @@ from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_RESET, parse_resets, resets_key
 from icegroup.iceberg.store.registry import NAMESPACE
 from icegroup.iceberg.store.sink_history import deleted_through, walk_commits
-from icegroup.iceberg.store.tables import ensure_namespace, former_parent, load_optional
+from icegroup.iceberg.store.tables import ensure_namespace, follows, load_optional
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +132,7 @@ def walked_to(snapshots: list[Snapshot], cursor: int, sink: Table) -> bool:
     """Whether a walk back from the sink's head (``snapshots``, oldest first) reached the snapshot after ``cursor``."""
     if not snapshots:
         return True
-    oldest = snapshots[0]
-    parent = oldest.parent_snapshot_id
-    return parent == cursor or (parent is None and former_parent(sink, oldest.snapshot_id) == cursor)
+    return follows(sink, snapshots[0], cursor)
 
 
 @dataclass(frozen=True)

@@ -140,6 +140,12 @@ def former_parent(table: Table, snapshot_id: int) -> int | None:
     return None
 
 
+def follows(table: Table, snapshot: Snapshot, position: int | None) -> bool:
+    """Whether ``snapshot`` is the child of ``position``, by a parent id pyiceberg's expiry cleared too."""
+    parent = snapshot.parent_snapshot_id
+    return parent == position or (parent is None and former_parent(table, snapshot.snapshot_id) == position)
+
+
 def parent_of(table: Table, snapshot: Snapshot) -> int | None:
     """``snapshot``'s parent id, the one pyiceberg's expiry cleared included (None: the table's first snapshot).
 
