@@ -73,7 +73,7 @@ def new_snapshots(table: Table, after: int | None, group: GroupConfig) -> list[S
     chain = list(walk_back(table, after))
     if chain:
         oldest = chain[-1]
-        if not follows(table, oldest, after) or (after is None and history_cut_before(oldest)):
+        if not follows(table, oldest, after) or (after is None and history_cut_before(table, oldest)):
             where = "the table's start" if after is None else f"the group's position {after}"
             raise HistoryGap(
                 f"group {group.name!r}: the history of source {group.source!r} after {where} has expired; the "

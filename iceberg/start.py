@@ -38,7 +38,7 @@ def resolve_start(table: Table, group: GroupConfig) -> int | None:
     if isinstance(start, StartAtTimestamp):
         cutoff = int(start.timestamp.timestamp() * 1000)
         later = [s for s in chain if s.timestamp_ms >= cutoff]
-        if cutoff < chain[-1].timestamp_ms and history_cut_before(chain[-1]):
+        if cutoff < chain[-1].timestamp_ms and history_cut_before(table, chain[-1]):
             raise SourceError(
                 f"group {group.name!r}: start.timestamp: {start.timestamp.isoformat()} is before the oldest snapshot "
                 f"left in the history of {group.source!r} ({chain[-1].snapshot_id}, committed "

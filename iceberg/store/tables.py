@@ -7,6 +7,7 @@ from collections.abc import Iterator
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import IcebergTables, SqlCatalog
 from pyiceberg.exceptions import NoSuchTableError
+from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.serializers import FromInputFile
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
@@ -112,14 +113,28 @@ def walk_back(table: Table, stop_at: int | None) -> Iterator[Snapshot]:
         snapshot = by_id.get(snapshot.parent_snapshot_id)
 
 
-def history_cut_before(oldest: Snapshot) -> bool:
-    """Whether main had snapshots before ``oldest``, the first one left: they expired (or were on another branch).
+def history_cut_before(table: Table, oldest: Snapshot) -> bool:
+    """Whether ``oldest``, the first snapshot left on main, holds files from snapshots before it.
 
-    Java Iceberg leaves the expired parent's id on ``oldest``; pyiceberg's expiry clears it, and then
-    only the sequence number tells: a table's first commit has 1. Reading every live row from the
-    table's start is exact either way, so a snapshot of another branch counted here costs nothing.
+    Java Iceberg's expiry leaves the expired parent's id on ``oldest``. pyiceberg's clears it, and
+    the sequence number alone cannot tell: staged snapshots take numbers too, and icegroup's sinks
+    stage every shard and drop the staged snapshot after publishing it. What matters is whether a
+    read from the table's start, one snapshot at a time, sees every live row: it does exactly when
+    every file ``oldest`` holds is one it added. Otherwise reading every live row at once is the
+    exact way on. Read only for a parentless first snapshot after a table's first commit, so rarely.
     """
-    return oldest.parent_snapshot_id is not None or (oldest.sequence_number or 0) > 1
+    if oldest.parent_snapshot_id is not None:
+        return True
+    if (oldest.sequence_number or 0) <= 1:
+        return False
+    manifests = oldest.manifests(table.io)
+    if any(m.added_snapshot_id != oldest.snapshot_id for m in manifests):
+        return True
+    return any(
+        entry.snapshot_id != oldest.snapshot_id or entry.status != ManifestEntryStatus.ADDED
+        for manifest in manifests
+        for entry in manifest.fetch_manifest_entry(table.io, discard_deleted=False)
+    )
 
 
 def former_parent(table: Table, snapshot_id: int) -> int | None:
@@ -151,7 +166,7 @@ def parent_of(table: Table, snapshot: Snapshot) -> int | None:
 
     Raises ``LookupError`` when history before it was cut and the parent can no longer be found.
     """
-    if snapshot.parent_snapshot_id is not None or not history_cut_before(snapshot):
+    if snapshot.parent_snapshot_id is not None or not history_cut_before(table, snapshot):
         return snapshot.parent_snapshot_id
     parent = former_parent(table, snapshot.snapshot_id)
     if parent is None:

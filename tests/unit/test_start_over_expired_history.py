@@ -16,7 +16,9 @@ from pyiceberg.catalog import Catalog
 from icegroup.iceberg.errors import SourceError
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.liveness import RunState
-from tests.factories import MakeGroup, append_batches, create_source
+from icegroup.iceberg.shards import new_snapshots
+from icegroup.iceberg.store.tables import history_cut_before
+from tests.factories import MakeGroup, append_batches, create_source, events
 from tests.sink_commits import consume_all
 
 
@@ -63,3 +65,24 @@ def test_a_start_time_at_the_oldest_snapshot_left_starts_there(catalog: Catalog,
     consume_all(catalog, group)
 
     assert len(catalog.load_table(group.sink).scan().to_arrow()) == 10, "the rows the oldest snapshot left added"
+
+
+def test_a_first_snapshot_after_dropped_staged_ones_is_the_table_start_not_a_gap(
+    catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """The shape of icegroup's own sinks: every shard is staged, and the staged snapshot dropped once published."""
+    group = make_group(start="earliest")
+    source = create_source(catalog, group.source)
+    source.append(events(1, 10, seed=1), branch=None)
+    (staged,) = source.snapshots()
+    source.maintenance.expire_snapshots().by_id(staged.snapshot_id).commit()
+    append_batches(source, 2, 10)
+    source.refresh()
+    first, _ = sorted(source.snapshots(), key=lambda s: s.sequence_number or 0)
+    assert (first.parent_snapshot_id, first.sequence_number) == (None, 2), "main starts after a dropped number"
+
+    assert not history_cut_before(source, first)
+    assert [s.snapshot_id for s in new_snapshots(source, None, group)] == [s.snapshot_id for s in source.snapshots()]
+    expire_all_but_the_head(catalog, group.source)
+    source.refresh()
+    assert history_cut_before(source, source.snapshots()[0]), "the head holds a file the expired snapshot added"
