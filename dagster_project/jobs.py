@@ -18,7 +18,7 @@ from icegroup.dagster_project.assets import (
     source_observation,
 )
 from icegroup.dagster_project.checks import exactly_once_evaluation, lag_evaluation_now
-from icegroup.dagster_project.lineage_runs import expire_run
+from icegroup.dagster_project.openlineage_runs import expire_run
 from icegroup.dagster_project.resources import lakehouse_of
 from icegroup.dagster_project.runs.observer import observe_runs, terminate_runs
 from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE

@@ -20,11 +20,11 @@ from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from icegroup.iceberg.protocol.durations import format_duration, format_time
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.leader import reconcile, renewed
 from icegroup.iceberg.protocol.liveness import Hold, hold_of
-from icegroup.iceberg.protocol.phases import reconcile, renewed
 from icegroup.iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from icegroup.iceberg.protocol.shards import Shard
-from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.protocol.state import GroupState, LeasePhase
 from icegroup.iceberg.rebuild import sync_tables
 from icegroup.iceberg.shards import added_files, blocked_at, snapshot_info
@@ -34,7 +34,7 @@ from icegroup.iceberg.store.heartbeats import read_beats
 from icegroup.iceberg.store.registrations import read_registrations
 from icegroup.iceberg.store.registry import load_state, state_as_of
 from icegroup.iceberg.store.renewals import read_renewals
-from icegroup.iceberg.store.source_ref import read_ref
+from icegroup.iceberg.store.source_branch import read_ref
 from icegroup.iceberg.store.tables import load_source
 
 MAX_AGE_PROPERTY = "history.expire.max-snapshot-age-ms"
@@ -224,7 +224,7 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
 
 
 def ref_line(source: Table, group: str) -> str:
-    """What the group's source branch keeps against any engine's expiry (``iceberg/protocol/source_ref.py``)."""
+    """What the group's source branch keeps against any engine's expiry (``iceberg/protocol/source_branch.py``)."""
     ref = read_ref(source, group)
     if ref is None:
         return (

@@ -22,7 +22,7 @@ from icegroup.iceberg.errors import HistoryGap, SourceBlocked, SourceError
 from icegroup.iceberg.protocol.file_diff import GapDiff, GapFigures, diff_live, gap_stop
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import FileEntry, SnapshotInfo
-from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.protocol.stream_filter import may_match
 from icegroup.iceberg.shards import (
     APPEND,

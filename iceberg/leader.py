@@ -12,7 +12,7 @@ rebuilt from the sink's commits in a new epoch (``iceberg/rebuild.py``). A new g
 
 The tick is the same whether a Dagster sensor or the headless ``consume`` loop runs it. It takes the
 run observer as a function, so this module knows nothing of Dagster. Each phase's decisions are the
-pure functions of ``iceberg/protocol/phases.py``; this module does the reads and the writes around
+pure functions of ``iceberg/protocol/leader.py``; this module does the reads and the writes around
 them. Everything a tick decides is held back until the registry commit succeeds, so a tick that
 loses the compare-and-swap has no effects at all.
 """
@@ -33,21 +33,20 @@ from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from icegroup.iceberg.protocol.dead_letters import STOPPED, DeadLetter
+from icegroup.iceberg.protocol.drift import check_config, check_drift
 from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.freshness import oldest_unconsumed_ms
 from icegroup.iceberg.protocol.group import GroupConfig, check_filter
-from icegroup.iceberg.protocol.liveness import RunState, holder_of
-from icegroup.iceberg.protocol.phases import (
+from icegroup.iceberg.protocol.leader import (
     Liveness,
     Planned,
-    check_config,
-    check_drift,
     check_liveness,
     cut,
     grant,
     reconcile,
     renewed,
 )
+from icegroup.iceberg.protocol.liveness import RunState, holder_of
 from icegroup.iceberg.protocol.replay import expire_replays
 from icegroup.iceberg.protocol.shards import Shard, snapshot_range
 from icegroup.iceberg.protocol.state import GroupState, Lease, retire_streams
@@ -61,7 +60,7 @@ from icegroup.iceberg.store.lineage import record_lineage
 from icegroup.iceberg.store.registrations import register
 from icegroup.iceberg.store.registry import commit_state, load_state
 from icegroup.iceberg.store.renewals import forget_renewals, read_renewals
-from icegroup.iceberg.store.source_ref import keep_ref
+from icegroup.iceberg.store.source_branch import keep_ref
 from icegroup.iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)

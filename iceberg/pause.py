@@ -12,8 +12,8 @@ from functools import partial
 from pyiceberg.catalog import Catalog
 
 from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.drift import check_drift
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.phases import check_drift
 from icegroup.iceberg.protocol.state import GroupState
 from icegroup.iceberg.retry import again_while_losing
 from icegroup.iceberg.store.registry import commit_or_lose, kept_moving, load_state

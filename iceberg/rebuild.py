@@ -15,17 +15,17 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icegroup.iceberg.errors import RegistryConflict, SinkError, UsageError
+from icegroup.iceberg.protocol.drift import check_drift
 from icegroup.iceberg.protocol.fences import epoch_key
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.phases import check_drift
 from icegroup.iceberg.protocol.rebuild import rebuild_state, registry_behind
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, parse_resets, shard_texts
 from icegroup.iceberg.protocol.state import GroupState
-from icegroup.iceberg.reset import check_interrupted
 from icegroup.iceberg.start import initial_state
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.group_tables import GroupTables
 from icegroup.iceberg.store.registry import commit_state, load_state
+from icegroup.iceberg.store.reset_marker import check_interrupted
 from icegroup.iceberg.store.sink_history import SinkHistory, history_of, other_groups_shards, read_sink_history
 from icegroup.iceberg.store.tables import load_optional, load_source
 

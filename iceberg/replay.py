@@ -24,9 +24,9 @@ from pyiceberg.table import Table
 
 from icegroup.iceberg.errors import ReplayIncomplete, UsageError
 from icegroup.iceberg.protocol.cascade import superseding
+from icegroup.iceberg.protocol.drift import check_config, check_drift
 from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.phases import check_config, check_drift
 from icegroup.iceberg.protocol.replay import check_window, take_ticket, window_coverage
 from icegroup.iceberg.protocol.shards import snapshot_range
 from icegroup.iceberg.protocol.sink_commit import (

@@ -40,7 +40,7 @@ from icegroup.iceberg.store.lineage import lineage_identifier, load_lineage, rec
 from icegroup.iceberg.store.registrations import group_pin, read_registrations
 from icegroup.iceberg.store.registry import load_state, registry_identifier
 from icegroup.iceberg.store.sink_history import sink_history
-from icegroup.iceberg.store.source_ref import drop_refs, group_refs
+from icegroup.iceberg.store.source_branch import drop_refs, group_refs
 from icegroup.iceberg.store.tables import expire_snapshots, load_optional, walk_back
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.durations import option_value, parse_duration
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.retention import StateRetention, TableExpiry
 
 
@@ -40,9 +40,9 @@ def cmd_expire(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     """``icegroup expire [GROUP ...] [--execute]``: what would expire, what stays and what pins it; then expire it.
 
     Exit 3 if a table moved under it and was left for next time. The run's OpenLineage events are
-    sent from ``lineage_runs``, imported here because the OpenLineage client takes a fifth of a second to load.
+    sent from ``openlineage_runs``, imported here because the OpenLineage client takes a fifth of a second to load.
     """
-    from icegroup.dagster_project.lineage_runs import expire_run
+    from icegroup.dagster_project.openlineage_runs import expire_run
 
     chosen = {name: pick(groups, name, args.groups) for name in args.group} if args.group else groups
     if args.keep_state < 1:

@@ -20,7 +20,7 @@ from icegroup.dagster_project.cli.logfile import run_output
 from icegroup.dagster_project.cli.output import dumps
 from icegroup.dagster_project.cli.support import dagster_home, pick, table
 from icegroup.dagster_project.definitions import build_definitions
-from icegroup.dagster_project.lineage_runs import reset_run
+from icegroup.dagster_project.openlineage_runs import reset_run
 from icegroup.dagster_project.runs.execute import execute, open_instance
 from icegroup.dagster_project.runs.observer import terminate_runs
 from icegroup.iceberg.cascade import downstream_of, plan_follows, record_follows

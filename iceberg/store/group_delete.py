@@ -30,7 +30,7 @@ from pyiceberg.exceptions import NoSuchTableError
 from icegroup.iceberg.errors import ConfigError, UsageError
 from icegroup.iceberg.protocol.fences import epoch_key
 from icegroup.iceberg.protocol.sink_commit import follows_key, reset_key, resets_key
-from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.protocol.state import GroupState
 from icegroup.iceberg.store.canaries import canary_key
 from icegroup.iceberg.store.dead_letters import dead_letter_identifier
@@ -41,7 +41,7 @@ from icegroup.iceberg.store.lineage import lineage_identifier
 from icegroup.iceberg.store.registrations import registration_key
 from icegroup.iceberg.store.registry import load_state, registry_identifier
 from icegroup.iceberg.store.sink_history import deleted_key
-from icegroup.iceberg.store.source_ref import drop_refs
+from icegroup.iceberg.store.source_branch import drop_refs
 from icegroup.iceberg.store.tables import load_optional
 
 

@@ -1,6 +1,6 @@
 """What a group's source branch costs the producer: its commit retries and latency, with and without the branch.
 
-Moving the group's branch (``iceberg/store/source_ref.py``) is a commit to the source table, which
+Moving the group's branch (``iceberg/store/source_branch.py``) is a commit to the source table, which
 is the producer's table. The producer's own commits then contend with it: a commit that loses
 the race must load the table again and retry. Java's Iceberg retries on its own; pyiceberg does
 not, so the producer here retries the way a pyiceberg producer has to. The arms run side by side
@@ -44,7 +44,7 @@ from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.store.registrations import register
-from icegroup.iceberg.store.source_ref import keep_ref
+from icegroup.iceberg.store.source_branch import keep_ref
 from tests.factories import create_source, events, next_event_id
 from tests.sink_commits import commit_lease
 from tests.stack_env import home_env

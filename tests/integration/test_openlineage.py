@@ -18,7 +18,7 @@ import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
-from icegroup.dagster_project.lineage_runs import expire_run, reset_run
+from icegroup.dagster_project.openlineage_runs import expire_run, reset_run
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.config.sections import OpenLineageSettings
 from icegroup.iceberg.errors import StaleLease

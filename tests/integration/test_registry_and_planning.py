@@ -9,7 +9,7 @@ from pyiceberg.table.snapshots import Snapshot
 from icegroup.iceberg.errors import RegistryConflict, SourceError
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.liveness import RunState
-from icegroup.iceberg.protocol.source_ref import ref_name
+from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.shards import plan_increment
 from icegroup.iceberg.start import initial_state
 from icegroup.iceberg.store.registry import commit_state, load_state

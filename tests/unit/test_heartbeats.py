@@ -15,8 +15,8 @@ from pyiceberg.catalog import Catalog
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.leader import check_liveness
 from icegroup.iceberg.protocol.liveness import LeaseAction, RunState, hold_of, holder_of, lease_action
-from icegroup.iceberg.protocol.phases import check_liveness
 from icegroup.iceberg.protocol.state import LeasePhase
 from icegroup.iceberg.store.heartbeats import (
     HEARTBEATS,

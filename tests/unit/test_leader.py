@@ -15,10 +15,10 @@ from icegroup.iceberg.errors import ConfigError, SinkError
 from icegroup.iceberg.leader import TickResult, tick
 from icegroup.iceberg.pause import set_paused
 from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
+from icegroup.iceberg.protocol.drift import check_drift
 from icegroup.iceberg.protocol.fences import fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
-from icegroup.iceberg.protocol.phases import check_drift
 from icegroup.iceberg.protocol.sink_commit import commit_properties
 from icegroup.iceberg.protocol.state import GroupState, Lease, LeasePhase
 from icegroup.iceberg.store.dead_letters import record, redrive

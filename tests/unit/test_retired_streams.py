@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.phases import cut
+from icegroup.iceberg.protocol.leader import cut
 from icegroup.iceberg.protocol.shards import DAY_MS, FileEntry, SnapshotInfo
 from icegroup.iceberg.protocol.state import GroupState, StreamState, apply_commits, retire_streams
 from tests.factories import group_state, lease

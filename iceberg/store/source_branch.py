@@ -1,4 +1,4 @@
-"""Keeping, reading and dropping a group's branch on its source (``iceberg/protocol/source_ref.py``)."""
+"""Keeping, reading and dropping a group's branch on its source (``iceberg/protocol/source_branch.py``)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import ancestors_of
 
-from icegroup.iceberg.protocol.source_ref import REF_PREFIX, RefPosition, ref_move, ref_name, snapshots_to_keep
+from icegroup.iceberg.protocol.source_branch import REF_PREFIX, RefPosition, ref_move, ref_name, snapshots_to_keep
 from icegroup.iceberg.protocol.state import GroupState
 
 log = logging.getLogger(__name__)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from icegroup.iceberg.protocol.source_ref import RefPosition, ref_move, ref_name, snapshots_to_keep
+from icegroup.iceberg.protocol.source_branch import RefPosition, ref_move, ref_name, snapshots_to_keep
 
 
 def test_the_branch_keeps_its_head_and_every_ancestor_back_to_the_low_watermark() -> None:

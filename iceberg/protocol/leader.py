@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from datetime import time as dt_time
 
-from icegroup.iceberg.errors import ConfigError, SourceError
+from icegroup.iceberg.errors import SourceError
 from icegroup.iceberg.protocol.assignment import assign_leases
 from icegroup.iceberg.protocol.borrower import taken
 from icegroup.iceberg.protocol.dead_letters import park_poisoned_lease
@@ -22,7 +22,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import Decision, LeaseAction, RunState, holder_of, lease_action, regrant
 from icegroup.iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards, window_label
 from icegroup.iceberg.protocol.sink_commit import SinkCommit
-from icegroup.iceberg.protocol.state import ConfigChange, GroupState, Lease, add_shards, apply_commits
+from icegroup.iceberg.protocol.state import GroupState, Lease, add_shards, apply_commits
 
 
 @dataclass(frozen=True)
@@ -63,44 +63,6 @@ class Granted:
 
     state: GroupState
     grants: list[Lease]
-
-
-def check_drift(state: GroupState, group: GroupConfig) -> None:
-    """The registry remembers what the group consumed from and wrote to; a changed config must not reuse it."""
-    for name, kept, now in (("source", state.source, group.source), ("sink", state.sink, group.sink)):
-        if kept != now:
-            raise ConfigError(
-                f"group {group.name!r}: {name}: the config says {now!r} but the group's registry was built for "
-                f"{kept!r}. Give the changed group a new name, or restore {name}: {kept}"
-            )
-
-
-def check_config(state: GroupState, group: GroupConfig, now_ms: int, sink_head: int | None) -> GroupState:
-    """Pin the filter and transform that make the sink's output; a change is refused or recorded.
-
-    A registry without a hash (new, or written before hashes) adopts the config's. A changed hash
-    stops the group, naming the choices, unless the group says ``on_change: continue``: then the
-    change is recorded with the sink head it happened at, and leases from now on carry the new hash.
-    """
-    current = group.config_hash
-    if state.config_hash == current:
-        return state
-    new = state.model_copy(deep=True)
-    new.config_hash = current
-    if state.config_hash is None:
-        return new
-    if group.on_change == "fail":
-        raise ConfigError(
-            f"group {group.name!r}: filter/transform changed since the sink's output was made (config hash "
-            f"{state.config_hash} -> {current}), and on_change is fail. Choose one: restore the previous filter "
-            "and transform; give the changed group a new name (a new registry, consuming from its start); or set "
-            "on_change: continue (the change is recorded, earlier output stays as it was made, and `icegroup replay` "
-            "remakes the windows you choose with the new config)"
-        )
-    new.config_changes.append(
-        ConfigChange(at_ms=now_ms, old_hash=state.config_hash, new_hash=current, sink_snapshot=sink_head)
-    )
-    return new
 
 
 def reconcile(

@@ -1,0 +1,49 @@
+"""A group's config against what its registry remembers: the tables it reads and writes, its filter and transform.
+
+The Leader's tick checks both before it plans, and so do replay, reset, rebuild and pause before
+they act: a registry built for one source, sink or transform must not be reused by another.
+"""
+
+from __future__ import annotations
+
+from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.state import ConfigChange, GroupState
+
+
+def check_drift(state: GroupState, group: GroupConfig) -> None:
+    """The registry remembers what the group consumed from and wrote to; a changed config must not reuse it."""
+    for name, kept, now in (("source", state.source, group.source), ("sink", state.sink, group.sink)):
+        if kept != now:
+            raise ConfigError(
+                f"group {group.name!r}: {name}: the config says {now!r} but the group's registry was built for "
+                f"{kept!r}. Give the changed group a new name, or restore {name}: {kept}"
+            )
+
+
+def check_config(state: GroupState, group: GroupConfig, now_ms: int, sink_head: int | None) -> GroupState:
+    """Pin the filter and transform that make the sink's output; a change is refused or recorded.
+
+    A registry without a hash (new, or written before hashes) adopts the config's. A changed hash
+    stops the group, naming the choices, unless the group says ``on_change: continue``: then the
+    change is recorded with the sink head it happened at, and leases from now on carry the new hash.
+    """
+    current = group.config_hash
+    if state.config_hash == current:
+        return state
+    new = state.model_copy(deep=True)
+    new.config_hash = current
+    if state.config_hash is None:
+        return new
+    if group.on_change == "fail":
+        raise ConfigError(
+            f"group {group.name!r}: filter/transform changed since the sink's output was made (config hash "
+            f"{state.config_hash} -> {current}), and on_change is fail. Choose one: restore the previous filter "
+            "and transform; give the changed group a new name (a new registry, consuming from its start); or set "
+            "on_change: continue (the change is recorded, earlier output stays as it was made, and `icegroup replay` "
+            "remakes the windows you choose with the new config)"
+        )
+    new.config_changes.append(
+        ConfigChange(at_ms=now_ms, old_hash=state.config_hash, new_hash=current, sink_snapshot=sink_head)
+    )
+    return new
