@@ -12,8 +12,8 @@ from icegroup.dagster_project.resources import Lakehouse, lakehouse_of
 from icegroup.dagster_project.table_metadata import TABLE_NAME, table_metadata
 from icegroup.iceberg.lag import Lag
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.lineage import WindowProvenance
 from icegroup.iceberg.protocol.shards import window_label
-from icegroup.iceberg.provenance import WindowProvenance
 from icegroup.iceberg.store.tables import load_optional
 from icegroup.spark_jobs.borrower.lease import LeaseReport
 from icegroup.spark_jobs.borrower.user_errors import describe_error

@@ -46,17 +46,17 @@ from icegroup.iceberg.protocol.leader import (
     reconcile,
     renewed,
 )
+from icegroup.iceberg.protocol.lineage import WindowProvenance, window_provenance
 from icegroup.iceberg.protocol.liveness import RunState, holder_of
 from icegroup.iceberg.protocol.replay import expire_replays
-from icegroup.iceberg.protocol.shards import Shard, snapshot_range
+from icegroup.iceberg.protocol.shards import Shard, snapshot_range, window_label
 from icegroup.iceberg.protocol.state import GroupState, Lease, retire_streams
-from icegroup.iceberg.provenance import WindowProvenance, window_provenance
 from icegroup.iceberg.rebuild import sync_tables
 from icegroup.iceberg.store.dead_letters import open_in
 from icegroup.iceberg.store.fences import prune_fences, raise_fences
 from icegroup.iceberg.store.group_tables import GroupTables, load_group_tables
 from icegroup.iceberg.store.heartbeats import forget, gone_holders, read_beats
-from icegroup.iceberg.store.lineage import record_lineage
+from icegroup.iceberg.store.lineage import entries, is_in, record_lineage
 from icegroup.iceberg.store.registrations import register
 from icegroup.iceberg.store.registry import commit_state, load_state
 from icegroup.iceberg.store.renewals import forget_renewals, read_renewals
@@ -191,7 +191,7 @@ def tick(
     state = retire_streams(state, now_ms, int(group.retire_streams_after.total_seconds() * 1000))
     if history.head is not None and history.head != before.sink_cursor:
         tables.lineage = record_lineage(catalog, group, before.shards, tables.sink, tables.open_lineage()).table
-    provenance = window_provenance(tables.open_lineage() if done else None, group, done)
+    provenance = provenance_of(tables, group, done)
     register(source, group, state, now_ms)
     keep_ref(source, group.name, state)  # any engine's expiry then keeps what the group still reads
     fence_and_commit(tables, state, {**live.fences, **replay_fences})
@@ -353,3 +353,12 @@ def fence_and_commit(tables: GroupTables, state: GroupState, fences: dict[str, i
         failpoint("leader.after_registry")
     if retired and sink is not None:
         prune_fences(sink, group.name, state.leases)
+
+
+def provenance_of(tables: GroupTables, group: GroupConfig, starts: list[int]) -> dict[int, WindowProvenance]:
+    """What each window the tick found complete (by start) was made from: one read of their lineage partitions."""
+    lineage = tables.open_lineage() if starts else None
+    if lineage is None:
+        return {}
+    labels = {window_label(start, group.replay_window): start for start in starts}
+    return window_provenance(entries(lineage, is_in("window", labels)), labels)

@@ -5,12 +5,12 @@ shards that made them, with their source snapshot ranges and source files. Forwa
 output: a source file or a source snapshot gives the sink snapshots, windows and sink rows made
 from it. Through chained groups (a group whose source is another group's sink),
 ``iceberg/lineage_chain.py`` follows each answer upstream to the first source, or downstream to the
-last sink; ``iceberg/provenance.py`` sums a complete window's entries for Dagster.
+last sink; ``window_provenance`` (``iceberg/protocol/lineage.py``) sums a complete window's entries for Dagster.
 
 Sink rows carry their shard id (``_ig_shard``), so rows still resolve after the sink was compacted,
 and their source file's reference (``_ig_file``), so a row names its file and a file its rows;
 entries keep their files, so they still resolve after the source's snapshots expired. The entries
-come from ``iceberg/store/lineage_now.py``: the lineage table, and the sink's newest commits that
+come from ``iceberg/store/lineage.py``: the lineage table, and the sink's newest commits that
 the Leader has not recorded yet.
 """
 
@@ -42,8 +42,7 @@ from icegroup.iceberg.protocol.sink_commit import (
     shard_filter,
     shard_texts,
 )
-from icegroup.iceberg.store.lineage import is_in, quoted
-from icegroup.iceberg.store.lineage_now import LineageNow, lineage_now
+from icegroup.iceberg.store.lineage import LineageNow, is_in, lineage_now, quoted
 from icegroup.iceberg.store.tables import load_optional, shards_as_numbers
 
 # A filter on sink rows that matches more shards than this is answered for these only, and says so.

@@ -18,7 +18,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import LineageEntry
 from icegroup.iceberg.protocol.shards import window_texts
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, shard_texts
-from icegroup.iceberg.store.lineage_now import lineage_now
+from icegroup.iceberg.store.lineage import lineage_now
 from icegroup.iceberg.store.tables import load_optional
 
 

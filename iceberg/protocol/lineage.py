@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
-from icegroup.iceberg.protocol.shards import Shard, Window, window_label
+from icegroup.iceberg.protocol.shards import Shard, Window, snapshot_range, window_label
 from icegroup.iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, ShardRange, SinkCommit
 
 CONSUMED = "consume"
@@ -137,3 +137,42 @@ def voided(entries: Iterable[LineageEntry], resets: Sequence[ResetRecord]) -> se
     return {
         entry.shard_id for entry in entries if any(record.voids(entry.epoch, entry.shard_range()) for record in resets)
     }
+
+
+@dataclass(frozen=True)
+class WindowProvenance:
+    """What a complete window's output was made from, for its Dagster materialization.
+
+    ``source_range`` runs from the exclusive start of its earliest shard to the end of its latest
+    (shards of several streams interleave in it); ``source_snapshot`` is that end, the source
+    version the window was computed from.
+    """
+
+    window: str
+    shards: int
+    source_files: int
+    source_rows: int
+    source_range: str
+    source_snapshot: int
+    sink_snapshots: tuple[int, ...]
+
+
+def window_provenance(found: Iterable[LineageEntry], starts: Mapping[str, int]) -> dict[int, WindowProvenance]:
+    """Each window's provenance, by its start, from the current entries ``found`` of the windows in ``starts``."""
+    by_window: dict[str, list[LineageEntry]] = {}
+    for entry in found:
+        by_window.setdefault(entry.window, []).append(entry)
+    provenance = {}
+    for label, window_entries in by_window.items():
+        ordered = sorted(window_entries, key=lambda e: (e.to_sequence or 0, e.shard_id))
+        shards = {e.shard_id: e.shard_rows or 0 for e in ordered}
+        provenance[starts[label]] = WindowProvenance(
+            window=label,
+            shards=len(shards),
+            source_files=sum(e.source_file is not None for e in ordered),
+            source_rows=sum(shards.values()),
+            source_range=snapshot_range(ordered[0].from_snapshot, ordered[-1].to_snapshot),
+            source_snapshot=ordered[-1].to_snapshot,
+            sink_snapshots=tuple(sorted({e.sink_snapshot for e in ordered})),
+        )
+    return provenance

@@ -12,6 +12,9 @@ the table's cursor (``icegroup.lineage.through``). The commit is a compare-and-s
 before the registry's commit, so a registry that has reconciled a commit has its lineage recorded.
 It outlives what it describes: entries keep their files after the source's snapshots expired and
 their sink snapshots after the sink was compacted.
+
+A question is answered from the table and from the sink's commits it has not recorded yet
+(``lineage_now``), by the same rules, so an answer never waits for a tick.
 """
 
 from __future__ import annotations
@@ -24,6 +27,9 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
+from pyiceberg.expressions.parser import parse as parse_filter
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.io.pyarrow import expression_to_pyarrow
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.table import Table
@@ -31,12 +37,12 @@ from pyiceberg.table.snapshots import Snapshot
 from pyiceberg.transforms import BucketTransform, IdentityTransform
 from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
-from icegroup.iceberg.errors import RegistryConflict
+from icegroup.iceberg.errors import RegistryConflict, UsageError
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import LineageEntry, consumed, replayed, voided
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_RESET, parse_resets, resets_key
-from icegroup.iceberg.store.registry import NAMESPACE
+from icegroup.iceberg.store.registry import NAMESPACE, load_state
 from icegroup.iceberg.store.sink_history import deleted_through, walk_commits
 from icegroup.iceberg.store.tables import ensure_namespace, follows, load_optional
 
@@ -307,3 +313,59 @@ def shard_entries(table: Table, windows_by_shard: Mapping[str, str]) -> list[Lin
         for window in sorted(set(windows_by_shard.values()))
     ]
     return entries(table, " OR ".join(clauses))
+
+
+@dataclass(frozen=True)
+class LineageNow:
+    """The lineage table (None before its first recording) and the entries of the commits after its cursor."""
+
+    table: Table | None
+    pending: Pending
+
+    @property
+    def through(self) -> int | None:
+        """The last sink snapshot the table has recorded."""
+        return recorded_through(self.table) if self.table is not None else None
+
+    @property
+    def unrecorded(self) -> int:
+        """How many of the group's sink commits the table has not recorded yet (they are answered all the same)."""
+        return self.pending.commits
+
+    def entries(self, row_filter: str) -> list[LineageEntry]:
+        """The current entries matching ``row_filter`` (pyiceberg's filter syntax on the entries' fields)."""
+        stored = entries(self.table, row_filter) if self.table is not None else []
+        return self.pending.current(stored) + matching(self.pending.entries, row_filter)
+
+    def shard_entries(self, windows_by_shard: Mapping[str, str]) -> list[LineageEntry]:
+        """The current entries of the given shards, each in its own window."""
+        stored = shard_entries(self.table, windows_by_shard) if self.table is not None else []
+        new = [e for e in self.pending.entries if windows_by_shard.get(e.shard_id) == e.window]
+        return self.pending.current(stored) + new
+
+
+def lineage_now(catalog: Catalog, group: GroupConfig) -> LineageNow:
+    """The group's lineage as it stands, or an error when the group has committed nothing yet.
+
+    The sink is read first, then the registry, then the lineage table: the Leader records a commit's
+    lineage before its registry drops the commit's shards, so every commit in the sink read that the
+    table read has not recorded still has its shards, and their files, in the registry read.
+    """
+    sink = load_optional(catalog, group.sink)
+    state = load_state(catalog, group.name).state
+    table = load_lineage(catalog, group.name)
+    pending = pending_lineage(group, state.shards if state is not None else {}, sink, table)
+    if table is None and not pending.commits:
+        raise UsageError(
+            f"group {group.name!r} has no lineage recorded yet: it has committed no output to {group.sink} "
+            f"(run `icegroup consume {group.name}` or let its sensor tick)"
+        )
+    return LineageNow(table, pending)
+
+
+def matching(found: list[LineageEntry], row_filter: str) -> list[LineageEntry]:
+    """The entries among ``found`` that ``row_filter`` keeps, evaluated as the table's scan would."""
+    if not found:
+        return []
+    kept = to_arrow(found).filter(expression_to_pyarrow(bind(SCHEMA, parse_filter(row_filter), case_sensitive=True)))
+    return [LineageEntry(**row) for row in kept.to_pylist()]

@@ -11,8 +11,7 @@ from icegroup.iceberg.lineage import by_their_files, forward_filter
 from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.lineage import CONSUMED, LineageEntry
 from icegroup.iceberg.protocol.sink_commit import shard_number, shard_texts
-from icegroup.iceberg.store.lineage import Pending
-from icegroup.iceberg.store.lineage_now import matching
+from icegroup.iceberg.store.lineage import Pending, matching
 
 ENTRY = LineageEntry(
     group="g",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from icegroup.iceberg.protocol.group import ShardCaps
-from icegroup.iceberg.protocol.lineage import CONSUMED, REPLAYED, consumed, replayed, voided
+from icegroup.iceberg.protocol.lineage import CONSUMED, REPLAYED, consumed, replayed, voided, window_provenance
 from icegroup.iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo, cut_shards
 from icegroup.iceberg.protocol.sink_commit import ReplayCommit, ResetRecord, SinkCommit, range_of
 from icegroup.iceberg.protocol.state import Origin
@@ -92,3 +92,19 @@ def test_a_reset_voids_the_older_epochs_commits_past_its_position_only() -> None
     assert voided(entries, [reset]) == {high.shard_id}
     assert voided(entries, [ResetRecord(epoch=1, positions={STREAM: 0}, snapshots={})]) == set(), "same epoch"
     assert voided(entries, [ResetRecord(epoch=2, positions={"*": 0}, snapshots={})]) == {low.shard_id, high.shard_id}
+
+
+def test_a_windows_provenance_sums_its_shards_once_and_spans_their_snapshots() -> None:
+    one = shard(1, files=["a.parquet", "b.parquet"], to_sequence=1)
+    two = shard(2, files=["c.parquet"], to_sequence=2)
+    found = [
+        *consumed(commit_of(one), {one.shard_id: one}, "day"),
+        *consumed(commit_of(two, snapshot_id=901), {two.shard_id: two}, "day"),
+    ]
+
+    made = window_provenance(found, {"2026-01-01": WINDOW_START_MS})[WINDOW_START_MS]
+
+    assert (made.window, made.shards, made.source_files) == ("2026-01-01", 2, 3)
+    assert made.source_rows == one.rows + two.rows, "a shard's rows count once, not once per file"
+    assert (made.source_snapshot, made.sink_snapshots) == (two.to_snapshot, (900, 901))
+    assert made.source_range.startswith(str(one.from_snapshot))
