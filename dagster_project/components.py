@@ -24,8 +24,8 @@ from dagster.components.scaffold.scaffold import NoParams
 from pydantic import Field, ValidationError
 
 from icegroup.dagster_project.assets import Labels
-from icegroup.dagster_project.cli.group_files import load_checked_groups
 from icegroup.dagster_project.definitions import AssetNaming, build_definitions
+from icegroup.dagster_project.group_files import load_checked_groups
 from icegroup.dagster_project.resources import DEFAULT_KEY
 from icegroup.iceberg.config.files import format_validation_error
 from icegroup.iceberg.config.groups import parse_groups

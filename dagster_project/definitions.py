@@ -2,32 +2,32 @@
 
 For each group: source and sink assets, a Borrower job, and a Leader (or a schedule); and expiry.
 The packaged location reads its groups from ``dagster_project/groups.yaml``, or the file named by
-``ICEGROUP_GROUPS`` (``group_files.py``). They are read when Dagster loads the location, never at
+``ICEGROUP_GROUPS`` (``dagster_project/group_files.py``). They are read when Dagster loads the location, never at
 import, and every group's transform is imported then, so a typo in one fails the location with an
 error naming the file, the group and the field.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import dagster as dg
 
 from icegroup.dagster_project.assets import Labels, sink_asset, source_spec, table_key
 from icegroup.dagster_project.canary import canary_job
 from icegroup.dagster_project.checks import sink_checks
-from icegroup.dagster_project.cli.group_files import groups_path, load_checked_groups
+from icegroup.dagster_project.group_files import groups_path, load_checked_groups
 from icegroup.dagster_project.jobs import (
-    UnresolvedAssetJobDefinition,
     borrower_job,
     consume_job,
     expire_job,
     follow_job,
-    replay_job,
 )
 from icegroup.dagster_project.resources import DEFAULT_KEY, lakehouse_config_of, lakehouse_resource
+from icegroup.dagster_project.runs.tags import TAG_GROUP
 from icegroup.dagster_project.schedules import consume_schedule, expire_schedule
 from icegroup.dagster_project.sensors import leader_sensor
 from icegroup.dagster_project.window_start import resolve_window_starts
@@ -97,7 +97,7 @@ def build_definitions(
     specs: dict[dg.AssetKey, dg.AssetSpec] = {}
     assets: list[dg.AssetsDefinition] = []
     checks: list[dg.AssetChecksDefinition] = []
-    jobs: list[dg.JobDefinition | UnresolvedAssetJobDefinition] = []
+    jobs: list[dg.JobDefinition] = []
     sensors: list[dg.SensorDefinition] = []
     schedules: list[dg.ScheduleDefinition] = []
     for group in groups.values():
@@ -109,7 +109,7 @@ def build_definitions(
         checks += sink_checks(group, sink_key, name)
         borrower = borrower_job(group, sink_key, resources)
         consume = consume_job(group, sink_key, source_key, resources)
-        jobs += [borrower, consume, replay_job(group, sink), canary_job(group, sink_key, resources)]
+        jobs += [borrower, consume, canary_job(group, sink_key, resources)]
         follow = follow_job(group, sink_key, resources) if group.follow_upstream else None
         jobs += [follow] if follow is not None else []
         if group.schedule:
@@ -123,11 +123,27 @@ def build_definitions(
     return dg.Definitions(
         assets=[*specs.values(), *assets],
         asset_checks=checks,
-        jobs=jobs,
+        jobs=[*jobs, *replay_jobs(groups.values(), assets)],
         sensors=sensors,
         schedules=schedules,
         resources=resources,
     )
+
+
+def replay_jobs(groups: Iterable[GroupConfig], sinks: Iterable[dg.AssetsDefinition]) -> Iterator[Any]:
+    """Each group's replay job, which replays the sink partitions it is launched for: what a UI backfill runs.
+
+    An asset job is resolved when the definitions are; Dagster exports no type for it before
+    that, so these are built here, where ``Definitions`` takes them.
+    """
+    for group, sink in zip(groups, sinks, strict=True):
+        yield dg.define_asset_job(
+            name=f"{group.name}_replay",
+            selection=[sink],
+            executor_def=dg.in_process_executor,
+            tags={TAG_GROUP: group.name},
+            description=f"Replay windows of group {group.name}: each one's output is replaced by a fresh consumption.",
+        )
 
 
 @dg.definitions

@@ -7,7 +7,6 @@ from typing import Any
 import dagster as dg
 
 # The return type of the public dg.define_asset_job; Dagster does not export the name itself.
-from dagster._core.definitions.unresolved_asset_job_definition import UnresolvedAssetJobDefinition
 from pydantic import Field
 
 from icegroup.dagster_project.assets import (
@@ -57,17 +56,6 @@ class ConsumeConfig(dg.Config):
         gt=0,
         le=3600,
         description="Seconds between ticks while idle or following: the trigger interval.",
-    )
-
-
-def replay_job(group: GroupConfig, sink: dg.AssetsDefinition) -> UnresolvedAssetJobDefinition:
-    """Replays the sink's partitions it is launched for: what a UI backfill of the sink runs."""
-    return dg.define_asset_job(
-        name=f"{group.name}_replay",
-        selection=[sink],
-        executor_def=dg.in_process_executor,
-        tags={TAG_GROUP: group.name},
-        description=f"Replay windows of group {group.name}: each one's output is replaced by a fresh consumption.",
     )
 
 

@@ -26,7 +26,7 @@ import yaml
 from pyiceberg.catalog import Catalog
 
 from icegroup.dagster_project.cli import main as icegroup_main
-from icegroup.dagster_project.cli.group_files import groups_path, load_checked_groups
+from icegroup.dagster_project.group_files import groups_path, load_checked_groups
 from icegroup.iceberg.config.lakehouse import ENV_HOME, ENV_OPENLINEAGE_FILE, load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW

@@ -38,8 +38,8 @@ from icegroup.iceberg.store.canaries import Canary, drop_canary, promotable, sav
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.replay import ReplayReport, publish_staged, stage_window
+from icegroup.spark_jobs.row_files import FILE_COLUMN
 from icegroup.spark_jobs.session import activate
-from icegroup.spark_jobs.shards import FILE_COLUMN
 from icegroup.spark_jobs.transforms import load_transform
 
 SAMPLE_ROWS = 5

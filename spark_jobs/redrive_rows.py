@@ -46,7 +46,7 @@ from icegroup.iceberg.store.tables import load_optional, load_source
 from icegroup.spark_jobs.borrower.isolation import except_rows
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.code_shipping import ship_transform
-from icegroup.spark_jobs.shards import FILE_COLUMN, POS_COLUMN
+from icegroup.spark_jobs.row_files import FILE_COLUMN, POS_COLUMN
 from icegroup.spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
 from icegroup.spark_jobs.sink.shape import align_to_sink, with_lineage
 from icegroup.spark_jobs.transforms import load_transform

@@ -31,8 +31,9 @@ from icegroup.iceberg.retry import again_while_losing
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
+from icegroup.spark_jobs.row_files import FILE_COLUMN
 from icegroup.spark_jobs.session import activate
-from icegroup.spark_jobs.shards import FILE_COLUMN, UPSTREAM_SHARD_COLUMN, read_files
+from icegroup.spark_jobs.shards import UPSTREAM_SHARD_COLUMN, read_files
 from icegroup.spark_jobs.sink.fenced_commit import publish_replay, stage_shard
 from icegroup.spark_jobs.sink.shape import (
     align_to_sink,

@@ -27,6 +27,12 @@ from pyspark.sql import functions as F
 from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.locations import file_forms
 
+# Iceberg's metadata columns: a row's data file and its position there.
+FILE_COLUMN = "_file"
+POS_COLUMN = "_pos"
+# A format-v3 row's id (row lineage): kept through rewrites, so a watermark on it finds the rows added after it.
+ROW_ID_COLUMN = "_row_id"
+
 # Logical operators of an analyzed plan that Spark plans as operators emitting each input row (or
 # rows made from it) before they take the next, or that planning removes (a view's or an alias's
 # name, a join hint). Anything not named here (Sort, Aggregate, Window, Repartition, Join, Distinct,

@@ -12,13 +12,9 @@ from icegroup.iceberg.errors import SourceError
 from icegroup.iceberg.protocol.shard_reads import OPEN_COST_BYTES, AsOf, Span, file_sizes, shard_span, split_bytes
 from icegroup.iceberg.protocol.shards import PartitionValue, Shard
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
-from icegroup.spark_jobs.row_files import sql_string
+from icegroup.spark_jobs.row_files import FILE_COLUMN, POS_COLUMN, ROW_ID_COLUMN, sql_string
 from icegroup.spark_jobs.sink.shape import shard_ids
 
-FILE_COLUMN = "_file"
-POS_COLUMN = "_pos"
-# A format-v3 row's id (row lineage): kept through rewrites, so a watermark on it finds the rows added after it.
-ROW_ID_COLUMN = "_row_id"
 UPSTREAM_SHARD_COLUMN = "_ig_upstream_shard"
 
 

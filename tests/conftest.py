@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from pyiceberg.catalog import Catalog
 
-from icegroup.dagster_project.cli.group_files import DEFAULT_GROUPS
+from icegroup.dagster_project.group_files import DEFAULT_GROUPS
 from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from icegroup.iceberg.config.search import ENV_GROUPS
 from icegroup.iceberg.protocol.group import GroupConfig

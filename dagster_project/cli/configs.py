@@ -11,7 +11,7 @@ import os
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-from icegroup.dagster_project.cli.group_files import load_checked_groups
+from icegroup.dagster_project.group_files import load_checked_groups
 from icegroup.dagster_project.window_start import resolve_window_starts
 from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from icegroup.iceberg.config.search import Places, find_groups, find_lakehouse

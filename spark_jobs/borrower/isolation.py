@@ -20,8 +20,8 @@ from icegroup.iceberg.errors import PlatformUnavailable
 from icegroup.iceberg.protocol.isolation import FILES_GONE, NOT_ROWWISE, Bisection, PoisonRow, Probe, Span, bisect
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
-from icegroup.spark_jobs.row_files import HOLDING_EXPRESSIONS, sql_string, streams_rows
-from icegroup.spark_jobs.shards import FILE_COLUMN, POS_COLUMN, identity_filter, of_files
+from icegroup.spark_jobs.row_files import FILE_COLUMN, HOLDING_EXPRESSIONS, POS_COLUMN, sql_string, streams_rows
+from icegroup.spark_jobs.shards import identity_filter, of_files
 
 # A Python UDF holds rows back in batches, which is why ``streams_rows`` refuses it, but it still
 # turns each row into its own output: for isolation it is row by row.

@@ -24,8 +24,8 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP, KEY_MIGRATE
 from icegroup.iceberg.store.sink_windows import lost_windows, shard_windows
 from icegroup.iceberg.store.tables import load_optional
+from icegroup.spark_jobs.row_files import FILE_COLUMN
 from icegroup.spark_jobs.session import activate
-from icegroup.spark_jobs.shards import FILE_COLUMN
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
 from icegroup.spark_jobs.sink.shape import ensure_staged_writes, ensure_window_partition, shard_ids, window_type
 

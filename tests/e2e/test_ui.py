@@ -23,7 +23,7 @@ import pytest
 from dagster_graphql import DagsterGraphQLClient
 from playwright.sync_api import Page, sync_playwright
 
-from icegroup.dagster_project.cli.group_files import DEFAULT_GROUPS
+from icegroup.dagster_project.group_files import DEFAULT_GROUPS
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from tests.conftest import repo_root
 from tests.dagster_dev import dagster_dev, dagster_env, new_instance, ui_answers

@@ -39,6 +39,8 @@ def test_the_tree_as_it_is_keeps_every_contract(tree: Path) -> None:
     assert result.returncode == 0, result.stdout
     assert "iceberg/protocol/ does no I/O KEPT" in result.stdout
     assert "iceberg/ rooms point down KEPT" in result.stdout
+    assert "spark_jobs/ rooms point down KEPT" in result.stdout
+    assert "dagster_project/ rooms point down KEPT" in result.stdout
 
 
 @pytest.mark.parametrize(
@@ -82,6 +84,28 @@ def test_a_room_of_iceberg_may_not_import_one_above_it(tree: Path, module: tuple
 
     assert result.returncode != 0
     assert "iceberg/ rooms point down BROKEN" in result.stdout
+
+
+@pytest.mark.parametrize(
+    ("package", "module", "line"),
+    [
+        ("spark_jobs", ("sink", "migrate.py"), "from icegroup.spark_jobs.shards import read_shard"),
+        ("spark_jobs", ("session.py",), "from icegroup.spark_jobs.borrower.lease import run_lease"),
+        ("dagster_project", ("definitions.py",), "from icegroup.dagster_project.cli.support import GROUP_HELP"),
+        ("dagster_project", ("assets.py",), "from icegroup.dagster_project.jobs import borrower_job"),
+    ],
+    ids=["sink-reaches-the-reader", "session-reaches-the-lease", "location-reaches-the-cli", "asset-reaches-a-job"],
+)
+def test_a_room_of_spark_jobs_or_dagster_project_may_not_import_one_above_it(
+    tree: Path, package: str, module: tuple[str, ...], line: str
+) -> None:
+    path = tree.joinpath(package, *module)
+    path.write_text(path.read_text() + f"\n{line}  # noqa\n")
+
+    result = lint_imports(tree)
+
+    assert result.returncode != 0
+    assert f"{package}/ rooms point down BROKEN" in result.stdout
 
 
 def test_a_new_module_of_iceberg_must_take_a_layer(tree: Path) -> None:

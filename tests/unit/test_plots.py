@@ -8,8 +8,8 @@ import pytest
 from pyiceberg.catalog import Catalog
 
 from icegroup.dagster_project.cli import main
-from icegroup.dagster_project.cli.group_files import DEFAULT_GROUPS
 from icegroup.dagster_project.cli.plots import bars
+from icegroup.dagster_project.group_files import DEFAULT_GROUPS
 
 
 def test_bars_scale_to_the_largest_value_and_align_their_labels() -> None:

@@ -8,8 +8,8 @@ import dagster as dg
 import pytest
 
 from icegroup.dagster_project.cli import main
-from icegroup.dagster_project.cli.group_files import ENV_GROUPS, load_checked_groups
 from icegroup.dagster_project.definitions import defs
+from icegroup.dagster_project.group_files import ENV_GROUPS, load_checked_groups
 from icegroup.iceberg.errors import ConfigError
 from icegroup.spark_jobs.transform_paths import import_transform
 from icegroup.spark_jobs.transforms import identity, load_transform

@@ -14,7 +14,7 @@ from icegroup.iceberg.config.search import ENV_GROUPS
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.spark_jobs.transform_paths import check_transforms
 
-DEFAULT_GROUPS = Path(__file__).parents[1] / "groups.yaml"
+DEFAULT_GROUPS = Path(__file__).parent / "groups.yaml"
 
 
 def groups_path(explicit: str | None = None) -> Path:
