@@ -16,8 +16,9 @@ from pydantic import Field
 from icegroup.dagster_project.assets import DATA_VERSION_TAG, replay_metadata
 from icegroup.dagster_project.resources import lakehouse_of
 from icegroup.dagster_project.runs.tags import TAG_GROUP
+from icegroup.iceberg.protocol.canary import CanaryDiff
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.spark_jobs.canary import CanaryDiff, promote_canary, run_canary
+from icegroup.spark_jobs.canary import promote_canary, run_canary
 
 
 class CanaryConfig(dg.Config):

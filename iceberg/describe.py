@@ -20,8 +20,9 @@ from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from icegroup.iceberg.protocol.durations import format_duration, format_time
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.leader import reconcile, renewed
+from icegroup.iceberg.protocol.leader import reconcile
 from icegroup.iceberg.protocol.liveness import Hold, hold_of
+from icegroup.iceberg.protocol.renewal import renewed
 from icegroup.iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.source_branch import ref_name

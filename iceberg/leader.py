@@ -44,10 +44,10 @@ from icegroup.iceberg.protocol.leader import (
     cut,
     grant,
     reconcile,
-    renewed,
 )
 from icegroup.iceberg.protocol.lineage import WindowProvenance, window_provenance
 from icegroup.iceberg.protocol.liveness import RunState, holder_of
+from icegroup.iceberg.protocol.renewal import renewed
 from icegroup.iceberg.protocol.replay import expire_replays
 from icegroup.iceberg.protocol.shards import Shard, snapshot_range, window_label
 from icegroup.iceberg.protocol.state import GroupState, Lease, retire_streams

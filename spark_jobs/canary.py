@@ -5,7 +5,8 @@ over exactly the source rows the window consumed, and stages the output on the s
 write-audit-publish: a staged snapshot on no branch, which no reader of main sees. It then compares
 the staged rows with the window's rows on main (``CanaryDiff``: rows added, removed and changed, by
 a key when one is given; each column's nulls, minimum and maximum on both sides; a sample of the
-changes) and records the canary on the sink (``iceberg/store/canaries.py``).
+changes) and records the canary on the sink (``iceberg/store/canaries.py``). The records and the
+rules a promotion must pass are in ``iceberg/protocol/canary.py``.
 
 ``promote_canary`` publishes exactly that staged output as the window's, in one fenced replay
 commit (``WindowReplace``): it takes the window's replay ticket, under the new transform, and
@@ -19,7 +20,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Any
 
 from pyiceberg.manifest import ManifestEntryStatus
@@ -29,12 +30,13 @@ from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError, WindowMoved
+from icegroup.iceberg.protocol.canary import Canary, CanaryDiff, ColumnStats
 from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import window_value
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_STAGE, LINEAGE_COLUMNS
 from icegroup.iceberg.replay import ReplayPlan, plan_replay, replay_ticket
-from icegroup.iceberg.store.canaries import Canary, drop_canary, promotable, save_canary
+from icegroup.iceberg.store.canaries import drop_canary, promotable, save_canary
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.replay import ReplayReport, publish_staged, stage_window
@@ -43,43 +45,6 @@ from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.transforms import load_transform
 
 SAMPLE_ROWS = 5
-
-
-@dataclass(frozen=True)
-class ColumnStats:
-    """One output column on main and in the canary: nulls, minimum and maximum."""
-
-    column: str
-    main_nulls: int
-    canary_nulls: int
-    main_min: Any
-    canary_min: Any
-    main_max: Any
-    canary_max: Any
-
-
-@dataclass
-class CanaryDiff:
-    """The canary's output against main's, for one window."""
-
-    window: str
-    transform: str
-    main_rows: int
-    canary_rows: int
-    added: int
-    removed: int
-    changed: int | None
-    key: str | None
-    columns: list[ColumnStats] = field(default_factory=list)
-    sample: list[dict[str, Any]] = field(default_factory=list)
-
-    def line(self) -> str:
-        """One line for a person."""
-        changed = f", {self.changed} changed (by {self.key})" if self.changed is not None else ""
-        return (
-            f"window {self.window}: main {self.main_rows} rows, canary {self.canary_rows} rows: "
-            f"{self.added} added, {self.removed} removed{changed}"
-        )
 
 
 def run_canary(

@@ -28,7 +28,7 @@ from icegroup.iceberg.errors import (
     SourceBlocked,
 )
 from icegroup.iceberg.leader import RunObserver, TickResult, tick
-from icegroup.iceberg.protocol.consume import DEFAULTS, next_poll_s
+from icegroup.iceberg.protocol.consume import DEFAULTS, at_release, handed_back, next_poll_s, run_leases
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState, hold_of
 from icegroup.iceberg.protocol.state import Lease, LeasePhase
@@ -174,7 +174,7 @@ def consume(
                 now = time.time()
                 time.sleep(next_poll_s(now, poll_s) - now)
                 continue
-            mine = [le for le in result.launch if le.owner_run_id == owner_run_id and not runner.knows(le)]
+            mine = [le for le in run_leases(result.launch, owner_run_id) if not runner.knows(le)]
             if result.paused and not mine and not runner.busy and not result.more_windows_due:
                 raise NotCaughtUp(result.pause_message())
             if mine or result.new_shards or result.committed:
@@ -229,16 +229,12 @@ def release(
 ) -> None:
     """The tick that hands back this run's leases (``released_at_end``) if the last tick left some."""
     last = summary.last_tick
-    if last is None or not any(lease.owner_run_id == owner_run_id for lease in last.state.leases.values()):
+    mine = run_leases(last.state.leases.values(), owner_run_id) if last is not None else []
+    if not mine:
         return
-
-    def ended(lease: Lease) -> RunState:
-        return RunState.SUCCEEDED if lease.owner_run_id == owner_run_id else observe_others(lease)
-
-    mine = [le for le in last.state.leases.values() if le.owner_run_id == owner_run_id]
-    held = "its lease is" if len(mine) == 1 else f"its {len(mine)} leases are"
+    held = handed_back(mine)
     try:
-        result = tick(catalog, group, ended)
+        result = tick(catalog, group, partial(at_release, owner_run_id=owner_run_id, others=observe_others))
     except SourceBlocked as exc:  # the tick committed the hand-back, then found the group stopped
         progress(f"{group.name}: this run ended; {held} handed back; {exc.status()}")
         return

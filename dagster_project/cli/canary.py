@@ -17,7 +17,7 @@ from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.group import GroupConfig
 
 if TYPE_CHECKING:
-    from icegroup.spark_jobs.canary import CanaryDiff
+    from icegroup.iceberg.protocol.canary import CanaryDiff
 
 
 def add_canary(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

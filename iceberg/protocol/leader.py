@@ -83,28 +83,6 @@ def reconcile(
     return Reconciled(state=new, committed=committed)
 
 
-def renewed(state: GroupState, renewals: Mapping[str, tuple[int, int]], lease_timeout_s: int) -> GroupState:
-    """Move the deadline of each lease attempt that renewed itself to its renewal plus the lease timeout.
-
-    ``renewals`` maps a lease id to (attempt, renewed at ms): what a Borrower whose Spark jobs still
-    complete tasks wrote (``iceberg/store/renewals.py``). A renewal by an older attempt moves
-    nothing, and a deadline never moves back. With no renewal to apply the state is returned as is.
-    """
-    moved = {
-        lease_id: renewed_ms + lease_timeout_s * 1000
-        for lease_id, (attempt, renewed_ms) in renewals.items()
-        if lease_id in state.leases
-        and state.leases[lease_id].attempt == attempt
-        and renewed_ms + lease_timeout_s * 1000 > state.leases[lease_id].deadline_ms
-    }
-    if not moved:
-        return state
-    new = state.model_copy(deep=True)
-    for lease_id, deadline_ms in moved.items():
-        new.leases[lease_id] = new.leases[lease_id].model_copy(update={"deadline_ms": deadline_ms})
-    return new
-
-
 def check_liveness(
     state: GroupState,
     group: GroupConfig,

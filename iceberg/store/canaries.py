@@ -9,29 +9,15 @@ output of the window was committed after it. One canary per group; a new one rep
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icegroup.iceberg.errors import UsageError
+from icegroup.iceberg.protocol.canary import Canary, promotion_refusal
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.replay import check_window
 from icegroup.iceberg.store.registry import load_state
 
 KEY_PREFIX = "icegroup.canary."
-
-
-class Canary(BaseModel):
-    """What a canary staged, and from what."""
-
-    window: str = Field(description="The window it remade.")
-    transform: str = Field(description="The transform it ran, as module:function.")
-    token: str = Field(description="The stage token of its staged output on the sink.")
-    staged_snapshot: int = Field(description="The staged snapshot holding its output, on no branch.")
-    sink_head: int | None = Field(description="The sink head the window was planned at.")
-    covers: list[str] = Field(description="The shards whose output the window held then.")
-    replay_fence: int = Field(description="The window's replay generation then: a replay since moves it.")
-    at_ms: int = Field(description="When it was staged.")
 
 
 def canary_key(group: str) -> str:
@@ -61,23 +47,15 @@ def drop_canary(sink: Table, group: str, token: str) -> None:
 def promotable(catalog: Catalog, sink: Table, group: GroupConfig) -> Canary:
     """The group's canary, if it can be promoted now; else the ``UsageError`` that says why not.
 
-    A promotion's preview and its execution ask the same questions, so the preview never promises
-    what the execution then refuses.
+    A promotion's preview and its execution ask the same questions (``promotion_refusal``), so the
+    preview never promises what the execution then refuses.
     """
     record = load_canary(sink, group.name)
     if record is None:
         raise UsageError(f"canary: group {group.name!r} has no canary to promote; run `icegroup canary` first")
-    if record.transform != group.transform:
-        raise UsageError(
-            f"canary: group {group.name!r} names transform {group.transform}; set `transform: {record.transform}` "
-            "for it in its groups file first (with `on_change: continue`, as for a replay with a new transform), "
-            "so that what it commits after the promotion is made the same way, then promote"
-        )
     state = load_state(catalog, group.name).state
-    start = check_window(group, record.window)
-    if state is not None and any(shard.window_start_ms == start for shard in state.shards.values()):
-        raise UsageError(
-            f"canary: window {record.window} of group {group.name!r} has shards not committed yet; promote it once "
-            "they are (`icegroup describe` shows none pending), after a new canary"
-        )
+    pending = {shard.window_start_ms for shard in state.shards.values()} if state is not None else set()
+    refusal = promotion_refusal(record, group, pending)
+    if refusal is not None:
+        raise UsageError(refusal)
     return record

@@ -1,10 +1,9 @@
 """A Borrower renews the deadline of a lease whose Spark jobs still complete tasks.
 
-Each lease thread runs its Spark jobs in a job group of its own (``job_group``). Every third of
-``lease_timeout_s`` a renewer thread counts the tasks those jobs have completed, per stage, from
-Spark's status tracker; a lease with a stage that completed more since the last look is renewed
-(``iceberg/store/renewals.py``).
-A shard whose tasks all hang renews nothing, so the deadline still ends a stuck Borrower.
+Each lease thread runs its Spark jobs in a job group of its own. Every third of ``lease_timeout_s``
+a renewer thread counts the tasks those jobs have completed, per stage, from Spark's status
+tracker, and renews each lease that progressed (``iceberg/store/renewals.py``). What a job group
+is, what counts as progress and what a renewal moves are decided in ``iceberg/protocol/renewal.py``.
 """
 
 from __future__ import annotations
@@ -18,15 +17,11 @@ from pyspark import SparkContext
 from pyspark.sql import SparkSession
 from sqlalchemy.exc import SQLAlchemyError
 
+from icegroup.iceberg.protocol.renewal import job_group, progressed
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.store.renewals import renew
 
 log = logging.getLogger(__name__)
-
-
-def job_group(group: str, lease: Lease) -> str:
-    """The Spark job group of one lease attempt: its jobs, and only its, are counted for its renewals."""
-    return f"icegroup:{group}:{lease.lease_id}#{lease.attempt}"
 
 
 def stage_progress(context: SparkContext, job_group_id: str) -> dict[int, int]:
@@ -93,8 +88,7 @@ class Renewer:
             key = job_group(self.group, lease)
             now = stage_progress(self.session.sparkContext, key)
             before = self.seen.setdefault(key, {})
-            # Per stage, not a total: Spark forgets old jobs' stages, and a total would then fall.
-            if not any(count > before.get(stage, 0) for stage, count in now.items()):
+            if not progressed(before, now):
                 continue
             before.update(now)
             done = sum(before.values())

@@ -21,10 +21,11 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import PoisonShard, StaleLease
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.renewal import job_group
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.spark_jobs.borrower.lease import LeaseReport, run_lease
-from icegroup.spark_jobs.borrower.renewal import Renewer, job_group
+from icegroup.spark_jobs.borrower.renewal import Renewer
 from icegroup.spark_jobs.session import use_pool
 
 Key = tuple[str, int]

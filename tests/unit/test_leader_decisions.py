@@ -10,8 +10,9 @@ from icegroup.iceberg.errors import ConfigError, SourceError
 from icegroup.iceberg.protocol.drift import check_config, check_drift
 from icegroup.iceberg.protocol.fences import fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.leader import check_liveness, cut, grant, reconcile, renewed
+from icegroup.iceberg.protocol.leader import check_liveness, cut, grant, reconcile
 from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.renewal import renewed
 from icegroup.iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo
 from icegroup.iceberg.protocol.sink_commit import ShardRange, SinkCommit
 from icegroup.iceberg.protocol.state import Lease, LeasePhase
