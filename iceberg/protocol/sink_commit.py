@@ -4,7 +4,7 @@ Progress lives in the sink commit itself (as Flink's ``flink.max-committed-check
 data and progress commit together and the registry can always be rebuilt from sink history.
 Property keys are lower case: Spark lower-cases write options. ``KEY_STAGE``, ``KEY_TOKEN``,
 ``KEY_GROUP`` and ``KEY_SHARD_IDS`` are read or written by the fenced commit's Java side too
-(``spark_jobs/sink/jvm``); ``tests/unit/test_summary_keys.py`` pins that both sides spell them alike.
+(``spark_jobs/sink/jvm``); ``tests/unit/protocol/test_summary_keys.py`` pins that both sides spell them alike.
 """
 
 from __future__ import annotations

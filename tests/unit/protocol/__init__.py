@@ -1,0 +1,1 @@
+"""Unit tests of iceberg/protocol/: the decisions, as pure functions."""
