@@ -15,7 +15,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import WindowProvenance
 from icegroup.iceberg.protocol.shards import window_label
 from icegroup.iceberg.store.tables import load_optional
-from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.user_errors import describe_error
 from icegroup.spark_jobs.replay import ReplayReport, replay_window
 

@@ -31,7 +31,7 @@ from icegroup.iceberg.protocol.shards import window_label
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retention import StateRetention
 from icegroup.iceberg.store.tables import load_optional
-from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.warm import borrow
 from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.follow import FollowReport, follow_upstream

@@ -33,7 +33,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState, hold_of
 from icegroup.iceberg.protocol.state import Lease, LeasePhase
 from icegroup.iceberg.store.heartbeats import heartbeat, read_beats
-from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.follow import FollowReport, follow_upstream

@@ -8,8 +8,9 @@
 - **resume**: the sink's history since the grant says which shards an earlier attempt already
   committed; the run goes on after them (each shard's commit is the run's checkpoint);
 - **deliver**: per shard, read, transform and stage the output. A read or transform that fails is
-  delivered again with backoff, up to ``max_deliver`` times; then the shard is poison and goes to
-  the dead-letter table (``on_poison``);
+  delivered again with backoff, up to ``max_deliver`` times (``redelivery.py``); then the shard is
+  poison and goes to the dead-letter table (``on_poison``), or its failing rows are isolated and the
+  rest is committed (``on_poison: isolate``, ``isolation.py``);
 - **publish**: the fenced commit appends the staged output and the shard's progress to main.
   Consecutive small shards (``commit_batch_rows``) are staged in one Spark job and published in one
   commit, which lists every shard's id and source range;
@@ -17,38 +18,37 @@
 
 A Borrower asked to stop (``stop``: its process got SIGTERM, its Dagster run was terminated)
 finishes the commit in flight and hands back the shards after it (``handed_back``); the tick that
-sees the run ended grants them again, resuming after what was committed.
+sees the run ended grants them again, resuming after what was committed. What every phase shares
+(the attempt, its report, building and staging a shard's output) is in ``attempt.py``.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Iterable
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
-from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
 from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.openlineage import output_dataset, run_events
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.isolation import REST_FAILS, not_isolated, positions_by_file
 from icegroup.iceberg.protocol.liveness import BorrowerPhase
 from icegroup.iceberg.protocol.shards import Shard, commit_batches
-from icegroup.iceberg.protocol.sink_commit import KEY_ISOLATED, SinkCommit, commit_properties
+from icegroup.iceberg.protocol.sink_commit import SinkCommit, commit_properties
 from icegroup.iceberg.protocol.state import Lease
-from icegroup.iceberg.store.dead_rows import ISOLATED, DeadRow, record_rows
+from icegroup.iceberg.retry import again_after
 from icegroup.iceberg.store.registry import load_state
-from icegroup.iceberg.store.tables import load_source, oldest_snapshot_id, shard_columns
-from icegroup.spark_jobs.borrower.isolation import Isolation, except_rows, isolate
-from icegroup.spark_jobs.borrower.output import shard_output
+from icegroup.iceberg.store.tables import load_source, oldest_snapshot_id
+from icegroup.spark_jobs.borrower.attempt import LeaseReport, LeaseRun, Progress, deliver, output
+from icegroup.spark_jobs.borrower.isolation import commit_without_poison, isolated_property
 from icegroup.spark_jobs.borrower.redelivery import (
+    Undelivered,
     catalog_reachable,
     platform_retry,
     record_poison_shard,
@@ -57,75 +57,11 @@ from icegroup.spark_jobs.borrower.redelivery import (
 from icegroup.spark_jobs.borrower.user_errors import describe_error
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
-from icegroup.spark_jobs.row_files import RowFiles
 from icegroup.spark_jobs.session import activate
-from icegroup.spark_jobs.shards import read_shard
-from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard, stage_shard
-from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink
-from icegroup.spark_jobs.transforms import Transform, load_transform
+from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard
+from icegroup.spark_jobs.transforms import load_transform
 
 log = logging.getLogger(__name__)
-
-Progress = Callable[[str], None]
-
-
-@dataclass
-class LeaseReport:
-    """What one Borrower run did, for run metadata and the CLI's progress lines."""
-
-    lease_id: str
-    attempt: int
-    epoch: int
-    window_start_ms: int
-    shards_total: int
-    committed: list[str] = field(default_factory=list)
-    resumed: list[str] = field(default_factory=list)
-    fenced: list[str] = field(default_factory=list)
-    rows_in: int = 0
-    rows_out: int = 0
-    bytes_in: int = 0
-    files_in: int = 0
-    duration_s: float = 0.0
-    source_from: int | None = None
-    source_to: int | None = None
-    sink_snapshots: list[int] = field(default_factory=list)
-    commit_conflicts: int = 0
-    redeliveries: int = 0
-    handed_back: list[str] = field(default_factory=list)
-    isolated_rows: int = 0
-    phase: BorrowerPhase = BorrowerPhase.CONNECTING
-
-
-@dataclass
-class LeaseRun:
-    """One attempt of a lease in flight: what every phase of ``run_lease`` shares."""
-
-    spark: SparkSession
-    lakehouse: LakehouseConfig
-    catalog: Catalog
-    group: GroupConfig
-    lease: Lease
-    transform: Transform
-    report: LeaseReport
-    progress: Progress
-    run_id: str | None = None
-    claimed: bool = False
-    sink_ready: bool = False
-    row_files: RowFiles = field(init=False)
-
-    def __post_init__(self) -> None:
-        """A new attempt has no verdict on its transform yet."""
-        self.row_files = RowFiles(self.source_table)
-
-    @property
-    def sink_table(self) -> str:
-        """The sink as Spark names it."""
-        return f"{self.lakehouse.catalog_name}.{self.group.sink}"
-
-    @property
-    def source_table(self) -> str:
-        """The source as Spark names it."""
-        return f"{self.lakehouse.catalog_name}.{self.group.source}"
 
 
 def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tuple[Lease, list[Shard]]:
@@ -164,27 +100,25 @@ def run_lease(
     read_to = shards[-1].read_at() if shards else None
     events = run_events(lakehouse, catalog, group.name, f"{group.name}.lease", key, group.source, read_to)
     events.start()
-    waited = 0.0
-    tries = 0
-    while True:
-        try:
-            done = execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop)
-            break
-        except Exception as exc:
-            wait = platform_retry(group, exc, tries, waited)
-            if wait is None or (stop is not None and stop.is_set()):
-                events.fail(exc)
-                raise
-            progress(
-                f"{group.name} lease {lease.lease_id}#{lease.attempt}: the platform failed, not the shards "
-                f"({describe_error(exc)}); the lease goes on in {wait:.1f}s, resuming after what it committed"
-            )
-            time.sleep(wait)
-            waited += wait
-            tries += 1
-        except BaseException as exc:
-            events.fail(exc)
-            raise
+
+    def wait_after(error: BaseException, failed: int, waited_s: float) -> float | None:
+        if not isinstance(error, Exception) or (stop is not None and stop.is_set()):
+            return None
+        return platform_retry(group, error, failed - 1, waited_s)
+
+    def goes_on(error: BaseException, _failed: int, wait: float) -> None:
+        progress(
+            f"{group.name} lease {lease.lease_id}#{lease.attempt}: the platform failed, not the shards "
+            f"({describe_error(error)}); the lease goes on in {wait:.1f}s, resuming after what it committed"
+        )
+
+    try:
+        done = again_after(
+            lambda: execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop), wait_after, goes_on
+        )
+    except BaseException as exc:
+        events.fail(exc)
+        raise
     last = done.sink_snapshots[-1] if done.sink_snapshots else None
     outputs = output_dataset(lakehouse, catalog, group.sink, last, done.rows_out)
     if done.handed_back:
@@ -294,17 +228,6 @@ def count_own_commits(run: LeaseRun, commits: Iterable[SinkCommit]) -> None:
             run.report.sink_snapshots.append(commit.snapshot_id)
 
 
-def deliver(run: LeaseRun, out: DataFrame) -> str:
-    """Stage one shard's output on the sink; the first delivery creates the sink and claims the lease."""
-    if not run.sink_ready:
-        ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
-        if not run.claimed:
-            run.claimed = claim(run.catalog, run.group, run.lease)
-        run.sink_ready = True
-    aligned, evolve = align_to_sink(run.spark, run.sink_table, out)
-    return stage_shard(aligned, run.sink_table, evolve=evolve)
-
-
 def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -> None:
     """Stage one shard, delivering it again when that fails and recording it as poison at the last, then publish it."""
     failpoint("borrower.before_read")
@@ -316,82 +239,14 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -
     )  # fmt: skip
     isolated: dict[str, list[int]] = {}
     why_not: str | None = None
-    if isinstance(staged, Exception) and run.group.on_poison == "isolate":
-        staged, isolated, why_not = commit_without_poison(run, shard, root, source, staged)
-    if isinstance(staged, Exception):
+    if isinstance(staged, Undelivered) and run.group.on_poison == "isolate":
+        staged, isolated, why_not = commit_without_poison(run, shard, root, source, staged.error)
+    if isinstance(staged, Undelivered):
         claim(run.catalog, run.group, run.lease)  # only the lease's holder may declare its shard poison
-        raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged, why_not)
+        raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged.error, why_not)
     failpoint("borrower.after_stage")
     # A lone shard refused as a duplicate is in a commit (or SinkError is raised): none is left over.
-    publish(run, [shard], staged, time.perf_counter() - started, isolated_rows(shard, isolated))
-
-
-def commit_without_poison(
-    run: LeaseRun, shard: Shard, root: int | None, source: Table, error: Exception
-) -> tuple[str | Exception, dict[str, list[int]], str | None]:
-    """Isolate the rows the shard fails on, record them as dead rows, and stage the rest of the shard.
-
-    Returns the stage token and the isolated rows (file -> positions), or the error to stop the
-    shard with when its rows cannot be isolated (``spark_jobs/borrower/isolation.py``), and then
-    why not, with the setting that would change it (``not_isolated``), for the stop's own message.
-    """
-    columns = shard_columns(source, shard.schema_id)
-
-    def rows_out(rows: Column) -> DataFrame:
-        read = read_shard(run.spark, run.source_table, shard, root, run.group.filter, columns, rows)
-        return run.transform(read)
-
-    run.progress(f"shard {shard.shard_id}: every delivery failed; isolating the rows it fails on (on_poison: isolate)")
-    started = time.perf_counter()
-    found = isolate(
-        run.spark, run.source_table, shard, rows_out, error, run.group.max_isolated_rows,
-        lambda: catalog_reachable(run.catalog, run.group.source),
-    )  # fmt: skip
-    if isinstance(found, str):
-        run.progress(f"shard {shard.shard_id}: its rows could not be isolated: {found}; the shard stops as a whole")
-        return error, {}, not_isolated(found)
-    positions = positions_by_file(found.rows)
-    run.progress(
-        f"shard {shard.shard_id}: {len(found.rows)} rows isolated in {found.probes} tries "
-        f"({time.perf_counter() - started:.1f}s); staging the other rows"
-    )
-    build = output(run, [shard], root, source, except_rows(positions))
-    staged = stage_with_redelivery(
-        run.group, shard, build, lambda out: deliver(run, out), run.report, run.progress,
-        lambda: catalog_reachable(run.catalog, run.group.source),
-    )  # fmt: skip
-    if isinstance(staged, Exception):  # the rest fails too: the shard stops as a whole, and no row is a dead row
-        return staged, {}, not_isolated(REST_FAILS)
-    record_rows(run.catalog, run.group.name, dead_rows(run, shard, found))  # before the commit that leaves them out
-    run.report.isolated_rows += len(found.rows)
-    return staged, positions, None
-
-
-def dead_rows(run: LeaseRun, shard: Shard, found: Isolation) -> list[DeadRow]:
-    """The dead-row records of the rows isolated from ``shard``."""
-    now = int(time.time() * 1000)
-    lease = run.lease
-    return [
-        DeadRow(
-            shard_id=shard.shard_id,
-            stream=shard.stream,
-            lease_id=lease.lease_id,
-            attempt=lease.attempt,
-            file=row.file,
-            pos=row.pos,
-            action=ISOLATED,
-            error=row.error,
-            row=found.row_json.get((row.file, row.pos), "{}"),
-            sink_snapshot=None,
-            at_ms=now,
-        )
-        for row in found.rows
-    ]
-
-
-def isolated_rows(shard: Shard, positions: dict[str, list[int]]) -> dict[str, str]:
-    """The commit property that lists the rows a shard's commit left out; none when it left none out."""
-    return {KEY_ISOLATED: json.dumps({shard.shard_id: positions}, separators=(",", ":"))} if positions else {}
+    publish(run, [shard], staged.token, time.perf_counter() - started, isolated_property(shard, isolated))
 
 
 def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source: Table) -> list[Shard]:
@@ -476,15 +331,6 @@ def refused_as_duplicate(run: LeaseRun, shards: list[Shard], exc: AlreadyCommitt
             run.report.fenced.append(shard.shard_id)
             run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
     return left
-
-
-def output(
-    run: LeaseRun, shards: list[Shard], root: int | None, source: Table, rows: Column | None = None
-) -> Callable[[], DataFrame]:
-    """The shards' output for one commit, built afresh per delivery (``spark_jobs/borrower/output.py``)."""
-    return shard_output(
-        run.spark, run.source_table, run.group, run.lease, run.transform, shards, root, source, run.row_files, rows
-    )
 
 
 def hand_back(run: LeaseRun, shards: list[Shard]) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Protocol
 
 from pyiceberg.catalog import Catalog
@@ -30,6 +31,7 @@ from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import Shard, snapshot_range
 from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.retry import again_after
 from icegroup.iceberg.store.dead_letters import record
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 
@@ -45,6 +47,20 @@ class Redeliveries(Protocol):
     redeliveries: int
 
 
+@dataclass(frozen=True)
+class Staged:
+    """A shard's output, staged on the sink under ``token``: ready to publish."""
+
+    token: str
+
+
+@dataclass(frozen=True)
+class Undelivered:
+    """A shard whose every delivery failed: the last error, for the poison verdict."""
+
+    error: Exception
+
+
 def stage_with_redelivery(
     group: GroupConfig,
     shard: Shard,
@@ -53,10 +69,10 @@ def stage_with_redelivery(
     report: Redeliveries,
     progress: Callable[[str], None],
     platform_up: Callable[[], bool],
-) -> str | Exception:
+) -> Staged | Undelivered:
     """Read, transform and stage a shard, delivering it again with backoff when that fails.
 
-    Returns the stage token, or the last error once ``max_deliver`` deliveries failed. icegroup's own
+    Returns the staged output, or the last error once ``max_deliver`` deliveries failed. icegroup's own
     errors propagate at once: another delivery cannot fix a bad config or a sink that cannot take
     the output, and a lease fenced meanwhile says nothing about the shard. So do failures of the
     catalog, storage or network: they say nothing about the shard either, and the lease retries
@@ -65,7 +81,8 @@ def stage_with_redelivery(
     drivers wrap a lost connection in errors of their own (Iceberg's JDBC pool once reported one as
     a ``ClassCastException``).
     """
-    for delivery in range(1, group.max_deliver + 1):
+
+    def deliver() -> str:
         try:
             return stage(output())
         except IcegroupError:
@@ -73,16 +90,26 @@ def stage_with_redelivery(
         except Exception as exc:
             if is_platform_failure(exc) or not platform_up():
                 raise PlatformUnavailable(f"shard {shard.shard_id}: {describe_error(exc)}") from exc
-            if delivery == group.max_deliver:
-                return exc
-            wait = group.deliver_backoff_s * 2 ** (delivery - 1)
-            report.redeliveries += 1
-            progress(
-                f"shard {shard.shard_id}: delivery {delivery}/{group.max_deliver} failed "
-                f"({describe_error(exc)}); again in {wait:.1f}s"
-            )
-            time.sleep(wait)
-    raise AssertionError("unreachable: max_deliver >= 1")
+            raise
+
+    def wait_after(error: BaseException, failed: int, _waited_s: float) -> float | None:
+        if not isinstance(error, Exception) or isinstance(error, IcegroupError) or failed >= group.max_deliver:
+            return None
+        return group.deliver_backoff_s * 2 ** (failed - 1)
+
+    def again(error: BaseException, failed: int, wait: float) -> None:
+        report.redeliveries += 1
+        progress(
+            f"shard {shard.shard_id}: delivery {failed}/{group.max_deliver} failed "
+            f"({describe_error(error)}); again in {wait:.1f}s"
+        )
+
+    try:
+        return Staged(again_after(deliver, wait_after, again))
+    except IcegroupError:
+        raise
+    except Exception as exc:
+        return Undelivered(exc)
 
 
 def record_poison_shard(

@@ -24,7 +24,8 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.renewal import job_group
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.state import Lease
-from icegroup.spark_jobs.borrower.lease import LeaseReport, run_lease
+from icegroup.spark_jobs.borrower.attempt import LeaseReport
+from icegroup.spark_jobs.borrower.lease import run_lease
 from icegroup.spark_jobs.borrower.renewal import Renewer
 from icegroup.spark_jobs.session import use_pool
 

@@ -20,7 +20,8 @@ from icegroup.iceberg.leader import TickResult, tick
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.state import Lease
-from icegroup.spark_jobs.borrower.lease import LeaseReport, run_lease
+from icegroup.spark_jobs.borrower.attempt import LeaseReport
+from icegroup.spark_jobs.borrower.lease import run_lease
 
 REPO = Path(__file__).resolve().parents[2]
 

@@ -22,7 +22,7 @@ from icegroup.iceberg.store.dead_letters import open_letters
 from icegroup.iceberg.store.registry import commit_state, load_state
 from icegroup.iceberg.verify import verify_group
 from icegroup.infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
-from icegroup.spark_jobs.borrower import lease as borrower
+from icegroup.spark_jobs.borrower import attempt as borrower
 from icegroup.spark_jobs.borrower.lease import run_lease
 from icegroup.spark_jobs.consume import WAITS, consume
 from icegroup.spark_jobs.engines import DRIVERS

@@ -21,7 +21,8 @@ from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.sink_commit import commit_properties
 from icegroup.iceberg.protocol.state import Lease, Origin
 from icegroup.iceberg.store.fences import raise_fences
-from icegroup.spark_jobs.borrower.lease import LeaseReport, LeaseRun, connect, report, resume
+from icegroup.spark_jobs.borrower.attempt import LeaseReport, LeaseRun
+from icegroup.spark_jobs.borrower.lease import connect, report, resume
 from icegroup.spark_jobs.transforms import identity
 from tests.factories import MakeGroup, lease, shard
 from tests.sink_commits import ID_SCHEMA, create_sink

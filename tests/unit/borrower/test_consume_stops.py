@@ -15,7 +15,7 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.spark_jobs.borrower import runner
-from icegroup.spark_jobs.borrower.lease import LeaseReport
+from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.redelivery import record_poison_shard
 from icegroup.spark_jobs.consume import consume
 from tests.factories import MakeGroup, append_batches, create_source

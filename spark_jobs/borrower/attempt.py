@@ -1,0 +1,110 @@
+"""One attempt of a lease in flight: its report, what its phases share, and how it stages a shard's output.
+
+``spark_jobs/borrower/lease.py`` runs the attempt phase by phase; ``spark_jobs/borrower/isolation.py``
+stages a poison shard without its failing rows. Both build a shard's output and deliver it to the
+sink the same way, through here.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
+from pyspark.sql import Column, DataFrame, SparkSession
+
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import BorrowerPhase
+from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.state import Lease
+from icegroup.spark_jobs.borrower.output import shard_output
+from icegroup.spark_jobs.row_files import RowFiles
+from icegroup.spark_jobs.sink.fenced_commit import claim, stage_shard
+from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink
+from icegroup.spark_jobs.transforms import Transform
+
+log = logging.getLogger(__name__)
+
+Progress = Callable[[str], None]
+
+
+@dataclass
+class LeaseReport:
+    """What one Borrower run did, for run metadata and the CLI's progress lines."""
+
+    lease_id: str
+    attempt: int
+    epoch: int
+    window_start_ms: int
+    shards_total: int
+    committed: list[str] = field(default_factory=list)
+    resumed: list[str] = field(default_factory=list)
+    fenced: list[str] = field(default_factory=list)
+    rows_in: int = 0
+    rows_out: int = 0
+    bytes_in: int = 0
+    files_in: int = 0
+    duration_s: float = 0.0
+    source_from: int | None = None
+    source_to: int | None = None
+    sink_snapshots: list[int] = field(default_factory=list)
+    commit_conflicts: int = 0
+    redeliveries: int = 0
+    handed_back: list[str] = field(default_factory=list)
+    isolated_rows: int = 0
+    phase: BorrowerPhase = BorrowerPhase.CONNECTING
+
+
+@dataclass
+class LeaseRun:
+    """One attempt of a lease in flight: what every phase of ``run_lease`` shares."""
+
+    spark: SparkSession
+    lakehouse: LakehouseConfig
+    catalog: Catalog
+    group: GroupConfig
+    lease: Lease
+    transform: Transform
+    report: LeaseReport
+    progress: Progress
+    run_id: str | None = None
+    claimed: bool = False
+    sink_ready: bool = False
+    row_files: RowFiles = field(init=False)
+
+    def __post_init__(self) -> None:
+        """A new attempt has no verdict on its transform yet."""
+        self.row_files = RowFiles(self.source_table)
+
+    @property
+    def sink_table(self) -> str:
+        """The sink as Spark names it."""
+        return f"{self.lakehouse.catalog_name}.{self.group.sink}"
+
+    @property
+    def source_table(self) -> str:
+        """The source as Spark names it."""
+        return f"{self.lakehouse.catalog_name}.{self.group.source}"
+
+
+def deliver(run: LeaseRun, out: DataFrame) -> str:
+    """Stage one shard's output on the sink; the first delivery creates the sink and claims the lease."""
+    if not run.sink_ready:
+        ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
+        if not run.claimed:
+            run.claimed = claim(run.catalog, run.group, run.lease)
+        run.sink_ready = True
+    aligned, evolve = align_to_sink(run.spark, run.sink_table, out)
+    return stage_shard(aligned, run.sink_table, evolve=evolve)
+
+
+def output(
+    run: LeaseRun, shards: list[Shard], root: int | None, source: Table, rows: Column | None = None
+) -> Callable[[], DataFrame]:
+    """The shards' output for one commit, built afresh per delivery (``spark_jobs/borrower/output.py``)."""
+    return shard_output(
+        run.spark, run.source_table, run.group, run.lease, run.transform, shards, root, source, run.row_files, rows
+    )
