@@ -7,7 +7,7 @@ from collections.abc import Callable
 import pytest
 
 from icegroup.iceberg.errors import LostRace, RegistryConflict, SinkError
-from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.retry import again_after, again_while_losing
 
 
 @pytest.fixture(autouse=True)
@@ -83,3 +83,27 @@ def test_waits_grow_from_the_first_and_stay_under_two_seconds(no_waiting: list[f
     assert len(no_waiting) == 11
     assert max(no_waiting[:1]) <= 0.2
     assert max(no_waiting) <= 2.0
+
+
+def test_again_after_waits_as_told_and_counts_only_the_waits_as_waited(no_waiting: list[float]) -> None:
+    tries, attempt = losing(3)
+    asked: list[tuple[int, float]] = []
+    heard: list[tuple[int, float]] = []
+
+    def wait_after(error: BaseException, failed: int, waited_s: float) -> float:
+        asked.append((failed, waited_s))
+        return float(failed)
+
+    assert again_after(attempt, wait_after, lambda _e, failed, wait: heard.append((failed, wait))) == 4
+    assert no_waiting == [1.0, 2.0, 3.0]
+    assert heard == [(1, 1.0), (2, 2.0), (3, 3.0)], "each wait is heard of once, before it is waited"
+    assert asked == [(1, 0.0), (2, 1.0), (3, 3.0)], "waited: the sum of the waits before, not the tries' time"
+
+
+def test_again_after_raises_the_error_it_is_told_not_to_wait_after(no_waiting: list[float]) -> None:
+    tries, attempt = losing(5)
+
+    with pytest.raises(LostRace):
+        again_after(attempt, lambda _e, failed, _w: None if failed == 2 else 0.5, lambda *_: None)
+    assert len(tries) == 2
+    assert no_waiting == [0.5]
