@@ -16,11 +16,12 @@ on demand.)
 """
 
 import logging
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import dagster as dg
 from pyiceberg.catalog import Catalog
+from pyiceberg.table import Table
 
 from icegroup.dagster_project.resources import lakehouse_of
 from icegroup.iceberg.describe import describe_group
@@ -30,7 +31,7 @@ from icegroup.iceberg.protocol.freshness import LagVerdict, judge_lag
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.window_audit import SinkAudit
 from icegroup.iceberg.store.dead_letters import open_letters
-from icegroup.iceberg.window_audit import audit_sink
+from icegroup.iceberg.window_audit import audit_sink, audit_table
 
 EXACTLY_ONCE = "exactly_once"
 LAG = "lag"
@@ -108,15 +109,18 @@ def dead_letter_verdict(group: GroupConfig, letters: Iterable[DeadLetter]) -> di
 
 
 def exactly_once_evaluation(
-    catalog: Catalog, group: GroupConfig, sink_key: dg.AssetKey, log: logging.Logger | dg.DagsterLogManager
+    read_sink: Callable[[], Table | None],
+    group: GroupConfig,
+    sink_key: dg.AssetKey,
+    log: logging.Logger | dg.DagsterLogManager,
 ) -> dg.AssetCheckEvaluation | None:
-    """The ``exactly_once`` result now, as an event the Leader or a run reports once a window's output is final.
+    """The ``exactly_once`` result of the sink ``read_sink`` gives, as an event reported once a window is final.
 
     The audit only reports: if it fails to read the sink, that is logged and nothing is reported, so
     the tick's own events (the windows it completed, reported once) and the run still stand.
     """
     try:
-        audit = audit_sink(catalog, group)
+        audit = audit_table(read_sink(), group)
     except Exception:  # any failure of a report must not cost the tick or the run that made it
         log.exception(f"{group.name}: the exactly_once audit of {group.sink} failed; `Execute` the check to retry")
         return None

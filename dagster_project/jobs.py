@@ -11,16 +11,15 @@ from pydantic import Field
 
 from icegroup.dagster_project.assets import (
     DATA_VERSION_TAG,
-    complete_events,
     lease_metadata,
     replay_metadata,
-    source_observation,
 )
 from icegroup.dagster_project.checks import exactly_once_evaluation, lag_evaluation_now
 from icegroup.dagster_project.openlineage_runs import expire_run
 from icegroup.dagster_project.resources import lakehouse_of
 from icegroup.dagster_project.runs.observer import observe_runs, terminate_runs
 from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.dagster_project.tick_events import completion_events, source_event
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.lag import lag_of
 from icegroup.iceberg.leader import TickResult
@@ -146,19 +145,14 @@ def consume_job(
         observed: list[int] = []
 
         def ticked(result: TickResult) -> None:
-            sink = load_optional(lakehouse.catalog(), group.sink) if result.complete else None
-            for event in complete_events(group, sink_key, source_key, result.complete, result.provenance, sink):
-                context.log_event(event)
-            check = (
-                exactly_once_evaluation(lakehouse.catalog(), group, sink_key, context.log)
-                if result.provenance
-                else None
-            )
-            if check is not None:  # windows with output became final: the sink judged as it is now
-                context.instance.report_runless_asset_event(check)  # on the instance, as the Leader's are
-            if result.source_head is not None and result.source_head not in observed[-1:]:
-                source = lakehouse.catalog().load_table(group.source)
-                context.log_event(source_observation(source_key, result.source_head, source))
+            for event in completion_events(group, sink_key, source_key, result, context.log):
+                if isinstance(event, dg.AssetCheckEvaluation):  # on the instance, as the Leader's are
+                    context.instance.report_runless_asset_event(event)
+                else:
+                    context.log_event(event)
+            observed_now = source_event(source_key, result) if result.source_head not in observed[-1:] else None
+            if observed_now is not None and result.source_head is not None:
+                context.log_event(observed_now)
                 observed.append(result.source_head)
 
         try:
@@ -239,7 +233,11 @@ def followed(
                 tags=tags,
             )
         )
-    check = exactly_once_evaluation(lakehouse.catalog(), group, sink_key, context.log) if report.replays else None
+    check = (
+        exactly_once_evaluation(lambda: load_optional(lakehouse.catalog(), group.sink), group, sink_key, context.log)
+        if report.replays
+        else None
+    )
     if check is not None:
         context.instance.report_runless_asset_event(check)
 

@@ -1,65 +1,21 @@
 """The Leader: one sensor per group, running one registry-CAS tick per evaluation, and starting warm Borrowers."""
 
-import json
 import math
 import time
-from dataclasses import asdict, dataclass, replace
 
 import dagster as dg
 
-from icegroup.dagster_project.assets import complete_events, source_observation
-from icegroup.dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation, lag_evaluation
 from icegroup.dagster_project.resources import lakehouse_of
 from icegroup.dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
 from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_FOLLOWS, TAG_GROUP, TAG_ROLE
-from icegroup.iceberg.describe import status_of
+from icegroup.dagster_project.tick_events import LeaderCursor, leader_events, stopped_events
 from icegroup.iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
 from icegroup.iceberg.leader import TickResult, tick
 from icegroup.iceberg.protocol.borrower import borrowers_to_start, census, waiting
-from icegroup.iceberg.protocol.dead_letters import DeadLetter
-from icegroup.iceberg.protocol.freshness import LagVerdict, judge_lag
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.store.tables import load_optional
 
 DAEMON_LOOP_S = 5
 """How often Dagster's sensor daemon evaluates sensors: ``MIN_INTERVAL_LOOP_TIME`` in ``dagster/_daemon/sensor.py``."""
-
-
-@dataclass(frozen=True)
-class LeaderCursor:
-    """What the Leader sensor last reported: the source head it observed, and the poison shards it checked.
-
-    Kept in the sensor's cursor so each is reported when it changes, not at every tick; ``poison``
-    is None until the first report. A cursor written before the poison shards were kept in it is
-    the source head alone. ``tick_ms`` is how long the last tick took, for ``icegroup metrics``;
-    ``lag`` the lag check's last verdict (``LagVerdict.key``), reported again when it moves.
-    """
-
-    head: str = ""
-    poison: str | None = None
-    tick_ms: float | None = None
-    lag: str | None = None
-
-    @classmethod
-    def read(cls, text: str | None) -> "LeaderCursor":
-        """The cursor as the last evaluation wrote it (nothing yet: the empty cursor)."""
-        if not text:
-            return cls()
-        if not text.startswith("{"):
-            return cls(head=text)
-        return cls(**json.loads(text))
-
-    def write(self) -> str:
-        """The cursor as the sensor stores it."""
-        return json.dumps(asdict(self))
-
-
-def tick_lag(group: GroupConfig, result: TickResult, letters: list[DeadLetter]) -> LagVerdict:
-    """The lag check's verdict after a tick, from the status ``icegroup describe`` would show and the lag's age."""
-    oldest = result.oldest_unconsumed_ms
-    status = status_of(result.state, {d.shard_id: d for d in letters}, int(oldest is not None), result.blocked)
-    age_s = None if oldest is None else max(0.0, time.time() - oldest / 1000)
-    return judge_lag(group, status, age_s, None)
 
 
 def follow_replay(
@@ -149,8 +105,7 @@ def leader_sensor(
     )
     def leader(context: dg.SensorEvaluationContext, **_called_with: object) -> dg.SensorResult | dg.SkipReason:
         # A sensor called directly (tests, ``build_sensor_context``) is also handed its resources by keyword.
-        icegroup = lakehouse_of(context.resources, resource_key)
-        catalog = icegroup.catalog()
+        catalog = lakehouse_of(context.resources, resource_key).catalog()
         try:
             result = tick(catalog, group, observe_runs(context.instance, group.name))
         except ResetInFlight as exc:
@@ -164,44 +119,22 @@ def leader_sensor(
             if following is not None:
                 return following
             context.log.warning(str(exc))
-            before = LeaderCursor.read(context.cursor)
-            stopped = judge_lag(group, exc.status(), None, None)
-            if stopped.key == before.lag:
+            stopped = stopped_events(group, sink_key, exc, LeaderCursor.read(context.cursor))
+            if not stopped.events:
                 return dg.SkipReason(f"{group.name}: {exc.status()}")
-            context.update_cursor(replace(before, lag=stopped.key).write())
-            return dg.SensorResult(
-                asset_events=[lag_evaluation(sink_key, stopped)], skip_reason=f"{group.name}: {exc.status()}"
-            )
+            keep_cursor(context, stopped.cursor)
+            return dg.SensorResult(asset_events=stopped.events, skip_reason=f"{group.name}: {exc.status()}")
         for run_id in terminate_runs(context.instance, group.name, result.terminate):
             context.log.warning(
                 f"{group.name}: terminated run {run_id}: its Borrower went silent or ran past its deadline"
             )
         for letter in result.parked:
             context.log.warning(f"{group.name}: shard {letter.shard_id} is parked: {letter.error}")
-        cursor = LeaderCursor.read(context.cursor)
-        sink = load_optional(catalog, group.sink) if result.complete else None  # shown on each window completed
-        events: list[dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation] = [
-            *complete_events(group, sink_key, source_key, result.complete, result.provenance, sink),
-        ]
-        audit = exactly_once_evaluation(catalog, group, sink_key, context.log) if result.provenance else None
-        if audit is not None:  # windows with output became final: the sink judged as it is now
-            events.append(audit)
-        letters = [*result.stopped, *result.parked]
-        poison = ",".join(sorted(f"{letter.shard_id}:{letter.action}" for letter in letters))
-        if poison != cursor.poison:
-            events.append(dead_letter_evaluation(group, sink_key, letters))
-        if result.source_head is not None and str(result.source_head) != cursor.head:
-            events.append(source_observation(source_key, result.source_head, catalog.load_table(group.source)))
-        lag = tick_lag(group, result, letters)
-        if lag.key != cursor.lag:
-            events.append(lag_evaluation(sink_key, lag))
-        head = str(result.source_head) if result.source_head is not None else cursor.head
-        now = LeaderCursor(head=head, poison=poison, tick_ms=round(result.elapsed_ms, 1), lag=lag.key)
-        if now != cursor:
-            context.update_cursor(now.write())
+        shown = leader_events(group, sink_key, source_key, result, LeaderCursor.read(context.cursor), context.log)
+        keep_cursor(context, shown.cursor)
         if result.stopped:
             context.log.error(result.stop_message())  # the dead_letters check fails with it, in the asset graph
-            return dg.SensorResult(asset_events=events, skip_reason=f"{group.name}: {result.stop_message()}")
+            return dg.SensorResult(asset_events=shown.events, skip_reason=f"{group.name}: {result.stop_message()}")
         requests = borrower_requests(context, group, result, job.name)
         context.log.info(
             f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
@@ -209,15 +142,27 @@ def leader_sensor(
             f"{len(waiting(result.state))} waiting for a Borrower, {len(requests)} Borrower runs to start"
         )
         if requests:
-            return dg.SensorResult(run_requests=requests, asset_events=events)
-        if result.paused and not result.launch:
-            reason = f"{group.name}: {result.pause_message()}"
-        elif result.caught_up:
-            reason = f"{group.name}: caught up"
-        else:
-            reason = f"{group.name}: {len(result.state.leases)} leases in flight, no Borrower to start"
-        if result.blocked is not None:
-            reason += f"; {result.blocked.ahead()}"
-        return dg.SensorResult(asset_events=events, skip_reason=reason) if events else dg.SkipReason(reason)
+            return dg.SensorResult(run_requests=requests, asset_events=shown.events)
+        reason = idle_reason(group, result)
+        return dg.SensorResult(asset_events=shown.events, skip_reason=reason) if shown.events else dg.SkipReason(reason)
 
     return leader
+
+
+def keep_cursor(context: dg.SensorEvaluationContext, cursor: LeaderCursor) -> None:
+    """Store what this evaluation reported, when it differs from what the last one did."""
+    if cursor != LeaderCursor.read(context.cursor):
+        context.update_cursor(cursor.write())
+
+
+def idle_reason(group: GroupConfig, result: TickResult) -> str:
+    """Why a tick that started no Borrower launched nothing: paused, caught up, or leases still in flight."""
+    if result.paused and not result.launch:
+        reason = f"{group.name}: {result.pause_message()}"
+    elif result.caught_up:
+        reason = f"{group.name}: caught up"
+    else:
+        reason = f"{group.name}: {len(result.state.leases)} leases in flight, no Borrower to start"
+    if result.blocked is not None:
+        reason += f"; {result.blocked.ahead()}"
+    return reason

@@ -51,7 +51,7 @@ from icegroup.iceberg.protocol.renewal import renewed
 from icegroup.iceberg.protocol.replay import expire_replays
 from icegroup.iceberg.protocol.shards import Shard, snapshot_range, window_label
 from icegroup.iceberg.protocol.state import GroupState, Lease, retire_streams
-from icegroup.iceberg.rebuild import sync_tables
+from icegroup.iceberg.rebuild import Synced, sync_tables
 from icegroup.iceberg.store.dead_letters import open_in
 from icegroup.iceberg.store.fences import prune_fences, raise_fences
 from icegroup.iceberg.store.group_tables import GroupTables, load_group_tables
@@ -82,7 +82,8 @@ class TickResult:
     of its Borrower runs. ``blocked`` is the source snapshot planning stopped at while leases or
     shards before it are still open; once none are, the tick raises it instead.
     ``oldest_unconsumed_ms`` is when the oldest source commit the group has not consumed landed, for
-    the sink's lag check.
+    the sink's lag check. ``tables`` are the group's tables as the tick read them: what it reports
+    (a window's table metadata, the audit, the source's version) is read from them, not loaded again.
     """
 
     state: GroupState
@@ -102,6 +103,7 @@ class TickResult:
     gone: frozenset[str] = frozenset()
     blocked: SourceBlocked | None = None
     oldest_unconsumed_ms: int | None = None
+    tables: GroupTables | None = None
 
     @property
     def paused(self) -> bool:
@@ -153,14 +155,7 @@ def tick(
     tables = load_group_tables(catalog, group, loaded)
     source = tables.source
     check_filter(group, source.schema())
-    synced = sync_tables(tables, now_ms=now_ms)  # a reset in flight backs off; one that died stops the tick
-    if synced.rebuilt is not None:
-        log.warning(
-            "group %s: rebuilding the registry from the sink (%s); epoch %d", group.name, synced.rebuilt,
-            synced.state.epoch,
-        )  # fmt: skip
-        if tables.sink is not None:
-            tables.sink.refresh()  # the rebuild raised the epoch fence through a table of its own
+    synced = level_with_sink(tables, now_ms)
     history = synced.history
     before = check_config(synced.state, group, now_ms, history.head)
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
@@ -218,7 +213,24 @@ def tick(
         gone=gone,
         blocked=blocked,
         oldest_unconsumed_ms=oldest_unconsumed_ms(state, appends_of(source)),
+        tables=tables,
     )
+
+
+def level_with_sink(tables: GroupTables, now_ms: int) -> Synced:
+    """The registry checked against the sink's commits, and rebuilt from them when missing or behind.
+
+    A reset in flight makes the tick back off, and one that died stops it (``sync_tables``).
+    """
+    synced = sync_tables(tables, now_ms=now_ms)
+    if synced.rebuilt is not None:
+        log.warning(
+            "group %s: rebuilding the registry from the sink (%s); epoch %d", tables.group.name, synced.rebuilt,
+            synced.state.epoch,
+        )  # fmt: skip
+        if tables.sink is not None:
+            tables.sink.refresh()  # the rebuild raised the epoch fence through a table of its own
+    return synced
 
 
 def appends_of(source: Table) -> list[tuple[int, int | None, int]]:

@@ -44,8 +44,12 @@ class LiveFiles:
 
 
 def audit_sink(catalog: Catalog, group: GroupConfig) -> SinkAudit:
-    """Judge every window of the group's sink: each commit intact, nothing written by hand, no shard twice."""
-    sink = load_optional(catalog, group.sink)
+    """Judge every window of the group's sink as it is now: each commit intact, none written by hand, no shard twice."""
+    return audit_table(load_optional(catalog, group.sink), group)
+
+
+def audit_table(sink: Table | None, group: GroupConfig) -> SinkAudit:
+    """Judge every window of ``sink`` (None: not made yet) as the table was read: a tick audits the sink it read."""
     head = sink.current_snapshot() if sink is not None else None
     if sink is None or head is None:
         return SinkAudit(group=group.name, windows=[])

@@ -87,7 +87,7 @@ def wait_forever() -> None:
 def leader_ticks(home: Path, groups: Mapping[str, GroupConfig]) -> dict[str, LeaderTick]:
     """Each group's last Leader tick, from its sensor's state in the Dagster instance at ``home``."""
     from icegroup.dagster_project.runs.execute import open_instance
-    from icegroup.dagster_project.sensors import LeaderCursor
+    from icegroup.dagster_project.tick_events import LeaderCursor
     from icegroup.iceberg.metrics import LeaderTick
 
     by_sensor = {f"{name}_leader": name for name in groups}

@@ -16,8 +16,9 @@ from icegroup.dagster_project.assets import DATA_VERSION_TAG, complete_events
 from icegroup.dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE, LAG
 from icegroup.dagster_project.definitions import build_definitions, defs
 from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
-from icegroup.dagster_project.sensors import LeaderCursor, minimum_interval_s
+from icegroup.dagster_project.sensors import minimum_interval_s
 from icegroup.dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TABLE_NAME, URI
+from icegroup.dagster_project.tick_events import LeaderCursor
 from icegroup.iceberg.borrower import take_leases
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.leader import tick

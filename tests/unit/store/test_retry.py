@@ -86,7 +86,7 @@ def test_waits_grow_from_the_first_and_stay_under_two_seconds(no_waiting: list[f
 
 
 def test_again_after_waits_as_told_and_counts_only_the_waits_as_waited(no_waiting: list[float]) -> None:
-    tries, attempt = losing(3)
+    _, attempt = losing(3)
     asked: list[tuple[int, float]] = []
     heard: list[tuple[int, float]] = []
 
