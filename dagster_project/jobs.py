@@ -23,7 +23,7 @@ from icegroup.dagster_project.tick_events import completion_events, source_event
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.lag import lag_of
 from icegroup.iceberg.leader import TickResult
-from icegroup.iceberg.protocol.consume import DEFAULTS
+from icegroup.iceberg.protocol.consume import DEFAULTS, RunOptions
 from icegroup.iceberg.protocol.durations import parse_duration
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import window_label
@@ -32,7 +32,7 @@ from icegroup.iceberg.retention import StateRetention
 from icegroup.iceberg.store.tables import load_optional
 from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.warm import borrow
-from icegroup.spark_jobs.consume import consume
+from icegroup.spark_jobs.consume import ConsumeHooks, consume
 from icegroup.spark_jobs.follow import FollowReport, follow_upstream
 
 
@@ -157,22 +157,17 @@ def consume_job(
 
         try:
             with canceled_on_interrupt(context):
-                summary = consume(
-                    icegroup.spark,
-                    lakehouse,
-                    group,
-                    owner_run_id=context.run_id,
+                hooks = ConsumeHooks(
+                    spark=icegroup.spark,
                     observe_others=observe_runs(context.instance, group.name),
+                    progress=context.log.info,
                     on_lease=record,
                     on_tick=ticked,
-                    progress=context.log.info,
-                    max_wait_s=config.max_wait_s,
-                    until_caught_up=config.until_caught_up,
-                    follow=config.follow,
-                    poll_s=config.poll_s,
                     terminate=lambda leases: terminate_runs(context.instance, group.name, leases),
                     on_follow=lambda report: followed(context, group, sink_key, lakehouse, report),
                 )
+                options = RunOptions(max_wait_s=config.max_wait_s, poll_s=config.poll_s, follow=config.follow)
+                summary = consume(lakehouse, group, context.run_id, hooks, options, config.until_caught_up)
                 context.log.info(
                     f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
                     f"{summary.rows_out} rows out; caught up: {summary.caught_up}"

@@ -30,9 +30,9 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.verify import verify_group
-from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.redrive_rows import redrive_rows
 from icegroup.spark_jobs.session import get_session
+from tests.consuming import consume
 from tests.factories import create_source, events
 
 ROUNDS = 3

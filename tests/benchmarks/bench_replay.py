@@ -32,9 +32,9 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.reset import ResetTarget
 from icegroup.iceberg.reset import execute_reset, plan_reset
 from icegroup.iceberg.verify import verify_group
-from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.replay import replay_window
 from icegroup.spark_jobs.session import get_session
+from tests.consuming import consume
 from tests.factories import append_batches, create_source
 
 ROUNDS = 3

@@ -40,8 +40,8 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.spark_jobs.borrower.lease import fetch_lease, run_lease
 from icegroup.spark_jobs.borrower.warm import borrow
-from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.session import get_session
+from tests.consuming import consume
 
 STALE_EXIT = 3
 TICK_S = 1.0

@@ -37,8 +37,8 @@ from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
 from icegroup.iceberg.reset import execute_reset
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.verify import verify_group
-from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.replay import replay_window
+from tests.consuming import consume
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
 from tests.integration.helpers import drive, quiet
 

@@ -13,7 +13,7 @@ from pyspark.sql import SparkSession
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.failpoints import ENV
 from icegroup.iceberg.protocol.liveness import RunState
-from icegroup.spark_jobs.consume import consume
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import sink_ids
 

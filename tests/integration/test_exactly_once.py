@@ -17,8 +17,8 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, ROW_LINEAGE, shard_texts
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.verify import verify_group
-from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.shards import read_shard
+from tests.consuming import consume
 from tests.factories import REGIONS, MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, sink_ids
 

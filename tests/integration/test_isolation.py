@@ -24,8 +24,8 @@ from icegroup.iceberg.store.dead_letters import open_letters
 from icegroup.iceberg.store.dead_rows import ISOLATED, REDRIVEN, latest_rows
 from icegroup.iceberg.verify import verify_group
 from icegroup.iceberg.window_audit import audit_sink
-from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.redrive_rows import redrive_rows
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source, events
 from tests.integration.helpers import quiet, sink_ids
 from tests.integration.transforms import POISON_IDS

@@ -17,7 +17,7 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.state import LeasePhase
 from icegroup.iceberg.store.dead_letters import open_letters, redrive
 from icegroup.iceberg.verify import verify_group
-from icegroup.spark_jobs.consume import consume
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

@@ -24,10 +24,11 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
 from icegroup.spark_jobs.borrower import attempt as borrower
 from icegroup.spark_jobs.borrower.lease import run_lease
-from icegroup.spark_jobs.consume import WAITS, consume
+from icegroup.spark_jobs.consume import WAITS
 from icegroup.spark_jobs.engines import DRIVERS
 from icegroup.spark_jobs.session import activate, spark_conf
 from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source, no_spark
 from tests.integration.helpers import drive
 

@@ -26,8 +26,8 @@ from icegroup.iceberg.store.registrations import REFRESH_MS, read_registrations,
 from icegroup.iceberg.store.registry import load_state, registry_identifier
 from icegroup.iceberg.store.tables import walk_back
 from icegroup.iceberg.verify import verify_group
-from icegroup.spark_jobs.consume import consume
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import drive, quiet
 

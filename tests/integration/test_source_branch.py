@@ -23,7 +23,7 @@ from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.retention import StateRetention, expire
 from icegroup.iceberg.store.source_branch import read_ref
 from icegroup.iceberg.verify import verify_group
-from icegroup.spark_jobs.consume import consume
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.integration.helpers import quiet, sink_ids
 

@@ -35,7 +35,8 @@ from icegroup.iceberg.protocol.sink_commit import reset_key
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.heartbeats import beat, ensure_table, heartbeat
 from icegroup.iceberg.store.registry import load_state
-from icegroup.spark_jobs.consume import ConsumeSummary, consume
+from icegroup.spark_jobs.consume import ConsumeSummary
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source, no_spark, write_groups
 from tests.sink_commits import consume_all
 

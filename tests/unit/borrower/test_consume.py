@@ -23,7 +23,7 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.shards import DAY_MS
 from icegroup.iceberg.store.registry import load_state
 from icegroup.spark_jobs import session
-from icegroup.spark_jobs.consume import consume
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source, no_spark, write_groups
 from tests.sink_commits import commit_lease
 

@@ -17,7 +17,7 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.spark_jobs.borrower import runner
 from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.redelivery import record_poison_shard
-from icegroup.spark_jobs.consume import consume
+from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source
 
 

@@ -19,7 +19,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.sink_commit import replay_properties
 from icegroup.iceberg.store.registry import load_state
-from icegroup.spark_jobs.consume import consume
+from tests.consuming import consume
 from tests.factories import BORROWER_RUN, no_spark
 from tests.sink_commits import SINK_SCHEMA, commit_lease
 
