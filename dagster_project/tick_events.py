@@ -18,12 +18,12 @@ import dagster as dg
 
 from icegroup.dagster_project.assets import complete_events, source_observation
 from icegroup.dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation, lag_evaluation
-from icegroup.iceberg.describe import status_of
 from icegroup.iceberg.errors import SourceBlocked
 from icegroup.iceberg.leader import TickResult
 from icegroup.iceberg.protocol.dead_letters import DeadLetter
 from icegroup.iceberg.protocol.freshness import LagVerdict, judge_lag
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.status import status_of
 
 Event = dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation
 

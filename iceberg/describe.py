@@ -7,17 +7,17 @@ from __future__ import annotations
 
 import time
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from datetime import UTC, datetime
-from typing import Any, TypedDict
+from typing import Any
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icegroup.iceberg.cascade import followed
-from icegroup.iceberg.errors import HistoryGap, SourceBlocked, UsageError
+from icegroup.iceberg.errors import HistoryGap, UsageError
 from icegroup.iceberg.history_gap import plan_source
-from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from icegroup.iceberg.protocol.durations import format_duration, format_time
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.leader import reconcile
@@ -26,7 +26,8 @@ from icegroup.iceberg.protocol.renewal import renewed
 from icegroup.iceberg.protocol.retention import DEFAULT_MAX_AGE_MS, staleness
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.source_branch import ref_name
-from icegroup.iceberg.protocol.state import GroupState, LeasePhase
+from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.protocol.status import counts_of, status_of, unknown_stream_position
 from icegroup.iceberg.rebuild import sync_tables
 from icegroup.iceberg.shards import added_files, blocked_at, snapshot_info
 from icegroup.iceberg.store.dead_letters import open_in
@@ -150,13 +151,9 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
     reconciled = reconcile(synced.state, history.commits, history.head, now_ms, group.lease_timeout_s).state
     state = renewed(reconciled, read_renewals(catalog, group.name), group.lease_timeout_s)
     letters = open_in(tables.open_dead_letters(), catalog.name)
-    lag_snaps: dict[str, set[int]] = defaultdict(set)
-    lag_rows: dict[str, int] = defaultdict(int)
-    heads: dict[str, tuple[int, int]] = {}
+    unconsumed = Unconsumed()
     for shard in state.shards.values():
-        lag_snaps[shard.stream].update(shard.snapshots)
-        lag_rows[shard.stream] += shard.rows
-        heads[shard.stream] = max(heads.get(shard.stream, (0, 0)), (shard.to_sequence, shard.to_snapshot))
+        unconsumed.add(shard.stream, shard.snapshots, shard.rows, (shard.to_sequence, shard.to_snapshot))
     plan = plan_source(source, state.planned_through, group.model_copy(update={"non_append": "skip"}))
     try:
         stop = blocked_at(source, state.planned_through, group, lambda: followed(tables.sink, group.name))
@@ -164,48 +161,24 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
         stop = (plan.blocked, False) if plan.blocked is not None else None
     blocked, appends_ahead = stop if stop is not None else (None, False)
     sequence = {s.snapshot_id: s.sequence_number for s in plan.appends}
-    committed_at = {s.snapshot_id: s.timestamp_ms for s in source.snapshots()}
     floors = {name: stream.position_sequence for name, stream in state.streams.items()}
     for entry in plan.files:
         if sequence[entry.snapshot_id] <= floors.get(entry.stream, 0):
             continue  # committed already: planning after a rebuild starts over from the group's start
-        lag_snaps[entry.stream].add(entry.snapshot_id)
-        lag_rows[entry.stream] += entry.record_count
-        heads[entry.stream] = max(heads.get(entry.stream, (0, 0)), (sequence[entry.snapshot_id], entry.snapshot_id))
+        at = (sequence[entry.snapshot_id], entry.snapshot_id)
+        unconsumed.add(entry.stream, [entry.snapshot_id], entry.record_count, at)
     replayed = (
         source.snapshot_by_id(blocked.snapshot_id) if blocked and blocked.followable and blocked.snapshot_id else None
     )
     if replayed is not None:  # an upstream replay the group stopped at: its new rows are what following it consumes
         info = snapshot_info(replayed)
         for entry in added_files(source, [info]):
-            lag_snaps[entry.stream].add(entry.snapshot_id)
-            lag_rows[entry.stream] += entry.record_count
-            heads[entry.stream] = max(heads.get(entry.stream, (0, 0)), (info.sequence_number, entry.snapshot_id))
+            unconsumed.add(
+                entry.stream, [entry.snapshot_id], entry.record_count, (info.sequence_number, entry.snapshot_id)
+            )
     beats = {holder: b.beat_ms for holder, b in read_beats(catalog, group.name).items()}
     redrive = f"icegroup redrive {group.name} --execute"
-    leases_by_stream: dict[str, list[str]] = defaultdict(list)
-    for lease in state.leases.values():
-        for stream in lease.streams:
-            leases_by_stream[stream].append(f"{lease.lease_id}#{lease.attempt}")
-    names = sorted(set(state.streams) | set(lag_snaps))
-    streams = []
-    for name in names:
-        progress = state.streams.get(name)
-        position = progress.position if progress else unknown_stream_position(state)
-        streams.append(
-            StreamView(
-                stream=name,
-                position=position,
-                head=heads[name][1] if name in heads else position,
-                lag_snapshots=len(lag_snaps[name]),
-                lag_rows=lag_rows[name],
-                committed_shards=progress.committed_shards if progress else 0,
-                committed_rows=progress.committed_rows if progress else 0,
-                leases=leases_by_stream[name],
-                oldest_unconsumed_ms=oldest(lag_snaps[name], committed_at),
-                rate_rows_s=progress.rate_rows_s if progress else None,
-            )
-        )
+    streams = stream_views(state, unconsumed, {s.snapshot_id: s.timestamp_ms for s in source.snapshots()})
     head = source.current_snapshot()
     return GroupView(
         **counts_of(group, state),
@@ -217,11 +190,57 @@ def describe_group(catalog: Catalog, group: GroupConfig) -> GroupView:
             for lease in state.leases.values()
         ],
         as_of_ms=now_ms,
-        status=status_of(state, letters, sum(len(s) for s in lag_snaps.values()), blocked, appends_ahead),
+        status=status_of(state, letters, unconsumed.lag_snapshots(), blocked, appends_ahead),
         dead_letters=len(set(letters) & set(state.shards)),
         replays=replay_lines(state, beats, now_ms),
         retention=retention_lines(source, group, streams, now_ms),
     )
+
+
+@dataclass
+class Unconsumed:
+    """What each stream has not consumed yet: its source snapshots, its rows, and its newest (sequence, snapshot)."""
+
+    snapshots: dict[str, set[int]] = field(default_factory=lambda: defaultdict(set))
+    rows: dict[str, int] = field(default_factory=lambda: defaultdict(int))
+    heads: dict[str, tuple[int, int]] = field(default_factory=dict)
+
+    def add(self, stream: str, snapshots: Iterable[int], rows: int, at: tuple[int, int]) -> None:
+        """Count ``rows`` of ``snapshots`` as not consumed by ``stream``, the newest at (sequence, snapshot) ``at``."""
+        self.snapshots[stream].update(snapshots)
+        self.rows[stream] += rows
+        self.heads[stream] = max(self.heads.get(stream, (0, 0)), at)
+
+    def lag_snapshots(self) -> int:
+        """The source snapshots not consumed, over every stream."""
+        return sum(len(snapshots) for snapshots in self.snapshots.values())
+
+
+def stream_views(state: GroupState, unconsumed: Unconsumed, committed_at: dict[int, int]) -> list[StreamView]:
+    """Each stream the registry holds or has not consumed from: its position, head, lag and leases in flight."""
+    leases_by_stream: dict[str, list[str]] = defaultdict(list)
+    for lease in state.leases.values():
+        for stream in lease.streams:
+            leases_by_stream[stream].append(f"{lease.lease_id}#{lease.attempt}")
+    views = []
+    for name in sorted(set(state.streams) | set(unconsumed.snapshots)):
+        progress = state.streams.get(name)
+        position = progress.position if progress else unknown_stream_position(state)
+        views.append(
+            StreamView(
+                stream=name,
+                position=position,
+                head=unconsumed.heads[name][1] if name in unconsumed.heads else position,
+                lag_snapshots=len(unconsumed.snapshots[name]),
+                lag_rows=unconsumed.rows[name],
+                committed_shards=progress.committed_shards if progress else 0,
+                committed_rows=progress.committed_rows if progress else 0,
+                leases=leases_by_stream[name],
+                oldest_unconsumed_ms=oldest(unconsumed.snapshots[name], committed_at),
+                rate_rows_s=progress.rate_rows_s if progress else None,
+            )
+        )
+    return views
 
 
 def ref_line(source: Table, group: str) -> str:
@@ -329,79 +348,3 @@ def describe_as_of(catalog: Catalog, group: GroupConfig, at_ms: int) -> GroupVie
         status=status_of(state, {}, lag),
         historical=True,
     )
-
-
-class Counts(TypedDict):
-    """What a view shows of the registry itself: names, epoch, cursor and counts."""
-
-    group: str
-    source: str
-    sink: str
-    epoch: int
-    planned_through: int | None
-    pending_shards: int
-    leases_in_flight: int
-    leases_done: int
-    retired_streams: int
-    retired_rows: int
-    leases_parked: int
-
-
-def counts_of(group: GroupConfig, state: GroupState) -> Counts:
-    """The registry's part of a view, now or as it was; both views are built on it."""
-    return Counts(
-        group=group.name,
-        source=group.source,
-        sink=group.sink,
-        epoch=state.epoch,
-        planned_through=state.planned_through,
-        pending_shards=len(state.shards),
-        leases_in_flight=sum(1 for lease in state.leases.values() if lease.phase is not LeasePhase.PARKED),
-        leases_parked=sum(1 for lease in state.leases.values() if lease.phase is LeasePhase.PARKED),
-        leases_done=state.leases_done,
-        retired_streams=state.retired.streams,
-        retired_rows=state.retired.rows,
-    )
-
-
-def status_of(
-    state: GroupState,
-    letters: dict[str, DeadLetter],
-    lag_snapshots: int,
-    blocked: SourceBlocked | None = None,
-    appends_ahead: bool = False,
-) -> str:
-    """Where the group stands: stopped, paused, parked, consuming, lagging or caught up, with what moves it on.
-
-    ``blocked`` is the source snapshot planning stops at (an upstream replay, say): with nothing
-    before it left to run (no lease, no shard, no append to plan: ``appends_ahead``) the group is
-    stopped there, else it is heading for that stop; its lag still counts the appends past it,
-    which it has not consumed.
-    """
-    actions = {letter.action for sid, letter in letters.items() if sid in state.shards}
-    if STOPPED in actions:
-        return "stopped (poison shard; see icegroup dead-letters)"
-    if state.paused_at_ms is not None:
-        flight = f"; {len(state.leases)} leases in flight finish" if state.leases else ""
-        return f"paused (icegroup resume {state.group} continues it){flight}"
-    if PARKED in actions:
-        return "parked (poison shard; the other streams go on)"
-    if state.leases:
-        now = "consuming"
-    elif blocked is not None and not state.shards and not appends_ahead:
-        return blocked.status()
-    else:
-        now = "lagging" if lag_snapshots else "caught up"
-    if blocked is None:
-        return now
-    return f"{now}; {blocked.ahead()}"
-
-
-def unknown_stream_position(state: GroupState) -> int | None:
-    """Where a stream the registry does not hold stands: through the planning cursor.
-
-    Such a stream is new (it had no files before the cursor) or was retired (everything of it up to
-    the cursor is committed); either way its next shard is cut from there. Before any planning, the
-    group's start.
-    """
-    return state.planned_through if state.planned_through is not None else state.start_position

@@ -5,12 +5,12 @@ from __future__ import annotations
 import pytest
 from pyiceberg.catalog import Catalog
 
-from icegroup.iceberg.describe import status_of
 from icegroup.iceberg.errors import ConfigError, SourceBlocked, SourceError
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.status import status_of
 from icegroup.iceberg.store.dead_letters import dead_letter_identifier
 from icegroup.iceberg.store.registry import load_state, registry_identifier
 from tests.factories import MakeGroup, append_batches, create_source, dead_letter, group_state, lease, shard
