@@ -16,22 +16,18 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import requests
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.sql import SqlCatalog
-from pyiceberg.exceptions import BadRequestError, ForbiddenError, OAuthError, RESTError, UnauthorizedError
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from icegroup.iceberg.config.files import format_validation_error, read_yaml_mapping
 from icegroup.iceberg.config.nearby import nearby_lakes
 from icegroup.iceberg.config.rest import (
-    ENV_CREDENTIAL,
-    ENV_TOKEN,
-    SECRET_KEYS,
     RestCatalogSettings,
-    RetryingRestCatalog,
+    first_line,
+    open_rest_catalog,
 )
 from icegroup.iceberg.config.sections import OpenLineageSettings, S3Settings, SparkSettings
 from icegroup.iceberg.errors import CatalogUnavailable, ConfigError
@@ -308,34 +304,11 @@ class LakehouseConfig(BaseModel):
         if self.on_s3:
             properties.update(self.pyiceberg_s3_properties())
         properties[HEARTBEATS_URI] = self.heartbeats_uri
-        where = f"catalog {self.catalog_name!r} at {properties['uri']}"
-        try:
-            return RetryingRestCatalog(self.catalog_name, **properties)
-        except (OAuthError, UnauthorizedError, ForbiddenError) as exc:
-            if not SECRET_KEYS & set(properties):
-                raise ConfigError(
-                    f"rest: {where} wants a credential, and none was given ({_first_line(exc)}). Set "
-                    f"{ENV_CREDENTIAL} (client_id:client_secret) or {ENV_TOKEN} (a bearer token), or name a "
-                    "pyiceberg_catalog that has one"
-                ) from exc
-            raise ConfigError(
-                f"rest: {where} refused the credential ({_first_line(exc)}). Check {ENV_CREDENTIAL} "
-                f"(client_id:client_secret) or {ENV_TOKEN} (a token that has not expired), or the pyiceberg_catalog "
-                "it comes from, and rest.oauth2_server_uri and rest.scope"
-            ) from exc
-        except BadRequestError as exc:
-            raise ConfigError(
-                f"rest: {where} refused the request ({_first_line(exc)}); check rest.warehouse and rest.prefix"
-            ) from exc
-        except (requests.RequestException, RESTError) as exc:
-            raise CatalogUnavailable(
-                f"rest: {where} cannot be reached: {_first_line(exc)}. Check that the server is up and that "
-                "rest.uri is right"
-            ) from exc
+        return open_rest_catalog(self.catalog_name, properties)
 
     def _unavailable(self, exc: Exception) -> str:
         url = make_url(self.catalog_uri or "")
-        cause = _first_line(getattr(exc, "orig", None) or exc)
+        cause = first_line(getattr(exc, "orig", None) or exc)
         where = url.render_as_string(hide_password=True)
         if url.get_backend_name() == "sqlite":
             remedy = (
@@ -348,11 +321,6 @@ class LakehouseConfig(BaseModel):
                 "catalog_uri (ICEGROUP_CATALOG_URI) are right"
             )
         return f"catalog_uri: catalog {self.catalog_name!r} at {where} cannot be opened: {cause}. {remedy}"
-
-
-def _first_line(exc: object) -> str:
-    """An error's first line, short enough for a one-line message."""
-    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
 
 
 def embedded_default(home: Path) -> dict[str, str]:

@@ -17,12 +17,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pyiceberg.catalog import Catalog
 from pyiceberg.catalog.rest import RestCatalog
+from pyiceberg.exceptions import BadRequestError, ForbiddenError, OAuthError, RESTError, UnauthorizedError
 from pyiceberg.utils.config import Config
 from requests import Session
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
+
+from icegroup.iceberg.errors import CatalogUnavailable, ConfigError
 
 ENV_CREDENTIAL = "ICEGROUP_REST_CREDENTIAL"
 ENV_TOKEN = "ICEGROUP_REST_TOKEN"
@@ -179,3 +184,39 @@ class RetryingRestCatalog(RestCatalog):
         session.mount("http://", adapter)
         session.mount("https://", adapter)
         return session
+
+
+def open_rest_catalog(name: str, properties: dict[str, str]) -> Catalog:
+    """Sign in to the REST server and read its ``/v1/config``: a refused credential or request is a ``ConfigError``.
+
+    A server that cannot be reached is ``CatalogUnavailable``. Each error names the setting to check.
+    """
+    where = f"catalog {name!r} at {properties['uri']}"
+    try:
+        return RetryingRestCatalog(name, **properties)
+    except (OAuthError, UnauthorizedError, ForbiddenError) as exc:
+        if not SECRET_KEYS & set(properties):
+            raise ConfigError(
+                f"rest: {where} wants a credential, and none was given ({first_line(exc)}). Set "
+                f"{ENV_CREDENTIAL} (client_id:client_secret) or {ENV_TOKEN} (a bearer token), or name a "
+                "pyiceberg_catalog that has one"
+            ) from exc
+        raise ConfigError(
+            f"rest: {where} refused the credential ({first_line(exc)}). Check {ENV_CREDENTIAL} "
+            f"(client_id:client_secret) or {ENV_TOKEN} (a token that has not expired), or the pyiceberg_catalog "
+            "it comes from, and rest.oauth2_server_uri and rest.scope"
+        ) from exc
+    except BadRequestError as exc:
+        raise ConfigError(
+            f"rest: {where} refused the request ({first_line(exc)}); check rest.warehouse and rest.prefix"
+        ) from exc
+    except (requests.RequestException, RESTError) as exc:
+        raise CatalogUnavailable(
+            f"rest: {where} cannot be reached: {first_line(exc)}. Check that the server is up and that "
+            "rest.uri is right"
+        ) from exc
+
+
+def first_line(exc: object) -> str:
+    """An error's first line, short enough for a one-line message."""
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0][:300]
