@@ -8,10 +8,11 @@ import time
 from dataclasses import asdict
 from typing import TYPE_CHECKING
 
+from icegroup.dagster_project.cli.arguments import Commands, command, group_argument, json_option
 from icegroup.dagster_project.cli.exits import Exit
 from icegroup.dagster_project.cli.logfile import log_line, run_output
-from icegroup.dagster_project.cli.output import JSON_HELP, dumps
-from icegroup.dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
+from icegroup.dagster_project.cli.output import dumps
+from icegroup.dagster_project.cli.support import dagster_home, pick, table
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -20,14 +21,14 @@ if TYPE_CHECKING:
     from icegroup.iceberg.protocol.canary import CanaryDiff
 
 
-def add_canary(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_canary(sub: Commands) -> None:
     """The arguments of ``canary``."""
-    canary = sub.add_parser(
-        "canary",
-        help="run a new transform over one window into a staged snapshot of the sink (main is untouched) and show "
+    canary = command(
+        sub, "canary",
+        "run a new transform over one window into a staged snapshot of the sink (main is untouched) and show "
         "how its output differs from main's; --promote then makes it the window's output in one commit",
-    )
-    canary.add_argument("group", help=GROUP_HELP)
+        group_argument(), json_option(),
+    )  # fmt: skip
     canary.add_argument("--transform", help="the new transform, as module:function (not with --promote)")
     canary.add_argument("--window", help="the window to try it on (default: the newest window with output)")
     canary.add_argument("--key", help="a column that identifies a row, to tell changed rows from added and removed")
@@ -40,7 +41,6 @@ def add_canary(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
     canary.add_argument(
         "--execute", action="store_true", help="with --promote: do it (else only show what it would do)"
     )
-    canary.add_argument("--json", action="store_true", help=JSON_HELP)
     canary.set_defaults(run=cmd_canary)
 
 

@@ -12,28 +12,35 @@ import sys
 from collections.abc import Sequence
 from dataclasses import asdict
 
-from pyiceberg.catalog import Catalog
-
+from icegroup.dagster_project.cli.arguments import (
+    ACTS_AT_ONCE,
+    PREVIEW_RULE,
+    RULE,
+    Commands,
+    command,
+    execute_option,
+    group_argument,
+    json_option,
+)
 from icegroup.dagster_project.cli.canary import add_canary
 from icegroup.dagster_project.cli.configs import load_configs, package_version
+from icegroup.dagster_project.cli.consume import add_consume
 from icegroup.dagster_project.cli.exits import Exit, epilog, exit_for, lost_answer
 from icegroup.dagster_project.cli.expire import add_expire
 from icegroup.dagster_project.cli.init import add_init, cmd_init
 from icegroup.dagster_project.cli.lineage import add_lineage
 from icegroup.dagster_project.cli.logfile import log_traceback, pointer
 from icegroup.dagster_project.cli.metrics import add_metrics
-from icegroup.dagster_project.cli.output import JSON_HELP, dumps, stdout_closed
+from icegroup.dagster_project.cli.output import dumps, stdout_closed
 from icegroup.dagster_project.cli.plots import plot_lines
-from icegroup.dagster_project.cli.support import GROUP_HELP, dagster_home, pick, render, table, view_json
-from icegroup.dagster_project.cli.verbs import ACTS_AT_ONCE, EXECUTE_HELP, PREVIEW_RULE, RULE, add_verbs
+from icegroup.dagster_project.cli.support import dagster_home, pick, render, table, view_json
+from icegroup.dagster_project.cli.verbs import add_verbs
 from icegroup.iceberg.checkpoints import list_checkpoints
 from icegroup.iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
 from icegroup.iceberg.config.search import ENV_GROUPS
 from icegroup.iceberg.describe import describe_as_of, describe_group
-from icegroup.iceberg.errors import IcegroupError, Interrupted, UsageError
-from icegroup.iceberg.lag import Work, pending_work
+from icegroup.iceberg.errors import IcegroupError, UsageError
 from icegroup.iceberg.pause import set_paused
-from icegroup.iceberg.protocol.consume import DEFAULTS
 from icegroup.iceberg.protocol.durations import option_value, parse_time
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import snapshot_range
@@ -97,81 +104,44 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--version", action="version", version=f"icegroup {package_version()}")
     shared_options(top, default=None)
     sub = top.add_subparsers(required=True, metavar="COMMAND")
+    group, as_json = group_argument(), json_option()
     add_init(sub)
+    command(sub, "list", "list the groups and their lag", as_json).set_defaults(run=cmd_list)
 
-    listing = sub.add_parser("list", help="list the groups and their lag")
-    listing.add_argument("--json", action="store_true", help=JSON_HELP)
-    listing.set_defaults(run=cmd_list)
-
-    describe = sub.add_parser("describe", help="per stream: position, head, lag, leases in flight")
-    describe.add_argument("group", help=GROUP_HELP)
-    describe.add_argument("--json", action="store_true", help=JSON_HELP)
+    describe = command(sub, "describe", "per stream: position, head, lag, leases in flight", group, as_json)
     describe.add_argument("--as-of", help="the group as its registry held it then (ISO-8601; UTC if no zone)")
     describe.add_argument(
         "--plot", action="store_true", help="then draw its lag after each lease and its rows per window (terminal bars)"
     )
     describe.set_defaults(run=cmd_describe)
+    add_consume(sub)
 
-    consume = sub.add_parser("consume", help=f"run the Leader and Borrowers headless, as a Dagster run; {ACTS_AT_ONCE}")
-    consume.add_argument("group", help=GROUP_HELP)
-    consume.add_argument("--until-caught-up", action="store_true", help="repeat until the source head is committed")
-    consume.add_argument(
-        "--max-wait", type=float, default=DEFAULTS.max_wait_s, help="seconds to wait on leases held elsewhere"
-    )
-    consume.add_argument(
-        "--follow", action="store_true", help="keep consuming new source commits after catching up, until Ctrl-C"
-    )
-    consume.add_argument(
-        "--poll",
-        type=float,
-        default=DEFAULTS.poll_s,
-        help="seconds between looks at the source while following (at its multiples, like a processingTime trigger)",
-    )
-    consume.add_argument("--json", action="store_true", help=f"{JSON_HELP}; no progress bars")
-    consume.set_defaults(run=cmd_consume)
-
-    letters = sub.add_parser(
-        "dead-letters", help="poison shards (parked, stopped, re-driven), or with --rows the rows isolated from them"
-    )
-    letters.add_argument("group", help=GROUP_HELP)
+    letters = command(
+        sub, "dead-letters", "poison shards (parked, stopped, re-driven), or with --rows the rows isolated from them",
+        group, as_json,
+    )  # fmt: skip
     letters.add_argument(
-        "--rows",
-        action="store_true",
-        help="the rows isolated from their shards (on_poison: isolate), with errors",
+        "--rows", action="store_true", help="the rows isolated from their shards (on_poison: isolate), with errors"
     )
-    letters.add_argument("--json", action="store_true", help=JSON_HELP)
     letters.set_defaults(run=cmd_dead_letters)
-
-    pause = sub.add_parser("pause", help=f"grant nothing new; leases in flight finish; {ACTS_AT_ONCE}")
-    pause.add_argument("group", help=GROUP_HELP)
+    pause = command(sub, "pause", f"grant nothing new; leases in flight finish; {ACTS_AT_ONCE}", group)
     pause.set_defaults(run=cmd_pause)
-
-    resume = sub.add_parser("resume", help=f"continue a paused group from the same positions; {ACTS_AT_ONCE}")
-    resume.add_argument("group", help=GROUP_HELP)
+    resume = command(sub, "resume", f"continue a paused group from the same positions; {ACTS_AT_ONCE}", group)
     resume.set_defaults(run=cmd_resume)
 
-    points = sub.add_parser("checkpoints", help="the group's sink commits: run, lease, epoch, source range, rows")
-    points.add_argument("group", help=GROUP_HELP)
+    points = command(
+        sub, "checkpoints", "the group's sink commits: run, lease, epoch, source range, rows", group, as_json
+    )
     points.add_argument("--window", help="only this replay window (a partition key such as 2026-01-31)")
-    points.add_argument("--json", action="store_true", help=JSON_HELP)
     points.set_defaults(run=cmd_checkpoints)
 
-    rebuild = sub.add_parser("rebuild", help=f"rebuild the registry from the sink's commits; {PREVIEW_RULE}")
-    rebuild.add_argument("group", help=GROUP_HELP)
+    rebuild = command(sub, "rebuild", f"rebuild the registry from the sink's commits; {PREVIEW_RULE}", group, as_json)
     rebuild.add_argument("--execute", action="store_true", help="commit the rebuilt registry in a new epoch")
-    rebuild.add_argument("--json", action="store_true", help=JSON_HELP)
     rebuild.set_defaults(run=cmd_rebuild)
-    add_replay(sub)
-    add_reset(sub)
-    add_lineage(sub)
-    add_expire(sub)
-    add_metrics(sub)
-    add_verbs(sub)
-    add_canary(sub)
-    for choice in sub._choices_actions:  # each command's own --help opens with its one line, preview rule included
-        sub.choices[choice.dest].description = choice.help
-    for command in sub.choices.values():  # the options that apply to every command, also after its name
-        shared_options(command, default=argparse.SUPPRESS)
+    for add in (add_replay, add_reset, add_lineage, add_expire, add_metrics, add_verbs, add_canary):
+        add(sub)
+    for each in sub.choices.values():  # the options that apply to every command, also after its name
+        shared_options(each, default=argparse.SUPPRESS)
     return top
 
 
@@ -201,17 +171,16 @@ def shared_options(command: argparse.ArgumentParser, default: object) -> None:
     )
 
 
-def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_replay(sub: Commands) -> None:
     """The ``replay`` command's arguments."""
-    replay = sub.add_parser(
-        "replay",
-        help=f"remake windows of the sink from the source with today's transform, replacing their rows; {PREVIEW_RULE}",
-    )
-    replay.add_argument("group", help=GROUP_HELP)
+    replay = command(
+        sub, "replay",
+        f"remake windows of the sink from the source with today's transform, replacing their rows; {PREVIEW_RULE}",
+        group_argument(), json_option(), execute_option(),
+    )  # fmt: skip
     replay.add_argument("--window", action="append", help="a window's partition key, such as 2026-01-31 (repeatable)")
     replay.add_argument("--from", dest="start", help="replay every window from this time (ISO-8601; UTC if no zone)")
     replay.add_argument("--to", dest="end", help="... up to this time (exclusive)")
-    replay.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
     replay.add_argument(
         "--cascade",
         action="store_true",
@@ -222,14 +191,14 @@ def add_replay(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None
         action="store_true",
         help="replay this group's windows that consumed rows an upstream replay replaced (no windows named)",
     )
-    replay.add_argument("--json", action="store_true", help=JSON_HELP)
     replay.set_defaults(run=cmd_replay)
 
 
-def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_reset(sub: Commands) -> None:
     """The ``reset`` command's arguments."""
-    reset = sub.add_parser("reset", help=f"move the group's positions; {PREVIEW_RULE}")
-    reset.add_argument("group", help=GROUP_HELP)
+    reset = command(
+        sub, "reset", f"move the group's positions; {PREVIEW_RULE}", group_argument(), json_option(), execute_option()
+    )
     where = reset.add_mutually_exclusive_group(required=True)
     where.add_argument("--to-earliest", action="store_true", help="before the oldest source snapshot still there")
     where.add_argument("--to-latest", action="store_true", help="the source head: skip everything not consumed yet")
@@ -238,9 +207,7 @@ def add_reset(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     where.add_argument("--by-duration", metavar="D", help="as --to-datetime now minus D (PT1H, P1D, 15m, 2d)")
     where.add_argument("--shift-by", metavar="N", type=int, help="N of each stream's own snapshots (negative: back)")
     where.add_argument("--to-checkpoint", metavar="SINK_SNAPSHOT", help="the positions a sink commit recorded")
-    reset.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
     reset.add_argument("--keep-output", action="store_true", help="moving back, keep the output consumed again")
-    reset.add_argument("--json", action="store_true", help=JSON_HELP)
     reset.set_defaults(run=cmd_reset)
 
 
@@ -301,63 +268,6 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     if args.plot:
         print("\n".join(plot_lines(lakehouse.catalog(), group, dagster_home(create=False), lakehouse.catalog_name)))
     return Exit.OK
-
-
-def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup consume GROUP``: the group's consume job, executed here against the Dagster instance.
-
-    A group with nothing to do (``pending_work``: no shard or lease open, no source commit to plan,
-    no window to report complete) is answered from its registry without a run, a JVM or even
-    Dagster's import, so a scheduled consume that finds nothing new costs under two seconds. A group
-    that only has windows to report gets its run, without a JVM.
-    """
-    group = pick(groups, args.group, args.groups)
-    catalog = lakehouse.catalog()
-    work = pending_work(catalog, group)
-    run_id: str | None = None
-    success = True
-    stopped: str | None = None
-    if work is not Work.NONE or args.follow:
-        from icegroup.dagster_project.cli.logfile import run_output
-
-        with run_output(dagster_home(), "consume", args.verbose) as output:  # before the JVM: it inherits stderr
-            if work is Work.DATA:
-                from icegroup.spark_jobs.session import start_in_background  # Spark loads only when it has work
-
-                start_in_background(lakehouse)  # the JVM boots while Dagster is imported and sets up the run
-            from icegroup.dagster_project.cli.consume import (
-                run_consume,  # Dagster loads only when there is a run to make
-            )
-
-            try:
-                run_id, success = run_consume(args, lakehouse, groups, group, output.terminal)
-            except Interrupted as exc:
-                stopped = stopped_caught_up(catalog, group, exc)
-    view = describe_group(catalog, group)
-    if args.json:
-        found = {"run_id": run_id, "success": success, "stopped_by_signal": stopped is not None}
-        print(dumps({**found, "group": view_json(catalog, group, view)}))
-    else:
-        ran = f"run {run_id}: {'success' if success else 'failure'} (instance {dagster_home()})"
-        print(stopped or (ran if run_id else f"group {group.name}: nothing to consume; no run started"))
-        print(render(view))
-    return Exit.OK if success else Exit.RUN_FAILED
-
-
-def stopped_caught_up(catalog: Catalog, group: GroupConfig, exc: Interrupted) -> str:
-    """A consume stopped by a signal: done when the group was caught up with nothing in flight, else stopped short.
-
-    Its leases end after the shard in flight and the rest go back to the group, so what the signal
-    left depends on when it came. Caught up, nothing was handed back and there is nothing to run
-    again: the consume did its work, and this says so. Otherwise the error says what is left.
-    """
-    view = describe_group(catalog, group)
-    if view.status == "caught up" and not view.leases_in_flight:
-        return f"group {group.name}: stopped by a signal once caught up; nothing was handed back"
-    raise Interrupted(
-        f"{exc} The group is {view.status}, with {view.lag_rows} rows to consume and {view.leases_in_flight} "
-        f"leases in flight: run `icegroup consume {group.name}` again to go on"
-    ) from None
 
 
 def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
+from icegroup.dagster_project.cli.arguments import PREVIEW_RULE, Commands, command, execute_option, json_option
 from icegroup.dagster_project.cli.exits import Exit
-from icegroup.dagster_project.cli.output import JSON_HELP, dumps
+from icegroup.dagster_project.cli.output import dumps
 from icegroup.dagster_project.cli.support import pick, table
-from icegroup.dagster_project.cli.verbs import EXECUTE_HELP, PREVIEW_RULE
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.durations import option_value, parse_duration
@@ -16,24 +16,23 @@ from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.retention import StateRetention, TableExpiry
 
 
-def add_expire(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_expire(sub: Commands) -> None:
     """The ``expire`` command's arguments."""
-    command = sub.add_parser(
-        "expire",
-        help=f"expire the snapshots no group needs: sources, sinks, registry, lineage, dead letters; {PREVIEW_RULE}",
-    )
-    command.add_argument("group", nargs="*", help="only the tables of these groups (default: every group)")
-    command.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
-    command.add_argument(
+    expire = command(
+        sub, "expire",
+        f"expire the snapshots no group needs: sources, sinks, registry, lineage, dead letters; {PREVIEW_RULE}",
+        json_option(), execute_option(),
+    )  # fmt: skip
+    expire.add_argument("group", nargs="*", help="only the tables of these groups (default: every group)")
+    expire.add_argument(
         "--keep-state", type=int, default=StateRetention.keep_last, metavar="N",
         help="snapshots each registry, lineage and dead-letter table keeps at least (default %(default)s)",
     )  # fmt: skip
-    command.add_argument(
+    expire.add_argument(
         "--keep-state-for", default="7d", metavar="D",
         help="and those younger than this (default %(default)s; 12h, 30d, P1D)",
     )  # fmt: skip
-    command.add_argument("--json", action="store_true", help=JSON_HELP)
-    command.set_defaults(run=cmd_expire)
+    expire.set_defaults(run=cmd_expire)
 
 
 def cmd_expire(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
+from icegroup.dagster_project.cli.arguments import Commands, command
 from icegroup.dagster_project.cli.exits import Exit
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.config.search import GROUPS_FILE, LAKEHOUSE_FILE, LOCAL_CATALOG, LOCAL_LAKE
@@ -34,13 +35,10 @@ groups: []
 """
 
 
-def add_init(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_init(sub: Commands) -> None:
     """The ``init`` command's arguments."""
-    init = sub.add_parser(
-        "init",
-        help="start a local lake here: write lakehouse.yaml and groups.yaml, create an empty catalog",
-        description="Write ./lakehouse.yaml (a SQLite catalog and a warehouse under ./.lake) and a starter "
-        "./groups.yaml, then create the empty catalog. Existing files are never overwritten.",
+    init = command(
+        sub, "init", "start a local lake here: write lakehouse.yaml and groups.yaml, create an empty catalog"
     )
     init.add_argument("--folder", default=".", help="where to write them (default: the current folder)")
     init.set_defaults(run=cmd_init)

@@ -12,9 +12,10 @@ import argparse
 from pathlib import Path
 from typing import Any
 
+from icegroup.dagster_project.cli.arguments import Commands, command, group_argument, json_option
 from icegroup.dagster_project.cli.exits import Exit
-from icegroup.dagster_project.cli.output import JSON_HELP, dumps, text
-from icegroup.dagster_project.cli.support import GROUP_HELP, pick, table
+from icegroup.dagster_project.cli.output import dumps, text
+from icegroup.dagster_project.cli.support import pick, table
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.lineage import (
@@ -34,14 +35,14 @@ from icegroup.iceberg.protocol.shards import parse_window_label, snapshot_range
 QUESTIONS = ("sink_snapshot", "window", "row", "source_file", "source_snapshot")
 
 
-def add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_lineage(sub: Commands) -> None:
     """The ``lineage`` command's arguments: exactly one question."""
-    lineage = sub.add_parser(
-        "lineage",
-        help="where output came from (--sink-snapshot, --window, --row) "
+    lineage = command(
+        sub, "lineage",
+        "where output came from (--sink-snapshot, --window, --row) "
         "or what input fed (--source-file, --source-snapshot)",
-    )
-    lineage.add_argument("group", help=GROUP_HELP)
+        group_argument(), json_option(),
+    )  # fmt: skip
     lineage.add_argument("--sink-snapshot", type=int, help="backwards: the shards and source files of a sink commit")
     lineage.add_argument("--window", help="backwards: every shard of a replay window (a partition key)")
     lineage.add_argument("--row", help='backwards: sink rows matching a filter on sink columns, like "id = 42"')
@@ -55,7 +56,6 @@ def add_lineage(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> Non
         action="store_true",
         help="follow the answer across chained groups, to the first source or the last sink",
     )
-    lineage.add_argument("--json", action="store_true", help=JSON_HELP)
     lineage.set_defaults(run=cmd_lineage)
 
 

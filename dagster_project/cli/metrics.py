@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from icegroup.dagster_project.cli.arguments import Commands, command
 from icegroup.dagster_project.cli.exits import Exit
 from icegroup.dagster_project.cli.support import dagster_home, pick
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
@@ -28,23 +29,23 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def add_metrics(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_metrics(sub: Commands) -> None:
     """The ``metrics`` command's arguments."""
-    command = sub.add_parser(
-        "metrics",
-        help="the groups' lag, rates, leases, dead letters, heartbeats and Leader ticks, as Prometheus metrics",
-    )
-    command.add_argument("group", nargs="*", help="only these groups (default: every group)")
-    how = command.add_mutually_exclusive_group()
+    metrics = command(
+        sub, "metrics",
+        "the groups' lag, rates, leases, dead letters, heartbeats and Leader ticks, as Prometheus metrics",
+    )  # fmt: skip
+    metrics.add_argument("group", nargs="*", help="only these groups (default: every group)")
+    how = metrics.add_mutually_exclusive_group()
     how.add_argument("--serve", type=int, metavar="PORT", help="serve /metrics on PORT until interrupted")
     how.add_argument(
         "--textfile", type=Path, metavar="PATH", help="write them to PATH (a .prom file) for node_exporter"
     )
-    command.add_argument("--host", default="127.0.0.1", help="with --serve: the address to listen on (%(default)s)")
-    command.add_argument(
+    metrics.add_argument("--host", default="127.0.0.1", help="with --serve: the address to listen on (%(default)s)")
+    metrics.add_argument(
         "--every", type=float, metavar="S", help="with --textfile: write again every S seconds until interrupted"
     )
-    command.set_defaults(run=cmd_metrics)
+    metrics.set_defaults(run=cmd_metrics)
 
 
 def cmd_metrics(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:

@@ -10,10 +10,18 @@ import argparse
 import time
 from typing import TYPE_CHECKING
 
+from icegroup.dagster_project.cli.arguments import (
+    PREVIEW_RULE,
+    Commands,
+    command,
+    execute_option,
+    group_argument,
+    json_option,
+)
 from icegroup.dagster_project.cli.exits import Exit
 from icegroup.dagster_project.cli.logfile import log_line, run_output
-from icegroup.dagster_project.cli.output import JSON_HELP, dumps, text
-from icegroup.dagster_project.cli.support import GROUP_HELP, dagster_home, pick, table
+from icegroup.dagster_project.cli.output import dumps, text
+from icegroup.dagster_project.cli.support import dagster_home, pick, table
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -32,45 +40,28 @@ from icegroup.iceberg.store.tables import load_optional
 if TYPE_CHECKING:
     from icegroup.spark_jobs.redrive_rows import RowRedrive
 
-PREVIEW_RULE = "previews what it would do; changes nothing unless --execute"
-ACTS_AT_ONCE = "acts at once (it moves nothing backwards; its opposite undoes it)"
-EXECUTE_HELP = "do it (without --execute: only show what would be done)"
-RULE = (
-    "Verbs that rewrite or remove state (reset, rebuild, replay, expire, redrive, migrate, delete, canary --promote) "
-    "preview what they would do and change nothing unless --execute is given; consume, pause and resume act at once "
-    "(they move nothing backwards, and each is undone by its opposite), and so does canary --transform, which "
-    "stages beside main and changes nothing on it."
-)
 
-
-def add_verbs(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_verbs(sub: Commands) -> None:
     """The arguments of ``redrive``, ``migrate`` and ``delete``."""
-    again = sub.add_parser(
-        "redrive",
-        help="release parked or stopped shards so the Leader grants them again, and commit isolated rows (with "
+    group, as_json, execute = group_argument(), json_option(), execute_option()
+    again = command(
+        sub, "redrive",
+        "release parked or stopped shards so the Leader grants them again, and commit isolated rows (with "
         f"Spark) after a fix; {PREVIEW_RULE}",
-    )
-    again.add_argument("group", help=GROUP_HELP)
+        group, as_json, execute,
+    )  # fmt: skip
     again.add_argument("--shard", action="append", help="only this shard (repeatable); default: all open ones")
-    again.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
-    again.add_argument("--json", action="store_true", help=JSON_HELP)
     again.set_defaults(run=cmd_redrive)
-
-    migrate = sub.add_parser(
-        "migrate", help=f"give sink rows written before the window column their window; {PREVIEW_RULE}"
+    migrate = command(
+        sub, "migrate", f"give sink rows written before the window column their window; {PREVIEW_RULE}", group, execute
     )
-    migrate.add_argument("group", help=GROUP_HELP)
-    migrate.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
     migrate.set_defaults(run=cmd_migrate)
-
-    remove = sub.add_parser(
-        "delete",
-        help="remove a group's state (registry, lineage, dead letters, heartbeats, its fences, registration, branch), "
+    remove = command(
+        sub, "delete",
+        "remove a group's state (registry, lineage, dead letters, heartbeats, its fences, registration, branch), "
         f"never its sink's data; {PREVIEW_RULE}",
-    )
-    remove.add_argument("group", help=GROUP_HELP)
-    remove.add_argument("--execute", action="store_true", help=EXECUTE_HELP)
-    remove.add_argument("--json", action="store_true", help=JSON_HELP)
+        group, as_json, execute,
+    )  # fmt: skip
     remove.set_defaults(run=cmd_delete)
 
 

@@ -6,7 +6,7 @@ import io
 
 from pyiceberg.catalog import Catalog
 
-from icegroup.dagster_project.cli.consume import waits_on
+from icegroup.dagster_project.cli.consume_run import waits_on
 from icegroup.dagster_project.cli.progress import TOTAL, Tally, Tracker
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.liveness import RunState
