@@ -22,12 +22,21 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.lease import run_lease
+from tests.factories import append_batches, create_source
 
 REPO = Path(__file__).resolve().parents[2]
 
 
 def quiet(_: str) -> None:
     """Progress sink that drops messages."""
+
+
+def consumed(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, group: GroupConfig, batches: int, rows: int
+) -> None:
+    """A new source of ``batches`` appends of ``rows`` events each, consumed by ``group`` until caught up."""
+    append_batches(create_source(catalog, group.source), batches, rows)
+    drive(spark, lakehouse, group)
 
 
 def drive(

@@ -23,7 +23,7 @@ from icegroup.iceberg.store.canaries import load_canary
 from icegroup.iceberg.store.registry import load_state
 from icegroup.spark_jobs.canary import promote_canary, run_canary
 from tests.factories import MakeGroup, append_batches, create_source, today, write_groups
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import consumed, drive, quiet
 
 pytestmark = pytest.mark.spark
 
@@ -47,8 +47,7 @@ def test_a_canary_shows_its_difference_and_leaves_main_untouched_then_promotes_i
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 2, 15)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 15)
     before = amounts(catalog, group.sink)
     head_before = catalog.load_table(group.sink).current_snapshot()
 

@@ -40,7 +40,7 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.replay import replay_window
 from tests.consuming import consume
 from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import consumed, drive, quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
 
@@ -146,8 +146,7 @@ def test_a_chained_group_consumes_up_to_an_upstream_replay_stops_there_and_follo
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     first, second, window = chain.first, chain.second, chain.window
-    append_batches(create_source(catalog, first.source), 2, 12)
-    drive(spark, lakehouse, first)
+    consumed(spark, lakehouse, catalog, first, 2, 12)
     replay_window(spark, lakehouse, chain.cents, window, progress=quiet)
 
     with pytest.raises(SourceError, match=f"icegroup replay {second.name} --follow-upstream"):
@@ -246,8 +245,7 @@ def test_a_leader_stopped_at_an_upstream_replay_still_re_grants_a_dead_lease_bef
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, chain: Chain
 ) -> None:
     first, second = chain.first, chain.second
-    append_batches(create_source(catalog, first.source), 2, 12)
-    drive(spark, lakehouse, first)
+    consumed(spark, lakehouse, catalog, first, 2, 12)
     replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
     granted = tick(catalog, second, lambda _: RunState.MISSING, owner_run_id=BORROWER_RUN)
     assert granted.launch, "the commits before the replay are planned and granted"
@@ -272,8 +270,7 @@ def test_a_reset_back_before_a_followed_replay_makes_the_group_follow_it_again(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, chain: Chain
 ) -> None:
     first, second = chain.first, chain.second
-    append_batches(create_source(catalog, first.source), 2, 12)
-    drive(spark, lakehouse, first)
+    consumed(spark, lakehouse, catalog, first, 2, 12)
     replay_window(spark, lakehouse, chain.cents, chain.window, progress=quiet)
     with pytest.raises(SourceError):
         drive(spark, lakehouse, second)
@@ -300,8 +297,7 @@ def test_a_group_set_to_follow_upstream_replays_follows_one_by_itself_in_consume
 ) -> None:
     first, window = chain.first, chain.window
     second = chain.second.model_copy(update={"follow_upstream": True})
-    append_batches(create_source(catalog, first.source), 2, 12)
-    drive(spark, lakehouse, first)
+    consumed(spark, lakehouse, catalog, first, 2, 12)
     drive(spark, lakehouse, second)
     replay_window(spark, lakehouse, chain.cents, window, progress=quiet)
     lines: list[str] = []

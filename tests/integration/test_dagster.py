@@ -34,7 +34,7 @@ from icegroup.iceberg.store.heartbeats import beat
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.verify import verify_group
 from tests.factories import MakeGroup, append_batches, create_source, dead_letter
-from tests.integration.helpers import drive
+from tests.integration.helpers import consumed
 from tests.sink_commits import commit_lease
 from tests.stack_env import use_home
 
@@ -214,8 +214,7 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
     make_group: MakeGroup,
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 3, 20)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 20)
     window = window_label(int(time.time() * 1000), group.replay_window)
     built = build_definitions({group.name: group}, "lake")
 
@@ -244,8 +243,7 @@ def test_a_single_run_backfill_of_two_windows_records_the_one_that_replayed_when
     now_ms = int(time.time() * 1000)
     today, yesterday = (window_label(now_ms - days * DAY_MS, "day") for days in (0, 1))
     group = make_group(window_start=yesterday)
-    append_batches(create_source(catalog, group.source), 2, 10)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 10)
     begin_replay(catalog, group, yesterday, holder="replay-first")  # yesterday's window is being replayed elsewhere
     beat(catalog, group.name, "replay-first")
     built = build_definitions({group.name: group}, "lake")
@@ -280,8 +278,7 @@ def test_the_canary_job_records_the_difference_on_the_window_then_promotes_it(
     make_group: MakeGroup,
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 2, 10)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 10)
     window = window_label(int(time.time() * 1000), group.replay_window)
     job = build_definitions({group.name: group}, "lake").resolve_job_def(f"{group.name}_canary")
     cents = "tests.integration.transforms:amount_in_cents"
@@ -383,8 +380,7 @@ def test_the_exactly_once_check_passes_on_a_consumed_sink_and_fails_naming_the_w
     make_group: MakeGroup,
 ) -> None:
     group = make_group(window_start=datetime.now(UTC).date().isoformat())
-    append_batches(create_source(catalog, group.source), 2, 30)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 30)
     built = build_definitions({group.name: group}, "lake")
     sink_key = dg.AssetKey(["lake", *group.sink.split(".")])
     check = built.get_repository_def().asset_checks_defs_by_key[dg.AssetCheckKey(sink_key, EXACTLY_ONCE)]

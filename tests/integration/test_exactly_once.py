@@ -20,7 +20,7 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.shards import read_shard
 from tests.consuming import consume
 from tests.factories import REGIONS, MakeGroup, append_batches, create_source
-from tests.integration.helpers import drive, sink_ids
+from tests.integration.helpers import consumed, drive, sink_ids
 
 pytestmark = pytest.mark.spark
 
@@ -132,8 +132,7 @@ def test_a_group_renamed_onto_its_sink_is_verified_by_its_own_rows(
 ) -> None:
     """A changed transform's remedy is a new name: the sink then holds both names' rows, told apart by shard."""
     group = make_group(max_borrowers=1)
-    append_batches(create_source(catalog, group.source), 2, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 12)
     renamed = group.model_copy(update={"name": f"{group.name}_v2"})
 
     drive(spark, lakehouse, renamed)

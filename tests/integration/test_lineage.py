@@ -45,7 +45,7 @@ from icegroup.iceberg.store.lineage import commit_entries, entries, load_lineage
 from icegroup.iceberg.store.registry import load_state
 from icegroup.spark_jobs.replay import replay_window
 from tests.factories import MakeGroup, append_batches, create_source, tables_of, today, write_groups
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import consumed, drive, quiet
 
 pytestmark = pytest.mark.spark
 
@@ -71,8 +71,7 @@ def test_lineage_of_random_sink_rows_names_the_source_files_that_hold_them(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 2})
-    append_batches(create_source(catalog, group.source), 5, 24)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 5, 24)
     held = events_by_file(catalog, group.source)
 
     recorded = all_entries(catalog, group)
@@ -109,8 +108,7 @@ def test_recording_is_idempotent_and_a_stale_recorder_loses_the_swap(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 2, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 12)
     before = all_entries(catalog, group)
     state = load_state(catalog, group.name).state
     assert state is not None
@@ -132,8 +130,7 @@ def test_lineage_outlives_source_expiry_and_sink_compaction(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
-    append_batches(create_source(catalog, group.source), 4, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 4, 12)
     held = events_by_file(catalog, group.source)
     first_commit = min(all_entries(catalog, group), key=lambda e: e.committed_at_ms).sink_snapshot
 
@@ -195,8 +192,7 @@ def test_through_follows_a_row_to_the_first_source_and_a_file_to_the_last_sink(
     first = make_group(shard_caps={"max_files": 2})
     second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next")
     groups = {g.name: g for g in (first, second)}
-    append_batches(create_source(catalog, first.source), 3, 12)
-    drive(spark, lakehouse, first)
+    consumed(spark, lakehouse, catalog, first, 3, 12)
     drive(spark, lakehouse, second)
     held = events_by_file(catalog, first.source)
 
@@ -262,8 +258,7 @@ def test_a_complete_windows_materialization_carries_its_provenance_and_source_ve
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 2}, window_start=datetime.now(UTC).date().isoformat())
-    append_batches(create_source(catalog, group.source), 3, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 12)
     head = catalog.load_table(group.source).current_snapshot()
     assert head is not None
     start = window_start_ms(int(time.time() * 1000), group.replay_window)

@@ -23,7 +23,7 @@ from icegroup.iceberg.store.lineage import load_lineage
 from icegroup.spark_jobs.borrower.lease import run_lease
 from icegroup.spark_jobs.replay import replay_window
 from tests.factories import MakeGroup, append_batches, create_source, today
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import consumed, drive, quiet
 from tests.integration.test_lineage import all_entries, events_by_file
 
 pytestmark = pytest.mark.spark
@@ -33,8 +33,7 @@ def test_forward_lineage_from_every_source_file_names_exactly_the_rows_made_from
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(transform="icegroup.spark_jobs.transforms:enrich_events", shard_caps={"max_files": 3})
-    append_batches(create_source(catalog, group.source), 6, 30)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 6, 30)
     held = events_by_file(catalog, group.source)
     sink = catalog.load_table(group.sink)
     assert max(Counter(e.shard_id for e in all_entries(catalog, group)).values()) > 1, "shards of several files"
@@ -53,8 +52,7 @@ def test_an_aggregations_rows_come_from_no_one_file_so_their_shard_is_named_and_
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(transform="tests.integration.transforms:totals_by_region", shard_caps={"max_files": 3})
-    append_batches(create_source(catalog, group.source), 3, 30)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 30)
     path = sorted(events_by_file(catalog, group.source))[0]
 
     forward = by_source_file(catalog, group, path)
@@ -106,8 +104,7 @@ def test_a_sink_snapshot_nobody_knows_is_an_error_that_names_where_to_look(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 1, 6)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 1, 6)
 
     with pytest.raises(UsageError, match=f"icegroup checkpoints {group.name}"):
         by_sink_snapshot(catalog, group, 12345)

@@ -36,7 +36,7 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.replay import replay_window
 from icegroup.spark_jobs.sink.shape import align_to_sink, with_lineage
 from tests.factories import MakeGroup, append_batches, create_source, today
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import consumed, drive, quiet
 
 pytestmark = pytest.mark.spark
 
@@ -106,8 +106,7 @@ def test_a_day_sink_refuses_hour_windows_naming_the_setting(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
-    append_batches(create_source(catalog, group.source), 1, 6)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 1, 6)
     sink = f"{lakehouse.catalog_name}.{group.sink}"
     hourly = with_lineage(spark.table(sink).drop(*ROW_LINEAGE), "0123456789abcdef", "2026-11-26-13:00")
 

@@ -47,7 +47,7 @@ from icegroup.spark_jobs.replay import ReplayReport, publish, replay_window
 from icegroup.spark_jobs.sink.migrate import migrate_sink
 from icegroup.spark_jobs.transforms import load_transform
 from tests.factories import MakeGroup, append_batches, create_source, today
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import consumed, drive, quiet
 
 pytestmark = pytest.mark.spark
 
@@ -76,8 +76,7 @@ def test_a_replay_with_a_changed_transform_replaces_the_window_in_one_commit(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 2})
-    append_batches(create_source(catalog, group.source), 6, 30)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 6, 30)
     before = sink_rows(catalog, group)
     snapshots_before = len(not_fences(catalog.load_table(group.sink).snapshots()))
 
@@ -115,8 +114,7 @@ def test_replay_works_after_the_sink_was_compacted_and_consumption_goes_on(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
-    append_batches(create_source(catalog, group.source), 5, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 5, 12)
     compact = "options => map('min-input-files','2')"
     spark.sql(f"CALL {lakehouse.catalog_name}.system.rewrite_data_files(table => '{group.sink}', {compact})")
     sink = catalog.load_table(group.sink)
@@ -138,8 +136,7 @@ def test_a_second_replay_of_a_window_in_flight_fails_and_names_the_first(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 2, 10)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 10)
     first = begin_replay(catalog, group, today(group), holder="replay-first")
     beat(catalog, group.name, "replay-first")
 
@@ -155,8 +152,7 @@ def test_a_superseded_replay_cannot_commit(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 2, 10)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 10)
     before = sink_rows(catalog, group)
     zombie = begin_replay(catalog, group, today(group), holder="replay-zombie")
     plan = plan_replay(catalog, group, today(group))
@@ -173,8 +169,7 @@ def test_a_dead_replay_is_expired_by_the_leader_and_its_window_is_granted_again(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(session_timeout_s=5)
-    append_batches(create_source(catalog, group.source), 2, 10)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 10)
     dead = begin_replay(catalog, group, today(group), holder="replay-dead")
     append_batches(catalog.load_table(group.source), 1, 10)
 
@@ -193,8 +188,7 @@ def test_a_lease_that_commits_into_the_window_after_the_plan_makes_the_replay_pl
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
-    append_batches(create_source(catalog, group.source), 2, 10)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 10)
     append_batches(catalog.load_table(group.source), 1, 10)
     granted = tick(catalog, group, lambda lease: RunState.MISSING)
     (lease,) = granted.launch
@@ -253,8 +247,7 @@ def test_windows_no_replay_can_serve_are_refused_by_name(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(window_start="2026-01-01")
-    append_batches(create_source(catalog, group.source), 1, 10)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 1, 10)
 
     with pytest.raises(UsageError, match="'yesterday' is not a day window; write it like 2026-01-31"):
         replay_window(spark, lakehouse, group, "yesterday", progress=quiet)
@@ -268,8 +261,7 @@ def test_a_reader_scanning_during_replays_sees_the_old_or_the_new_window_never_b
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
-    append_batches(create_source(catalog, group.source), 4, 15)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 4, 15)
     seen: list[tuple[int, frozenset[str]]] = []
     stop = threading.Event()
 

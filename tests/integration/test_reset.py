@@ -29,8 +29,8 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.borrower.lease import run_lease
 from icegroup.spark_jobs.replay import replay_window
 from tests.conftest import repo_root
-from tests.factories import MakeGroup, append_batches, create_source, write_groups
-from tests.integration.helpers import drive, quiet, sink_ids
+from tests.factories import MakeGroup, append_batches, write_groups
+from tests.integration.helpers import consumed, drive, quiet, sink_ids
 from tests.stack_env import home_env, use_home
 
 pytestmark = pytest.mark.spark
@@ -41,8 +41,7 @@ def test_a_backward_reset_replaces_what_it_consumes_again(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
-    append_batches(create_source(catalog, group.source), 4, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 4, 12)
 
     dry = plan_reset(catalog, group, ResetTarget("earliest"))
     assert sum(m.reconsumed_rows for m in dry.moves) == 48
@@ -61,8 +60,7 @@ def test_a_forward_reset_skips_and_says_how_many_rows(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group()
-    append_batches(create_source(catalog, group.source), 2, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 12)
     append_batches(catalog.load_table(group.source), 3, 12)
 
     plan = plan_reset(catalog, group, ResetTarget("latest"))
@@ -79,8 +77,7 @@ def test_shift_by_and_to_checkpoint_move_each_stream_and_the_sink_stays_exact(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
-    append_batches(create_source(catalog, group.source), 3, 9)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 9)
     sink = catalog.load_table(group.sink)
     checkpoint = next(
         s.snapshot_id for s in sink.snapshots() if s.summary and "icegroup.shards" in s.summary.additional_properties
@@ -105,8 +102,7 @@ def test_a_lease_of_the_old_epoch_cannot_commit_after_a_reset(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
-    append_batches(create_source(catalog, group.source), 1, 9)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 1, 9)
     append_batches(catalog.load_table(group.source), 1, 9)
     granted = tick(catalog, group, lambda _: RunState.MISSING)
     (lease,) = granted.launch
@@ -124,8 +120,7 @@ def test_resets_refuse_bad_targets_and_replays_in_flight(
     tmp_path: Path, lake_home: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch,
 ) -> None:  # fmt: skip
     group = make_group()
-    append_batches(create_source(catalog, group.source), 1, 9)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 1, 9)
     use_home(monkeypatch, lake_home)
     groups = str(write_groups(tmp_path / "g.yaml", group))
 
@@ -176,8 +171,7 @@ def test_a_reset_killed_between_fence_and_registry_is_recognised_and_completed_b
     tmp_path: Path, lake_home: Path, option: list[str], target: ResetTarget,
 ) -> None:  # fmt: skip
     group = make_group(shard_caps={"max_files": 2})
-    append_batches(create_source(catalog, group.source), 3, 9)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 9)
     kill_reset_at("reset.after_delete", group, option, tmp_path, lake_home)
 
     with pytest.raises(ResetInterrupted, match=f"run `icegroup reset {group.name} {' '.join(option)} --execute` again"):
@@ -199,8 +193,7 @@ def test_a_reset_killed_after_its_registry_commit_is_completed_without_moving_th
     tmp_path: Path, lake_home: Path,
 ) -> None:  # fmt: skip
     group = make_group(shard_caps={"max_files": 2})
-    append_batches(create_source(catalog, group.source), 3, 9)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 9)
     command, env = kill_reset_at("reset.after_registry", group, ["--shift-by", "-1"], tmp_path, lake_home)
     moved = load_state(catalog, group.name).state
     assert moved is not None
@@ -221,8 +214,7 @@ def test_a_reset_moves_back_from_what_the_sink_holds_when_the_registry_lags_it(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=1)
-    append_batches(create_source(catalog, group.source), 2, 9)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 2, 9)
     append_batches(catalog.load_table(group.source), 1, 9)
     granted = tick(catalog, group, lambda _: RunState.MISSING)
     (lease,) = granted.launch
@@ -241,8 +233,7 @@ def test_a_replay_after_a_backward_reset_covers_each_range_once(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
-    append_batches(create_source(catalog, group.source), 3, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 12)
     execute_reset(catalog, group, ResetTarget("shift", "-2"))
     drive(spark, lakehouse, group)
 

@@ -29,7 +29,7 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
 from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source
-from tests.integration.helpers import drive, quiet
+from tests.integration.helpers import consumed, drive, quiet
 
 pytestmark = pytest.mark.spark
 
@@ -117,8 +117,7 @@ def test_the_sink_keeps_what_reconciliation_reads_and_loses_staged_leftovers(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(**NO_HORIZON)
-    append_batches(create_source(catalog, group.source), 3, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 12)
     sink_table = f"{lakehouse.catalog_name}.{group.sink}"
     stage_shard(spark.table(sink_table).limit(1), sink_table)
     staged = leftovers(catalog, group.sink)
@@ -153,8 +152,7 @@ def test_state_tables_keep_their_last_snapshots_and_the_group_goes_on(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     group = make_group(shard_caps={"max_files": 1})
-    append_batches(create_source(catalog, group.source), 4, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 4, 12)
     assert len(catalog.load_table(registry_identifier(group.name)).snapshots()) > 2
     groups = tmp_path / "groups.yaml"
     groups.write_text(yaml.safe_dump({"groups": [group.model_dump(mode="json", exclude_defaults=True)]}))
@@ -209,8 +207,7 @@ def test_the_expire_job_runs_in_dagster_and_its_schedule_starts_stopped(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, env: Path
 ) -> None:
     group = make_group(**NO_HORIZON)
-    append_batches(create_source(catalog, group.source), 3, 12)
-    drive(spark, lakehouse, group)
+    consumed(spark, lakehouse, catalog, group, 3, 12)
     built = build_definitions({group.name: group}, lakehouse.catalog_name)
     schedule = built.resolve_schedule_def("icegroup_expire_schedule")
     assert schedule.default_status == dg.DefaultScheduleStatus.STOPPED, "retention is the deployment's choice"

@@ -21,7 +21,7 @@ from icegroup.iceberg.store.sink_history import read_sink_history
 from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.replay import replay_window
 from tests.factories import SCHEMA, MakeGroup, append_batches, create_source, events
-from tests.integration.helpers import drive
+from tests.integration.helpers import consumed, drive
 
 pytestmark = pytest.mark.spark
 
@@ -186,8 +186,7 @@ def test_a_replay_of_an_upstream_sink_stops_a_chained_group_naming_it_or_is_skip
 ) -> None:
     first = make_group()
     second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next")
-    append_batches(create_source(catalog, first.source), 2, 12)
-    drive(spark, lakehouse, first)
+    consumed(spark, lakehouse, catalog, first, 2, 12)
     drive(spark, lakehouse, second)
     window = window_label(int(time.time() * 1000), first.replay_window)
 
