@@ -1,6 +1,6 @@
 """Jobs: the warm Borrower job the Leader starts, the consume-until-caught-up job, replays, and expiry."""
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any
 
@@ -81,10 +81,7 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
         """Take the leases the Leader granted, run them on one warm SparkSession, exit when idle."""
         icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
-
-        def record(lease: Lease, report: LeaseReport) -> None:
-            context.log_event(observation(group, sink_key, lease, report, lakehouse))
-
+        record = recording(context, group, sink_key, lakehouse)
         with canceled_on_interrupt(context):
             summary = borrow(
                 icegroup.spark,
@@ -138,10 +135,7 @@ def consume_job(
         """Tick and run the granted leases here until caught up; observe leases, materialize complete windows."""
         icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
-
-        def record(lease: Lease, report: LeaseReport) -> None:
-            context.log_event(observation(group, sink_key, lease, report, lakehouse))
-
+        record = recording(context, group, sink_key, lakehouse)
         observed: list[int] = []
 
         def ticked(result: TickResult) -> None:
@@ -187,6 +181,17 @@ def consume_job(
         consume_op()
 
     return job
+
+
+def recording(
+    context: dg.OpExecutionContext, group: GroupConfig, sink_key: dg.AssetKey, lakehouse: LakehouseConfig
+) -> Callable[[Lease, LeaseReport], None]:
+    """Observe each lease that ended in this run on the sink asset: its rows, files, commits and timing."""
+
+    def record(lease: Lease, report: LeaseReport) -> None:
+        context.log_event(observation(group, sink_key, lease, report, lakehouse))
+
+    return record
 
 
 @contextmanager
