@@ -58,8 +58,8 @@ def source_spec(group: GroupConfig, key: dg.AssetKey, labels: Labels) -> dg.Asse
     )
 
 
-def lease_metadata(group: GroupConfig, report: LeaseReport, lag: Lag) -> dict[str, Any]:
-    """What every observation of the sink by a lease records; numbers, so the UI plots them over time."""
+def lease_metadata(group: GroupConfig, report: LeaseReport, lag: Lag, window: str) -> dict[str, Any]:
+    """What every observation of the sink by a lease of ``window`` records; numbers, so the UI plots them over time."""
     return {
         "rows_in": dg.MetadataValue.int(report.rows_in),
         "rows_out": dg.MetadataValue.int(report.rows_out),
@@ -79,11 +79,11 @@ def lease_metadata(group: GroupConfig, report: LeaseReport, lag: Lag) -> dict[st
         "lag_rows": dg.MetadataValue.int(lag.rows),
         "lag_snapshots": dg.MetadataValue.int(lag.snapshots),
         "lag_age_s": dg.MetadataValue.float(round(lag.age_s or 0.0, 1)),
-        "window": window_label(report.window_start_ms, group.replay_window),
+        "window": window,
         "source_files": dg.MetadataValue.int(report.files_in),
         "lineage": lineage_command(group, f"--sink-snapshot {report.sink_snapshots[-1]}")
         if report.sink_snapshots
-        else lineage_command(group, f"--window {window_label(report.window_start_ms, group.replay_window)}"),
+        else lineage_command(group, f"--window {window}"),
     }
 
 

@@ -16,6 +16,7 @@ on demand.)
 """
 
 import logging
+import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -25,10 +26,12 @@ from pyiceberg.table import Table
 
 from icegroup.dagster_project.resources import lakehouse_of
 from icegroup.iceberg.describe import describe_group
+from icegroup.iceberg.leader import TickResult
 from icegroup.iceberg.protocol.dead_letters import STOPPED, DeadLetter
 from icegroup.iceberg.protocol.durations import format_duration
 from icegroup.iceberg.protocol.freshness import LagVerdict, judge_lag
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.status import status_of
 from icegroup.iceberg.protocol.window_audit import SinkAudit
 from icegroup.iceberg.store.dead_letters import open_letters
 from icegroup.iceberg.window_audit import audit_sink, audit_table
@@ -66,6 +69,14 @@ def lag_check_verdict(verdict: LagVerdict) -> dict[str, Any]:
 def lag_evaluation(sink_key: dg.AssetKey, verdict: LagVerdict) -> dg.AssetCheckEvaluation:
     """The ``lag`` result, as an event the Leader or a consume run reports."""
     return dg.AssetCheckEvaluation(asset_key=sink_key, check_name=LAG, **lag_check_verdict(verdict))
+
+
+def tick_lag(group: GroupConfig, result: TickResult, letters: list[DeadLetter]) -> LagVerdict:
+    """The lag check's verdict after a tick, from the status ``icegroup describe`` would show and the lag's age."""
+    oldest = result.oldest_unconsumed_ms
+    status = status_of(result.state, {d.shard_id: d for d in letters}, int(oldest is not None), result.blocked)
+    age_s = None if oldest is None else max(0.0, time.time() - oldest / 1000)
+    return judge_lag(group, status, age_s, None)
 
 
 def lag_now(catalog: Catalog, group: GroupConfig) -> LagVerdict:

@@ -114,10 +114,10 @@ def observation(
     group: GroupConfig, sink_key: dg.AssetKey, lease: Lease, report: LeaseReport, lakehouse: LakehouseConfig
 ) -> dg.AssetObservation:
     """The observation of the lease's sink partition: rows, bytes, duration and lag, plotted by the UI."""
+    window = window_label(lease.window_start_ms, group.replay_window)
+    lag = lag_of(lakehouse.catalog(), group, committed=report.committed)
     return dg.AssetObservation(
-        asset_key=sink_key,
-        partition=window_label(lease.window_start_ms, group.replay_window),
-        metadata=lease_metadata(group, report, lag_of(lakehouse.catalog(), group, committed=report.committed)),
+        asset_key=sink_key, partition=window, metadata=lease_metadata(group, report, lag, window)
     )
 
 

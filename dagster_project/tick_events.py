@@ -11,19 +11,16 @@ audit and the source's version all describe the one history the tick decided on.
 
 import json
 import logging
-import time
 from dataclasses import asdict, dataclass, replace
 
 import dagster as dg
 
 from icegroup.dagster_project.assets import complete_events, source_observation
-from icegroup.dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation, lag_evaluation
+from icegroup.dagster_project.checks import dead_letter_evaluation, exactly_once_evaluation, lag_evaluation, tick_lag
 from icegroup.iceberg.errors import SourceBlocked
 from icegroup.iceberg.leader import TickResult
-from icegroup.iceberg.protocol.dead_letters import DeadLetter
-from icegroup.iceberg.protocol.freshness import LagVerdict, judge_lag
+from icegroup.iceberg.protocol.freshness import judge_lag
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.status import status_of
 
 Event = dg.AssetMaterialization | dg.AssetObservation | dg.AssetCheckEvaluation
 
@@ -93,14 +90,6 @@ def source_event(source_key: dg.AssetKey, result: TickResult) -> dg.AssetObserva
         return None
     source = result.tables.source if result.tables is not None else None
     return source_observation(source_key, result.source_head, source)
-
-
-def tick_lag(group: GroupConfig, result: TickResult, letters: list[DeadLetter]) -> LagVerdict:
-    """The lag check's verdict after a tick, from the status ``icegroup describe`` would show and the lag's age."""
-    oldest = result.oldest_unconsumed_ms
-    status = status_of(result.state, {d.shard_id: d for d in letters}, int(oldest is not None), result.blocked)
-    age_s = None if oldest is None else max(0.0, time.time() - oldest / 1000)
-    return judge_lag(group, status, age_s, None)
 
 
 def leader_events(

@@ -23,15 +23,15 @@ from icegroup.iceberg.protocol.file_diff import GapDiff, GapFigures, diff_live, 
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import FileEntry, SnapshotInfo
 from icegroup.iceberg.protocol.source_branch import ref_name
-from icegroup.iceberg.protocol.stream_filter import may_match
+from icegroup.iceberg.protocol.stream_filter import may_match, pruning_predicate
 from icegroup.iceberg.shards import (
     APPEND,
     Plan,
     file_entry,
     first_blocking,
+    identity_columns,
     non_append_error,
     plan_increment,
-    pruning_predicate,
     snapshot_info,
 )
 from icegroup.iceberg.store.tables import walk_back
@@ -107,7 +107,7 @@ def plan_across_gap(
             f"icegroup reset {group.name} --to-latest --execute, or a new group",
         )
         return Plan(appends=[], files=[], through=None, skipped=[], remaining=0, blocked=blocked)
-    predicate = pruning_predicate(table, group)
+    predicate = pruning_predicate(group.filter, identity_columns(table))
     files = [entry for entry in found.files if may_match(predicate, dict(entry.identity))]
     return Plan(
         appends=found.snapshots,

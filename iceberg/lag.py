@@ -24,8 +24,8 @@ from pyiceberg.table.snapshots import Snapshot
 from icegroup.iceberg.protocol.completion import complete_windows
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.state import GroupState
-from icegroup.iceberg.protocol.stream_filter import may_match
-from icegroup.iceberg.shards import added_files, pruning_predicate, snapshot_info
+from icegroup.iceberg.protocol.stream_filter import may_match, pruning_predicate
+from icegroup.iceberg.shards import added_files, identity_columns, snapshot_info
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_optional, load_source
 
@@ -82,7 +82,7 @@ def unplanned_lag(source: Table, group: GroupConfig, unplanned: list[Snapshot]) 
     first ``max_snapshots_per_tick`` (what the next tick plans) count only the files of streams the
     filter may match, read from their manifests as planning reads them.
     """
-    predicate = pruning_predicate(source, group) if unplanned else None
+    predicate = pruning_predicate(group.filter, identity_columns(source)) if unplanned else None
     if predicate is None:
         return {s.snapshot_id for s in unplanned}, added_records(unplanned)
     batch, rest = unplanned[: group.max_snapshots_per_tick], unplanned[group.max_snapshots_per_tick :]
@@ -127,7 +127,7 @@ def pending_work(catalog: Catalog, group: GroupConfig, now_ms: int | None = None
     if state.shards or state.leases:
         return Work.DATA
     if head is not None and head.snapshot_id != state.planned_through:
-        if pruning_predicate(source, group) is None:
+        if pruning_predicate(group.filter, identity_columns(source)) is None:
             return Work.DATA
         snapshots, _ = unplanned_lag(source, group, unplanned_appends(source, state))
         return Work.DATA if snapshots else Work.WINDOWS

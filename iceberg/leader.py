@@ -33,10 +33,10 @@ from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from icegroup.iceberg.protocol.dead_letters import STOPPED, DeadLetter
-from icegroup.iceberg.protocol.drift import check_config, check_drift
+from icegroup.iceberg.protocol.drift import check_config, check_drift, check_filter
 from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.freshness import oldest_unconsumed_ms
-from icegroup.iceberg.protocol.group import GroupConfig, check_filter
+from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.leader import (
     Liveness,
     Planned,
@@ -46,8 +46,7 @@ from icegroup.iceberg.protocol.leader import (
     reconcile,
 )
 from icegroup.iceberg.protocol.lineage import WindowProvenance, window_provenance
-from icegroup.iceberg.protocol.liveness import RunState, holder_of
-from icegroup.iceberg.protocol.renewal import renewed
+from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.replay import expire_replays
 from icegroup.iceberg.protocol.shards import Shard, snapshot_range, window_label
 from icegroup.iceberg.protocol.state import GroupState, Lease, retire_streams
@@ -55,19 +54,17 @@ from icegroup.iceberg.rebuild import Synced, sync_tables
 from icegroup.iceberg.store.dead_letters import open_in
 from icegroup.iceberg.store.fences import prune_fences, raise_fences
 from icegroup.iceberg.store.group_tables import GroupTables, load_group_tables
-from icegroup.iceberg.store.heartbeats import forget, gone_holders, read_beats
+from icegroup.iceberg.store.heartbeats import beats_of_holders
 from icegroup.iceberg.store.lineage import entries, is_in, record_lineage
 from icegroup.iceberg.store.registrations import register
 from icegroup.iceberg.store.registry import commit_state, load_state
-from icegroup.iceberg.store.renewals import forget_renewals, read_renewals
+from icegroup.iceberg.store.renewals import renewals_applied
 from icegroup.iceberg.store.source_branch import keep_ref
 from icegroup.iceberg.store.tables import load_optional
 
 log = logging.getLogger(__name__)
 
 RunObserver = Callable[[Lease], RunState]
-# Heartbeat rows of holders that hold nothing are dropped once this many session timeouts old.
-PRUNE_AFTER_TIMEOUTS = 10
 
 
 @dataclass
@@ -165,7 +162,7 @@ def tick(
     letters = {  # read after the runs were observed: a Borrower records its letter before its run fails
         sid: d for sid, d in open_in(tables.open_dead_letters(), catalog.name).items() if sid in reconciled.state.shards
     }
-    beats, gone = read_heartbeats(catalog, group, reconciled.state, now_ms)
+    beats, gone = beats_of_holders(catalog, group, reconciled.state, now_ms)
     alive = renewals_applied(catalog, group, reconciled.state)
     live = liveness(group, alive, observed, letters, beats, gone, now_ms, sink_head, owner_run_id)
     replaying, replay_fences = expire_dead_replays(group, live.state, beats, gone, now_ms)
@@ -240,31 +237,6 @@ def appends_of(source: Table) -> list[tuple[int, int | None, int]]:
         for s in source.snapshots()
         if s.summary is not None and s.summary.operation.value == "append"
     ]
-
-
-def read_heartbeats(
-    catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int
-) -> tuple[dict[str, int], frozenset[str]]:
-    """Each holder's last heartbeat, and the holders whose process ended on this machine (``gone_holders``).
-
-    Rows of holders long silent and holding nothing are pruned.
-    """
-    beats = read_beats(catalog, group.name)
-    holding = {holder_of(lease) for lease in state.leases.values()} | {t.holder for t in state.replays.values()}
-    stale = [
-        h
-        for h, b in beats.items()
-        if h not in holding and now_ms - b.beat_ms > PRUNE_AFTER_TIMEOUTS * 1000 * group.session_timeout_s
-    ]
-    forget(catalog, group.name, stale)
-    return {holder: b.beat_ms for holder, b in beats.items()}, gone_holders(beats)
-
-
-def renewals_applied(catalog: Catalog, group: GroupConfig, state: GroupState) -> GroupState:
-    """The state with each lease deadline its Borrower renewed moved on (``renewed``); stale rows are dropped."""
-    renewals = read_renewals(catalog, group.name)
-    forget_renewals(catalog, group.name, [lease_id for lease_id in renewals if lease_id not in state.leases])
-    return renewed(state, renewals, group.lease_timeout_s)
 
 
 def liveness(

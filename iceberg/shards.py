@@ -9,7 +9,6 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass
 
-from pyiceberg.expressions import BooleanExpression
 from pyiceberg.manifest import DataFile, ManifestContent, ManifestEntryStatus
 from pyiceberg.partitioning import PartitionSpec
 from pyiceberg.schema import Schema
@@ -22,7 +21,7 @@ from icegroup.iceberg.errors import HistoryGap, SourceBlocked
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import FileEntry, PartitionValue, SnapshotInfo
 from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_REPLAY, KEY_RESET
-from icegroup.iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
+from icegroup.iceberg.protocol.stream_filter import may_match, pruning_predicate
 from icegroup.iceberg.store.tables import follows, history_cut_before, walk_back
 
 APPEND = "append"
@@ -105,7 +104,7 @@ def plan_increment(
         batch = batch[:stop]
     appends = [info for info in batch if info.operation == APPEND]
     skipped = [info for info in batch if info.operation != APPEND]
-    predicate = pruning_predicate(table, group)
+    predicate = pruning_predicate(group.filter, identity_columns(table))
     found = added_files(table, appends)
     files = [entry for entry in found if may_match(predicate, dict(entry.identity))]
     return Plan(
@@ -226,17 +225,6 @@ def identity_columns(table: Table) -> frozenset[str]:
             if isinstance(field.transform, IdentityTransform) and isinstance(column.field_type, PRUNABLE_TYPES):
                 columns.add(schema.find_column_name(field.source_id) or column.name)
     return frozenset(columns)
-
-
-def pruning_predicate(table: Table, group: GroupConfig) -> BooleanExpression | None:
-    """The group's filter as a predicate on streams, or None when it cannot leave out any of this table's.
-
-    Only a filter on a column the table is partitioned by identity can (``icegroup.iceberg.protocol.stream_filter``).
-    """
-    predicate = stream_predicate(group.filter)
-    if predicate is None or not decidable_columns(predicate) & identity_columns(table):
-        return None
-    return predicate
 
 
 def added_files(table: Table, appends: list[SnapshotInfo]) -> list[FileEntry]:

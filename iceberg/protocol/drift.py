@@ -1,10 +1,14 @@
-"""A group's config against what its registry remembers: the tables it reads and writes, its filter and transform.
+"""A group's config against what it meets: what its registry remembers, and its source's schema now.
 
-The Leader's tick checks both before it plans, and so do replay, reset, rebuild and pause before
-they act: a registry built for one source, sink or transform must not be reused by another.
+The Leader's tick checks them before it plans, and replay, reset, rebuild and pause check the
+registry's memory before they act: a registry built for one source, sink or transform must not be
+reused by another, and a filter must name columns the source still has.
 """
 
 from __future__ import annotations
+
+from pyiceberg.expressions.visitors import bind
+from pyiceberg.schema import Schema
 
 from icegroup.iceberg.errors import ConfigError
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -47,3 +51,17 @@ def check_config(state: GroupState, group: GroupConfig, now_ms: int, sink_head: 
         ConfigChange(at_ms=now_ms, old_hash=state.config_hash, new_hash=current, sink_snapshot=sink_head)
     )
     return new
+
+
+def check_filter(group: GroupConfig, schema: Schema) -> None:
+    """The filter may name only columns the source has now; checked at every tick, so also after a schema change."""
+    if group.row_filter is None:
+        return
+    try:
+        bind(schema, group.row_filter, case_sensitive=True)
+    except ValueError as exc:
+        columns = ", ".join(field.name for field in schema.fields)
+        raise ConfigError(
+            f"group {group.name!r}: filter: {group.filter!r} does not fit source {group.source!r} "
+            f"({str(exc).splitlines()[0]}); its columns are {columns}. Fix the filter"
+        ) from exc

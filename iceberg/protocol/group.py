@@ -15,10 +15,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pyiceberg.expressions import BooleanExpression
 from pyiceberg.expressions.parser import parse as parse_filter
-from pyiceberg.expressions.visitors import bind
-from pyiceberg.schema import Schema
 
-from icegroup.iceberg.errors import ConfigError
 from icegroup.iceberg.protocol.durations import format_duration, parse_duration
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
@@ -309,20 +306,6 @@ class GroupConfig(BaseModel):
     def row_filter(self) -> BooleanExpression | None:
         """The filter as a pyiceberg expression."""
         return parse_row_filter(self.filter) if self.filter else None
-
-
-def check_filter(group: GroupConfig, schema: Schema) -> None:
-    """The filter may name only columns the source has now; checked at every tick, so also after a schema change."""
-    if group.row_filter is None:
-        return
-    try:
-        bind(schema, group.row_filter, case_sensitive=True)
-    except ValueError as exc:
-        columns = ", ".join(field.name for field in schema.fields)
-        raise ConfigError(
-            f"group {group.name!r}: filter: {group.filter!r} does not fit source {group.source!r} "
-            f"({str(exc).splitlines()[0]}); its columns are {columns}. Fix the filter"
-        ) from exc
 
 
 def parse_row_filter(text: str) -> BooleanExpression:

@@ -190,3 +190,14 @@ def _compare(predicate: UnboundPredicate, value: str | int | bool, literals: lis
     if isinstance(predicate, GreaterThanOrEqual):
         return bool(value >= first)  # type: ignore[operator]
     return True
+
+
+def pruning_predicate(text: str | None, identity_columns: frozenset[str]) -> BooleanExpression | None:
+    """The filter ``text`` as a predicate on streams, or None when it cannot leave out any of a table's streams.
+
+    Only a filter on a column the table is partitioned by identity (``identity_columns``) can.
+    """
+    predicate = stream_predicate(text)
+    if predicate is None or not decidable_columns(predicate) & identity_columns:
+        return None
+    return predicate

@@ -56,9 +56,14 @@ from sqlalchemy.engine import Engine, make_url
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
 from icegroup.iceberg.errors import ConfigError
-from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI, holder_of
+from icegroup.iceberg.protocol.state import GroupState
 
 log = logging.getLogger(__name__)
+
+# Heartbeat rows of holders that hold nothing are dropped once this many session timeouts old.
+PRUNE_AFTER_TIMEOUTS = 10
 
 METADATA = MetaData()
 HEARTBEATS = Table(
@@ -280,3 +285,21 @@ def heartbeat(
                 log.warning("group %s: the heartbeat row of %s was not removed (%s)", group, holder, exc)
         else:
             beat_or_say()
+
+
+def beats_of_holders(
+    catalog: Catalog, group: GroupConfig, state: GroupState, now_ms: int
+) -> tuple[dict[str, int], frozenset[str]]:
+    """For a tick: each holder's last heartbeat, and the holders whose process ended on this machine (``gone_holders``).
+
+    Rows of holders long silent and holding nothing are pruned.
+    """
+    beats = read_beats(catalog, group.name)
+    holding = {holder_of(lease) for lease in state.leases.values()} | {t.holder for t in state.replays.values()}
+    stale = [
+        h
+        for h, b in beats.items()
+        if h not in holding and now_ms - b.beat_ms > PRUNE_AFTER_TIMEOUTS * 1000 * group.session_timeout_s
+    ]
+    forget(catalog, group.name, stale)
+    return {holder: b.beat_ms for holder, b in beats.items()}, gone_holders(beats)

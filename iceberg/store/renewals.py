@@ -20,6 +20,9 @@ from pyiceberg.catalog import Catalog
 from sqlalchemy import BigInteger, Column, Integer, String, Table, delete, inspect, select, update
 from sqlalchemy.exc import IntegrityError, OperationalError, ProgrammingError, SQLAlchemyError
 
+from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.renewal import renewed
+from icegroup.iceberg.protocol.state import GroupState
 from icegroup.iceberg.store.heartbeats import METADATA, heartbeat_engine
 
 RENEWALS = Table(
@@ -78,3 +81,10 @@ def forget_renewals(catalog: Catalog, group: str, lease_ids: list[str]) -> None:
     except SQLAlchemyError:
         if inspect(engine).has_table(RENEWALS.name):
             raise
+
+
+def renewals_applied(catalog: Catalog, group: GroupConfig, state: GroupState) -> GroupState:
+    """The state with each lease deadline its Borrower renewed moved on (``renewed``); stale rows are dropped."""
+    renewals = read_renewals(catalog, group.name)
+    forget_renewals(catalog, group.name, [lease_id for lease_id in renewals if lease_id not in state.leases])
+    return renewed(state, renewals, group.lease_timeout_s)

@@ -28,13 +28,22 @@ import logging
 import threading
 import time
 from collections.abc import Iterable
+from functools import partial
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
-from icegroup.iceberg.errors import AlreadyCommitted, ConfigError, Fenced, IcegroupError, SinkError, StaleLease
+from icegroup.iceberg.errors import (
+    AlreadyCommitted,
+    ConfigError,
+    Fenced,
+    IcegroupError,
+    PoisonShard,
+    SinkError,
+    StaleLease,
+)
 from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.openlineage import output_dataset, run_events
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -50,11 +59,10 @@ from icegroup.spark_jobs.borrower.isolation import commit_without_poison, isolat
 from icegroup.spark_jobs.borrower.redelivery import (
     Undelivered,
     catalog_reachable,
-    platform_retry,
     record_poison_shard,
     stage_with_redelivery,
 )
-from icegroup.spark_jobs.borrower.user_errors import describe_error
+from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
 from icegroup.spark_jobs.session import activate
@@ -62,6 +70,11 @@ from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish
 from icegroup.spark_jobs.transforms import load_transform
 
 log = logging.getLogger(__name__)
+
+# The longest wait between tries of a lease whose catalog, storage or network failed.
+PLATFORM_MAX_WAIT_S = 30.0
+# Verdicts on the lease itself: never tried again as a platform failure.
+FINAL = (StaleLease, Fenced, AlreadyCommitted, PoisonShard, ConfigError)
 
 
 def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tuple[Lease, list[Shard]]:
@@ -100,21 +113,11 @@ def run_lease(
     read_to = shards[-1].read_at() if shards else None
     events = run_events(lakehouse, catalog, group.name, f"{group.name}.lease", key, group.source, read_to)
     events.start()
-
-    def wait_after(error: BaseException, failed: int, waited_s: float) -> float | None:
-        if not isinstance(error, Exception) or (stop is not None and stop.is_set()):
-            return None
-        return platform_retry(group, error, failed - 1, waited_s)
-
-    def goes_on(error: BaseException, _failed: int, wait: float) -> None:
-        progress(
-            f"{group.name} lease {lease.lease_id}#{lease.attempt}: the platform failed, not the shards "
-            f"({describe_error(error)}); the lease goes on in {wait:.1f}s, resuming after what it committed"
-        )
-
     try:
         done = again_after(
-            lambda: execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop), wait_after, goes_on
+            lambda: execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop),
+            partial(after_platform_failure, group, stop),
+            partial(going_on, f"{group.name} lease {lease.lease_id}#{lease.attempt}", progress),
         )
     except BaseException as exc:
         events.fail(exc)
@@ -126,6 +129,41 @@ def run_lease(
     else:
         events.complete(outputs, sink_columns(spark, lakehouse, group))
     return done
+
+
+def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float) -> float | None:
+    """How long to wait before the lease tries again after ``exc``; None to fail the run now.
+
+    Only a failure of the catalog, storage or network is tried again (a transform's or the data's
+    failure was delivered again and judged already), with backoff from ``deliver_backoff_s`` up to
+    ``PLATFORM_MAX_WAIT_S``, for half the lease timeout: past that the Leader re-grants the lease.
+    icegroup's verdicts on the lease itself (fenced, stale, already committed, a poison shard, a bad
+    config) are final, whatever Iceberg failure they were found through (a fenced commit is refused
+    by Iceberg's commit validation): another try would only hold the Borrower for nothing.
+    """
+    if isinstance(exc, FINAL) or not is_platform_failure(exc) or waited >= group.lease_timeout_s / 2:
+        return None
+    return float(min(max(group.deliver_backoff_s, 0.1) * 2**tries, PLATFORM_MAX_WAIT_S))
+
+
+def after_platform_failure(
+    group: GroupConfig, stop: threading.Event | None, error: BaseException, failed: int, waited_s: float
+) -> float | None:
+    """How long the lease waits before it goes on after ``error``; None to fail the run (``platform_retry``).
+
+    A lease asked to stop does not go on: the tick that sees its run ended grants the rest again.
+    """
+    if not isinstance(error, Exception) or (stop is not None and stop.is_set()):
+        return None
+    return platform_retry(group, error, failed - 1, waited_s)
+
+
+def going_on(who: str, progress: Progress, error: BaseException, _failed: int, wait: float) -> None:
+    """Tell that the lease ``who`` goes on after a platform failure, and when."""
+    progress(
+        f"{who}: the platform failed, not the shards ({describe_error(error)}); the lease goes on in {wait:.1f}s, "
+        "resuming after what it committed"
+    )
 
 
 def execute_lease(

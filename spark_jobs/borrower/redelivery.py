@@ -19,13 +19,9 @@ from pyspark.sql import DataFrame
 from sqlalchemy.exc import SQLAlchemyError
 
 from icegroup.iceberg.errors import (
-    AlreadyCommitted,
-    ConfigError,
-    Fenced,
     IcegroupError,
     PlatformUnavailable,
     PoisonShard,
-    StaleLease,
 )
 from icegroup.iceberg.protocol.dead_letters import PARKED, STOPPED, DeadLetter
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -34,11 +30,6 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retry import again_after
 from icegroup.iceberg.store.dead_letters import record
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
-
-# The longest wait between tries of a lease whose catalog, storage or network failed.
-PLATFORM_MAX_WAIT_S = 30.0
-# Verdicts on the lease itself: never tried again as a platform failure.
-FINAL = (StaleLease, Fenced, AlreadyCommitted, PoisonShard, ConfigError)
 
 
 class Redeliveries(Protocol):
@@ -147,21 +138,6 @@ def record_poison_shard(
         f"and {what}: {cause}. "
         f"Fix the transform or the data, then run `icegroup redrive {group.name} --execute`"
     )
-
-
-def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float) -> float | None:
-    """How long to wait before the lease tries again after ``exc``; None to fail the run now.
-
-    Only a failure of the catalog, storage or network is tried again (a transform's or the data's
-    failure was delivered again and judged already), with backoff from ``deliver_backoff_s`` up to
-    ``PLATFORM_MAX_WAIT_S``, for half the lease timeout: past that the Leader re-grants the lease.
-    icegroup's verdicts on the lease itself (fenced, stale, already committed, a poison shard, a bad
-    config) are final, whatever Iceberg failure they were found through (a fenced commit is refused
-    by Iceberg's commit validation): another try would only hold the Borrower for nothing.
-    """
-    if isinstance(exc, FINAL) or not is_platform_failure(exc) or waited >= group.lease_timeout_s / 2:
-        return None
-    return float(min(max(group.deliver_backoff_s, 0.1) * 2**tries, PLATFORM_MAX_WAIT_S))
 
 
 def catalog_reachable(catalog: Catalog, table: str) -> bool:

@@ -13,7 +13,8 @@ from icegroup.iceberg.errors import ConfigError, Fenced, IcegroupError, Platform
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.spark_jobs.borrower import lease as borrower
 from icegroup.spark_jobs.borrower.attempt import LeaseReport
-from icegroup.spark_jobs.borrower.redelivery import Staged, Undelivered, platform_retry, stage_with_redelivery
+from icegroup.spark_jobs.borrower.lease import platform_retry
+from icegroup.spark_jobs.borrower.redelivery import Staged, Undelivered, stage_with_redelivery
 from icegroup.spark_jobs.borrower.user_errors import (
     describe_error,
     failure_classes,

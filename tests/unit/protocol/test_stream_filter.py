@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from icegroup.iceberg.protocol.shards import FileEntry, PartitionValue, shared_identity
-from icegroup.iceberg.protocol.stream_filter import decidable_columns, may_match, stream_predicate
+from icegroup.iceberg.protocol.stream_filter import decidable_columns, may_match, pruning_predicate, stream_predicate
 
 EU: dict[str, PartitionValue] = {"region": "eu"}
 US: dict[str, PartitionValue] = {"region": "us"}
@@ -100,3 +100,10 @@ def test_a_shard_pushes_down_only_the_identity_values_all_its_files_share() -> N
     files = [entry((("region", None), ("shop", 1))), entry((("region", "null"), ("shop", 1)))]
     assert shared_identity(files) == {"shop": 1}
     assert shared_identity(files[:1]) == {"region": None, "shop": 1}
+
+
+def test_a_filter_prunes_streams_only_on_a_column_the_table_partitions_by_identity() -> None:
+    assert pruning_predicate("region = 'eu' and amount > 1", frozenset({"region"})) is not None
+    assert pruning_predicate("amount > 1", frozenset({"region"})) is None, "amount is in no stream's identity"
+    assert pruning_predicate(None, frozenset({"region"})) is None
+    assert pruning_predicate("region = 'eu'", frozenset()) is None, "an unpartitioned table has one stream"
