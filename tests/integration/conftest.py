@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -10,8 +11,11 @@ import pytest
 from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.shards import window_label
 from icegroup.spark_jobs.engines import DRIVERS, aws_bundle, runtime_for
 from icegroup.spark_jobs.session import get_session
+from tests.factories import MakeGroup
+from tests.integration.helpers import CENTS, Chain
 from tests.stack_env import on_stack, use_home
 
 
@@ -44,3 +48,12 @@ def env(lake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Pat
     use_home(monkeypatch, lake_home)
     monkeypatch.setenv("DAGSTER_HOME", str(dagster_home))
     return dagster_home
+
+
+@pytest.fixture
+def chain(make_group: MakeGroup, ns: str) -> Chain:
+    """The chain of this test's namespace; ``cents`` is the upstream group with its changed transform."""
+    first = make_group(max_borrowers=2)
+    second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next", max_borrowers=2)
+    cents = first.model_copy(update={"transform": CENTS, "on_change": "continue"})
+    return Chain(first, second, cents, window_label(int(time.time() * 1000), first.replay_window))

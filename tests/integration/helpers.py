@@ -124,3 +124,22 @@ def sink_ids(catalog: Catalog, group: GroupConfig) -> Counter[int]:
     """Multiset of event ids in the sink."""
     rows = catalog.load_table(group.sink).scan(selected_fields=("event_id",)).to_arrow()
     return Counter(rows.column("event_id").to_pylist())
+
+
+# A changed transform for an upstream group: its amounts in cents.
+CENTS = "tests.integration.transforms:amount_in_cents"
+
+
+@dataclass(frozen=True)
+class Chain:
+    """An upstream group over the events, a downstream group over its sink, and today's window."""
+
+    first: GroupConfig
+    second: GroupConfig
+    cents: GroupConfig
+    window: str
+
+    def consume(self, spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, batches: int) -> None:
+        """Append ``batches`` of 12 events to the source, then let both groups catch up."""
+        consumed(spark, lakehouse, catalog, self.first, batches, 12)
+        drive(spark, lakehouse, self.second)

@@ -8,8 +8,6 @@ rows, and its Leader then steps over the replay commit. Real Spark, Iceberg and 
 from __future__ import annotations
 
 import json
-import time
-from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -32,44 +30,16 @@ from icegroup.iceberg.pause import set_paused
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.reset import ResetTarget
-from icegroup.iceberg.protocol.shards import window_label
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
 from icegroup.iceberg.reset import execute_reset
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.replay import replay_window
 from tests.consuming import consume
-from tests.factories import BORROWER_RUN, MakeGroup, append_batches, create_source, write_groups
-from tests.integration.helpers import consumed, drive, quiet
+from tests.factories import BORROWER_RUN, append_batches, write_groups
+from tests.integration.helpers import Chain, consumed, drive, quiet
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster]
-
-CENTS = "tests.integration.transforms:amount_in_cents"
-
-
-@dataclass(frozen=True)
-class Chain:
-    """An upstream group over the events, a downstream group over its sink, and today's window."""
-
-    first: GroupConfig
-    second: GroupConfig
-    cents: GroupConfig
-    window: str
-
-    def consume(self, spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, batches: int) -> None:
-        """Append ``batches`` of 12 events to the source, then let both groups catch up."""
-        append_batches(create_source(catalog, self.first.source), batches, 12)
-        drive(spark, lakehouse, self.first)
-        drive(spark, lakehouse, self.second)
-
-
-@pytest.fixture
-def chain(make_group: MakeGroup, ns: str) -> Chain:
-    """The chain of this test's namespace; ``cents`` is the upstream group with its changed transform."""
-    first = make_group(max_borrowers=2)
-    second = make_group(name=f"g_{ns}_next", source=first.sink, sink=f"{ns}.events_next", max_borrowers=2)
-    cents = first.model_copy(update={"transform": CENTS, "on_change": "continue"})
-    return Chain(first, second, cents, window_label(int(time.time() * 1000), first.replay_window))
 
 
 def amounts(catalog: Catalog, table: str) -> dict[int, float]:
