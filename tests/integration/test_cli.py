@@ -14,6 +14,7 @@ from pyspark.sql import SparkSession
 
 from icegroup.dagster_project.cli import main
 from icegroup.dagster_project.runs.tags import TAG_GROUP
+from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.verify import verify_group
 from tests.factories import MakeGroup, append_batches, create_source
 
@@ -123,17 +124,25 @@ def test_bad_group_file_names_the_field(env: Path, tmp_path: Path, capsys: pytes
     assert "group 'g': max_borrowers" in capsys.readouterr().err
 
 
-def test_replay_previews_the_plan_and_replay_execute_replaces_the_window_through_the_instance(
-    spark: SparkSession,
-    env: Path,
-    groups_file: Path,
-    catalog: Catalog,
-    make_group: MakeGroup,
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+@pytest.fixture
+def consumed_by_cli(
+    spark: SparkSession, env: Path, groups_file: Path, catalog: Catalog, make_group: MakeGroup
+) -> GroupConfig:
+    """The test's group over 3 appends of 12 events, consumed until caught up by ``icegroup consume``."""
     group = make_group()
     append_batches(create_source(catalog, group.source), 3, 12)
     assert main(["--groups", str(groups_file), "consume", group.name, "--until-caught-up"]) == 0
+    return group
+
+
+def test_replay_previews_the_plan_and_replay_execute_replaces_the_window_through_the_instance(
+    env: Path,
+    groups_file: Path,
+    catalog: Catalog,
+    consumed_by_cli: GroupConfig,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    group = consumed_by_cli
     window = datetime.now(UTC).strftime("%Y-%m-%d")
     capsys.readouterr()
 
