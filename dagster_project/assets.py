@@ -157,7 +157,7 @@ def complete_events(
     A window with output carries its provenance (the source snapshot it was computed from, the
     group's config hash as its code version) and, as its data version, the sink snapshot it was
     found complete at (reading the sink at that snapshot gives the window as materialized); each
-    carries the ``sink`` table as it is now (Dagster's standard table metadata), when given.
+    carries the ``sink`` table as the tick left it (Dagster's standard table metadata), when given.
     """
     shown = table_metadata(sink, ".".join(sink_key.path)) if sink is not None and windows else {}
     head = sink.current_snapshot() if sink is not None else None

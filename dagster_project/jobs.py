@@ -5,8 +5,6 @@ from contextlib import contextmanager
 from typing import Any
 
 import dagster as dg
-
-# The return type of the public dg.define_asset_job; Dagster does not export the name itself.
 from pydantic import Field
 
 from icegroup.dagster_project.assets import (

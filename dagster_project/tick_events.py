@@ -6,7 +6,7 @@ it found complete (a materialization of each sink partition, with its provenance
 The sensor also reports the ``dead_letters`` and ``lag`` checks when they change, and keeps what it
 reported in its cursor (``LeaderCursor``). Everything is read from the tick's own tables
 (``TickResult.tables``), so reporting opens no table again: the windows, their data version, the
-audit and the source's version all describe the one history the tick decided on.
+audit and the source's version describe the tables as the tick left them.
 """
 
 import json
@@ -71,14 +71,14 @@ def completion_events(
 ) -> list[Event]:
     """The windows the tick found complete, and the sink's ``exactly_once`` audit once one of them has output.
 
-    The audit judges the sink as the tick read it: the windows reported complete were found so in
-    that very history, so a Borrower's commit since cannot make the two disagree.
+    The audit judges the sink as the tick left it: the windows reported complete were found so in
+    its history, so a Borrower's commit since cannot make the two disagree.
     """
     sink = result.tables.sink if result.tables is not None else None
     events: list[Event] = [
         *complete_events(group, sink_key, source_key, result.complete, result.provenance, sink),
     ]
-    audit = exactly_once_evaluation(lambda: sink, group, sink_key, log) if result.provenance else None
+    audit = exactly_once_evaluation(lambda: sink, group, sink_key, log) if result.provenance and sink else None
     if audit is not None:
         events.append(audit)
     return events

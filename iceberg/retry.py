@@ -63,13 +63,14 @@ def again_while_losing(
 
 def again_after(
     attempt: Callable[[], T],
-    wait_after: Callable[[BaseException, int, float], float | None],
-    before_wait: Callable[[BaseException, int, float], None],
+    wait_after: Callable[[Exception, int, float], float | None],
+    before_wait: Callable[[Exception, int, float], None],
 ) -> T:
     """``attempt()`` until it returns, waiting between failed tries as ``wait_after`` says; its result.
 
     After each failed try, ``wait_after(error, failed tries so far, seconds waited so far)`` is the
-    wait before the next try, or None to raise ``error`` now. ``before_wait(error, failed tries, wait)``
+    wait before the next try, or None to raise ``error`` now; an interrupt (any ``BaseException``
+    that is not an ``Exception``) is raised at once. ``before_wait(error, failed tries, wait)``
     hears of each wait first (a progress line, a count). The seconds waited count the sleeps only, not the
     tries' own time, so a loop bounded in waiting is not spent by one slow try. ``time.sleep`` is
     looked up at each wait, so a test can record the waits instead of sleeping them.
@@ -80,13 +81,13 @@ def again_after(
         if state.attempt_number not in decided:
             error = state.outcome.exception() if state.outcome is not None else None
             decided[state.attempt_number] = (
-                None if error is None else wait_after(error, state.attempt_number, state.idle_for)
+                wait_after(error, state.attempt_number, state.idle_for) if isinstance(error, Exception) else None
             )
         return decided[state.attempt_number]
 
     def announce(state: RetryCallState) -> None:
         error = state.outcome.exception() if state.outcome is not None else None
-        if error is not None:
+        if isinstance(error, Exception):
             before_wait(error, state.attempt_number, next_wait(state) or 0.0)
 
     policy = Retrying(

@@ -122,7 +122,7 @@ def consume(
     releasing = released_at_end(runner, partial(release, catalog, group, owner_run_id, hooks, loop.summary))
     with beating, releasing, runner:  # the runner's threads end first, then its leases are handed back
         while True:
-            result = loop.tick()
+            result = loop.tick_once()
             if result is not None and loop.act(result, until_caught_up):
                 return loop.summary
 
@@ -155,7 +155,7 @@ class ConsumeLoop:
         """Count the leases that ended here, and tell the caller of each."""
         self.summary.add(finished, self.hooks.on_lease)
 
-    def tick(self) -> TickResult | None:
+    def tick_once(self) -> TickResult | None:
         """One Leader tick, shown to the caller; None when the loop waited (a race, an outage) or followed a replay."""
         try:
             result = tick(self.catalog, self.group, self.observe, owner_run_id=self.owner_run_id)
@@ -163,7 +163,7 @@ class ConsumeLoop:
             self.back_off(exc)
             return None
         except SourceBlocked as exc:
-            self.follow_upstream(exc)
+            self.follow(exc)
             return None
         except Exception as exc:
             if not is_platform_failure(exc):
@@ -254,7 +254,7 @@ class ConsumeLoop:
             )
             time.sleep(self.options.poll_s)  # the reset commits in a moment: tick again then, not at once
 
-    def follow_upstream(self, stop: SourceBlocked) -> None:
+    def follow(self, stop: SourceBlocked) -> None:
         """Follow the upstream replay the group stopped at (``follow_upstream``), or raise the stop."""
         if not (self.group.follow_upstream and stop.followable):
             raise stop

@@ -7,7 +7,6 @@ sink the same way, through here.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -25,8 +24,6 @@ from icegroup.spark_jobs.row_files import RowFiles
 from icegroup.spark_jobs.sink.fenced_commit import claim, stage_shard
 from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink
 from icegroup.spark_jobs.transforms import Transform
-
-log = logging.getLogger(__name__)
 
 Progress = Callable[[str], None]
 

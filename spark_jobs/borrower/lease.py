@@ -147,18 +147,18 @@ def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float
 
 
 def after_platform_failure(
-    group: GroupConfig, stop: threading.Event | None, error: BaseException, failed: int, waited_s: float
+    group: GroupConfig, stop: threading.Event | None, error: Exception, failed: int, waited_s: float
 ) -> float | None:
     """How long the lease waits before it goes on after ``error``; None to fail the run (``platform_retry``).
 
     A lease asked to stop does not go on: the tick that sees its run ended grants the rest again.
     """
-    if not isinstance(error, Exception) or (stop is not None and stop.is_set()):
+    if stop is not None and stop.is_set():
         return None
     return platform_retry(group, error, failed - 1, waited_s)
 
 
-def going_on(who: str, progress: Progress, error: BaseException, _failed: int, wait: float) -> None:
+def going_on(who: str, progress: Progress, error: Exception, _failed: int, wait: float) -> None:
     """Tell that the lease ``who`` goes on after a platform failure, and when."""
     progress(
         f"{who}: the platform failed, not the shards ({describe_error(error)}); the lease goes on in {wait:.1f}s, "

@@ -83,12 +83,12 @@ def stage_with_redelivery(
                 raise PlatformUnavailable(f"shard {shard.shard_id}: {describe_error(exc)}") from exc
             raise
 
-    def wait_after(error: BaseException, failed: int, _waited_s: float) -> float | None:
-        if not isinstance(error, Exception) or isinstance(error, IcegroupError) or failed >= group.max_deliver:
+    def wait_after(error: Exception, failed: int, _waited_s: float) -> float | None:
+        if isinstance(error, IcegroupError) or failed >= group.max_deliver:
             return None
         return group.deliver_backoff_s * 2 ** (failed - 1)
 
-    def again(error: BaseException, failed: int, wait: float) -> None:
+    def again(error: Exception, failed: int, wait: float) -> None:
         report.redeliveries += 1
         progress(
             f"shard {shard.shard_id}: delivery {failed}/{group.max_deliver} failed "

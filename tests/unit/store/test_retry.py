@@ -90,7 +90,7 @@ def test_again_after_waits_as_told_and_counts_only_the_waits_as_waited(no_waitin
     asked: list[tuple[int, float]] = []
     heard: list[tuple[int, float]] = []
 
-    def wait_after(error: BaseException, failed: int, waited_s: float) -> float:
+    def wait_after(error: Exception, failed: int, waited_s: float) -> float:
         asked.append((failed, waited_s))
         return float(failed)
 
@@ -107,3 +107,15 @@ def test_again_after_raises_the_error_it_is_told_not_to_wait_after(no_waiting: l
         again_after(attempt, lambda _e, failed, _w: None if failed == 2 else 0.5, lambda *_: None)
     assert len(tries) == 2
     assert no_waiting == [0.5]
+
+
+def test_again_after_raises_an_interrupt_at_once(no_waiting: list[float]) -> None:
+    tries: list[int] = []
+
+    def interrupted() -> int:
+        tries.append(1)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        again_after(interrupted, lambda *_: 0.5, lambda *_: None)
+    assert (len(tries), no_waiting) == (1, []), "an interrupt is not a failure to try again"
