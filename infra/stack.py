@@ -48,6 +48,7 @@ from icegroup.infra.stack_layout import (
     stack_env,
     write_files,
 )
+from icegroup.infra.stack_s3 import ensure_bucket
 
 
 @dataclass
@@ -287,24 +288,6 @@ def up(layout: Layout) -> Stack:
     )
     wait_for("dagster-daemon", lambda: daemon_healthy(layout), 180, daemon.log)
     return stack
-
-
-def ensure_bucket(layout: Layout) -> None:
-    """Create the warehouse bucket unless it exists, and check it is there (boto3, the keys from ``env``)."""
-    import boto3
-
-    client = boto3.client("s3", endpoint_url=layout.s3_endpoint, **_boto_keys())
-    if BUCKET not in {bucket["Name"] for bucket in client.list_buckets().get("Buckets", [])}:
-        client.create_bucket(Bucket=BUCKET)
-    client.head_bucket(Bucket=BUCKET)
-
-
-def _boto_keys() -> dict[str, str]:
-    return {
-        "aws_access_key_id": S3_KEYS["AWS_ACCESS_KEY_ID"],
-        "aws_secret_access_key": S3_KEYS["AWS_SECRET_ACCESS_KEY"],
-        "region_name": S3_KEYS["AWS_REGION"],
-    }
 
 
 def down(layout: Layout) -> list[int]:
