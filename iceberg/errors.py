@@ -102,6 +102,10 @@ class AlreadyCommitted(SinkError):
     """The sink refused a commit because the shard is in it already: another attempt committed it."""
 
 
+class StagedOutputGone(SinkError):
+    """A shard's staged output left the sink's metadata before its publish (expired); nothing was committed."""
+
+
 class PoisonShard(SinkError):
     """A shard failed ``max_deliver`` times; it is in the dead-letter table and this run stops."""
 

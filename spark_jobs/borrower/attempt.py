@@ -9,16 +9,19 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 from pyspark.sql import Column, DataFrame, SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import StagedOutputGone
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import BorrowerPhase
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.state import Lease
+from icegroup.iceberg.retry import again_after
 from icegroup.spark_jobs.borrower.output import shard_output
 from icegroup.spark_jobs.row_files import RowFiles
 from icegroup.spark_jobs.sink.fenced_commit import claim, stage_shard
@@ -26,6 +29,9 @@ from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink
 from icegroup.spark_jobs.transforms import Transform
 
 Progress = Callable[[str], None]
+T = TypeVar("T")
+# How often a commit whose staged output was expired before its publish is staged and published.
+STAGINGS = 3
 
 
 @dataclass
@@ -105,3 +111,21 @@ def output(
     return shard_output(
         run.spark, run.source_table, run.group, run.lease, run.transform, shards, root, source, run.row_files, rows
     )
+
+
+def staged_again(progress: Progress, commit: Callable[[], T]) -> T:
+    """``commit()`` (stage shards, then publish them), tried again when its staged output is gone at publish.
+
+    A staged snapshot is on no branch until its publish, so an expiry of the sink's snapshots in
+    between (another engine's ``expire_snapshots``, or the sink's own maintenance) can take it. The
+    publish then commits nothing, so staging the same shards again and publishing that keeps every
+    row exactly once; the fenced commit's shard check still refuses a shard that is in the sink.
+    """
+
+    def wait_after(error: Exception, failed: int, _waited_s: float) -> float | None:
+        return 0.0 if isinstance(error, StagedOutputGone) and failed < STAGINGS else None
+
+    def again(error: Exception, failed: int, _wait_s: float) -> None:
+        progress(f"{error}; staging again ({failed + 1}/{STAGINGS})")
+
+    return again_after(commit, wait_after, again)

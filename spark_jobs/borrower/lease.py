@@ -54,7 +54,7 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retry import again_after
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_source, oldest_snapshot_id
-from icegroup.spark_jobs.borrower.attempt import LeaseReport, LeaseRun, Progress, deliver, output
+from icegroup.spark_jobs.borrower.attempt import LeaseReport, LeaseRun, Progress, deliver, output, staged_again
 from icegroup.spark_jobs.borrower.isolation import commit_without_poison, isolated_property
 from icegroup.spark_jobs.borrower.redelivery import (
     Undelivered,
@@ -209,10 +209,12 @@ def execute_lease(
     for batch in commit_batches(todo, group.commit_batch_rows):
         if stopped():
             break
-        for shard in commit_together(run, batch, root, source) if len(batch) > 1 else batch:
+        together = partial(commit_together, run, batch, root, source)
+        alone = staged_again(run.progress, together) if len(batch) > 1 else batch
+        for shard in alone:
             if stopped():
                 break
-            commit_alone(run, shard, root, source)
+            staged_again(run.progress, partial(commit_alone, run, shard, root, source))
     if stopped():
         hand_back(run, todo)
     run.report.duration_s = time.perf_counter() - started_at

@@ -31,7 +31,15 @@ from py4j.protocol import Py4JJavaError
 from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 
-from icegroup.iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, StaleLease, WindowMoved
+from icegroup.iceberg.errors import (
+    AlreadyCommitted,
+    Fenced,
+    IcegroupError,
+    SinkError,
+    StagedOutputGone,
+    StaleLease,
+    WindowMoved,
+)
 from icegroup.iceberg.protocol.fences import epoch_key, fence_key, replay_fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.sink_commit import (
@@ -106,7 +114,8 @@ def publish_shard(
 ) -> Published:
     """Append the staged files of ``shard_ids`` to main in one fenced commit.
 
-    Raises ``Fenced`` or ``AlreadyCommitted`` (if any of the shards is in the sink already) when not allowed.
+    Raises ``Fenced`` or ``AlreadyCommitted`` (if any of the shards is in the sink already) when not allowed,
+    and ``StagedOutputGone`` when the staged snapshot was expired before this publish (stage it again).
 
     A refused publish expires its staged snapshot and files. A Borrower killed between stage and
     publish leaves its staged snapshot behind, invisible on main, until the sink's snapshots expire.
@@ -136,8 +145,8 @@ def publish_shard(
         refused = refusal(exc)
         if refused is None:
             raise
-        if refused.error is SinkError:
-            raise SinkError(f"sink: commit of shards {shards} to {table} failed: {refused.message}") from None
+        if refused.error in (SinkError, StagedOutputGone):
+            raise refused.error(f"sink: commit of shards {shards} to {table} failed: {refused.message}") from None
         jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)
         raise refused.error(f"sink: commit of shards {shards} to {table} refused: {refused.message}") from None
     if conflicts:

@@ -2,9 +2,10 @@
 
 The Java side (``spark_jobs/sink/jvm``) refuses a commit with its own exception classes; Python sees
 them through py4j by class name. A fence verdict (``Fenced``, ``AlreadyCommitted``, ``WindowMoved``)
-is final for the attempt; the commit's other refusals (its own checks: staged output or sink history
-expired, a sink without write-audit-publish; a swap that kept losing) are a ``SinkError`` that names
-what is wrong, and are never the shard's fault.
+is final for the attempt. Staged output an expiry took before its publish (``StagedOutputGone``) is
+staged again. The commit's other refusals (its own checks: the sink's history expired, a sink
+without write-audit-publish; a swap that kept losing) are a ``SinkError`` that names what is wrong.
+None of them is ever the shard's fault.
 """
 
 from __future__ import annotations
@@ -13,11 +14,12 @@ from dataclasses import dataclass
 
 from py4j.protocol import Py4JJavaError
 
-from icegroup.iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, WindowMoved
+from icegroup.iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, StagedOutputGone, WindowMoved
 
 REFUSALS: dict[str, type[IcegroupError]] = {
     "icegroup.commit.FencedCommit$Fenced": Fenced,
     "icegroup.commit.FencedCommit$AlreadyCommitted": AlreadyCommitted,
+    "icegroup.commit.FencedCommit$StagedGone": StagedOutputGone,
     "icegroup.commit.WindowReplace$WindowMoved": WindowMoved,
     "org.apache.iceberg.exceptions.ValidationException": SinkError,
     "org.apache.iceberg.exceptions.CommitFailedException": SinkError,

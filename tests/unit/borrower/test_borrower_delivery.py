@@ -9,10 +9,18 @@ from typing import Any
 import pytest
 from sqlalchemy.exc import OperationalError
 
-from icegroup.iceberg.errors import ConfigError, Fenced, IcegroupError, PlatformUnavailable, SinkError, StaleLease
+from icegroup.iceberg.errors import (
+    ConfigError,
+    Fenced,
+    IcegroupError,
+    PlatformUnavailable,
+    SinkError,
+    StagedOutputGone,
+    StaleLease,
+)
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.spark_jobs.borrower import lease as borrower
-from icegroup.spark_jobs.borrower.attempt import LeaseReport
+from icegroup.spark_jobs.borrower.attempt import STAGINGS, LeaseReport, staged_again
 from icegroup.spark_jobs.borrower.lease import platform_retry
 from icegroup.spark_jobs.borrower.redelivery import Staged, Undelivered, stage_with_redelivery
 from icegroup.spark_jobs.borrower.user_errors import (
@@ -398,3 +406,44 @@ def test_a_lost_sequence_race_answered_400_is_the_platforms_and_blames_no_shard(
     with pytest.raises(PlatformUnavailable, match="sequence number 62"):
         deliver(make_group(max_deliver=2), Deliveries(FakePy4JError(refused)), report(), [])
     assert waits == [], "not counted as a delivery, nor waited on here"
+
+
+class Commits:
+    """A ``commit`` fake for ``staged_again``: each call raises the next planned error, then returns a count."""
+
+    def __init__(self, *errors: Exception) -> None:
+        """Commits that raise ``errors`` in turn, then succeed."""
+        self.errors = list(errors)
+        self.calls = 0
+
+    def __call__(self) -> int:
+        """Stage and publish: raise the next error, or return how many calls it took."""
+        self.calls += 1
+        if self.errors:
+            raise self.errors.pop(0)
+        return self.calls
+
+
+def test_a_commit_whose_staged_output_was_expired_is_staged_again_and_says_so() -> None:
+    gone = StagedOutputGone("sink: commit of shards s1 to lake.out failed: staged output t1 of shards s1 is gone")
+    said: list[str] = []
+
+    assert staged_again(said.append, Commits(gone)) == 2
+    assert said == [f"{gone}; staging again (2/{STAGINGS})"]
+
+
+def test_staged_output_expired_at_every_publish_ends_in_the_named_error_after_the_last_staging() -> None:
+    commits = Commits(*(StagedOutputGone(f"gone {n}") for n in range(STAGINGS)))
+
+    with pytest.raises(StagedOutputGone, match=f"gone {STAGINGS - 1}"):
+        staged_again(lambda _line: None, commits)
+    assert commits.calls == STAGINGS
+
+
+@pytest.mark.parametrize("error", [Fenced("fenced"), SinkError("no wap"), ValueError("transform")])
+def test_a_commit_failing_any_other_way_is_not_staged_again(error: Exception) -> None:
+    commits = Commits(error)
+
+    with pytest.raises(type(error)):
+        staged_again(lambda _line: None, commits)
+    assert commits.calls == 1

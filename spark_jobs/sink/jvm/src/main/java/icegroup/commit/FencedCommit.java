@@ -80,6 +80,17 @@ public final class FencedCommit {
     }
   }
 
+  /**
+   * The staged output is not in the sink's metadata any more: nothing was committed, so it can be staged
+   * again. A staged snapshot is referenced by no branch until it is published, so an expiry of the
+   * sink's snapshots in between (another engine's {@code expire_snapshots}) can take it.
+   */
+  public static final class StagedGone extends ValidationException {
+    StagedGone(String message, Object... args) {
+      super(message, args);
+    }
+  }
+
   /** The shard is already in the sink (another attempt committed it, or this one already did). */
   public static final class AlreadyCommitted extends ValidationException {
     AlreadyCommitted(String message, Object... args) {
@@ -109,7 +120,7 @@ public final class FencedCommit {
     table.refresh();
     Snapshot staged = findStaged(table, stageToken);
     if (staged == null) {
-      throw new ValidationException(
+      throw new StagedGone(
           "staged output %s of shards %s is gone (expired before it was published?); nothing was committed",
           stageToken, shardIds);
     }
