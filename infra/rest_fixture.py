@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from icegroup.infra.rest_catalog import java
+from icegroup.spark_jobs.jars import ICEGROUP_JAR
 
 FIXTURE_DIR = Path(__file__).resolve().parent / "rest_fixture"
 FIXTURE_LIB = FIXTURE_DIR / "lib"
@@ -48,14 +49,21 @@ class FixtureServer:
 
     @property
     def jdbc_uri(self) -> str:
-        """The catalog database's JDBC URL; a SQLite file's waits for a lock and keeps a write-ahead log.
+        """The catalog database's JDBC URL; a SQLite file's goes through icegroup's shim, waits for a lock, keeps a WAL.
 
         The fixture's Jetty threads share the file through a pool of connections, and SQLite fails a
-        writer that finds it locked at once unless told to wait (``busy_timeout``).
+        writer that finds it locked at once unless told to wait (``busy_timeout``). Iceberg's
+        ``JdbcCatalog`` leaves the metadata results it reads at start open; on a catalog file that
+        already holds tables (a fixture started again) that pins a read transaction, and in WAL mode
+        that pooled connection then serves every later read of it as the file was at start: a table
+        loaded there lacks the snapshots committed since. The shim (``jdbc:icegroup-sqlite:``, in
+        ``icegroup-spark.jar``) closes those results at once; it is only a JDBC driver, and the
+        fixture's handlers and catalog stay Iceberg's own.
         """
         if not self.jdbc_url.startswith("jdbc:sqlite:") or "?" in self.jdbc_url:
             return self.jdbc_url
-        return f"{self.jdbc_url}?busy_timeout=30000&journal_mode=WAL"
+        path = self.jdbc_url.removeprefix("jdbc:sqlite:")
+        return f"jdbc:icegroup-sqlite:{path}?busy_timeout=30000&journal_mode=WAL"
 
     def properties(self) -> dict[str, str]:
         """The catalog properties the fixture is started with."""
@@ -98,7 +106,9 @@ def server_env(settings: FixtureServer, base: dict[str, str] | None = None) -> d
 
 
 def command() -> list[str]:
-    """The fixture's command line: a small heap, and every jar ``make jvm`` copied."""
+    """The fixture's command line: a small heap, every jar ``make jvm`` copied, and icegroup's (the SQLite shim)."""
     if not any(FIXTURE_LIB.glob("iceberg-open-api-*-test-fixtures.jar")):
         raise FileNotFoundError(f"{FIXTURE_LIB} holds no Iceberg REST fixture; run `make jvm`")
-    return [java(), "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{FIXTURE_LIB}/*", MAIN_CLASS]
+    if not ICEGROUP_JAR.is_file():
+        raise FileNotFoundError(f"{ICEGROUP_JAR} is not built; run `make jvm`")
+    return [java(), "-Xmx256m", "-XX:+UseSerialGC", "-cp", f"{FIXTURE_LIB}/*:{ICEGROUP_JAR}", MAIN_CLASS]

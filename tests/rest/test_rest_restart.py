@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import signal
 import subprocess
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -76,3 +77,37 @@ def test_the_rest_server_restarted_in_the_middle_of_a_lease_publish_loses_and_du
     assert code == Exit.OK, f"exit {code}, {check.line()}:\n{out[-6000:]}"
     assert check.ok, check.line()
     assert check.found == 300
+
+
+def test_a_server_started_again_on_its_catalog_file_serves_every_table_as_it_is_now(
+    rest_server: RestServerProcess, rest_lake: RestLake, make_group: MakeGroup
+) -> None:
+    """Every pooled connection of the server reads the catalog file as it is, none as it was at the server's start.
+
+    Three writers at once, so that the server's pool hands out each of its connections; each appends
+    to a table of its own, so a commit refused as a conflict, or a load without the writer's last
+    append, can only be a read of the file as it was.
+    """
+    sources = [make_group().source for _ in range(3)]
+    for source in sources:
+        create_source(rest_lake.catalog(), source)
+    rest_server.restart(0.0)
+    catalog = rest_lake.catalog()
+
+    def append_and_load(source: str) -> list[tuple[int, int | None]]:
+        stale = []
+        for _ in range(5):
+            table = catalog.load_table(source)
+            append_batches(table, 1, 5)
+            head = table.current_snapshot()
+            assert head is not None
+            for _ in range(3):
+                loaded = catalog.load_table(source).current_snapshot()
+                if loaded is None or loaded.snapshot_id != head.snapshot_id:
+                    stale.append((head.snapshot_id, loaded.snapshot_id if loaded else None))
+        return stale
+
+    with ThreadPoolExecutor(len(sources)) as pool:
+        stale = list(pool.map(append_and_load, sources))
+
+    assert stale == [[]] * len(sources), "loads that lacked the writer's own last append"

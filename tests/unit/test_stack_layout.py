@@ -100,6 +100,6 @@ def test_the_fixture_reads_each_property_from_the_variable_its_name_maps_to() ->
     assert env["CATALOG_S3_PATH__STYLE__ACCESS"] == "true"
     assert env["CATALOG_JDBC_SCHEMA__VERSION"] == "V1"
     assert env["CATALOG_IO__IMPL"] == "org.apache.iceberg.aws.s3.S3FileIO"
-    assert env["CATALOG_URI"] == "jdbc:sqlite:/tmp/c.db?busy_timeout=30000&journal_mode=WAL"
+    assert env["CATALOG_URI"] == "jdbc:icegroup-sqlite:/tmp/c.db?busy_timeout=30000&journal_mode=WAL"
     assert "CATALOG_STRAY" not in env, "an inherited CATALOG_* variable would become a catalog property"
     assert env["HOME"] == "/root"
