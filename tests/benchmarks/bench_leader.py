@@ -3,6 +3,8 @@
 Arms, side by side in one run on the same tables (JMH-style: 1 warm-up, then measured repeats):
 - ``icegroup``: ``plan_increment`` for a fixed gap of new snapshots (what a Leader tick plans);
 - ``baseline``: pyiceberg's own ``incremental_append_scan(...).plan_files()`` for the same gap;
+- ``plan_all``: both of them for the whole history at once, what a new group's first tick plans
+  (Iceberg's incremental scan reads every new snapshot's manifest list; icegroup reads the newest);
 - ``idle_tick``: a whole Leader tick of a caught-up group (registry load, sink check, empty plan);
 - ``full_tick``: the first tick of a new group over the whole history, capped at
   ``max_snapshots_per_tick`` (plan, cut, assign, registry CAS): the longest a tick gets.
@@ -21,7 +23,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
+
+from pyiceberg.table import Table
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.leader import tick
@@ -46,6 +51,11 @@ def measure(fn: Callable[[], object]) -> float:
         fn()
         samples.append((time.perf_counter() - started) * 1000)
     return statistics.median(samples)
+
+
+def planned_by_pyiceberg(table: Table) -> int:
+    """How many files pyiceberg's incremental scan plans over the table's whole history."""
+    return len(list(table.incremental_append_scan().plan_files()))
 
 
 def main() -> int:
@@ -73,6 +83,13 @@ def main() -> int:
                 )
             ),
         }
+        everything = GroupConfig(
+            name=f"{name}_all", source=f"{name}.events", sink=f"{name}.all_out", max_snapshots_per_tick=history + GAP
+        )
+        rows[history] |= {
+            "icegroup_plan_all_ms": measure(partial(plan_increment, table, None, everything)),
+            "baseline_plan_all_ms": measure(partial(planned_by_pyiceberg, table)),
+        }
         tick_group = GroupConfig(name=f"{name}_tick", source=f"{name}.events", sink=f"{name}.tick_out", start="latest")
         tick(catalog, tick_group, lambda lease: RunState.MISSING)
         rows[history]["idle_tick_ms"] = measure(lambda g=tick_group: tick(catalog, g, lambda lease: RunState.MISSING))
@@ -85,11 +102,18 @@ def main() -> int:
         rows[history]["full_tick_ms"] = (time.perf_counter() - started) * 1000
     small, large = rows[HISTORIES[0]], rows[HISTORIES[-1]]
     report = {
-        "what": f"plan a gap of {GAP} new snapshots; histories {HISTORIES}; median of {REPEATS} after warm-up",
+        "what": f"plan a gap of {GAP} new snapshots, and the whole history; histories {HISTORIES}; "
+        f"median of {REPEATS} after warm-up",
         "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
         "arms_ms": {str(h): {k: round(v, 1) for k, v in r.items()} for h, r in rows.items()},
         "ratios": {
             f"icegroup_vs_baseline_at_{h}": round(r["icegroup_plan_ms"] / r["baseline_plan_ms"], 2)
+            for h, r in rows.items()
+        }
+        | {
+            f"icegroup_vs_baseline_planning_all_{h + GAP}_at_{h}": round(
+                r["icegroup_plan_all_ms"] / r["baseline_plan_all_ms"], 2
+            )
             for h, r in rows.items()
         }
         | {
