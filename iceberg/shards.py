@@ -1,7 +1,8 @@
 """Incremental shard planning: read only what the snapshots after the group's position added.
 
-Cost is one manifest list per new snapshot plus the manifests those snapshots wrote, independent of
-the table's size (the same algorithm as Iceberg's ``BaseIncrementalAppendScan``).
+Cost is one manifest list (the newest snapshot's) plus the manifests the new snapshots wrote, independent
+of how many came before. Iceberg's ``BaseIncrementalAppendScan`` reads every new snapshot's manifest
+list, which costs the square of the gap (``added_files``).
 """
 
 from __future__ import annotations
