@@ -1,8 +1,8 @@
 """Incremental shard planning: read only what the snapshots after the group's position added.
 
-Cost is one manifest list (the newest snapshot's) plus the manifests the new snapshots wrote, independent
-of how many came before. Iceberg's ``BaseIncrementalAppendScan`` reads every new snapshot's manifest
-list, which costs the square of the gap (``added_files``).
+Cost is one manifest list (the newest snapshot's, as long as the table's count of manifests) plus the
+manifests the new snapshots wrote. Iceberg's ``BaseIncrementalAppendScan`` reads every new snapshot's
+manifest list, which costs the gap times that length (``added_files``).
 """
 
 from __future__ import annotations
