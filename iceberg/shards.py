@@ -234,9 +234,11 @@ def added_files(table: Table, appends: list[SnapshotInfo]) -> list[FileEntry]:
 
     One manifest list, the newest snapshot's, names the manifests the others wrote too: reading each
     snapshot's own list instead costs the square of the gap, since every list is as long as the
-    table's count of manifests. A snapshot whose files that list does not account for (its
-    summary's ``added-data-files``; a later merge-append or rewrite may have moved them) is read
-    from its own list, as Iceberg's incremental scan reads every one. Manifests are read in parallel,
+    table's count of manifests. A merge-append in the gap keeps each merged file's entry, now
+    ``EXISTING``, with the snapshot that added it. A snapshot whose files that list does not account
+    for (its summary's ``added-data-files``: a delete, overwrite or manifest rewrite after it took
+    some, or a writer that keeps no counts) is read from its own list, as Iceberg's incremental scan
+    reads every one. Manifests are read in parallel,
     which on object storage turns one round trip per manifest into a few.
     """
     ids = {s.snapshot_id for s in appends}
