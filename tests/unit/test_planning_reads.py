@@ -10,10 +10,11 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.expressions import EqualTo
 from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
+from pyiceberg.table.snapshots import Operation, Snapshot, Summary
 
 from icegroup.iceberg import shards
 from icegroup.iceberg.protocol.shards import FileEntry
-from icegroup.iceberg.shards import added_files, snapshot_info
+from icegroup.iceberg.shards import added_data_files, added_files, snapshot_info
 from tests.factories import MakeGroup, create_source, events, next_event_id
 
 MERGE_EVERY_COMMIT = {"commit.manifest-merge.enabled": "true", "commit.manifest.min-count-to-merge": "2"}
@@ -111,3 +112,20 @@ def test_an_append_whose_files_a_later_delete_took_is_read_from_its_own_manifest
     assert read[0] == gap[-1].snapshot_id
     assert sorted(read[1:]) == sorted([gap[0].snapshot_id, gap[1].snapshot_id]), "their eu files are gone"
     assert found(planned) == sorted(f for info in gap for f in added_the_long_way(source, info.snapshot_id))
+
+
+@pytest.mark.parametrize(
+    ("counts", "added"),
+    [
+        ({"added-data-files": "4", "total-data-files": "9"}, 4),
+        ({"total-data-files": "9"}, 0),  # Iceberg's writers leave a count of 0 out
+        ({}, None),  # a writer that keeps no counts: the snapshot is read from its own manifest list
+    ],
+)
+def test_a_snapshot_s_added_files_are_counted_from_its_summary_and_unknown_without_counts(
+    counts: dict[str, str], added: int | None
+) -> None:
+    summary = Summary(Operation.APPEND, **counts)
+    snapshot = Snapshot(snapshot_id=1, sequence_number=1, timestamp_ms=1, manifest_list="m.avro", summary=summary)
+
+    assert added_data_files(snapshot) == added
