@@ -88,7 +88,7 @@ def test_a_server_started_again_on_its_catalog_file_serves_every_table_as_it_is_
     to a table of its own, so a commit refused as a conflict, or a load without the writer's last
     append, can only be a read of the file as it was.
     """
-    sources = [make_group().source for _ in range(3)]
+    sources = [f"{make_group().source}_{writer}" for writer in range(3)]
     for source in sources:
         create_source(rest_lake.catalog(), source)
     rest_server.restart(0.0)

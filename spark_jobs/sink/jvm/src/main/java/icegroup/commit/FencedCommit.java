@@ -274,8 +274,8 @@ public final class FencedCommit {
         throw new Fenced("epoch fenced: %s is %s, this lease is of epoch %s", epochKey, current, epoch);
       }
       if (staged != null && base.snapshot(staged.snapshotId()) == null) {
-        throw new ValidationException(
-            "staged output of shards %s (snapshot %s) was expired before it was published",
+        throw new StagedGone(
+            "staged output of shards %s (snapshot %s) was expired before it was published; nothing was committed",
             String.join(",", shardIds), staged.snapshotId());
       }
       boolean reached = validateFrom == null;
