@@ -35,7 +35,7 @@ TEST_DESELECT = $(if $(CI_SPLIT),--deselect tests/e2e/test_daemon.py \
 	--deselect "tests/package/test_wheel.py::test_the_tutorial_works_from_the_wheel_outside_the_checkout[pinned]")
 
 .DEFAULT_GOAL := help
-.PHONY: help system venv lock jvm jars dist docs instance demo test test-matrix lint unit chaos bench ui screenshots clean stack-up stack-down stack-status test-stack test-catalogs bench-stack
+.PHONY: help system venv lock jvm jars dist docs instance demo test test-matrix lint unit chaos bench ui screenshots clean stack-up stack-down stack-status test-stack test-catalogs bench-stack bench-scaling
 
 help: ## list the targets (this text)
 	@echo "icegroup: make TARGET"
@@ -121,6 +121,10 @@ bench: jvm ## side by side against plain Spark and Structured Streaming (through
 	$(PY) -m tests.benchmarks.bench_lineage_precision
 	$(PY) -m tests.benchmarks.bench_long_history
 	$(PY) -m tests.benchmarks.bench_rest
+	$(PY) -m tests.benchmarks.bench_scaling
+
+bench-scaling: jvm ## how the ratio to a plain Spark job grows with the work: W1 at 1x/4x/10x, W2 at 300 and 3,000 snapshots; records tests/benchmarks/results/scaling.*
+	$(PY) -m tests.benchmarks.bench_scaling $(BENCH_ARGS)
 
 screenshots: jvm ## the docs' screenshots of the Dagster UI over the demo, taken in Chromium by tests/e2e/test_ui.py
 	ICEGROUP_SCREENSHOTS=$(CURDIR)/docs/images $(PY) -m pytest -q tests/e2e/test_ui.py

@@ -14,6 +14,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import date
 from functools import reduce
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -24,14 +25,14 @@ from icegroup.iceberg.errors import LostRace, WindowMoved
 from icegroup.iceberg.openlineage import output_dataset, run_events
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import window_value
-from icegroup.iceberg.protocol.sink_commit import replay_properties
+from icegroup.iceberg.protocol.sink_commit import replay_properties, shard_number
 from icegroup.iceberg.protocol.state import ReplayTicket
 from icegroup.iceberg.replay import ReplayPlan, ReplayShard, plan_replay, replay_ticket
 from icegroup.iceberg.retry import again_while_losing
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
-from icegroup.spark_jobs.row_files import FILE_COLUMN
+from icegroup.spark_jobs.row_files import FILE_COLUMN, FILE_REF_SQL, by_file, streams_rows
 from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.shards import UPSTREAM_SHARD_COLUMN, read_files
 from icegroup.spark_jobs.sink.fenced_commit import publish_replay, stage_shard
@@ -193,34 +194,73 @@ def stage_window(
     """Stage the window's output through ``transform`` on the sink, invisible on main; returns the stage token."""
     sink = f"{lakehouse.catalog_name}.{group.sink}"
     source = f"{lakehouse.catalog_name}.{group.source}"
-    snapshots = sorted({item.read_snapshot for item in plan.shards})
-    # Every shard's branch scans its base, so the base is cached in as many partitions as there are
-    # cores, not one per small file: a window of many shards over many files stays a few tasks a shard.
-    parallelism = spark.sparkContext.defaultParallelism
-    bases = {
-        at: read_files(
-            spark, source, at, {f for i in plan.shards if i.read_snapshot == at for f in (*i.files, *i.replaced_files)}
-        )
-        .coalesce(parallelism)
-        .persist()
-        for at in snapshots
-    }
-    frames: list[DataFrame] = []
     window = window_value(plan.window, group.replay_window)
-    for item in plan.shards:
-        rows = bases[item.read_snapshot].where(shard_rows(item)).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
-        if group.filter:
-            rows = rows.where(group.filter)
-        frames.append(with_lineage(transform(rows), item.shard.shard_id, window))
-    output = reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+    output = streamed(spark, source, group, plan, transform, window)
+    cached: list[DataFrame] = []
+    if output is None:
+        output, cached = by_shard(spark, source, group, plan, transform, window)
     ensure_staged_writes(spark, sink)
     ensure_window_partition(spark, sink, window_type(group.replay_window))
     aligned, evolve = align_to_sink(spark, sink, output)
     try:
         return stage_shard(aligned, sink, evolve=evolve)
     finally:
-        for base in bases.values():
+        for base in cached:
             base.unpersist()
+
+
+def streamed(
+    spark: SparkSession, source: str, group: GroupConfig, plan: ReplayPlan, transform: Transform, window: date | str
+) -> DataFrame | None:
+    """The window's output from one scan per source snapshot, each row naming its shard and its source file.
+
+    As a consume's batch does (``borrower/output.py``): where the transform hands rows on one by one,
+    each row's file tells its shard, so the replayed rows keep the file reference that forward and
+    backward lineage name rows by. None where that cannot hold: a transform that aggregates, sorts or
+    joins, a file of two shards, or a shard whose rows an upstream replay rewrote (its files hold rows
+    of other shards too); the window is then read shard by shard (``by_shard``).
+    """
+    paths = [path for item in plan.shards for path in item.files]
+    if any(item.replaced_files for item in plan.shards) or len(set(paths)) != len(paths):
+        return None
+    frames: list[DataFrame] = []
+    for at in sorted({item.read_snapshot for item in plan.shards}):
+        items = [item for item in plan.shards if item.read_snapshot == at]
+        rows = read_files(spark, source, at, {path for item in items for path in item.files})
+        rows = rows.drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
+        out = transform(rows.where(group.filter) if group.filter else rows)
+        if not streams_rows(out, source):
+            return None
+        shards = by_file({path: shard_number(item.shard.shard_id) for item in items for path in item.files})
+        frames.append(with_lineage(out, shards, window, F.expr(FILE_REF_SQL)))
+    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
+
+
+def by_shard(
+    spark: SparkSession, source: str, group: GroupConfig, plan: ReplayPlan, transform: Transform, window: date | str
+) -> tuple[DataFrame, list[DataFrame]]:
+    """The window's output shard by shard, without file references, and the cached rows to release once it is staged.
+
+    Every shard's branch scans its base, so the base is cached in as many partitions as there are
+    cores, not one per small file: a window of many shards over many files stays a few tasks a
+    shard. Cached rows name no file, so these rows name their shard only.
+    """
+    parallelism = spark.sparkContext.defaultParallelism
+    cached = {
+        at: read_files(
+            spark, source, at, {f for i in plan.shards if i.read_snapshot == at for f in (*i.files, *i.replaced_files)}
+        )
+        .coalesce(parallelism)
+        .persist()
+        for at in sorted({item.read_snapshot for item in plan.shards})
+    }
+    frames: list[DataFrame] = []
+    for item in plan.shards:
+        rows = cached[item.read_snapshot].where(shard_rows(item)).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
+        if group.filter:
+            rows = rows.where(group.filter)
+        frames.append(with_lineage(transform(rows), item.shard.shard_id, window))
+    return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames), list(cached.values())
 
 
 def shard_rows(item: ReplayShard) -> Column:

@@ -12,6 +12,7 @@ on. Its wall time is cut at the moments Spark itself records:
 - ``after jobs``: to the process's exit: the fenced publish, the registry, the report, the Dagster
   run record, the JVM's stop.
 
+The ``consume`` arm runs ``icegroup consume GROUP --until-caught-up``, as the docs tell users to.
 It also sums the tasks' executor run time, the compute the rows took. ``A2`` and ``consume``
 alternate for ROUNDS rounds; every sink is checked equal to its source. The per-row costs inside
 ``jobs`` (the pinned read, the lineage columns, the staged write) are ``bench_lineage_cost.py``'s.
@@ -33,7 +34,7 @@ from matplotlib.figure import Figure
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import ICEGROUP, check_same_rows
+from tests.benchmarks.measure import check_same_rows, consume_command
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.dagster_dev import dagster_env
 from tests.factories import create_source, write_groups
@@ -109,7 +110,7 @@ def run_workload(workload: Workload, folder: Path) -> dict[str, list[dict[str, f
             command = (
                 [sys.executable, "-m", "tests.benchmarks.baselines", "batch", SOURCE, sink]
                 if arm == "A2"
-                else [ICEGROUP, "--groups", env["ICEGROUP_GROUPS"], "consume", sink.split(".")[1]]
+                else consume_command(env["ICEGROUP_GROUPS"], sink.split(".")[1])
             )
             runs[arm].append(run_arm(command, env, folder / "events" / f"{arm}_{index}"))
             check_same_rows(catalog, SOURCE, sink)

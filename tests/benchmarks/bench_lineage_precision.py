@@ -10,7 +10,9 @@ truth is the event ids the file holds, read from the file itself. Two answers ar
   file.
 
 Precision is the share of named rows that came from the file; recall, the share of the file's rows
-that were named. Run: ``make bench`` (writes tests/benchmarks/results/lineage_precision.json).
+that were named. Then the consumed windows are replayed (``replay_window``) and the same files
+scored again (``after_replay``): a replayed window's rows must keep their file references.
+Run: ``make bench`` (writes tests/benchmarks/results/lineage_precision.json).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
+from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
@@ -30,10 +33,11 @@ from icegroup.iceberg.lineage import by_source_file
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.sink_commit import shard_filter
 from icegroup.iceberg.store.tables import shards_as_numbers
+from icegroup.spark_jobs.replay import replay_window
 from icegroup.spark_jobs.session import get_session
 from tests.benchmarks.workloads import Workload, fill
-from tests.factories import create_source
-from tests.integration.helpers import drive
+from tests.factories import create_source, today
+from tests.integration.helpers import drive, quiet
 
 WORKLOAD = Workload("P", snapshots=40, rows_per_snapshot=2_000)
 SAMPLE = 25
@@ -55,8 +59,37 @@ def scored(named: list[int], truth: set[int]) -> tuple[float, float]:
     return hits / len(named) if named else 0.0, len(truth & set(named)) / len(truth)
 
 
+def score(
+    catalog: Catalog, group: GroupConfig, held: dict[str, set[int]], paths: list[str]
+) -> tuple[dict[str, list[tuple[float, float]]], list[float]]:
+    """Both answers' precision and recall for each of ``paths``, and how long each answer took."""
+    sink = catalog.load_table(group.sink)
+    scores: dict[str, list[tuple[float, float]]] = {"by_file": [], "by_shard": []}
+    answer_s = []
+    for path in paths:
+        started = time.perf_counter()
+        found = by_source_file(catalog, group, path)
+        answer_s.append(time.perf_counter() - started)
+        assert found.sink_filter is not None
+        exact = sink.scan(row_filter=found.sink_filter, selected_fields=("event_id",)).to_arrow()
+        shards = shard_filter({e.shard_id for e in found.found}, shards_as_numbers(sink))
+        whole = sink.scan(row_filter=shards, selected_fields=("event_id",)).to_arrow()
+        scores["by_file"].append(scored(exact.column("event_id").to_pylist(), held[path]))
+        scores["by_shard"].append(scored(whole.column("event_id").to_pylist(), held[path]))
+    return scores, answer_s
+
+
+def figures(values: list[tuple[float, float]]) -> dict[str, float]:
+    """The lowest and mean precision and the lowest recall of an answer over the sampled files."""
+    return {
+        "precision_min": round(min(p for p, _ in values), 4),
+        "precision_mean": round(statistics.mean(p for p, _ in values), 4),
+        "recall_min": round(min(r for _, r in values), 4),
+    }
+
+
 def main() -> None:
-    """Consume the source, then score both answers for a sample of its files; record the figures."""
+    """Consume the source and score both answers for a sample of its files; replay the windows and score again."""
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-precision-") as tmp:
         lakehouse = load_lakehouse(env={"ICEGROUP_HOME": str(Path(tmp) / "lake")})
         catalog = lakehouse.catalog()
@@ -64,36 +97,24 @@ def main() -> None:
         group = GroupConfig(name="bench", source="bench.events", sink="bench.events_out", transform=transform)
         fill(create_source(catalog, group.source), WORKLOAD)
         spark = get_session(lakehouse)
+        windows = {today(group)}
         drive(spark, lakehouse, group)
-        spark.stop()
+        windows.add(today(group))
         held = file_events(catalog.load_table(group.source))
-        sink = catalog.load_table(group.sink)
-        scores: dict[str, list[tuple[float, float]]] = {"by_file": [], "by_shard": []}
-        answer_s = []
-        for path in random.Random(27).sample(sorted(held), SAMPLE):
-            started = time.perf_counter()
-            found = by_source_file(catalog, group, path)
-            answer_s.append(time.perf_counter() - started)
-            assert found.sink_filter is not None
-            exact = sink.scan(row_filter=found.sink_filter, selected_fields=("event_id",)).to_arrow()
-            shards = shard_filter({e.shard_id for e in found.found}, shards_as_numbers(sink))
-            whole = sink.scan(row_filter=shards, selected_fields=("event_id",)).to_arrow()
-            scores["by_file"].append(scored(exact.column("event_id").to_pylist(), held[path]))
-            scores["by_shard"].append(scored(whole.column("event_id").to_pylist(), held[path]))
+        paths = random.Random(27).sample(sorted(held), SAMPLE)
+        scores, answer_s = score(catalog, group, held, paths)
+        for window in sorted(windows):
+            replay_window(spark, lakehouse, group, window, progress=quiet)
+        spark.stop()
+        replayed, _ = score(catalog, group, held, paths)
     result = {
         "workload": {"snapshots": WORKLOAD.snapshots, "rows_per_snapshot": WORKLOAD.rows_per_snapshot},
         "source_files": len(held),
         "sampled_files": SAMPLE,
         "transform": group.transform,
         "answer_median_s": round(statistics.median(answer_s), 3),
-        **{
-            arm: {
-                "precision_min": round(min(p for p, _ in values), 4),
-                "precision_mean": round(statistics.mean(p for p, _ in values), 4),
-                "recall_min": round(min(r for _, r in values), 4),
-            }
-            for arm, values in scores.items()
-        },
+        **{arm: figures(values) for arm, values in scores.items()},
+        "after_replay": {arm: figures(values) for arm, values in replayed.items()},
     }
     RESULTS.write_text(json.dumps(result, indent=2) + "\n")
     print(json.dumps(result, indent=2))

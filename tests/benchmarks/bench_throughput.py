@@ -9,7 +9,7 @@ rows) one source table is filled, and every arm moves all of it, with the same t
   --warm-up``), timed from that job's start to its end: the baseline a warm Borrower is compared
   with, since neither pays a JVM start;
 - ``B1``: Structured Streaming with trigger ``AvailableNow`` (``baselines.py stream``), a process;
-- ``consume``: ``icegroup consume GROUP``, a process, until caught up;
+- ``consume``: ``icegroup consume GROUP --until-caught-up``, a process, as the docs tell users to run it;
 - ``dagster``: a running ``dagster dev`` (daemon and webserver). The group's Leader sensor is
   turned on once the backlog is committed (``dagster sensor start``); the arm is timed from then
   until the sink commit that catches the group up. Its Leader ticks, the Borrower run the daemon
@@ -49,9 +49,9 @@ from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.store.heartbeats import read_beats
 from tests.benchmarks.measure import (
-    ICEGROUP,
     caught_up,
     check_same_rows,
+    consume_command,
     run_timed,
     visible_ms,
     wait_for,
@@ -65,6 +65,7 @@ from tests.stack_env import home_env
 ROUNDS = 3
 ARMS = ("A2", "A2_warm", "B1", "consume", "dagster", "dagster_warm")
 PROCESS_ARMS = ARMS[:4]
+JVM_STARTED = frozenset({"A2", "B1", "consume", "dagster"})  # arms whose time includes starting Spark's JVM
 WARM_UP_TABLE = "bench.warm_up"
 WARM_UP_ROWS = 300
 WARM_UP_FIRST_ID = 1_000_000_000  # after any workload's event ids, so the warm-up rows are keys of their own
@@ -96,7 +97,7 @@ def process_arm(arm: str, index: int, folder: Path, env: dict[str, str]) -> tupl
         return sink, [*baseline, "batch", SOURCE, sink, "--warm-up", WARM_UP_TABLE]
     if arm == "B1":
         return sink, [*baseline, "stream", SOURCE, sink, "--checkpoint", str(folder / f"checkpoint_{index}")]
-    return sink, [ICEGROUP, "--groups", env["ICEGROUP_GROUPS"], "consume", sink.split(".")[1]]
+    return sink, consume_command(env["ICEGROUP_GROUPS"], sink.split(".")[1])
 
 
 def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[str, list[float]], int]:
@@ -214,6 +215,7 @@ def summary(workload: Workload, seconds: dict[str, list[float]], source_bytes: i
         "throughput_over_A2": {arm: round(medians["A2"] / median, 2) for arm, median in medians.items()},
         "throughput_over_B1": {arm: round(medians["B1"] / median, 2) for arm, median in medians.items()},
         "warm_borrower_over_A2_warm": round(medians["A2_warm"] / medians["dagster_warm"], 2),
+        "includes_jvm_start": {arm: arm in JVM_STARTED for arm in medians},
     }
 
 

@@ -102,7 +102,7 @@ print(json.dumps({
 
 def run_arm(tree: Path) -> dict[str, float]:
     """One worker in ``tree``: its medians, as it prints them."""
-    env = {**os.environ, "PYTHONPATH": str(tree)}
+    env = {**os.environ, "PYTHONPATH": f"{tree / 'build' / 'python'}{os.pathsep}{tree}"}
     done = subprocess.run(
         [sys.executable, "-c", WORKER], cwd=tree, env=env, capture_output=True, text=True, timeout=600, check=True
     )
@@ -111,10 +111,15 @@ def run_arm(tree: Path) -> dict[str, float]:
 
 
 def checkout(revision: str, into: Path) -> Path:
-    """``revision`` of this repository as a detached worktree in ``into``."""
+    """``revision`` of this repository as a detached worktree in ``into``, with its import name ``icegroup`` linked.
+
+    A tree's package folder (``build/python/icegroup``) is made by ``infra/package_links.sh``, not kept
+    in git, so a fresh worktree has none until the script runs.
+    """
     subprocess.run(
         ["git", "worktree", "add", "--detach", str(into), revision], cwd=repo_root(), check=True, capture_output=True
     )
+    subprocess.run(["bash", "infra/package_links.sh"], cwd=into, check=True, capture_output=True)
     return into
 
 
@@ -122,16 +127,18 @@ def main(argv: list[str] | None = None) -> int:
     """Run the rounds, print and record the ratios."""
     args = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     args.add_argument("--against", required=True, help="the revision to compare with (a commit or a tag)")
-    against = args.parse_args(argv).against
+    args.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of both arms (default %(default)s)")
+    parsed = args.parse_args(argv)
+    against, rounds = parsed.against, parsed.rounds
     other = checkout(against, Path(tempfile.mkdtemp(prefix="icegroup-bench-against-")) / "tree")
     try:
         arms = {"this": repo_root(), "against": other}
         samples: dict[str, list[dict[str, float]]] = {"this": [], "against": []}
-        for round_ in range(ROUNDS):
+        for round_ in range(rounds):
             order = ["this", "against"] if round_ % 2 == 0 else ["against", "this"]
             for arm in order:
                 samples[arm].append(run_arm(arms[arm]))
-                print(f"round {round_ + 1}/{ROUNDS} {arm}: {samples[arm][-1]}", flush=True)
+                print(f"round {round_ + 1}/{rounds} {arm}: {samples[arm][-1]}", flush=True)
     finally:
         subprocess.run(["git", "worktree", "remove", "--force", str(other)], cwd=repo_root(), check=False)
     report = report_of(against, samples)
@@ -157,7 +164,7 @@ def report_of(against: str, samples: dict[str, list[dict[str, float]]]) -> dict[
         "what": (
             "Leader tick of one group over 3 streams after warm-up; busy: one new source snapshot, the last "
             "lease's commit to reconcile and record, one grant; idle: nothing new. Each arm a process of its own, "
-            f"alternating over {ROUNDS} rounds; ratio = this tree / the other, median of the rounds"
+            f"alternating over {len(samples['this'])} rounds; ratio = this tree / the other, median of the rounds"
         ),
         "this": head.stdout.strip(),
         "against": against,

@@ -22,6 +22,13 @@ from icegroup.iceberg.store.registry import load_state
 
 REPO = Path(__file__).resolve().parents[2]
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
+
+
+def consume_command(groups: str, group: str) -> list[str]:
+    """``icegroup consume GROUP --until-caught-up``: what the docs tell a user to run, so what an arm times."""
+    return [ICEGROUP, "--groups", groups, "consume", group, "--until-caught-up"]
+
+
 KEY = "event_id"
 
 

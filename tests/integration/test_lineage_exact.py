@@ -92,7 +92,8 @@ def test_the_newest_commits_are_answered_from_the_commits_before_the_leader_reco
     assert {e.kind for e in replayed.found} == {REPLAYED}
     assert {e.source_file for e in replayed.found} == set(held)
     after_replay = by_source_file(catalog, group, path)
-    assert "carry no source-file reference" in after_replay.note, "a replay's rows name their shard, and it says so"
+    assert "carry no source-file reference" not in after_replay.note, "a replay's rows keep their source file"
+    assert sum(after_replay.sink_rows.values()) == len(events), "the replayed file's rows, exactly"
 
     drive(spark, lakehouse, group)
     recorded = by_sink_snapshot(catalog, group, report.sink_snapshot)

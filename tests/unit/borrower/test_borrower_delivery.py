@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from functools import partial
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -447,3 +449,24 @@ def test_a_commit_failing_any_other_way_is_not_staged_again(error: Exception) ->
     with pytest.raises(type(error)):
         staged_again(lambda _line: None, commits)
     assert commits.calls == 1
+
+
+def test_rows_isolated_from_a_shard_staged_again_are_counted_once(
+    make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A shard whose isolated rest expired before its publish isolates its rows again; the report counts them once."""
+    group = make_group(on_poison="isolate")
+    run = SimpleNamespace(group=group, report=LeaseReport("l1", 1, 1, 0, 1), progress=lambda _line: None)
+    monkeypatch.setattr(borrower, "failpoint", lambda _name: None)
+    monkeypatch.setattr(borrower, "output", lambda *_args: None)
+    monkeypatch.setattr(borrower, "stage_with_redelivery", lambda *_args: Undelivered(ValueError("poison")))
+    monkeypatch.setattr(
+        borrower, "commit_without_poison", lambda *_args: (Staged("t"), {"f.parquet": [4, 9, 12]}, None)
+    )
+    publishes = Commits(StagedOutputGone("staged output t of shards s1 is gone"))
+    monkeypatch.setattr(borrower, "publish", lambda *_args: publishes())
+
+    staged_again(lambda _line: None, partial(borrower.commit_alone, run, shard(1), None, None))  # type: ignore[arg-type]
+
+    assert publishes.calls == 2
+    assert run.report.isolated_rows == 3
