@@ -261,8 +261,9 @@ def forward_rows(catalog: Catalog, group: GroupConfig, lineage: LineageNow, foun
         )
     elif unknown := rows.column(COL_FILE).null_count:
         found.note = (
-            f"{unknown} of the {rows.num_rows} sink rows named carry no source-file reference (a replayed window's "
-            "rows, an aggregating transform's output, or rows written before icegroup recorded it): they are named "
+            f"{unknown} of the {rows.num_rows} sink rows named carry no source-file reference (an aggregating "
+            "transform's output, a replay of a chained group's window an upstream replay rewrote, or rows written "
+            "before icegroup recorded it): they are named "
             "because their shard read the file"
         )
     whole = sorted(shard for shard, (_, exact) in asked.items() if not exact)

@@ -197,12 +197,12 @@ def stage_window(
     window = window_value(plan.window, group.replay_window)
     output = streamed(spark, source, group, plan, transform, window)
     cached: list[DataFrame] = []
-    if output is None:
-        output, cached = by_shard(spark, source, group, plan, transform, window)
-    ensure_staged_writes(spark, sink)
-    ensure_window_partition(spark, sink, window_type(group.replay_window))
-    aligned, evolve = align_to_sink(spark, sink, output)
     try:
+        if output is None:
+            output, cached = by_shard(spark, source, group, plan, transform, window)
+        ensure_staged_writes(spark, sink)
+        ensure_window_partition(spark, sink, window_type(group.replay_window))
+        aligned, evolve = align_to_sink(spark, sink, output)
         return stage_shard(aligned, sink, evolve=evolve)
     finally:
         for base in cached:
@@ -218,20 +218,26 @@ def streamed(
     each row's file tells its shard, so the replayed rows keep the file reference that forward and
     backward lineage name rows by. None where that cannot hold: a transform that aggregates, sorts or
     joins, a file of two shards, or a shard whose rows an upstream replay rewrote (its files hold rows
-    of other shards too); the window is then read shard by shard (``by_shard``).
+    of other shards too); the whole window is then read shard by shard (``by_shard``), and none of its
+    rows carry a file reference. A shard that found no files has no rows to read.
     """
     paths = [path for item in plan.shards for path in item.files]
-    if any(item.replaced_files for item in plan.shards) or len(set(paths)) != len(paths):
+    if not paths or any(item.replaced_files for item in plan.shards) or len(set(paths)) != len(paths):
+        return None
+
+    def output(at: int, files: set[str]) -> DataFrame:
+        rows = read_files(spark, source, at, files).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
+        return transform(rows.where(group.filter) if group.filter else rows)
+
+    # The verdict from one file's output: the window's read holds a literal per file.
+    first = next(item for item in plan.shards if item.files)
+    if not streams_rows(output(first.read_snapshot, {first.files[0]}), source):
         return None
     frames: list[DataFrame] = []
-    for at in sorted({item.read_snapshot for item in plan.shards}):
-        items = [item for item in plan.shards if item.read_snapshot == at]
-        rows = read_files(spark, source, at, {path for item in items for path in item.files})
-        rows = rows.drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
-        out = transform(rows.where(group.filter) if group.filter else rows)
-        if not streams_rows(out, source):
-            return None
+    for at in sorted({item.read_snapshot for item in plan.shards if item.files}):
+        items = [item for item in plan.shards if item.read_snapshot == at and item.files]
         shards = by_file({path: shard_number(item.shard.shard_id) for item in items for path in item.files})
+        out = output(at, {path for item in items for path in item.files})
         frames.append(with_lineage(out, shards, window, F.expr(FILE_REF_SQL)))
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
 

@@ -287,7 +287,7 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -
     failpoint("borrower.after_stage")
     # A lone shard refused as a duplicate is in a commit (or SinkError is raised): none is left over.
     publish(run, [shard], staged.token, time.perf_counter() - started, isolated_property(shard, isolated))
-    run.report.isolated_rows += sum(map(len, isolated.values()))  # once published: a shard staged again isolates again
+    run.report.isolated_rows += sum(map(len, isolated.values()))  # after the publish: a re-staged shard isolates again
 
 
 def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source: Table) -> list[Shard]:

@@ -103,8 +103,8 @@ def main() -> None:
         held = file_events(catalog.load_table(group.source))
         paths = random.Random(27).sample(sorted(held), SAMPLE)
         scores, answer_s = score(catalog, group, held, paths)
-        for window in sorted(windows):
-            replay_window(spark, lakehouse, group, window, progress=quiet)
+        replays = [replay_window(spark, lakehouse, group, window, progress=quiet) for window in sorted(windows)]
+        assert sum(r.shards for r in replays) > 0, f"the replays replaced nothing: {replays}"
         spark.stop()
         replayed, _ = score(catalog, group, held, paths)
     result = {

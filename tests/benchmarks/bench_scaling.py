@@ -24,8 +24,10 @@ import argparse
 import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
+from datetime import UTC, datetime
 from pathlib import Path
 
 from matplotlib.figure import Figure
@@ -34,6 +36,7 @@ from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from tests.benchmarks.measure import check_same_rows, consume_command, run_timed
 from tests.benchmarks.workloads import W1, W2, Workload, fill
+from tests.conftest import repo_root
 from tests.dagster_dev import dagster_env
 from tests.factories import create_source, write_groups
 from tests.stack_env import home_env
@@ -94,6 +97,10 @@ def summary(workload: Workload, seconds: dict[str, list[float]]) -> dict[str, ob
         "rows_per_snapshot": workload.rows_per_snapshot,
         "rows": workload.rows,
         "rounds": len(seconds["A2"]),
+        "commit": subprocess.run(
+            ["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(), capture_output=True, text=True, check=False
+        ).stdout.strip(),
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": seconds,
         "median_s": medians,
         "throughput_over_A2": {arm: round(medians["A2"] / median, 2) for arm, median in medians.items()},

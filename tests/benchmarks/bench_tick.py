@@ -8,7 +8,7 @@ and idle ticks (nothing new). The worker also counts how often one busy tick ope
 alternate (A B, then B A) over ``ROUNDS`` rounds, because these machines are noisy; the report is the
 median of each round's ratio, this tree over the other.
 
-Run: ``python -m tests.benchmarks.bench_tick --against 6bf5630`` (writes
+Run: ``python -m tests.benchmarks.bench_tick --against b32c141`` (that commit or a later one) (writes
 tests/benchmarks/results/tick_rooms.json).
 """
 
@@ -119,6 +119,8 @@ def checkout(revision: str, into: Path) -> Path:
     subprocess.run(
         ["git", "worktree", "add", "--detach", str(into), revision], cwd=repo_root(), check=True, capture_output=True
     )
+    if not (into / "infra" / "package_links.sh").is_file():
+        raise SystemExit(f"{revision} predates the import name icegroup (b32c141): compare with b32c141 or later")
     subprocess.run(["bash", "infra/package_links.sh"], cwd=into, check=True, capture_output=True)
     return into
 
@@ -130,9 +132,9 @@ def main(argv: list[str] | None = None) -> int:
     args.add_argument("--rounds", type=int, default=ROUNDS, help="rounds of both arms (default %(default)s)")
     parsed = args.parse_args(argv)
     against, rounds = parsed.against, parsed.rounds
-    other = checkout(against, Path(tempfile.mkdtemp(prefix="icegroup-bench-against-")) / "tree")
+    other = Path(tempfile.mkdtemp(prefix="icegroup-bench-against-")) / "tree"
     try:
-        arms = {"this": repo_root(), "against": other}
+        arms = {"this": repo_root(), "against": checkout(against, other)}
         samples: dict[str, list[dict[str, float]]] = {"this": [], "against": []}
         for round_ in range(rounds):
             order = ["this", "against"] if round_ % 2 == 0 else ["against", "this"]
