@@ -15,6 +15,7 @@ from pydantic import Field
 
 from icegroup.dagster_project.assets import DATA_VERSION_TAG, replay_metadata
 from icegroup.dagster_project.resources import lakehouse_of
+from icegroup.dagster_project.runs.executor import ONE_PROCESS
 from icegroup.dagster_project.runs.tags import TAG_GROUP
 from icegroup.iceberg.protocol.canary import CanaryDiff
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -99,6 +100,7 @@ def canary_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str
 
     @dg.job(
         name=f"{group.name}_canary",
+        executor_def=ONE_PROCESS,
         resource_defs=dict(resources),
         tags={TAG_GROUP: group.name},
         description=f"Try a new transform on one window of {group.name}'s sink beside main; then promote it.",

@@ -27,7 +27,9 @@ from icegroup.dagster_project.jobs import (
     follow_job,
 )
 from icegroup.dagster_project.resources import DEFAULT_KEY, lakehouse_config_of, lakehouse_resource
+from icegroup.dagster_project.runs.executor import ONE_PROCESS
 from icegroup.dagster_project.runs.tags import TAG_GROUP
+from icegroup.dagster_project.runs.warm import code_stamp
 from icegroup.dagster_project.schedules import consume_schedule, expire_schedule
 from icegroup.dagster_project.sensors import leader_sensor
 from icegroup.dagster_project.window_start import resolve_window_starts
@@ -115,7 +117,7 @@ def build_definitions(
         if group.schedule:
             schedules.append(consume_schedule(group, consume, group.schedule))
         else:
-            sensors.append(leader_sensor(group, borrower, sink_key, source_key, name, follow))
+            sensors.append(leader_sensor(group, borrower, sink_key, source_key, name, follow, code_stamp(group)))
     if groups:
         expire = expire_job(groups, resources)
         jobs.append(expire)
@@ -140,7 +142,7 @@ def replay_jobs(groups: Iterable[GroupConfig], sinks: Iterable[dg.AssetsDefiniti
         yield dg.define_asset_job(
             name=f"{group.name}_replay",
             selection=[sink],
-            executor_def=dg.in_process_executor,
+            executor_def=ONE_PROCESS,
             tags={TAG_GROUP: group.name},
             description=f"Replay windows of group {group.name}: each one's output is replaced by a fresh consumption.",
         )

@@ -15,11 +15,13 @@ from icegroup.dagster_project.assets import (
 from icegroup.dagster_project.checks import exactly_once_evaluation, lag_evaluation_now
 from icegroup.dagster_project.openlineage_runs import expire_run
 from icegroup.dagster_project.resources import lakehouse_of
+from icegroup.dagster_project.runs.executor import ONE_PROCESS
 from icegroup.dagster_project.runs.observer import observe_runs, terminate_runs
 from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.dagster_project.runs.warm import borrow_op_name
 from icegroup.dagster_project.tick_events import completion_events, source_event
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
-from icegroup.iceberg.lag import lag_of
+from icegroup.iceberg.lag import Work, lag_of, pending_work
 from icegroup.iceberg.leader import TickResult
 from icegroup.iceberg.protocol.consume import DEFAULTS, RunOptions
 from icegroup.iceberg.protocol.durations import parse_duration
@@ -32,6 +34,7 @@ from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.warm import borrow
 from icegroup.spark_jobs.consume import ConsumeHooks, consume
 from icegroup.spark_jobs.follow import FollowReport, follow_upstream
+from icegroup.spark_jobs.session import start_in_background
 
 
 class ConsumeConfig(dg.Config):
@@ -63,6 +66,10 @@ class BorrowConfig(dg.Config):
         default=None, description="Exit after this long without a lease to take; default: the group's borrower_idle_s."
     )
     poll_s: float = Field(default=1.0, gt=0, le=60, description="Seconds between looks for a waiting lease.")
+    keep_warm: bool = Field(
+        default=False,
+        description="Never exit when idle: one of the group's warm_borrowers, which the Leader starts with this set.",
+    )
 
 
 def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str, Any]) -> dg.JobDefinition:
@@ -74,11 +81,12 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
     """
     (key,) = resources
 
-    @dg.op(name=f"{group.name}_borrow_op", tags={"kind": "spark"}, required_resource_keys={key})
+    @dg.op(name=borrow_op_name(group.name), tags={"kind": "spark"}, required_resource_keys={key})
     def borrow_op(context: dg.OpExecutionContext, config: BorrowConfig) -> None:
         """Take the leases the Leader granted, run them on one warm SparkSession, exit when idle."""
         icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
+        start_in_background(lakehouse)  # the Leader starts a Borrower for waiting leases: boot the JVM meanwhile
         record = recording(context, group, sink_key, lakehouse)
         with canceled_on_interrupt(context):
             summary = borrow(
@@ -88,7 +96,7 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
                 context.run_id,
                 on_lease=record,
                 progress=context.log.info,
-                idle_timeout_s=group.borrower_idle_s if config.idle_timeout_s is None else config.idle_timeout_s,
+                idle_timeout_s=None if config.keep_warm else idle_timeout(group, config),
                 poll_s=config.poll_s,
             )
         context.log.info(
@@ -98,6 +106,7 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
 
     @dg.job(
         name=f"{group.name}_borrower",
+        executor_def=ONE_PROCESS,
         resource_defs=dict(resources),
         tags={TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER},
         description=f"Warm Borrower of group {group.name}: takes the leases {group.name}_leader grants, until idle.",
@@ -106,6 +115,11 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
         borrow_op()
 
     return job
+
+
+def idle_timeout(group: GroupConfig, config: BorrowConfig) -> float:
+    """How long a Borrower run started for work waits for another lease: the run's own setting, else the group's."""
+    return group.borrower_idle_s if config.idle_timeout_s is None else config.idle_timeout_s
 
 
 def observation(
@@ -124,7 +138,8 @@ def consume_job(
 ) -> dg.JobDefinition:
     """Leader and Borrower in one run, with one warm SparkSession: what `icegroup consume` runs.
 
-    The session starts at the first lease this run executes, so a run with nothing to do starts no JVM.
+    The session starts on a thread as the run begins when the source has data to consume, so the
+    JVM boots while the run ticks; a run with nothing to do starts none.
     """
     (key,) = resources
 
@@ -133,6 +148,8 @@ def consume_job(
         """Tick and run the granted leases here until caught up; observe leases, materialize complete windows."""
         icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
+        if pending_work(lakehouse.catalog(), group) is Work.DATA:
+            start_in_background(lakehouse)  # the JVM boots while the run ticks; a caught-up run starts none
         record = recording(context, group, sink_key, lakehouse)
         observed: list[int] = []
 
@@ -171,6 +188,7 @@ def consume_job(
 
     @dg.job(
         name=f"{group.name}_consume",
+        executor_def=ONE_PROCESS,
         resource_defs=dict(resources),
         tags={TAG_GROUP: group.name},
         description=f"Consume group {group.name} until caught up, in one run.",
@@ -261,6 +279,7 @@ def follow_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str
 
     @dg.job(
         name=f"{group.name}_follow",
+        executor_def=ONE_PROCESS,
         resource_defs=dict(resources),
         tags={TAG_GROUP: group.name},
         description=f"Follow the replays of {group.source} upstream: replay the windows of {group.name} they replaced.",
@@ -308,6 +327,7 @@ def expire_job(groups: dict[str, GroupConfig], resources: Mapping[str, Any]) -> 
 
     @dg.job(
         name=f"{key}_expire",
+        executor_def=ONE_PROCESS,
         resource_defs=dict(resources),
         description="Expire snapshots of the groups' sources, sinks and state tables that no group needs.",
     )

@@ -7,11 +7,12 @@ import dagster as dg
 
 from icegroup.dagster_project.resources import lakehouse_of
 from icegroup.dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
-from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_FOLLOWS, TAG_GROUP, TAG_ROLE
+from icegroup.dagster_project.runs.tags import TAG_FOLLOWS, TAG_GROUP
+from icegroup.dagster_project.runs.warm import borrower_tags, warm_run_config
 from icegroup.dagster_project.tick_events import LeaderCursor, leader_events, stopped_events
 from icegroup.iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
 from icegroup.iceberg.leader import TickResult, tick
-from icegroup.iceberg.protocol.borrower import borrowers_to_start, census, waiting
+from icegroup.iceberg.protocol.borrower import borrowers_to_start, census, stale, starts, waiting
 from icegroup.iceberg.protocol.group import GroupConfig
 
 DAEMON_LOOP_S = 5
@@ -54,15 +55,21 @@ def minimum_interval_s(sensor_interval_s: int) -> int:
 
 
 def borrower_requests(
-    context: dg.SensorEvaluationContext, group: GroupConfig, result: TickResult, job_name: str
+    context: dg.SensorEvaluationContext, group: GroupConfig, result: TickResult, job_name: str, code: str
 ) -> list[dg.RunRequest]:
-    """Start Borrower runs of ``job_name`` only for waiting leases that no live Borrower has a free slot for.
+    """Start Borrower runs of ``job_name`` for waiting leases no live Borrower has a free slot for, and warm ones.
 
     Borrower runs that a ``kill -9`` left looking alive (silent past the session timeout, or whose
     process the Leader sees ended on its own machine) are ended first, so they neither count as live
-    nor show as running in the UI.
+    nor show as running in the UI; so are idle warm runs made by other code than ``code``. Then
+    enough runs start to keep ``warm_borrowers`` up (none while the group is paused), each with
+    its Spark session started and no idle exit.
     """
     runs = borrower_runs(context.instance, group.name)
+    ended = end_runs(context.instance, stale(runs, result.state, code), "its code is older than the Leader's")
+    for run_id in ended:
+        context.log.info(f"{group.name}: ended warm Borrower run {run_id}: the code location was reloaded")
+    runs = [run for run in runs if run.run_id not in ended]
     now_ms = int(time.time() * 1000)
     found = census(
         runs, result.state, result.beats, now_ms, group.session_timeout_s, group.leases_per_borrower, result.gone
@@ -70,9 +77,16 @@ def borrower_requests(
     for run_id in end_runs(context.instance, found.silent, "the Borrower's process ended or stopped beating"):
         why = "its process ended" if run_id in result.gone else "no heartbeat for over a session timeout"
         context.log.warning(f"{group.name}: ended Borrower run {run_id}: {why}")
-    starts = borrowers_to_start(len(waiting(result.state)), found, group.leases_per_borrower, group.max_borrowers)
-    tags = {TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}
-    return [dg.RunRequest(job_name=job_name, tags=tags) for _ in range(starts)]
+    for_work = borrowers_to_start(len(waiting(result.state)), found, group.leases_per_borrower, group.max_borrowers)
+    planned = starts(for_work, found, 0 if result.paused else group.warm_borrowers, group.max_borrowers)
+    warm = [
+        dg.RunRequest(
+            job_name=job_name, tags=borrower_tags(group.name, code, warm=True), run_config=warm_run_config(group.name)
+        )
+        for _ in range(planned.warm)
+    ]
+    cold = [dg.RunRequest(job_name=job_name, tags=borrower_tags(group.name, code, warm=False))] * planned.for_work
+    return warm + cold
 
 
 def leader_sensor(
@@ -81,7 +95,8 @@ def leader_sensor(
     sink_key: dg.AssetKey,
     source_key: dg.AssetKey,
     resource_key: str,
-    follow: dg.JobDefinition | None = None,
+    follow: dg.JobDefinition | None,
+    code: str,
 ) -> dg.SensorDefinition:
     """The group's Leader: reconcile, re-grant dead leases, cut shards, grant leases, start warm Borrowers.
 
@@ -135,7 +150,7 @@ def leader_sensor(
         if result.stopped:
             context.log.error(result.stop_message())  # the dead_letters check fails with it, in the asset graph
             return dg.SensorResult(asset_events=shown.events, skip_reason=f"{group.name}: {result.stop_message()}")
-        requests = borrower_requests(context, group, result, job.name)
+        requests = borrower_requests(context, group, result, job.name, code)
         context.log.info(
             f"{group.name}: tick in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
             f"{len(result.committed)} committed, {result.regranted} re-granted, "

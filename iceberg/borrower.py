@@ -6,8 +6,8 @@ import time
 
 from pyiceberg.catalog import Catalog
 
-from icegroup.iceberg.errors import LostRace
-from icegroup.iceberg.protocol.borrower import take, waiting
+from icegroup.iceberg.errors import BorrowerOutdated, LostRace
+from icegroup.iceberg.protocol.borrower import outdated, take, waiting
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.state import Lease
@@ -26,11 +26,17 @@ def take_leases(
     Nothing waiting costs one registry read and no write. A lost swap is tried again, up to
     ``TAKE_TRIES`` times; then nothing is taken this time, and the Borrower asks again at its next
     poll. A lease is the Borrower's once the swap succeeds, never before, so two Borrowers never
-    run the same attempt.
+    run the same attempt. A Borrower whose config the registry is no longer pinned to takes
+    nothing and gets ``BorrowerOutdated``.
     """
 
     def attempt() -> list[tuple[Lease, list[Shard]]]:
         loaded = load_state(catalog, group.name)
+        if loaded.state is not None and outdated(loaded.state, group.config_hash):
+            raise BorrowerOutdated(
+                f"group {group.name!r}: the registry is pinned to config hash {loaded.state.config_hash}, "
+                f"this Borrower runs {group.config_hash}"
+            )
         if loaded.state is None or slots <= 0 or not waiting(loaded.state):
             return []
         at_ms = int(time.time() * 1000) if now_ms is None else now_ms

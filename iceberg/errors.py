@@ -136,3 +136,7 @@ class LostRace(IcegroupError):
 
 class RunFailed(IcegroupError):
     """A Dagster run failed for a reason icegroup did not foresee (exit 1); its traceback is in the command's log."""
+
+
+class BorrowerOutdated(IcegroupError):
+    """The registry is pinned to another filter or transform than this Borrower runs: it takes no lease and exits."""

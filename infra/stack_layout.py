@@ -178,7 +178,7 @@ def dagster_config(layout: Layout) -> dict[str, object]:
         "run_coordinator": {
             "module": "dagster.core.run_coordinator",
             "class": "QueuedRunCoordinator",
-            "config": {"max_concurrent_runs": 4},
+            "config": {"max_concurrent_runs": 8, "dequeue_interval_seconds": 1},
         },
         "run_monitoring": {"enabled": True, "start_timeout_seconds": 180, "poll_interval_seconds": 30},
         "telemetry": {"enabled": False},

@@ -83,7 +83,12 @@ def ns() -> str:
 
 @pytest.fixture
 def make_group(ns: str) -> MakeGroup:
-    """Build a GroupConfig for this test's namespace with overrides."""
+    """Build a GroupConfig for this test's namespace with overrides.
+
+    Its Leader keeps no warm Borrower up (``warm_borrowers: 0``) unless a test asks for one: the
+    tests evaluate the sensor with no daemon to run what it requests, and judge the runs it starts
+    for work.
+    """
 
     def build(**overrides: Any) -> GroupConfig:
         fields: dict[str, object] = {
@@ -91,6 +96,7 @@ def make_group(ns: str) -> MakeGroup:
             "source": f"{ns}.events",
             "sink": f"{ns}.events_out",
             "transform": "icegroup.spark_jobs.transforms:identity",
+            "warm_borrowers": 0,
         }
         fields.update(overrides)
         return GroupConfig.model_validate(fields)

@@ -6,7 +6,7 @@ from collections.abc import Iterable
 
 import dagster as dg
 
-from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_CODE, TAG_GROUP, TAG_ROLE, TAG_WARM
 from icegroup.iceberg.leader import RunObserver
 from icegroup.iceberg.protocol.borrower import BorrowerRun
 from icegroup.iceberg.protocol.liveness import RunState
@@ -39,7 +39,7 @@ def observe_runs(instance: dg.DagsterInstance, group: str) -> RunObserver:
 
 
 def borrower_runs(instance: dg.DagsterInstance, group: str) -> list[BorrowerRun]:
-    """The group's warm Borrower runs that have not ended: queued, starting or running."""
+    """The group's Borrower runs that have not ended (queued, starting or running), each with its warm and code tags."""
     records = instance.get_run_records(
         filters=dg.RunsFilter(tags={TAG_GROUP: group, TAG_ROLE: ROLE_BORROWER}, statuses=UNFINISHED)
     )
@@ -48,6 +48,8 @@ def borrower_runs(instance: dg.DagsterInstance, group: str) -> list[BorrowerRun]
             run_id=record.dagster_run.run_id,
             state=STATES[record.dagster_run.status],
             started_ms=int(record.start_time * 1000) if record.start_time is not None else None,
+            warm=record.dagster_run.tags.get(TAG_WARM) == "1",
+            code=record.dagster_run.tags.get(TAG_CODE),
         )
         for record in records
     ]

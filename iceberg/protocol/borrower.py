@@ -11,7 +11,11 @@ creating a member per grant. icegroup does the same with Borrower runs:
   heartbeat is the Borrower's;
 - the Leader starts a Borrower run only for waiting leases that no live Borrower has a free slot
   for, and never more runs than ``max_borrowers``. A Borrower with nothing to take for its idle
-  timeout exits.
+  timeout exits;
+- except the group's ``warm_borrowers``: those the Leader keeps up even with nothing to do, Spark
+  started, so a new lease finds a session already up. They never exit when idle; one that runs
+  other code than the Leader's (a stale ``code`` stamp, or a registry pinned to another config
+  hash) is ended between leases, and the Leader starts a fresh one.
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class BorrowerRun:
     run_id: str
     state: RunState
     started_ms: int | None = None
+    warm: bool = False
+    code: str | None = None
 
 
 @dataclass(frozen=True)
@@ -69,6 +75,7 @@ class Census:
     live: tuple[str, ...]
     free_slots: int
     silent: tuple[str, ...]
+    warm: int = 0
 
 
 def census(
@@ -106,7 +113,8 @@ def census(
             alive = run.started_ms is None or now_ms - run.started_ms <= 2 * session_timeout_s * 1000
         (live if alive else silent).append(run.run_id)
     free = sum(max(0, slots_per_borrower - held.get(run_id, 0)) for run_id in live)
-    return Census(live=tuple(live), free_slots=free, silent=tuple(silent))
+    warm = sum(1 for run in runs if run.warm and run.run_id in live)
+    return Census(live=tuple(live), free_slots=free, silent=tuple(silent), warm=warm)
 
 
 def borrowers_to_start(waiting_leases: int, found: Census, slots_per_borrower: int, max_borrowers: int) -> int:
@@ -115,3 +123,43 @@ def borrowers_to_start(waiting_leases: int, found: Census, slots_per_borrower: i
     if short <= 0:
         return 0
     return max(0, min(math.ceil(short / slots_per_borrower), max_borrowers - len(found.live)))
+
+
+@dataclass(frozen=True)
+class Starts:
+    """Borrower runs to start: ``warm`` ones that stay up idle, and ``for_work`` ones that exit when idle."""
+
+    warm: int
+    for_work: int
+
+
+def starts(for_work: int, found: Census, warm_borrowers: int, max_borrowers: int) -> Starts:
+    """The runs to start: those the waiting leases need, of which enough are warm to keep ``warm_borrowers`` up.
+
+    A run started for work is made warm while the group is short of warm ones, so a burst after a
+    quiet spell starts one run, not two; with no work, the missing warm ones start alone.
+    """
+    short = max(0, warm_borrowers - found.warm)
+    total = max(0, min(max(for_work, short), max_borrowers - len(found.live)))
+    warm = min(short, total)
+    return Starts(warm=warm, for_work=total - warm)
+
+
+def stale(runs: list[BorrowerRun], state: GroupState, code: str) -> list[str]:
+    """Warm runs to end: those made by other code than the Leader's now, holding no lease.
+
+    A warm Borrower never exits when idle, so after the code location is reloaded (a new transform
+    body, a new image) it would run the old code for good. Ending it between leases is safe: a run
+    that takes a lease meanwhile loses it to the fence, like any ended run.
+    """
+    holding = {lease.owner_run_id for lease in state.leases.values() if lease.owner_run_id is not None}
+    return [run.run_id for run in runs if run.warm and run.code != code and run.run_id not in holding]
+
+
+def outdated(state: GroupState, config_hash: str) -> bool:
+    """The registry is pinned to another filter or transform than this Borrower's: the Leader runs newer config.
+
+    Such a Borrower takes no lease (``connect`` would refuse it) and exits once its own have ended,
+    so that the Leader starts one on the config it grants under.
+    """
+    return state.config_hash is not None and state.config_hash != config_hash

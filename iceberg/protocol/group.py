@@ -94,6 +94,13 @@ class GroupConfig(BaseModel):
         description="Seconds a warm Borrower run waits for a new lease before it exits; a longer wait keeps "
         "Spark warm for the next source commit, a shorter one frees the run sooner.",
     )
+    warm_borrowers: int = Field(
+        default=1,
+        ge=0,
+        description="Borrower runs the Leader keeps up even with nothing to do, Spark started, so a new lease "
+        "finds a session already up; each holds a run slot and a driver for good. 0: start Borrowers only for "
+        "waiting leases (a cold start per burst), each exiting after borrower_idle_s.",
+    )
     shard_caps: ShardCaps = Field(default_factory=ShardCaps, description="Size caps of one shard.")
     lease_max_shards: int = Field(default=16, ge=1, description="Shards granted in one lease at most.")
     commit_batch_rows: int = Field(
@@ -277,6 +284,15 @@ class GroupConfig(BaseModel):
     def _sink_is_not_source(self) -> GroupConfig:
         if self.sink.lower() == self.source.lower():
             raise ValueError("sink: must differ from source, or the group would consume its own output")
+        return self
+
+    @model_validator(mode="after")
+    def _warm_within_max(self) -> GroupConfig:
+        if self.warm_borrowers > self.max_borrowers:
+            raise ValueError(
+                f"warm_borrowers: {self.warm_borrowers} is more than max_borrowers {self.max_borrowers}; "
+                "lower warm_borrowers or raise max_borrowers"
+            )
         return self
 
     @model_validator(mode="after")

@@ -1,7 +1,8 @@
 """A warm Borrower: one run, one SparkSession, and every lease the Leader grants until it is idle.
 
 A Borrower run per lease paid a JVM start per lease and two such JVMs shared the cores. A warm
-Borrower starts Spark at its first lease and keeps it: it takes waiting leases from the registry
+Borrower keeps one session (its Dagster op boots it on a thread as the run starts, since the
+Leader starts a Borrower only for waiting leases): it takes waiting leases from the registry
 (``iceberg/borrower.py``) into its free slots, runs them at once (``LeaseRunner``), and asks
 again every ``poll_s``. With nothing to take for ``idle_timeout_s`` it exits cleanly, and the
 Leader starts another when work comes (``iceberg/protocol/borrower.py``). It beats for its
@@ -19,6 +20,7 @@ from pyspark.sql import SparkSession
 
 from icegroup.iceberg.borrower import take_leases
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import BorrowerOutdated
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
@@ -32,11 +34,14 @@ def borrow(
     run_id: str,
     on_lease: LeaseCallback | None = None,
     progress: Callable[[str], None] = print,
-    idle_timeout_s: float = 60.0,
+    idle_timeout_s: float | None = 60.0,
     poll_s: float = 1.0,
 ) -> LeaseTotals:
     """Take and run waiting leases, up to ``leases_per_borrower`` at once, until idle for ``idle_timeout_s``.
 
+    With ``idle_timeout_s`` None (a warm Borrower the Leader keeps up) it never exits when idle,
+    only when stopped. Either way it exits once its leases have ended if the registry is pinned
+    to another config than its own (``BorrowerOutdated``): the Leader starts one on the new config.
     A lease error other than a fence or a parked shard ends the run once its other leases have
     ended; the Leader sees the run failed and re-grants what it held.
     """
@@ -48,7 +53,14 @@ def borrow(
     with beating, runner:
         idle_since = time.monotonic()
         while True:
-            for lease, shards in take_leases(catalog, group, run_id, runner.free) if runner.free else []:
+            try:
+                taken = take_leases(catalog, group, run_id, runner.free) if runner.free else []
+            except BorrowerOutdated as exc:
+                if not runner.busy:
+                    progress(f"{group.name}: Borrower {run_id} exits: {exc}")
+                    return summary
+                taken = []
+            for lease, shards in taken:
                 progress(
                     f"{group.name} lease {lease.lease_id}#{lease.attempt}: taken by {run_id}, {len(shards)} shards"
                 )
@@ -56,7 +68,7 @@ def borrow(
             if runner.busy:
                 summary.add(runner.finished(None if runner.free == 0 else poll_s), on_lease)
                 idle_since = time.monotonic()
-            elif time.monotonic() - idle_since >= idle_timeout_s:
+            elif idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
                 progress(f"{group.name}: Borrower {run_id} took no lease for {idle_timeout_s:.0f}s; exiting")
                 return summary
             else:

@@ -10,17 +10,19 @@ rows) one source table is filled, and every arm moves all of it, with the same t
   with, since neither pays a JVM start;
 - ``B1``: Structured Streaming with trigger ``AvailableNow`` (``baselines.py stream``), a process;
 - ``consume``: ``icegroup consume GROUP --until-caught-up``, a process, as the docs tell users to run it;
-- ``dagster``: a running ``dagster dev`` (daemon and webserver). The group's Leader sensor is
-  turned on once the backlog is committed (``dagster sensor start``); the arm is timed from then
-  until the sink commit that catches the group up. Its Leader ticks, the Borrower run the daemon
-  launches, and that run's cold Spark all count;
-- ``dagster_warm``: the same deployment, with the group's warm Borrower run already up, as it is
-  while a group keeps consuming (``borrower_idle_s`` is 600 s here). Each round's group reads a
-  source of its own: one small commit (``WARM_UP_ROWS``) is consumed first, which starts the
-  Borrower run and its Spark; then the sensor is stopped, the workload's backlog is committed to
-  that source (the same data as the others'), and the arm is timed from turning the sensor on
-  again until the group is caught up. The Leader's ticks and the warm Borrower's poll count; the
-  run launch and the JVM start do not, because a warm Borrower has paid them already.
+- ``dagster``: what a deployment gets by default, a running ``dagster dev`` (daemon and webserver)
+  over a group with the default ``warm_borrowers: 1``: its Leader keeps a Borrower run up, Spark
+  started, before any work. Each round's group reads a source of its own: one small commit
+  (``WARM_UP_ROWS``) is consumed first, as a deployed group has consumed before; then the sensor
+  is stopped, the workload's backlog is committed to that source (the same data as the others'),
+  and the arm is timed from turning the sensor on again until the group is caught up. The
+  Leader's ticks and the warm Borrower's poll count; the run launch and the JVM start were paid
+  when the group was deployed, so they do not;
+- ``dagster_cold``: the fallback, ``warm_borrowers: 0``: the group's Leader sensor is turned on
+  once the backlog is committed (``dagster sensor start``); the arm is timed from then until the
+  sink commit that catches the group up. Its Leader ticks, the Borrower run the daemon launches
+  (in its own process, with the one-op job's in-process executor), and that run's cold Spark all
+  count;
 
 The process arms (but ``A2_warm``) are timed from process start to exit, so each pays its own JVM
 start, as a user's job would. A2, A2_warm, B1 and consume alternate in a rotating order for ROUNDS
@@ -63,9 +65,9 @@ from tests.factories import create_source, write_groups
 from tests.stack_env import home_env
 
 ROUNDS = 3
-ARMS = ("A2", "A2_warm", "B1", "consume", "dagster", "dagster_warm")
+ARMS = ("A2", "A2_warm", "B1", "consume", "dagster", "dagster_cold")
 PROCESS_ARMS = ARMS[:4]
-JVM_STARTED = frozenset({"A2", "B1", "consume", "dagster"})  # arms whose time includes starting Spark's JVM
+JVM_STARTED = frozenset({"A2", "B1", "consume", "dagster_cold"})  # arms whose time includes starting Spark's JVM
 WARM_UP_TABLE = "bench.warm_up"
 WARM_UP_ROWS = 300
 WARM_UP_FIRST_ID = 1_000_000_000  # after any workload's event ids, so the warm-up rows are keys of their own
@@ -75,16 +77,16 @@ RESULTS = Path(__file__).parent / "results" / "throughput.json"
 
 
 def group(name: str) -> GroupConfig:
-    """An icegroup arm's group: the defaults a user starts with, the benchmark's transform."""
-    return GroupConfig(name=name, source=SOURCE, sink=f"bench.{name}", transform=TRANSFORM, borrower_idle_s=10)
+    """A process or cold Dagster arm's group: no warm Borrower, one that exits 10 s after its last lease."""
+    return GroupConfig(
+        name=name, source=SOURCE, sink=f"bench.{name}", transform=TRANSFORM, borrower_idle_s=10, warm_borrowers=0
+    )
 
 
 def warm_group(index: int) -> GroupConfig:
-    """The warm Dagster arm's group of round ``index``: a source of its own, a Borrower that stays up."""
-    name = f"dagster_warm_{index}"
-    return GroupConfig(
-        name=name, source=f"bench.source_warm_{index}", sink=f"bench.{name}", transform=TRANSFORM, borrower_idle_s=600
-    )
+    """The default Dagster arm's group of round ``index``: a source of its own, every other setting the default."""
+    name = f"dagster_{index}"
+    return GroupConfig(name=name, source=f"bench.source_dagster_{index}", sink=f"bench.{name}", transform=TRANSFORM)
 
 
 def process_arm(arm: str, index: int, folder: Path, env: dict[str, str]) -> tuple[str, list[str]]:
@@ -112,7 +114,7 @@ def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[st
     assert head.summary is not None
     source_bytes = int(head.summary["total-files-size"])
     append_events(create_source(catalog, WARM_UP_TABLE), WARM_UP_FIRST_ID, WARM_UP_ROWS, seed=1)
-    groups = [group(f"{arm}_{i}") for i in range(rounds) for arm in ("consume", "dagster")]
+    groups = [group(f"{arm}_{i}") for i in range(rounds) for arm in ("consume", "dagster_cold")]
     groups += [warm_group(i) for i in range(rounds)]
     env = dagster_env(home, write_groups(folder / "groups.yaml", *groups), folder / "dagster")
     new_instance(folder / "dagster")
@@ -130,27 +132,27 @@ def run_workload(workload: Workload, rounds: int, folder: Path) -> tuple[dict[st
             seconds[arm].append(round(elapsed, 2))
             print(f"{workload.name} round {index + 1}/{rounds}: {arm} {elapsed:.1f}s, sink verified", flush=True)
     for index in range(rounds):
+        set_sensor(f"dagster_cold_{index}_leader", running=False, env=env)
         set_sensor(f"dagster_{index}_leader", running=False, env=env)
-        set_sensor(f"dagster_warm_{index}_leader", running=False, env=env)
     log = folder / "dagster.log"
     with dagster_dev(env, log) as port:
         client = DagsterGraphQLClient("127.0.0.1", port_number=port)
         wait_for(lambda: ui_answers(client), 180, "Dagster webserver", log)
         for index in range(rounds):
-            name = f"dagster_{index}"
+            name = f"dagster_cold_{index}"
             set_sensor(f"{name}_leader", running=True, env=env)
             started_ms = time.time() * 1000
             wait_for(lambda name=name: caught_up(catalog, name), 900, f"{name} caught up", log)
             elapsed = (visible_ms(catalog.load_table(f"bench.{name}"))[-1][0] - started_ms) / 1000
             check_same_rows(catalog, SOURCE, f"bench.{name}")
-            seconds["dagster"].append(round(elapsed, 2))
-            print(f"{workload.name} round {index + 1}/{rounds}: dagster {elapsed:.1f}s, sink verified", flush=True)
+            seconds["dagster_cold"].append(round(elapsed, 2))
+            print(f"{workload.name} round {index + 1}/{rounds}: dagster_cold {elapsed:.1f}s, sink verified", flush=True)
             set_sensor(f"{name}_leader", running=False, env=env)
-            time.sleep(15)  # the round's warm Borrower exits after borrower_idle_s; the next round starts cold
+            time.sleep(15)  # the round's Borrower exits after borrower_idle_s; the next round starts cold
         for index in range(rounds):
             elapsed = warm_round(workload, warm_group(index), catalog, client, env, log)
-            seconds["dagster_warm"].append(round(elapsed, 2))
-            print(f"{workload.name} round {index + 1}/{rounds}: dagster_warm {elapsed:.1f}s, sink verified", flush=True)
+            seconds["dagster"].append(round(elapsed, 2))
+            print(f"{workload.name} round {index + 1}/{rounds}: dagster {elapsed:.1f}s, sink verified", flush=True)
     return seconds, source_bytes
 
 
@@ -170,7 +172,7 @@ def warm_round(
     env: dict[str, str],
     log: Path,
 ) -> float:
-    """One round of ``dagster_warm``: warm the group's Borrower on a small commit, then time the backlog.
+    """One round of ``dagster``: the group's warm Borrower consumes a small commit, then the backlog is timed.
 
     Returns the seconds from turning the Leader sensor on over the committed backlog to the sink
     commit that catches the group up. The Borrower run is ended afterwards, so it takes no cores
@@ -214,7 +216,7 @@ def summary(workload: Workload, seconds: dict[str, list[float]], source_bytes: i
         "rows_per_s": {arm: round(workload.rows / median) for arm, median in medians.items()},
         "throughput_over_A2": {arm: round(medians["A2"] / median, 2) for arm, median in medians.items()},
         "throughput_over_B1": {arm: round(medians["B1"] / median, 2) for arm, median in medians.items()},
-        "warm_borrower_over_A2_warm": round(medians["A2_warm"] / medians["dagster_warm"], 2),
+        "warm_borrower_over_A2_warm": round(medians["A2_warm"] / medians["dagster"], 2),
         "includes_jvm_start": {arm: arm in JVM_STARTED for arm in medians},
     }
 

@@ -13,7 +13,7 @@ from matplotlib.figure import Figure
 
 RESULTS = Path(__file__).parent / "results"
 PNG = RESULTS / "throughput_latency.png"
-THROUGHPUT_ARMS = ("A2", "A2_warm", "B1", "consume", "dagster", "dagster_warm")
+THROUGHPUT_ARMS = ("A2", "A2_warm", "B1", "consume", "dagster", "dagster_cold")
 LATENCY_ARMS = {"dagster": "Dagster, sensor 5 s", "B1": "B1 processingTime 5 s", "follow": "consume --follow --poll 5"}
 
 

@@ -6,6 +6,7 @@ import json
 import os
 import time
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from dagster_graphql.client.query import LAUNCH_PARTITION_BACKFILL_MUTATION
 from pyiceberg.catalog import Catalog
 
 from icegroup.dagster_project.cli.metrics import leader_ticks
-from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE, TAG_WARM
 from icegroup.iceberg.config.groups import load_groups
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.config.rest import ENV_CREDENTIAL
@@ -34,19 +35,34 @@ GROUP = {
     "sink": "live.events_out",
     "max_borrowers": 3,
     "borrower_idle_s": 5,
+    "warm_borrowers": 0,
 }
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[Path]:
+@contextmanager
+def running(tmp_path: Path, group: dict[str, object]) -> Iterator[Path]:
     """`dagster dev` over workspace.yaml with a one-group file; yields ICEGROUP_HOME (its ``port`` file: the UI's)."""
     new_instance(tmp_path / "dagster")
-    (tmp_path / "groups.yaml").write_text(yaml.safe_dump({"groups": [GROUP]}))
+    (tmp_path / "groups.yaml").write_text(yaml.safe_dump({"groups": [group]}))
     append_batches(create_source(load_lakehouse(env=home_env(tmp_path)).catalog(), GROUP["source"]), 2, 30)
     env = dagster_env(tmp_path, tmp_path / "groups.yaml", tmp_path / "dagster")
     with dagster_dev(env, tmp_path / "dev.log") as port:
         (tmp_path / "port").write_text(str(port))
         yield tmp_path
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[Path]:
+    """The daemon over ``GROUP``, whose Borrowers exit 5 s after their last lease."""
+    with running(tmp_path, GROUP) as home:
+        yield home
+
+
+@pytest.fixture
+def warm(tmp_path: Path) -> Iterator[Path]:
+    """The daemon over ``GROUP`` with the default warm Borrower: one the Leader keeps up with nothing to do."""
+    with running(tmp_path, {key: value for key, value in GROUP.items() if key != "warm_borrowers"}) as home:
+        yield home
 
 
 def test_leader_sensor_drives_borrower_runs_to_caught_up(daemon: Path) -> None:
@@ -130,6 +146,53 @@ def test_a_backfill_launched_through_the_ui_api_replays_the_window(daemon: Path)
     assert head.summary is not None
     assert head.summary.additional_properties["icegroup.replay"] == window
     assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_by_default_a_new_lease_finds_a_warm_borrower_up_and_a_terminated_one_ends_canceled(warm: Path) -> None:
+    lakehouse = load_lakehouse(env=home_env(warm))
+    group = load_groups(warm / "groups.yaml")["live"]
+    catalog = lakehouse.catalog()
+    wait_until(lambda: caught_up(catalog, group.name), 300, warm, "caught up")
+    client = DagsterGraphQLClient("127.0.0.1", port_number=int((warm / "port").read_text()))
+    wait_until(lambda: ui_answers(client), 120, warm, "the UI answers")
+    with dg.DagsterInstance.from_config(str(warm / "dagster")) as instance:
+
+        def borrowers() -> list[dg.DagsterRun]:
+            return instance.get_runs(filters=dg.RunsFilter(tags={TAG_GROUP: "live"}))
+
+        wait_until(lambda: len([r for r in borrowers() if not r.is_finished]) == 1, 60, warm, "one warm Borrower")
+        (up,) = [run for run in borrowers() if not run.is_finished]
+        assert up.tags[TAG_WARM] == "1"
+        done = load_state(catalog, group.name).state
+        assert done is not None
+
+        def leases_of(run_id: str) -> int:
+            return len(instance.all_logs(run_id, of_type=dg.DagsterEventType.ASSET_OBSERVATION))
+
+        before = leases_of(up.run_id)
+        append_batches(catalog.load_table(group.source), 1, 30)
+
+        def consumed_again() -> bool:
+            state = load_state(catalog, group.name).state
+            return state is not None and state.leases_done > done.leases_done and state.is_idle()
+
+        wait_until(consumed_again, 300, warm, "the new append consumed")
+        assert leases_of(up.run_id) > before, "the warm run already up took a lease of it"
+        assert not status(instance, up.run_id).is_finished, "which stays up, idle"
+
+        client.terminate_run(up.run_id)  # the op runs in the run's own process: the interrupt reaches it there
+
+        wait_until(lambda: status(instance, up.run_id).is_finished, 120, warm, "the terminated run to end")
+        assert status(instance, up.run_id).status == dg.DagsterRunStatus.CANCELED
+        wait_until(lambda: any(not r.is_finished for r in borrowers()), 60, warm, "the Leader to start another")
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def status(instance: dg.DagsterInstance, run_id: str) -> dg.DagsterRun:
+    """The run as the instance holds it now."""
+    run = instance.get_run_by_id(run_id)
+    assert run is not None
+    return run
 
 
 def run_config_and_events(instance: dg.DagsterInstance, run: dg.DagsterRun) -> str:

@@ -15,7 +15,8 @@ from pyspark.sql import SparkSession
 from icegroup.dagster_project.assets import DATA_VERSION_TAG, complete_events
 from icegroup.dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE, LAG
 from icegroup.dagster_project.definitions import build_definitions, defs
-from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
+from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_CODE, TAG_GROUP, TAG_ROLE, TAG_WARM
+from icegroup.dagster_project.runs.warm import code_stamp
 from icegroup.dagster_project.sensors import minimum_interval_s
 from icegroup.dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TABLE_NAME, URI
 from icegroup.dagster_project.tick_events import LeaderCursor
@@ -130,7 +131,7 @@ def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: MakeGro
 def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_when_idle(
     spark: SparkSession, instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(max_borrowers=2, leases_per_borrower=2)
+    group = make_group(max_borrowers=2, leases_per_borrower=2, warm_borrowers=0)
     append_batches(create_source(catalog, group.source), 4, 30)
     built = build_definitions({group.name: group}, "lake")
     sensor = built.resolve_sensor_def(f"{group.name}_leader")
@@ -139,7 +140,7 @@ def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_wh
     first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert isinstance(first, dg.SensorResult)
     (request,) = first.run_requests or []  # two leases wait, and one Borrower has two slots
-    assert request.tags == {TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}
+    assert request.tags == {TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER, TAG_CODE: code_stamp(group)}
     state = load_state(catalog, group.name).state
     assert state is not None
     assert len(state.leases) == 2
@@ -163,10 +164,43 @@ def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_wh
     assert verify_group(catalog, group, key="event_id").ok
 
 
+def test_a_caught_up_group_gets_its_warm_borrower_and_a_reload_replaces_an_idle_one_of_older_code(
+    instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(max_borrowers=2, warm_borrowers=1)
+    create_source(catalog, group.source)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    job = built.resolve_job_def(f"{group.name}_borrower")
+
+    first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+
+    assert isinstance(first, dg.SensorResult)
+    (request,) = first.run_requests or []  # nothing to consume, and one warm Borrower to keep up
+    assert request.tags[TAG_WARM] == "1"
+    assert request.run_config == {"ops": {f"{group.name}_borrow_op": {"config": {"keep_warm": True}}}}
+    up = instance.create_run_for_job(job, tags=request.tags, run_config=request.run_config)
+    assert "caught up" in skip_message(sensor(dg.build_sensor_context(instance=instance, resources=built.resources)))
+
+    old = instance.create_run_for_job(job, tags={**request.tags, TAG_CODE: "older"}, run_config=request.run_config)
+    instance.report_run_canceled(up)
+    again = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+
+    ended = instance.get_run_by_id(old.run_id)
+    assert ended is not None
+    assert ended.status is dg.DagsterRunStatus.CANCELED, "the idle warm run of older code is ended"
+    assert isinstance(again, dg.SensorResult)
+    (fresh,) = again.run_requests or []
+    assert fresh.tags[TAG_CODE] == code_stamp(group), "and one of this code started"
+    set_paused(catalog, group, True)
+    paused = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+    assert "paused" in skip_message(paused), "a paused group starts no warm Borrower"
+
+
 def test_a_queued_borrower_counts_as_live_and_a_failed_ones_leases_wait_for_the_next(
     instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(max_borrowers=1)
+    group = make_group(max_borrowers=1, warm_borrowers=0)
     append_batches(create_source(catalog, group.source), 1, 6)
     built = build_definitions({group.name: group}, "lake")
     sensor = built.resolve_sensor_def(f"{group.name}_leader")

@@ -85,6 +85,21 @@ def test_two_sets_of_groups_on_two_lakes_live_in_one_project(tmp_path: Path) -> 
     assert merged.resolve_assets_def(events).group_names_by_key[events] == "events"
 
 
+def test_every_job_runs_its_op_in_the_runs_own_process(tmp_path: Path) -> None:
+    following = [GROUPS[0], {**GROUPS[1], "follow_upstream": True}]
+    built = icegroup_definitions(following, lake(tmp_path), name="shop", base_dir=tmp_path)
+
+    executors = {job.name: job.executor_def for job in built.get_repository_def().get_all_jobs()}
+
+    ours = {name: executor for name, executor in executors.items() if not name.startswith("__")}
+    roles = ("borrower", "consume", "follow", "canary", "replay")
+    assert {f"orders_clean_{role}" for role in roles if role != "follow"} | {
+        "orders_daily_follow",
+        "shop_expire",
+    } <= set(ours)
+    assert {name for name, executor in ours.items() if executor is not dg.in_process_executor} == set()
+
+
 def test_building_the_definitions_emits_no_warning(tmp_path: Path) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")

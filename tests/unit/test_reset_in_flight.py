@@ -159,7 +159,7 @@ def test_a_leader_sensor_tick_skips_while_a_reset_is_in_flight(
 ) -> None:
     monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
     borrower = borrower_job(group, dg.AssetKey("sink"), {"icegroup": IcegroupResource()})
-    sensor = leader_sensor(group, borrower, dg.AssetKey("sink"), dg.AssetKey("source"), "icegroup")
+    sensor = leader_sensor(group, borrower, dg.AssetKey("sink"), dg.AssetKey("source"), "icegroup", None, "code")
     seen: list[object] = []
 
     def evaluate(_: str) -> None:

@@ -7,13 +7,23 @@ import subprocess
 import sys
 from pathlib import Path
 
+import dagster as dg
 import pytest
 import yaml
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.infra.processes import MEMBER, members, terminate
 from icegroup.infra.rest_fixture import FixtureServer, server_env
-from icegroup.infra.stack_layout import Layout, lakehouse_config, rest_secret, s3_lakehouse_config, stack_env
+from icegroup.infra.stack_layout import (
+    Layout,
+    dagster_config,
+    lakehouse_config,
+    rest_secret,
+    s3_lakehouse_config,
+    stack_env,
+)
+
+REPO = Path(__file__).resolve().parents[2]
 
 
 def test_the_stacks_lakehouse_is_a_valid_config_on_the_rest_catalog_and_the_cluster(tmp_path: Path) -> None:
@@ -103,3 +113,20 @@ def test_the_fixture_reads_each_property_from_the_variable_its_name_maps_to() ->
     assert env["CATALOG_URI"] == "jdbc:icegroup-sqlite:/tmp/c.db?busy_timeout=30000&journal_mode=WAL"
     assert "CATALOG_STRAY" not in env, "an inherited CATALOG_* variable would become a catalog property"
     assert env["HOME"] == "/root"
+
+
+@pytest.mark.parametrize("instance", ["embedded", "stack"])
+def test_the_instances_queue_hands_a_requested_run_on_within_a_second(tmp_path: Path, instance: str) -> None:
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    config = (
+        (REPO / "infra" / "dagster.yaml").read_text()
+        if instance == "embedded"
+        else yaml.safe_dump(dagster_config(Layout(folder=tmp_path)))
+    )
+    if instance == "stack":  # the stack's PostgreSQL is not up here; the queue's config is what is judged
+        config = yaml.safe_dump({**yaml.safe_load(config), "storage": {"sqlite": {"base_dir": str(home)}}})
+    (home / "dagster.yaml").write_text(config)
+
+    with dg.DagsterInstance.from_config(str(home)) as opened:
+        assert opened.run_coordinator.dequeue_interval_seconds == 1  # type: ignore[attr-defined]

@@ -2,11 +2,25 @@
 
 from __future__ import annotations
 
+import pytest
+from pydantic import ValidationError
 from pyiceberg.catalog import Catalog
 
 from icegroup.iceberg.borrower import take_leases
+from icegroup.iceberg.errors import BorrowerOutdated
 from icegroup.iceberg.leader import tick
-from icegroup.iceberg.protocol.borrower import BorrowerRun, borrowers_to_start, census, take, waiting
+from icegroup.iceberg.protocol.borrower import (
+    BorrowerRun,
+    Starts,
+    borrowers_to_start,
+    census,
+    outdated,
+    stale,
+    starts,
+    take,
+    waiting,
+)
+from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import LeaseAction, RunState, lease_action
 from icegroup.iceberg.protocol.state import LeasePhase
 from tests.factories import MakeGroup, append_batches, create_source, group_state, lease, shard
@@ -110,3 +124,65 @@ def test_borrowers_start_only_for_work_no_live_one_has_room_for_within_max_borro
     assert borrowers_to_start(2, one_idle, slots_per_borrower=2, max_borrowers=4) == 0
     assert borrowers_to_start(3, one_idle, slots_per_borrower=2, max_borrowers=4) == 1
     assert borrowers_to_start(9, one_idle, slots_per_borrower=1, max_borrowers=1) == 0
+
+
+def test_the_leader_keeps_warm_borrowers_up_with_no_work_making_a_run_for_work_warm_first() -> None:
+    none = census([], group_state([]), {}, NOW, 30, 2)
+    warm_up = census([BorrowerRun("w", RunState.RUNNING, NOW, warm=True)], group_state([]), {"w": NOW}, NOW, 30, 2)
+    cold_up = census([BorrowerRun("c", RunState.QUEUED)], group_state([]), {}, NOW, 30, 2)
+
+    assert starts(0, none, warm_borrowers=1, max_borrowers=2) == Starts(warm=1, for_work=0), "idle: one warm run"
+    assert starts(0, none, warm_borrowers=0, max_borrowers=2) == Starts(warm=0, for_work=0), "0: today's cold path"
+    assert starts(2, none, warm_borrowers=1, max_borrowers=2) == Starts(warm=1, for_work=1), "the first is the warm one"
+    assert starts(1, none, warm_borrowers=2, max_borrowers=2) == Starts(warm=2, for_work=0)
+    assert starts(0, warm_up, warm_borrowers=1, max_borrowers=2) == Starts(warm=0, for_work=0), "one is up"
+    assert (warm_up.warm, cold_up.warm) == (1, 0), "a run started for work is not counted warm"
+    assert starts(0, cold_up, warm_borrowers=2, max_borrowers=2) == Starts(warm=1, for_work=0), "within max_borrowers"
+
+
+def test_a_silent_warm_run_is_not_counted_warm() -> None:
+    runs = [BorrowerRun("w", RunState.RUNNING, NOW - 600_000, warm=True)]
+
+    found = census(runs, group_state([]), {"w": NOW - 120_000}, NOW, 30, 2)
+
+    assert (found.silent, found.warm) == (("w",), 0)
+    assert starts(0, found, warm_borrowers=1, max_borrowers=2) == Starts(warm=1, for_work=0)
+
+
+def test_warm_runs_of_older_code_holding_no_lease_are_ended() -> None:
+    busy = lease([shard(1).shard_id], owner_run_id="old-busy")
+    runs = [
+        BorrowerRun("old-idle", RunState.RUNNING, NOW, warm=True, code="aaa"),
+        BorrowerRun("old-busy", RunState.RUNNING, NOW, warm=True, code="aaa"),
+        BorrowerRun("new", RunState.RUNNING, NOW, warm=True, code="bbb"),
+        BorrowerRun("for-work", RunState.RUNNING, NOW, code="aaa"),
+    ]
+
+    assert stale(runs, group_state([shard(1)], [busy]), code="bbb") == ["old-idle"]
+
+
+def test_a_borrower_of_another_config_than_the_registry_pins_is_outdated() -> None:
+    assert outdated(group_state([], config_hash="new"), "old")
+    assert not outdated(group_state([], config_hash="new"), "new")
+    assert not outdated(group_state([], config_hash=None), "old"), "a registry that pins nothing yet"
+
+
+def test_a_borrower_whose_config_is_outdated_takes_nothing_and_says_so(catalog: Catalog, make_group: MakeGroup) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 1, 6)
+    tick(catalog, group, missing, now_ms=NOW)
+    changed = group.model_copy(update={"filter": "amount > 0"})
+
+    with pytest.raises(BorrowerOutdated, match=f"pinned to config hash {group.config_hash}"):
+        take_leases(catalog, changed, "run-old", slots=1)
+    assert len(take_leases(catalog, group, "run-new", slots=1)) == 1, "the lease still waits for a Borrower"
+
+
+@pytest.mark.parametrize(("warm", "maximum", "ok"), [(0, 1, True), (2, 2, True), (3, 2, False)])
+def test_warm_borrowers_fit_within_max_borrowers(warm: int, maximum: int, ok: bool) -> None:
+    fields = {"name": "g", "source": "a.b", "sink": "a.c", "warm_borrowers": warm, "max_borrowers": maximum}
+    if ok:
+        assert GroupConfig.model_validate(fields).warm_borrowers == warm
+    else:
+        with pytest.raises(ValidationError, match="warm_borrowers: 3 is more than max_borrowers 2"):
+            GroupConfig.model_validate(fields)
