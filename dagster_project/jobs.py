@@ -73,7 +73,7 @@ class BorrowConfig(dg.Config):
 
 
 def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str, Any]) -> dg.JobDefinition:
-    """The warm Borrower run the Leader starts: one SparkSession, every lease it can take, until idle.
+    """The Borrower run the Leader starts: one SparkSession, every lease it can take, until idle (or for good, if warm).
 
     The job carries its resource itself (``resources``: the one lakehouse resource, by key): a job
     Dagster has to bind resources to after the fact is copied with its sensor, and the copy warns
@@ -83,10 +83,10 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
 
     @dg.op(name=borrow_op_name(group.name), tags={"kind": "spark"}, required_resource_keys={key})
     def borrow_op(context: dg.OpExecutionContext, config: BorrowConfig) -> None:
-        """Take the leases the Leader granted, run them on one warm SparkSession, exit when idle."""
+        """Take the leases the Leader granted and run them on one warm SparkSession, until idle or stopped."""
         icegroup = lakehouse_of(context.resources, key)
         lakehouse = icegroup.lakehouse()
-        start_in_background(lakehouse)  # the Leader starts a Borrower for waiting leases: boot the JVM meanwhile
+        start_in_background(lakehouse)  # a Borrower runs leases now or keeps a session up: boot the JVM meanwhile
         record = recording(context, group, sink_key, lakehouse)
         with canceled_on_interrupt(context):
             summary = borrow(
@@ -109,7 +109,8 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
         executor_def=ONE_PROCESS,
         resource_defs=dict(resources),
         tags={TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER},
-        description=f"Warm Borrower of group {group.name}: takes the leases {group.name}_leader grants, until idle.",
+        description=f"Borrower of group {group.name}: takes the leases {group.name}_leader grants, until idle "
+        "(a warm one, until stopped).",
     )
     def job() -> Any:
         borrow_op()

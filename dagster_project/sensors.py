@@ -1,18 +1,19 @@
 """The Leader: one sensor per group, running one registry-CAS tick per evaluation, and starting warm Borrowers."""
 
 import math
+import sys
 import time
 
 import dagster as dg
 
 from icegroup.dagster_project.resources import lakehouse_of
-from icegroup.dagster_project.runs.observer import borrower_runs, end_runs, observe_runs, terminate_runs
-from icegroup.dagster_project.runs.tags import TAG_FOLLOWS, TAG_GROUP
+from icegroup.dagster_project.runs.observer import UNFINISHED, borrower_runs, end_runs, observe_runs, terminate_runs
+from icegroup.dagster_project.runs.tags import TAG_FOLLOWS, TAG_GROUP, TAG_WARM
 from icegroup.dagster_project.runs.warm import borrower_tags, warm_run_config
 from icegroup.dagster_project.tick_events import LeaderCursor, leader_events, stopped_events
 from icegroup.iceberg.errors import RegistryConflict, ResetInFlight, SourceBlocked
 from icegroup.iceberg.leader import TickResult, tick
-from icegroup.iceberg.protocol.borrower import borrowers_to_start, census, stale, starts, waiting
+from icegroup.iceberg.protocol.borrower import Starts, borrowers_to_start, census, stale, starts, waiting
 from icegroup.iceberg.protocol.group import GroupConfig
 
 DAEMON_LOOP_S = 5
@@ -61,14 +62,14 @@ def borrower_requests(
 
     Borrower runs that a ``kill -9`` left looking alive (silent past the session timeout, or whose
     process the Leader sees ended on its own machine) are ended first, so they neither count as live
-    nor show as running in the UI; so are idle warm runs made by other code than ``code``. Then
+    nor show as running in the UI; so are warm runs launched with other code than ``code``. Then
     enough runs start to keep ``warm_borrowers`` up (none while the group is paused), each with
     its Spark session started and no idle exit.
     """
     runs = borrower_runs(context.instance, group.name)
-    ended = end_runs(context.instance, stale(runs, result.state, code), "its code is older than the Leader's")
+    ended = end_runs(context.instance, stale(runs, code), "its code or settings are older than the Leader's")
     for run_id in ended:
-        context.log.info(f"{group.name}: ended warm Borrower run {run_id}: the code location was reloaded")
+        context.log.info(f"{group.name}: ended warm Borrower run {run_id}: launched before the code location changed")
     runs = [run for run in runs if run.run_id not in ended]
     now_ms = int(time.time() * 1000)
     found = census(
@@ -79,6 +80,14 @@ def borrower_requests(
         context.log.warning(f"{group.name}: ended Borrower run {run_id}: {why}")
     for_work = borrowers_to_start(len(waiting(result.state)), found, group.leases_per_borrower, group.max_borrowers)
     planned = starts(for_work, found, 0 if result.paused else group.warm_borrowers, group.max_borrowers)
+    room = warm_room(context.instance)
+    if planned.warm > room:
+        context.log.warning(
+            f"{group.name}: {planned.warm - room} warm Borrower runs not started: warm runs would take more than half "
+            "of the run queue's max_concurrent_runs, and runs for work, replays and consumes would wait behind them; "
+            "raise max_concurrent_runs in dagster.yaml, or lower warm_borrowers"
+        )
+        planned = Starts(warm=room, for_work=min(planned.for_work + planned.warm - room, for_work))
     warm = [
         dg.RunRequest(
             job_name=job_name, tags=borrower_tags(group.name, code, warm=True), run_config=warm_run_config(group.name)
@@ -87,6 +96,21 @@ def borrower_requests(
     ]
     cold = [dg.RunRequest(job_name=job_name, tags=borrower_tags(group.name, code, warm=False))] * planned.for_work
     return warm + cold
+
+
+def warm_room(instance: dg.DagsterInstance) -> int:
+    """Warm Borrower runs that may still start, every group's counted: up to half the run queue's slots.
+
+    A warm run holds its slot for good. Were warm runs to fill the queue, a run started for work
+    (or a replay, a consume) would wait behind them, and with it its group's leases, for ever. An
+    instance with no queue limit has room for any number.
+    """
+    queue = instance.get_concurrency_config().run_queue_config
+    limit = queue.max_concurrent_runs if queue is not None else -1
+    if limit is None or limit < 0:
+        return sys.maxsize
+    up = instance.get_runs_count(filters=dg.RunsFilter(tags={TAG_WARM: "1"}, statuses=UNFINISHED))
+    return max(0, limit // 2 - up)
 
 
 def leader_sensor(
@@ -116,7 +140,7 @@ def leader_sensor(
         required_resource_keys={resource_key},
         default_status=dg.DefaultSensorStatus.RUNNING,
         description=f"Leader of consumer group {group.name}: cuts shards of {group.source}, grants leases, and "
-        f"keeps up to {group.max_borrowers} warm Borrower runs taking them.",
+        f"keeps {group.warm_borrowers} warm Borrower runs up, up to {group.max_borrowers} with work.",
     )
     def leader(context: dg.SensorEvaluationContext, **_called_with: object) -> dg.SensorResult | dg.SkipReason:
         # A sensor called directly (tests, ``build_sensor_context``) is also handed its resources by keyword.

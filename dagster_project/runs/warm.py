@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import importlib.metadata
 import importlib.util
 from typing import Any
 
@@ -27,12 +28,13 @@ def warm_run_config(group: str) -> dict[str, Any]:
 
 
 def code_stamp(group: GroupConfig) -> str:
-    """16 hex characters over the group's config hash and the source of its transform's module, read now.
+    """16 hex characters over the group's settings, icegroup's version and its transform module's source, read now.
 
-    The config hash counts a transform by its import path only, so a new body under the same name
-    keeps it. Read when the definitions load, this stamp changes with the body: a warm Borrower
-    launched before a reload carries the old stamp, and the Leader ends it between leases. A module
-    with no source file (a built-in, a zip) counts by its path alone.
+    Read when the definitions load, the stamp changes with any group setting (``warm_borrowers``
+    lowered to 0 included), a new icegroup, or a new transform body under the same name (which the
+    config hash does not see): a warm Borrower launched before the change carries the old stamp,
+    and the Leader ends it. A module with no source file (a built-in, a zip) counts by its path.
+    Modules the transform imports do not count.
     """
     module = group.transform.partition(":")[0]
     spec = importlib.util.find_spec(module)
@@ -43,4 +45,9 @@ def code_stamp(group: GroupConfig) -> str:
                 source = file.read()
         except OSError:
             source = b""
-    return hashlib.sha256(group.config_hash.encode() + b"\0" + source).hexdigest()[:16]
+    try:
+        version = importlib.metadata.version("icegroup")
+    except importlib.metadata.PackageNotFoundError:
+        version = ""
+    stamped = "\0".join((group.model_dump_json(), version)).encode() + b"\0" + source
+    return hashlib.sha256(stamped).hexdigest()[:16]

@@ -13,9 +13,9 @@ creating a member per grant. icegroup does the same with Borrower runs:
   for, and never more runs than ``max_borrowers``. A Borrower with nothing to take for its idle
   timeout exits;
 - except the group's ``warm_borrowers``: those the Leader keeps up even with nothing to do, Spark
-  started, so a new lease finds a session already up. They never exit when idle; one that runs
-  other code than the Leader's (a stale ``code`` stamp, or a registry pinned to another config
-  hash) is ended between leases, and the Leader starts a fresh one.
+  started, so a new lease finds a session already up. They never exit when idle; one launched
+  with other code or settings than the Leader's (a stale ``code`` stamp) is ended, and the Leader
+  starts a fresh one. A Borrower whose config the registry moved on from takes no lease and exits.
 """
 
 from __future__ import annotations
@@ -145,21 +145,24 @@ def starts(for_work: int, found: Census, warm_borrowers: int, max_borrowers: int
     return Starts(warm=warm, for_work=total - warm)
 
 
-def stale(runs: list[BorrowerRun], state: GroupState, code: str) -> list[str]:
-    """Warm runs to end: those made by other code than the Leader's now, holding no lease.
+def stale(runs: list[BorrowerRun], code: str) -> list[str]:
+    """Warm runs to end: those launched with other code or settings than the Leader's now.
 
     A warm Borrower never exits when idle, so after the code location is reloaded (a new transform
-    body, a new image) it would run the old code for good. Ending it between leases is safe: a run
-    that takes a lease meanwhile loses it to the fence, like any ended run.
+    body, new group settings) it would run the old code for good, and under steady load it is never
+    idle. So it is ended even while it holds leases: it stops after its current shard, and its
+    leases are re-granted behind a raised fence, like any ended run's.
     """
-    holding = {lease.owner_run_id for lease in state.leases.values() if lease.owner_run_id is not None}
-    return [run.run_id for run in runs if run.warm and run.code != code and run.run_id not in holding]
+    return [run.run_id for run in runs if run.warm and run.code != code]
 
 
 def outdated(state: GroupState, config_hash: str) -> bool:
-    """The registry is pinned to another filter or transform than this Borrower's: the Leader runs newer config.
+    """The registry moved on from this Borrower's filter and transform: the Leader grants under newer config.
 
-    Such a Borrower takes no lease (``connect`` would refuse it) and exits once its own have ended,
-    so that the Leader starts one on the config it grants under.
+    True only when the registry recorded a change *from* this config (``on_change: continue``), so
+    a Borrower whose config the Leader never granted under (a groups file edited without a reload)
+    is not told to exit quietly: ``connect`` refuses its lease, and the run fails, saying why.
     """
-    return state.config_hash is not None and state.config_hash != config_hash
+    if state.config_hash is None or state.config_hash == config_hash:
+        return False
+    return any(change.old_hash == config_hash for change in state.config_changes)

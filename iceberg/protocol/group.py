@@ -91,8 +91,8 @@ class GroupConfig(BaseModel):
         default=60.0,
         ge=0,
         le=86400,
-        description="Seconds a warm Borrower run waits for a new lease before it exits; a longer wait keeps "
-        "Spark warm for the next source commit, a shorter one frees the run sooner.",
+        description="Seconds a Borrower run started for work (beyond warm_borrowers) waits for a new lease before "
+        "it exits; a longer wait keeps Spark warm for the next source commit, a shorter one frees the run sooner.",
     )
     warm_borrowers: int = Field(
         default=1,

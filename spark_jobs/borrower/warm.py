@@ -1,11 +1,11 @@
-"""A warm Borrower: one run, one SparkSession, and every lease the Leader grants until it is idle.
+"""A warm Borrower: one run, one SparkSession, and every lease the Leader grants, until idle or stopped.
 
 A Borrower run per lease paid a JVM start per lease and two such JVMs shared the cores. A warm
-Borrower keeps one session (its Dagster op boots it on a thread as the run starts, since the
-Leader starts a Borrower only for waiting leases): it takes waiting leases from the registry
-(``iceberg/borrower.py``) into its free slots, runs them at once (``LeaseRunner``), and asks
-again every ``poll_s``. With nothing to take for ``idle_timeout_s`` it exits cleanly, and the
-Leader starts another when work comes (``iceberg/protocol/borrower.py``). It beats for its
+Borrower keeps one session (its Dagster op boots it on a thread as the run starts): it takes
+waiting leases from the registry (``iceberg/borrower.py``) into its free slots, runs them at once
+(``LeaseRunner``), and asks again every ``poll_s``. One the Leader started for work exits cleanly
+with nothing to take for ``idle_timeout_s``, and the Leader starts another when work comes; one of
+the group's ``warm_borrowers`` never exits when idle (``iceberg/protocol/borrower.py``). It beats for its
 leases all along, so if it is killed they are re-granted: at the Leader's next tick when the
 Leader shares its machine and sees its process gone, else a session timeout later; fencing keeps
 it from committing them.

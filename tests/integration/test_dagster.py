@@ -16,7 +16,6 @@ from icegroup.dagster_project.assets import DATA_VERSION_TAG, complete_events
 from icegroup.dagster_project.checks import DEAD_LETTERS, EXACTLY_ONCE, LAG
 from icegroup.dagster_project.definitions import build_definitions, defs
 from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_CODE, TAG_GROUP, TAG_ROLE, TAG_WARM
-from icegroup.dagster_project.runs.warm import code_stamp
 from icegroup.dagster_project.sensors import minimum_interval_s
 from icegroup.dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TABLE_NAME, URI
 from icegroup.dagster_project.tick_events import LeaderCursor
@@ -140,7 +139,8 @@ def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_wh
     first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert isinstance(first, dg.SensorResult)
     (request,) = first.run_requests or []  # two leases wait, and one Borrower has two slots
-    assert request.tags == {TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER, TAG_CODE: code_stamp(group)}
+    assert request.tags.items() >= {TAG_GROUP: group.name, TAG_ROLE: ROLE_BORROWER}.items()
+    assert set(request.tags) == {TAG_GROUP, TAG_ROLE, TAG_CODE}, "a run for work: not tagged warm"
     state = load_state(catalog, group.name).state
     assert state is not None
     assert len(state.leases) == 2
@@ -191,7 +191,7 @@ def test_a_caught_up_group_gets_its_warm_borrower_and_a_reload_replaces_an_idle_
     assert ended.status is dg.DagsterRunStatus.CANCELED, "the idle warm run of older code is ended"
     assert isinstance(again, dg.SensorResult)
     (fresh,) = again.run_requests or []
-    assert fresh.tags[TAG_CODE] == code_stamp(group), "and one of this code started"
+    assert fresh.tags[TAG_CODE] == request.tags[TAG_CODE] != "older", "and one of this code started"
     set_paused(catalog, group, True)
     paused = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert "paused" in skip_message(paused), "a paused group starts no warm Borrower"

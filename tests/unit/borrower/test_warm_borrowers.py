@@ -22,7 +22,7 @@ from icegroup.iceberg.protocol.borrower import (
 )
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import LeaseAction, RunState, lease_action
-from icegroup.iceberg.protocol.state import LeasePhase
+from icegroup.iceberg.protocol.state import ConfigChange, LeasePhase
 from tests.factories import MakeGroup, append_batches, create_source, group_state, lease, shard
 
 NOW = 1_900_000_000_000
@@ -149,8 +149,7 @@ def test_a_silent_warm_run_is_not_counted_warm() -> None:
     assert starts(0, found, warm_borrowers=1, max_borrowers=2) == Starts(warm=1, for_work=0)
 
 
-def test_warm_runs_of_older_code_holding_no_lease_are_ended() -> None:
-    busy = lease([shard(1).shard_id], owner_run_id="old-busy")
+def test_warm_runs_of_older_code_are_ended_busy_or_not_and_runs_for_work_are_left_to_end() -> None:
     runs = [
         BorrowerRun("old-idle", RunState.RUNNING, NOW, warm=True, code="aaa"),
         BorrowerRun("old-busy", RunState.RUNNING, NOW, warm=True, code="aaa"),
@@ -158,12 +157,15 @@ def test_warm_runs_of_older_code_holding_no_lease_are_ended() -> None:
         BorrowerRun("for-work", RunState.RUNNING, NOW, code="aaa"),
     ]
 
-    assert stale(runs, group_state([shard(1)], [busy]), code="bbb") == ["old-idle"]
+    assert stale(runs, code="bbb") == ["old-idle", "old-busy"]
 
 
-def test_a_borrower_of_another_config_than_the_registry_pins_is_outdated() -> None:
-    assert outdated(group_state([], config_hash="new"), "old")
-    assert not outdated(group_state([], config_hash="new"), "new")
+def test_a_borrower_is_outdated_only_when_the_registry_moved_on_from_its_config() -> None:
+    moved = ConfigChange(at_ms=NOW, old_hash="old", new_hash="new", sink_snapshot=None)
+
+    assert outdated(group_state([], config_hash="new", config_changes=[moved]), "old")
+    assert not outdated(group_state([], config_hash="new", config_changes=[moved]), "new")
+    assert not outdated(group_state([], config_hash="new"), "other"), "never granted under: connect refuses, loudly"
     assert not outdated(group_state([], config_hash=None), "old"), "a registry that pins nothing yet"
 
 
@@ -171,11 +173,13 @@ def test_a_borrower_whose_config_is_outdated_takes_nothing_and_says_so(catalog: 
     group = make_group(max_borrowers=1)
     append_batches(create_source(catalog, group.source), 1, 6)
     tick(catalog, group, missing, now_ms=NOW)
-    changed = group.model_copy(update={"filter": "amount > 0"})
+    changed = group.model_copy(update={"filter": "amount > 0", "on_change": "continue"})
+    append_batches(catalog.load_table(group.source), 1, 6)
+    tick(catalog, changed, missing, now_ms=NOW + 1000)  # the Leader, reloaded, records the change
 
-    with pytest.raises(BorrowerOutdated, match=f"pinned to config hash {group.config_hash}"):
-        take_leases(catalog, changed, "run-old", slots=1)
-    assert len(take_leases(catalog, group, "run-new", slots=1)) == 1, "the lease still waits for a Borrower"
+    with pytest.raises(BorrowerOutdated, match=f"pinned to config hash {changed.config_hash}"):
+        take_leases(catalog, group, "run-old", slots=1)
+    assert len(take_leases(catalog, changed, "run-new", slots=2)) >= 1, "the leases still wait for a Borrower"
 
 
 @pytest.mark.parametrize(("warm", "maximum", "ok"), [(0, 1, True), (2, 2, True), (3, 2, False)])
