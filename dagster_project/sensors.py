@@ -80,7 +80,7 @@ def borrower_requests(
         context.log.warning(f"{group.name}: ended Borrower run {run_id}: {why}")
     for_work = borrowers_to_start(len(waiting(result.state)), found, group.leases_per_borrower, group.max_borrowers)
     planned = starts(for_work, found, 0 if result.paused else group.warm_borrowers, group.max_borrowers)
-    room = warm_room(context.instance)
+    room = warm_room(context.instance) if planned.warm else 0  # the run storage is read only when one would start
     if planned.warm > room:
         context.log.warning(
             f"{group.name}: {planned.warm - room} warm Borrower runs not started: warm runs would take more than half "
