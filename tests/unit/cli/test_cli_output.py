@@ -140,6 +140,56 @@ def test_a_command_whose_reader_went_away_exits_0_with_nothing_on_stderr() -> No
     assert done.stderr.decode().strip() == "exit=0"
 
 
+def run_script(tmp_path: Path, command: str) -> subprocess.CompletedProcess[str]:
+    """Run the console script's ``script()`` with ``list`` replaced by ``command``: stdout to a pipe, stderr kept."""
+    code = f"""
+        import atexit, sys
+        from pathlib import Path
+        from icegroup.dagster_project.cli import commands, script
+
+        def cmd_list(args, lakehouse, groups) -> int:
+            marker = Path({str(tmp_path / "handler-ran")!r})
+            {command}
+
+        commands.cmd_list = cmd_list
+        commands.load_configs = lambda args: (None, {{}})
+        sys.argv = ["icegroup", "list"]
+        script()
+    """
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60, check=False
+    )
+
+
+def test_the_console_script_exits_with_the_commands_code_after_every_exit_handler_and_all_output(
+    tmp_path: Path,
+) -> None:
+    """The script skips only Python's teardown: buffered output is flushed and exit handlers run first."""
+    done = run_script(
+        tmp_path,
+        """atexit.register(marker.write_text, "yes")
+            for n in range(50_000):
+                print(f"line {n}")
+            return 3""",
+    )
+
+    assert done.returncode == 3
+    assert done.stdout.splitlines() == [f"line {n}" for n in range(50_000)]
+    assert (tmp_path / "handler-ran").read_text() == "yes"
+
+
+def test_a_commands_unexpected_error_still_exits_1_with_its_message_after_the_exit_handlers(tmp_path: Path) -> None:
+    done = run_script(
+        tmp_path,
+        """atexit.register(marker.write_text, "yes")
+            raise SystemError("boom")""",
+    )
+
+    assert done.returncode == 1
+    assert "unexpected error: SystemError: boom" in done.stderr
+    assert (tmp_path / "handler-ran").read_text() == "yes"
+
+
 def test_without_it_python_prints_a_traceback_so_the_test_above_can_fail() -> None:
     done = run_printer("""
         for n in range(200_000):
