@@ -16,7 +16,9 @@ million rows, the same transform.
 - ``strings4`` and ``longs4``: ``plain`` with four constant columns added, strings of the lineage
   columns' lengths or ``long`` numbers: what the columns' type costs;
 - ``file_ref``: ``plain`` with each row's source-file reference (``_ig_file``: xxhash64 of
-  ``input_file_name()``), which ``lineage`` and ``staged`` carry too;
+  ``input_file_name()``, hashed once per file by ``icegroup_file_ref()``), which ``lineage`` and
+  ``staged`` carry too; ``file_ref_per_row`` and ``staged_per_row``: the same with the reference as
+  rows carried it before, Spark hashing each row's location;
 - ``six``, ``three``, ``three_long`` and ``window_ref``: ``plain`` with the reference and constants
   shaped as lineage columns can be: the six that rows carried before (group, lease, shard, window
   strings, the epoch an ``int``); only the shard and the window, as strings; the shard as a
@@ -62,9 +64,11 @@ ARMS = (
     "shard_read",
     "lineage",
     "staged",
+    "staged_per_row",
     "strings4",
     "longs4",
     "file_ref",
+    "file_ref_per_row",
     "six",
     "three",
     "three_long",
@@ -75,6 +79,8 @@ RESULTS = Path(__file__).parent / "results" / "lineage_cost.json"
 # Four constants as the lineage columns have them (group, lease, shard, window), and four numbers.
 STRINGS = ("bench", "0123456789abcdef", "fedcba9876543210", "2026-11-25")
 LONGS = (1, 0x0123456789ABCDEF, 0x7EDCBA9876543210, 20261125)
+# The reference as rows carried it before it was hashed once per file: Spark hashing each row's location.
+PER_ROW_REF_SQL = "CASE WHEN input_file_name() <> '' THEN xxhash64(input_file_name()) END"
 
 
 def arm_writers(
@@ -86,15 +92,15 @@ def arm_writers(
         rows.limit(0).writeTo(table).using("iceberg").create()
         rows.writeTo(table).append()
 
-    def lineage(rows: DataFrame) -> DataFrame:
-        ref = file_ref_column(rows, source)
+    def lineage(rows: DataFrame, per_row: bool = False) -> DataFrame:
+        ref = F.expr(PER_ROW_REF_SQL) if per_row else file_ref_column(rows, source)
         return with_lineage(rows, shard.shard_id, date(2026, 11, 25), ref)
 
     def read() -> DataFrame:
         return enrich_events(read_shard(spark, source, shard, root, None))
 
-    def staged(table: str) -> None:
-        rows = lineage(read())
+    def staged(table: str, per_row: bool = False) -> None:
+        rows = lineage(read(), per_row)
         ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
         stage_shard(rows, table)
 
@@ -113,6 +119,7 @@ def arm_writers(
         "strings4": lambda table: plain_table(table, constants(STRINGS)),
         "longs4": lambda table: plain_table(table, constants(LONGS)),
         "file_ref": lambda table: plain_table(table, with_ref(plain())),
+        "file_ref_per_row": lambda table: plain_table(table, plain().select("*", F.expr(PER_ROW_REF_SQL).alias("ref"))),
         "six": lambda table: plain_table(table, with_ref(constants((*STRINGS[:3], 0, STRINGS[3])))),
         "three": lambda table: plain_table(table, with_ref(constants(STRINGS[2:]))),
         "three_long": lambda table: plain_table(table, with_ref(constants((LONGS[2], STRINGS[3])))),
@@ -120,6 +127,7 @@ def arm_writers(
         "shard_read": lambda table: plain_table(table, read()),
         "lineage": lambda table: plain_table(table, lineage(read())),
         "staged": staged,
+        "staged_per_row": lambda table: staged(table, per_row=True),
     }
 
 

@@ -148,10 +148,15 @@ def main() -> None:
             seconds = run_size(workload, args.rounds, Path(folder))
         sizes[workload.name] = summary(workload, seconds)
         print(f"{workload.name}: {json.dumps(sizes[workload.name]['throughput_over_A2'])}", flush=True)
+        record(sizes, path)  # after each size: the largest take many minutes, and a stopped run keeps the others
+
+
+def record(sizes: dict[str, dict[str, object]], path: Path) -> None:
+    """Write the sizes measured so far, in SIZES' order, and draw their curve beside ``path``."""
     ordered = {size.name: sizes[size.name] for size in SIZES if size.name in sizes}
     result = {"cores": os.cpu_count(), "transform": TRANSFORM, "sizes": ordered}
     path.write_text(json.dumps(result, indent=2) + "\n")
-    plot(ordered, RESULTS / "scaling.png")
+    plot(ordered, path.with_suffix(".png"))
 
 
 if __name__ == "__main__":

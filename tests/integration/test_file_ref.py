@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.protocol.file_ref import file_ref
-from icegroup.spark_jobs.row_files import file_ref_column, sql_string, streams_rows
+from icegroup.spark_jobs.row_files import FILE_REF_SQL, file_ref_column, sql_string, streams_rows
 from icegroup.spark_jobs.transforms import enrich_events, load_transform
 from tests.factories import MakeGroup, append_batches, create_source
 
@@ -133,6 +133,26 @@ def test_a_row_wise_transforms_rows_carry_the_reference_of_the_file_that_held_th
 
     assert refs == truth
     assert len(set(truth.values())) > 3, "several files, so a wrong file would show"
+
+
+def test_the_reference_hashed_once_per_file_is_sparks_own_hash_of_each_rows_file(source: Source) -> None:
+    """``icegroup_file_ref()`` against ``xxhash64(input_file_name())`` row by row, in one task reading every file."""
+    one_task = source.rows.coalesce(1).select(
+        "event_id",
+        F.expr(FILE_REF_SQL).alias("ref"),
+        F.expr("xxhash64(input_file_name())").alias("spark"),
+        F.col("_file"),
+    )
+
+    rows = one_task.collect()
+
+    assert rows
+    assert all(row["ref"] == row["spark"] == file_ref(row["_file"]) for row in rows)
+    assert len({row["ref"] for row in rows}) > 3, "one task switched files several times"
+
+
+def test_rows_of_no_file_have_no_reference(spark: SparkSession) -> None:
+    assert {row["ref"] for row in spark.range(5).select(F.expr(FILE_REF_SQL).alias("ref")).collect()} == {None}
 
 
 def test_a_sorted_outputs_rows_carry_no_reference_rather_than_a_wrong_one(source: Source) -> None:
