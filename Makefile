@@ -59,7 +59,7 @@ venv: $(STAMP) ## the virtualenv with exactly the tested versions (requirements.
 lock: venv ## re-resolve requirements.lock within pyproject.toml's ranges (then run make test: the lock is what was tested)
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11.7 --no-annotate --custom-compile-command "make lock" -q -o requirements.lock
 
-jvm: system venv ## icegroup's Java, built with Maven against the Iceberg in use: the fenced sink commit and the SQLite shim (icegroup-spark.jar) and the stack's REST catalog server
+jvm: system venv ## icegroup's Java, built with Maven against the Iceberg in use: the fenced sink commit, lineage's file reference and the SQLite shim (icegroup-spark.jar) and the stack's REST catalog server
 	@bash infra/build_jvm.sh $(ICEBERG_VERSION) $(SPARK_RUNTIME)
 
 jars: jvm ## one folder, build/jars, with every jar Spark needs, resolved from Maven Central: what a cluster's `jars:` setting points at

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds icegroup's Java with Maven, against the Iceberg API of the runtime in use, when a source is newer
-# than its jar: spark_jobs/sink/jvm (the fenced commit and the SQLite shim: icegroup-spark.jar, the one jar
+# than its jar: spark_jobs/sink/jvm (the fenced commit, lineage's file reference and the SQLite shim: icegroup-spark.jar, the one jar
 # the wheel carries) and infra/rest_catalog (the stack's REST server, with its runtime jars in lib/); then it
 # copies the classpath of Iceberg's REST test fixture (infra/rest_fixture/pom.xml) into infra/rest_fixture/lib.
 # Usage: build_jvm.sh ICEBERG_VERSION SPARK_RUNTIME   (e.g. 1.10.1 3.5_2.12)

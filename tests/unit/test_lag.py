@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from pyiceberg.catalog import Catalog
 
@@ -43,7 +43,8 @@ def test_pending_work_follows_unplanned_commits_and_open_shards_until_everything
 def test_a_caught_up_group_has_windows_to_report_once_a_window_is_due_to_be_reported_complete(
     catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(replay_window="hour", window_start=TODAY)
+    # Windows from yesterday: one has ended even in the first hour after midnight, when today's has not.
+    group = make_group(replay_window="hour", window_start=TODAY - timedelta(days=1))
     append_batches(create_source(catalog, group.source), 1, 3)
     first = tick(catalog, group, lambda _: RunState.MISSING)
     for lease in first.launch:
