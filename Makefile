@@ -49,12 +49,12 @@ PACKAGE := build/python/icegroup/__init__.py
 $(PACKAGE): infra/package_links.sh
 	@bash infra/package_links.sh
 
-$(STAMP): pyproject.toml requirements.lock $(PACKAGE)
+$(STAMP): pyproject.toml requirements.lock $(PACKAGE) infra/install_venv.sh
 	@bash infra/install_venv.sh "$(PYTHON)" "$(VENV)"
 	@touch $(STAMP)
 
 venv: $(STAMP) ## the virtualenv with exactly the tested versions (requirements.lock) and the dev tools
-	@$(PY) -m compileall -q -j0 build/python/icegroup >/dev/null  # icegroup's own bytecode, kept as new as its sources
+	@$(PY) -m compileall -q -j0 iceberg spark_jobs dagster_project infra  # icegroup's own bytecode, as new as its sources
 
 lock: venv ## re-resolve requirements.lock within pyproject.toml's ranges (then run make test: the lock is what was tested)
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11.7 --no-annotate --custom-compile-command "make lock" -q -o requirements.lock

@@ -21,9 +21,11 @@ from dataclasses import dataclass, field
 from datetime import date
 from typing import Any
 
+from py4j.protocol import Py4JError
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
+from icegroup.iceberg.errors import ConfigError
 from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.locations import file_forms
 
@@ -131,7 +133,8 @@ def streams_rows(df: DataFrame, source: str, holding: frozenset[str] = HOLDING_E
 
 
 # Each row's source-file reference as Spark SQL: Spark's ``xxhash64(input_file_name())``, null where the task read no
-# file, hashed once per file (``register_file_ref``): hashing each row's location cost a shard 0.08 of a plain write.
+# file, hashed once per file (``register_file_ref``): hashing each row's location took 0.08 of a plain write's task
+# samples in a shard's JFR profile (``results/task_profile.json``).
 FILE_REF_FUNCTION = "icegroup_file_ref"
 FILE_REF_SQL = f"{FILE_REF_FUNCTION}()"
 
@@ -139,10 +142,17 @@ FILE_REF_SQL = f"{FILE_REF_FUNCTION}()"
 def register_file_ref(spark: SparkSession) -> None:
     """Make ``FILE_REF_SQL`` known to the session: icegroup-spark.jar's ``icegroup.lineage.FileRef``, non-deterministic.
 
-    A deterministic function of no arguments would be folded to one constant on the driver, so it is
-    registered as Spark registers ``input_file_name()`` itself: evaluated on each row, in its task.
+    Non-deterministic, like ``input_file_name()`` itself: the optimizer then neither moves the call
+    away from the scan nor merges it, so it is evaluated on each row, in the task that read it. A
+    ``ConfigError`` names the fix when the session's jar predates the function.
     """
-    function = spark._jvm.icegroup.lineage.FileRef.function()  # type: ignore[union-attr]
+    try:
+        function = spark._jvm.icegroup.lineage.FileRef.function()  # type: ignore[union-attr]
+    except (Py4JError, TypeError) as exc:
+        raise ConfigError(
+            f"icegroup-spark.jar on Spark's classpath has no icegroup.lineage.FileRef ({exc}): it is older than "
+            "this icegroup; run `make jvm` in a checkout, or reinstall the wheel, and restart the process"
+        ) from exc
     spark._jsparkSession.udf().register(FILE_REF_FUNCTION, function)
 
 

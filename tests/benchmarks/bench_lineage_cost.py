@@ -41,7 +41,7 @@ from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
@@ -49,7 +49,7 @@ from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.shards import Shard
-from icegroup.spark_jobs.row_files import file_ref_column
+from icegroup.spark_jobs.row_files import file_ref_column, streams_rows
 from icegroup.spark_jobs.session import get_session
 from icegroup.spark_jobs.shards import read_shard
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
@@ -92,9 +92,13 @@ def arm_writers(
         rows.limit(0).writeTo(table).using("iceberg").create()
         rows.writeTo(table).append()
 
+    def reference(rows: DataFrame, per_row: bool = False) -> Column:
+        """The file reference as a Borrower makes it (the plan's verdict first), by the memo or by each row."""
+        ref = file_ref_column(rows, source)
+        return F.expr(PER_ROW_REF_SQL) if per_row and streams_rows(rows, source) else ref
+
     def lineage(rows: DataFrame, per_row: bool = False) -> DataFrame:
-        ref = F.expr(PER_ROW_REF_SQL) if per_row else file_ref_column(rows, source)
-        return with_lineage(rows, shard.shard_id, date(2026, 11, 25), ref)
+        return with_lineage(rows, shard.shard_id, date(2026, 11, 25), reference(rows, per_row))
 
     def read() -> DataFrame:
         return enrich_events(read_shard(spark, source, shard, root, None))
@@ -107,8 +111,8 @@ def arm_writers(
     def plain() -> DataFrame:
         return enrich_events(spark.table(source).where("region = 'eu'"))
 
-    def with_ref(rows: DataFrame) -> DataFrame:
-        return rows.select("*", file_ref_column(rows, source).alias("ref"))
+    def with_ref(rows: DataFrame, per_row: bool = False) -> DataFrame:
+        return rows.select("*", reference(rows, per_row).alias("ref"))
 
     def constants(values: tuple[object, ...]) -> DataFrame:
         """``plain`` with a constant column per value; a Python ``int`` is Spark's ``int`` if it fits, else ``long``."""
@@ -119,7 +123,7 @@ def arm_writers(
         "strings4": lambda table: plain_table(table, constants(STRINGS)),
         "longs4": lambda table: plain_table(table, constants(LONGS)),
         "file_ref": lambda table: plain_table(table, with_ref(plain())),
-        "file_ref_per_row": lambda table: plain_table(table, plain().select("*", F.expr(PER_ROW_REF_SQL).alias("ref"))),
+        "file_ref_per_row": lambda table: plain_table(table, with_ref(plain(), per_row=True)),
         "six": lambda table: plain_table(table, with_ref(constants((*STRINGS[:3], 0, STRINGS[3])))),
         "three": lambda table: plain_table(table, with_ref(constants(STRINGS[2:]))),
         "three_long": lambda table: plain_table(table, with_ref(constants((LONGS[2], STRINGS[3])))),

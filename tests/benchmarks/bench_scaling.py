@@ -155,7 +155,9 @@ def record(sizes: dict[str, dict[str, object]], path: Path) -> None:
     """Write the sizes measured so far, in SIZES' order, and draw their curve beside ``path``."""
     ordered = {size.name: sizes[size.name] for size in SIZES if size.name in sizes}
     result = {"cores": os.cpu_count(), "transform": TRANSFORM, "sizes": ordered}
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    written = path.with_suffix(".json.tmp")
+    written.write_text(json.dumps(result, indent=2) + "\n")
+    written.replace(path)  # whole or not at all: a stop mid-write must not cost the sizes recorded before
     plot(ordered, path.with_suffix(".png"))
 
 

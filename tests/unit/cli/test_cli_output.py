@@ -145,7 +145,8 @@ def run_script(tmp_path: Path, command: str) -> subprocess.CompletedProcess[str]
     code = f"""
         import atexit, sys
         from pathlib import Path
-        from icegroup.dagster_project.cli import commands, script
+        from icegroup.dagster_project.cli import commands
+        from icegroup.dagster_project.cli.script import script
 
         def cmd_list(args, lakehouse, groups) -> int:
             marker = Path({str(tmp_path / "handler-ran")!r})
@@ -188,6 +189,32 @@ def test_a_commands_unexpected_error_still_exits_1_with_its_message_after_the_ex
     assert done.returncode == 1
     assert "unexpected error: SystemError: boom" in done.stderr
     assert (tmp_path / "handler-ran").read_text() == "yes"
+
+
+def test_the_console_script_runs_the_exit_handlers_that_the_commands_imports_register(tmp_path: Path) -> None:
+    """``logging`` registers its shutdown as it is imported: a buffered handler flushes only then."""
+    log = tmp_path / "command.log"
+    code = f"""
+        import sys, types
+        from icegroup.dagster_project.cli.script import script
+
+        def main() -> int:
+            import logging, logging.handlers  # what the command's own imports do, after the script began
+            buffered = logging.handlers.MemoryHandler(1000, target=logging.FileHandler({str(log)!r}))
+            logger = logging.getLogger("probe")
+            logger.addHandler(buffered)
+            logger.warning("the last record")
+            return 0
+
+        sys.modules["icegroup.dagster_project.cli.entry"] = types.SimpleNamespace(main=main)
+        script()
+    """
+    done = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60, check=False
+    )
+
+    assert done.returncode == 0, done.stderr
+    assert log.read_text() == "the last record\n"
 
 
 def test_without_it_python_prints_a_traceback_so_the_test_above_can_fail() -> None:

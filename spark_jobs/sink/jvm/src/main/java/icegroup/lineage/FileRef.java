@@ -19,9 +19,9 @@ import org.apache.spark.unsafe.types.UTF8String;
  * hashing its location again: in a shard of 1.68 M rows and 12 files, 12 hashes instead of 1.68 M times the
  * number of places the reference is used.
  *
- * <p>{@link #function()} is what a session registers: non-deterministic, as a deterministic function without
- * arguments would be folded to one constant on the driver. The kept pair is immutable, so a copy of this function
- * shared by two task threads can at worst hash again, never answer with another file's reference.
+ * <p>{@link #function()} is what a session registers: non-deterministic, like {@code input_file_name()}, so the
+ * optimizer neither moves the call away from the scan nor merges it. The kept pair is immutable, so a copy of this
+ * function shared by two task threads can at worst hash again, never answer with another file's reference.
  */
 public final class FileRef implements UDF0<Long> {
   private static final long SEED = 42L;
