@@ -22,7 +22,7 @@ MATRIX ?= :1.9.2 4.0.5:1.10.1
 # consume workers too on a pair whose Spark is not the lock's (`make test` runs both chaos runs on the lock's Spark).
 MATRIX_TESTS ?= tests/integration/test_exactly_once.py tests/integration/test_zombie.py \
 	tests/integration/test_replay.py tests/integration/test_reset.py tests/integration/test_lineage_exact.py \
-	tests/integration/test_isolation.py tests/integration/test_expired_history.py
+	tests/integration/test_isolation.py tests/integration/test_expired_history.py tests/integration/test_row_lineage.py
 MATRIX_CHAOS ?= tests/chaos/test_chaos.py::test_kill_9_chaos_keeps_exactly_once[consume-workers]
 # `.ci/run` sets CI_SPLIT=1, so that CI runs once what these targets would each run. The chaos run with consume
 # workers runs in `make test` only (not on Spark 4.0, nor on the fixture stack, where it takes 8 minutes); the daemon
@@ -106,7 +106,7 @@ chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader
 	$(PY) -m tests.chaos.run --full
 	$(PY) -m tests.chaos.run --full --borrowers
 
-bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard costs beyond a plain write and which code spends it, where a consume's time goes, forward lineage precision and recall, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog; records tests/benchmarks/results/
+bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard costs beyond a plain write and which code spends it, where a consume's time goes, forward lineage precision and recall, what a source row id costs, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_throughput
 	$(PY) -m tests.benchmarks.bench_latency
 	$(PY) -m tests.benchmarks.bench_leader
@@ -120,6 +120,7 @@ bench: jvm ## side by side against plain Spark and Structured Streaming (through
 	$(PY) -m tests.benchmarks.bench_task_profile
 	$(PY) -m tests.benchmarks.bench_breakdown
 	$(PY) -m tests.benchmarks.bench_lineage_precision
+	$(PY) -m tests.benchmarks.bench_row_lineage
 	$(PY) -m tests.benchmarks.bench_long_history
 	$(PY) -m tests.benchmarks.bench_rest
 	$(PY) -m tests.benchmarks.bench_scaling

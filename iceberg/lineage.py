@@ -3,7 +3,9 @@
 Backwards, from output to input: a sink snapshot, a window, or sink rows matching a filter give the
 shards that made them, with their source snapshot ranges and source files. Forwards, from input to
 output: a source file or a source snapshot gives the sink snapshots, windows and sink rows made
-from it. Through chained groups (a group whose source is another group's sink),
+from it. On a format-v3 source, sink rows also carry their source row's own ``_row_id`` (``_ig_row``,
+kept by the source's compaction): sink rows name their source rows, and source rows, asked by id,
+name exactly the sink rows made from them. Through chained groups (a group whose source is another group's sink),
 ``iceberg/lineage_chain.py`` follows each answer upstream to the first source, or downstream to the
 last sink; ``window_provenance`` (``iceberg/protocol/lineage.py``) sums a complete window's entries for Dagster.
 
@@ -16,7 +18,7 @@ the Leader has not recorded yet.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow.parquet as pq
@@ -35,10 +37,13 @@ from icegroup.iceberg.protocol.locations import file_forms
 from icegroup.iceberg.protocol.shards import window_label, window_start_ms, window_texts
 from icegroup.iceberg.protocol.sink_commit import (
     COL_FILE,
+    COL_ROW,
     COL_SHARD,
     COL_WINDOW,
+    ROW_ID,
     parse_commit,
     parse_replay,
+    row_id_filter,
     shard_filter,
     shard_texts,
 )
@@ -47,6 +52,8 @@ from icegroup.iceberg.store.tables import load_optional, shards_as_numbers
 
 # A filter on sink rows that matches more shards than this is answered for these only, and says so.
 MAX_ROW_SHARDS = 1000
+# Sink rows that name more source rows than this name them by shard and file only, and say so.
+MAX_ROW_IDS = 1000
 
 
 @dataclass
@@ -55,7 +62,8 @@ class Answer:
 
     ``sink_rows`` counts, per shard, the rows the sink holds now (forwards answers); ``unrecorded``
     is the number of the group's sink commits the Leader has not recorded yet. ``hops`` holds the
-    answers for the groups upstream or downstream, with ``through``.
+    answers for the groups upstream or downstream, with ``through``. ``source_filter`` names the
+    source rows themselves by ``_row_id``, where the sink rows carry it (a format-v3 source).
     """
 
     group: str
@@ -68,6 +76,7 @@ class Answer:
     hops: list[Answer] = field(default_factory=list)
     row_filter: str | None = None
     sink_filter: str | None = None
+    source_filter: str | None = None
 
 
 def answer(lineage: LineageNow, group: GroupConfig, question: str, row_filter: str, note: str = "") -> Answer:
@@ -128,8 +137,9 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
     sink = load_optional(catalog, group.sink)
     if sink is None:
         raise UsageError(f"--row: group {group.name!r} has no sink table {group.sink} yet")
-    by_file = COL_FILE in {f.name for f in sink.schema().fields}
-    selected = (COL_SHARD, COL_WINDOW, COL_FILE) if by_file else (COL_SHARD, COL_WINDOW)
+    columns = {f.name for f in sink.schema().fields}
+    by_file = COL_FILE in columns
+    selected = (COL_SHARD, COL_WINDOW, *([COL_FILE] if by_file else []), *([COL_ROW] if COL_ROW in columns else []))
     try:
         rows = sink.scan(row_filter=row_filter, selected_fields=selected).to_arrow()
     except (ValueError, TypeError, ParseException) as exc:
@@ -171,6 +181,8 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
         note=note,
         row_filter=row_filter,
     )
+    if COL_ROW in columns:
+        source_rows(found, rows.column(COL_ROW).to_pylist())
     kept, rest = by_their_files(found.found, refs)
     if not rest:
         found.found = kept
@@ -182,6 +194,21 @@ def by_rows(catalog: Catalog, group: GroupConfig, row_filter: str) -> Answer:
         found.found = kept + found.found
         found.note += f" ({len({e.shard_id for e in kept})} shard(s) by the files their rows were read from)"
     return found
+
+
+def source_rows(found: Answer, row_ids: list[int | None]) -> None:
+    """Name the source rows behind the answer's sink rows by their ``_row_id``; the note counts rows without one.
+
+    A sink row carries its source row's id where the source is format v3 and the transform hands
+    rows on one by one; an aggregation's rows, or rows written before, carry none.
+    """
+    known = [i for i in row_ids if i is not None]
+    if len(known) > MAX_ROW_IDS:
+        found.note += f"; {len(known)} source rows by {ROW_ID}, more than {MAX_ROW_IDS}: narrow the filter to name them"
+    elif known:
+        found.source_filter = row_id_filter(ROW_ID, known)
+    if missing := len(row_ids) - len(known):
+        found.note += f"; {missing} of them carry no source row id (not from one source row), so only their shards say"
 
 
 def by_their_files(
@@ -214,6 +241,55 @@ def by_source_file(catalog: Catalog, group: GroupConfig, path: str) -> Answer:
     found = answer(lineage, group, f"source file {path}", is_in("source_file", file_forms(path)))
     forward_rows(catalog, group, lineage, found)
     return found
+
+
+def by_source_rows(catalog: Catalog, group: GroupConfig, row_ids: Sequence[int]) -> Answer:
+    """The sink rows made from the source rows whose ``_row_id`` is one of ``row_ids``, and their shards' entries.
+
+    Each entry keeps only the source files the rows were read from, where their rows name one.
+    """
+    sink = load_optional(catalog, group.sink)
+    if sink is None:
+        raise UsageError(f"--source-row-id: group {group.name!r} has no sink table {group.sink} yet")
+    columns = {f.name for f in sink.schema().fields}
+    if COL_ROW not in columns:
+        raise UsageError(
+            f"--source-row-id: {group.sink} has no {COL_ROW} column, so its rows do not name their source rows: "
+            f"{group.source} is not a format-v3 table (or was consumed before icegroup recorded row ids, or by an "
+            "Iceberg runtime before 1.10); ask by --source-file or --source-snapshot instead"
+        )
+    sink_filter = row_id_filter(COL_ROW, row_ids)
+    selected = (COL_SHARD, COL_WINDOW, *([COL_FILE] if COL_FILE in columns else []))
+    rows = sink.scan(row_filter=sink_filter, selected_fields=selected).to_arrow()
+    windows: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    refs: dict[str, set[int | None]] = {}
+    files = rows.column(COL_FILE).to_pylist() if COL_FILE in columns else [None] * rows.num_rows
+    shards = shard_texts(rows.column(COL_SHARD).to_pylist())
+    for shard, window, ref in zip(shards, window_texts(rows.column(COL_WINDOW).to_pylist()), files, strict=True):
+        if shard is not None and window is not None:
+            windows[shard] = window
+            counts[shard] = counts.get(shard, 0) + 1
+            refs.setdefault(shard, set()).add(ref)
+    lineage = lineage_now(catalog, group)
+    kept, rest = by_their_files(lineage.shard_entries(windows), refs)
+    note = f"{rows.num_rows} sink rows name these source rows"
+    if not rows.num_rows:
+        note = (
+            "no sink row names these source rows: not consumed yet, left out by the group's filter or transform, "
+            "or made by a transform that holds rows back (its rows name no source row)"
+        )
+    return Answer(
+        group=group.name,
+        question=f"source rows where {row_id_filter(ROW_ID, row_ids)}",
+        found=kept + rest,
+        recorded_through=lineage.through,
+        unrecorded=lineage.unrecorded,
+        sink_rows=counts,
+        note=note,
+        sink_filter=sink_filter,
+        source_filter=row_id_filter(ROW_ID, row_ids),
+    )
 
 
 def by_source_snapshot(catalog: Catalog, group: GroupConfig, snapshot_id: int) -> Answer:

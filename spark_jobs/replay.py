@@ -32,7 +32,7 @@ from icegroup.iceberg.retry import again_while_losing
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
-from icegroup.spark_jobs.row_files import FILE_COLUMN, FILE_REF_SQL, by_file, streams_rows
+from icegroup.spark_jobs.row_files import FILE_COLUMN, FILE_REF_SQL, ROW_REF_SQL, by_file, reads_row_ids, streams_rows
 from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.shards import UPSTREAM_SHARD_COLUMN, read_files
 from icegroup.spark_jobs.sink.fenced_commit import publish_replay, stage_shard
@@ -195,7 +195,10 @@ def stage_window(
     sink = f"{lakehouse.catalog_name}.{group.sink}"
     source = f"{lakehouse.catalog_name}.{group.source}"
     window = window_value(plan.window, group.replay_window)
-    output = streamed(spark, source, group, plan, transform, window)
+    row_ids = group.source_row_ids and reads_row_ids(
+        spark, lakehouse.catalog().load_table(group.source).metadata.format_version
+    )
+    output = streamed(spark, source, group, plan, transform, window, row_ids)
     cached: list[DataFrame] = []
     try:
         if output is None:
@@ -210,7 +213,13 @@ def stage_window(
 
 
 def streamed(
-    spark: SparkSession, source: str, group: GroupConfig, plan: ReplayPlan, transform: Transform, window: date | str
+    spark: SparkSession,
+    source: str,
+    group: GroupConfig,
+    plan: ReplayPlan,
+    transform: Transform,
+    window: date | str,
+    row_ids: bool = False,
 ) -> DataFrame | None:
     """The window's output from one scan per source snapshot, each row naming its shard and its source file.
 
@@ -219,14 +228,15 @@ def streamed(
     backward lineage name rows by. None where that cannot hold: a transform that aggregates, sorts or
     joins, a file of two shards, or a shard whose rows an upstream replay rewrote (its files hold rows
     of other shards too); the whole window is then read shard by shard (``by_shard``), and none of its
-    rows carry a file reference. A shard that found no files has no rows to read.
+    rows carry a file reference. A shard that found no files has no rows to read. ``row_ids``: the
+    source gives its rows' ``_row_id`` (format v3), and each streamed row keeps its source row's.
     """
     paths = [path for item in plan.shards for path in item.files]
     if not paths or any(item.replaced_files for item in plan.shards) or len(set(paths)) != len(paths):
         return None
 
     def output(at: int, files: set[str]) -> DataFrame:
-        rows = read_files(spark, source, at, files).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
+        rows = read_files(spark, source, at, files, row_ids).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
         return transform(rows.where(group.filter) if group.filter else rows)
 
     # The verdict from one file's output: the window's read holds a literal per file.
@@ -238,7 +248,7 @@ def streamed(
         items = [item for item in plan.shards if item.read_snapshot == at and item.files]
         shards = by_file({path: shard_number(item.shard.shard_id) for item in items for path in item.files})
         out = output(at, {path for item in items for path in item.files})
-        frames.append(with_lineage(out, shards, window, F.expr(FILE_REF_SQL)))
+        frames.append(with_lineage(out, shards, window, F.expr(FILE_REF_SQL), F.expr(ROW_REF_SQL) if row_ids else None))
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)
 
 

@@ -28,12 +28,13 @@ from pyspark.sql import functions as F
 from icegroup.iceberg.errors import ConfigError
 from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.locations import file_forms
+from icegroup.iceberg.protocol.sink_commit import ROW_ID
 
 # Iceberg's metadata columns: a row's data file and its position there.
 FILE_COLUMN = "_file"
 POS_COLUMN = "_pos"
 # A format-v3 row's id (row lineage): kept through rewrites, so a watermark on it finds the rows added after it.
-ROW_ID_COLUMN = "_row_id"
+ROW_ID_COLUMN = ROW_ID
 
 # Logical operators of an analyzed plan that Spark plans as operators emitting each input row (or
 # rows made from it) before they take the next, or that planning removes (a view's or an alias's
@@ -132,28 +133,61 @@ def streams_rows(df: DataFrame, source: str, holding: frozenset[str] = HOLDING_E
     )
 
 
-# Each row's source-file reference as Spark SQL: Spark's ``xxhash64(input_file_name())``, null where the task read no
-# file, hashed once per file (``register_file_ref``): hashing each row's location took 0.08 of a plain write's task
-# samples in a shard's JFR profile (``results/task_profile.json``).
+# Each row's source-file reference as Spark SQL: Spark's ``xxhash64(input_file_name())``, null where the task read
+# no file, hashed once per file (``register_lineage_functions``): hashing each row's location took 0.08 of a plain
+# write's task samples in a shard's JFR profile (``results/task_profile.json``).
 FILE_REF_FUNCTION = "icegroup_file_ref"
 FILE_REF_SQL = f"{FILE_REF_FUNCTION}()"
 
 
-def register_file_ref(spark: SparkSession) -> None:
-    """Make ``FILE_REF_SQL`` known to the session: icegroup-spark.jar's ``icegroup.lineage.FileRef``, non-deterministic.
+# Each row's source row on a format-v3 source (``RowRef.java``): the read notes each row's ``_row_id`` in its task
+# (``MARK_ROW_SQL``, a filter that keeps every row), and the output gives back the one noted last (``ROW_REF_SQL``).
+MARK_ROW_FUNCTION = "icegroup_mark_row"
+MARK_ROW_SQL = f"{MARK_ROW_FUNCTION}({ROW_ID_COLUMN})"
+ROW_REF_FUNCTION = "icegroup_row_ref"
+ROW_REF_SQL = f"{ROW_REF_FUNCTION}()"
+# The first Iceberg release whose Spark reader gives ``_row_id`` and whose compaction keeps it.
+ROW_IDS_SINCE = (1, 10)
 
-    Non-deterministic, like ``input_file_name()`` itself: the optimizer then neither moves the call
+
+def register_lineage_functions(spark: SparkSession) -> None:
+    """Make ``FILE_REF_SQL``, ``MARK_ROW_SQL`` and ``ROW_REF_SQL`` known to the session, from icegroup-spark.jar.
+
+    Non-deterministic, like ``input_file_name()`` itself: the optimizer then neither moves a call
     away from the scan nor merges it, so it is evaluated on each row, in the task that read it. A
-    ``ConfigError`` names the fix when the session's jar predates the function.
+    ``ConfigError`` names the fix when the session's jar predates the functions.
     """
     try:
-        function = spark._jvm.icegroup.lineage.FileRef.function()  # type: ignore[union-attr]
+        lineage = spark._jvm.icegroup.lineage  # type: ignore[union-attr]
+        functions = {
+            FILE_REF_FUNCTION: lineage.FileRef.function(),
+            MARK_ROW_FUNCTION: lineage.RowRef.mark(),
+            ROW_REF_FUNCTION: lineage.RowRef.current(),
+        }
     except (Py4JError, TypeError) as exc:
         raise ConfigError(
-            f"icegroup-spark.jar on Spark's classpath has no icegroup.lineage.FileRef ({exc}): it is older than "
+            f"icegroup-spark.jar on Spark's classpath lacks icegroup.lineage's functions ({exc}): it is older than "
             "this icegroup; run `make jvm` in a checkout, or reinstall the wheel, and restart the process"
         ) from exc
-    spark._jsparkSession.udf().register(FILE_REF_FUNCTION, function)
+    for name, function in functions.items():
+        spark._jsparkSession.udf().register(name, function)
+
+
+def reads_row_ids(spark: SparkSession, format_version: int) -> bool:
+    """Whether a source of ``format_version`` gives each row's ``_row_id`` to this session's Iceberg runtime.
+
+    Row lineage is format v3's; Iceberg before 1.10 neither reads it in Spark nor keeps it through a
+    compaction, so a row id would not name the row for long.
+    """
+    if format_version < 3:
+        return False
+    release = str(spark._jvm.org.apache.iceberg.IcebergBuild.version()).split()[0]  # type: ignore[union-attr]
+    return tuple(int(part) for part in release.split(".")[:2]) >= ROW_IDS_SINCE
+
+
+def mark_rows(df: DataFrame) -> DataFrame:
+    """``df`` with each row's ``_row_id`` noted in its task as it is read, for ``ROW_REF_SQL`` to give back."""
+    return df.where(F.expr(MARK_ROW_SQL))
 
 
 def file_ref_column(df: DataFrame, source: str) -> Column:
@@ -170,11 +204,18 @@ class RowFiles:
 
     The verdict depends on the transform and the columns it is given, not on the number of rows:
     no operator that ``streams_rows`` allows changes with the size of its input. A transform may
-    branch on its input's columns, so each source schema gets its own.
+    branch on its input's columns, so each source schema gets its own. ``row_ids``: the source
+    gives its rows' ``_row_id`` (``reads_row_ids``), so the reads mark them and streamed rows name
+    their source row too.
     """
 
     source: str
+    row_ids: bool = False
     verdicts: dict[int | None, bool] = field(default_factory=dict)
+
+    def row_ref(self, schema_id: int | None) -> Column | None:
+        """Each row's source ``_row_id`` where the source has them and the transform streams rows (known already)."""
+        return F.expr(ROW_REF_SQL) if self.row_ids and self.verdicts.get(schema_id) else None
 
     def known(self, schema_id: int | None) -> bool | None:
         """The verdict for rows of ``schema_id``, if one was found yet."""

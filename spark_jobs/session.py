@@ -22,7 +22,7 @@ from icegroup.iceberg.errors import ConfigError
 from icegroup.spark_jobs.engines import check_pair, supported_pairs
 from icegroup.spark_jobs.jars import IVY_CONF, PACKAGES_CONF, remember, resolving, spark_jars
 from icegroup.spark_jobs.java import check_java, gateway_exited
-from icegroup.spark_jobs.row_files import register_file_ref
+from icegroup.spark_jobs.row_files import register_lineage_functions
 
 JARS_CONF = "spark.jars"
 SPARK_REDACTION = "(?i)secret|password|token|access[.]key|credential|header[.]"
@@ -161,7 +161,7 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         if packages:
             ship_resolved(session, ivy, tuple(packages.split(",")))
         check_engine(session)
-        register_file_ref(session)
+        register_lineage_functions(session)
         _Started.conf, _Started.session = conf, session
         return session
 

@@ -12,7 +12,7 @@ from icegroup.iceberg.errors import SourceError
 from icegroup.iceberg.protocol.shard_reads import OPEN_COST_BYTES, AsOf, Span, file_sizes, shard_span, split_bytes
 from icegroup.iceberg.protocol.shards import PartitionValue, Shard
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
-from icegroup.spark_jobs.row_files import FILE_COLUMN, POS_COLUMN, ROW_ID_COLUMN, sql_string
+from icegroup.spark_jobs.row_files import FILE_COLUMN, POS_COLUMN, ROW_ID_COLUMN, mark_rows, sql_string
 from icegroup.spark_jobs.sink.shape import shard_ids
 
 UPSTREAM_SHARD_COLUMN = "_ig_upstream_shard"
@@ -26,6 +26,7 @@ def read_shard(
     row_filter: str | None,
     columns: list[tuple[str, str]] | None = None,
     rows: Column | None = None,
+    row_ids: bool = False,
 ) -> DataFrame:
     """Rows the shard's files hold, restricted by the group's filter, in the shard's own schema.
 
@@ -36,8 +37,9 @@ def read_shard(
     shard was written with. A chained group reads another group's sink: the upstream lineage
     columns are dropped, because this group writes its own. ``rows`` restricts the read further by
     ``_file`` and ``_pos`` (``spark_jobs/borrower/isolation.py``: rows isolated, or tried, on their own).
+    ``row_ids``: each row's ``_row_id`` is noted as it is read (``row_files.mark_rows``), for its output's lineage.
     """
-    return read_shards(spark, table, [shard], shard_span(shard), root_snapshot, row_filter, columns, rows)
+    return read_shards(spark, table, [shard], shard_span(shard), root_snapshot, row_filter, columns, rows, row_ids)
 
 
 def read_shards(
@@ -49,6 +51,7 @@ def read_shards(
     row_filter: str | None,
     columns: list[tuple[str, str]] | None = None,
     rows: Column | None = None,
+    row_ids: bool = False,
 ) -> DataFrame:
     """Rows of every file of ``shards``, read in one scan of ``span`` (``shard_reads.spanning_range`` in the protocol).
 
@@ -63,8 +66,8 @@ def read_shards(
             f"read_shards: shards of one source schema only, got {sorted({str(s.schema_id) for s in shards})}"
         )
     options = read_options(spark, shards)
-    # ``_pos`` only for ``rows``: Iceberg computes it once asked, even when it is dropped unread.
-    metadata = (FILE_COLUMN, POS_COLUMN) if rows is not None else (FILE_COLUMN,)
+    # ``_pos`` only for ``rows``, ``_row_id`` only for ``row_ids``: Iceberg computes each once asked, even unread.
+    metadata = (FILE_COLUMN, *([POS_COLUMN] if rows is not None else []), *([ROW_ID_COLUMN] if row_ids else []))
     if isinstance(span, AsOf):
         reader = spark.read.format("iceberg").options(**options).option("snapshot-id", str(span.snapshot_id))
         df = reader.load(table)
@@ -91,7 +94,9 @@ def read_shards(
         df = df.where(row_filter)
     if rows is not None:
         df = df.where(rows)
-    df = df.drop(FILE_COLUMN, POS_COLUMN)
+    if row_ids:  # the last filter: only rows that reach the transform are noted
+        df = mark_rows(df)
+    df = df.drop(FILE_COLUMN, POS_COLUMN, ROW_ID_COLUMN)
     if columns is not None:
         df = df.select(*[F.col(f"`{now}`").alias(then) for now, then in columns])
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
@@ -114,17 +119,23 @@ def read_options(spark: SparkSession, shards: Sequence[Shard]) -> dict[str, str]
     return {"file-open-cost": str(OPEN_COST_BYTES), "split-size": str(split)}
 
 
-def read_files(spark: SparkSession, table: str, snapshot_id: int, files: Iterable[str]) -> DataFrame:
+def read_files(
+    spark: SparkSession, table: str, snapshot_id: int, files: Iterable[str], row_ids: bool = False
+) -> DataFrame:
     """Rows of the given data files as of ``snapshot_id``, with their ``_file``: what a replay reads.
 
     A replay reads a window's shards by their files, not by their snapshot ranges, because those
     snapshots may have expired while the files are still live in the table. It reads the files of
     many shards at once and splits the rows by ``_file``. A source that is another group's sink keeps
     its rows' shard ids (as text, whichever way that sink stores them) as ``UPSTREAM_SHARD_COLUMN``:
-    rows an upstream replay rewrote are split by them.
+    rows an upstream replay rewrote are split by them. ``row_ids``: each row's ``_row_id`` is noted as
+    it is read (``row_files.mark_rows``), for its output's lineage.
     """
-    df = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id)).load(table).select("*", FILE_COLUMN)
+    metadata = (FILE_COLUMN, ROW_ID_COLUMN) if row_ids else (FILE_COLUMN,)
+    df = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id)).load(table).select("*", *metadata)
     df = df.where(F.col(FILE_COLUMN).isin(list(files)))
+    if row_ids:
+        df = mark_rows(df).drop(ROW_ID_COLUMN)
     if COL_SHARD in df.columns:
         df = df.withColumn(UPSTREAM_SHARD_COLUMN, shard_ids(df))
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])

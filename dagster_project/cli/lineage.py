@@ -1,7 +1,7 @@
 """``icegroup lineage``: where a group's output came from, and what a source file or snapshot fed.
 
 One question per call, as text or ``--json``. Backwards: ``--sink-snapshot``, ``--window`` or
-``--row``. Forwards: ``--source-file`` or ``--source-snapshot``. ``--through`` follows the answer
+``--row``. Forwards: ``--source-file``, ``--source-snapshot`` or ``--source-row-id``. ``--through`` follows the answer
 across chained groups. The answers come from the lineage tables and the sink's newest commits
 (``iceberg/lineage.py``).
 """
@@ -23,6 +23,7 @@ from icegroup.iceberg.lineage import (
     by_rows,
     by_sink_snapshot,
     by_source_file,
+    by_source_rows,
     by_source_snapshot,
     by_window,
     name_sink_rows,
@@ -32,7 +33,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import LineageEntry
 from icegroup.iceberg.protocol.shards import parse_window_label, snapshot_range
 
-QUESTIONS = ("sink_snapshot", "window", "row", "source_file", "source_snapshot")
+QUESTIONS = ("sink_snapshot", "window", "row", "source_file", "source_snapshot", "source_row_id")
 
 
 def add_lineage(sub: Commands) -> None:
@@ -40,7 +41,7 @@ def add_lineage(sub: Commands) -> None:
     lineage = command(
         sub, "lineage",
         "where output came from (--sink-snapshot, --window, --row) "
-        "or what input fed (--source-file, --source-snapshot)",
+        "or what input fed (--source-file, --source-snapshot, --source-row-id)",
         group_argument(), json_option(),
     )  # fmt: skip
     lineage.add_argument("--sink-snapshot", type=int, help="backwards: the shards and source files of a sink commit")
@@ -51,6 +52,11 @@ def add_lineage(sub: Commands) -> None:
         help="forwards: the sink snapshots, windows and rows a source file fed (/path, file:/path or file:///path)",
     )
     lineage.add_argument("--source-snapshot", type=int, help="forwards: what the files of a source snapshot fed")
+    lineage.add_argument(
+        "--source-row-id",
+        type=row_ids,
+        help="forwards: the sink rows made from source rows, by their _row_id (a format-v3 source): 17 or 17,18",
+    )
     lineage.add_argument(
         "--through",
         action="store_true",
@@ -66,7 +72,7 @@ def cmd_lineage(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     if len(asked) != 1:
         raise UsageError(
             "lineage: ask one question: --sink-snapshot S, --window W or --row FILTER (backwards), "
-            "--source-file PATH or --source-snapshot S (forwards)"
+            "--source-file PATH, --source-snapshot S or --source-row-id ID[,ID...] (forwards)"
         )
     catalog = lakehouse.catalog()
     question = asked[0]
@@ -83,6 +89,8 @@ def cmd_lineage(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
         found = by_rows(catalog, group, args.row)
     elif question == "source_file":
         found = by_source_file(catalog, group, absolute_if_relative(args.source_file))
+    elif question == "source_row_id":
+        found = by_source_rows(catalog, group, args.source_row_id)
     else:
         found = by_source_snapshot(catalog, group, args.source_snapshot)
     if args.through:
@@ -142,6 +150,7 @@ def as_json(found: Answer) -> dict[str, Any]:
         "note": found.note or None,
         "shards": [shard_json(files, found.sink_rows) for files in shards],
         "sink_filter": found.sink_filter,
+        "source_filter": found.source_filter,
         "hops": [as_json(hop) for hop in found.hops],
     }
 
@@ -170,9 +179,21 @@ def as_text(found: Answer) -> str:
         file_columns = ["path", "source_snapshot", "records", "bytes", "shard"]
         lines += ["", f"source files ({len(files)}):", table(files, file_columns)]
         lines += ["", f"its rows in the sink: {found.sink_filter}"]
+        if found.source_filter is not None:
+            lines.append(f"its rows in the source: {found.source_filter}")
     for hop in found.hops:
         lines += ["", as_text(hop)]
     return "\n".join(lines)
+
+
+def row_ids(value: str) -> list[int]:
+    """``--source-row-id``'s value: source row ids, comma-separated."""
+    try:
+        return [int(part) for part in value.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{value!r} is not a list of row ids: give whole numbers, comma-separated, like 17 or 17,18"
+        ) from None
 
 
 def absolute_if_relative(location: str) -> str:

@@ -25,6 +25,11 @@ COL_SHARD = "_ig_shard"
 COL_WINDOW = "_ig_window"
 # The row's source file as a number (``iceberg/protocol/file_ref.py``); null where Spark cannot tell.
 COL_FILE = "_ig_file"
+# The source row's own ``_row_id`` on a format-v3 source (its row lineage, kept through the source's
+# compaction): one ``long``, in sinks of such sources only; null where Spark cannot tell.
+COL_ROW = "_ig_row"
+# The format-v3 source's own row-id column: what ``COL_ROW`` holds, and how the source's rows are asked for.
+ROW_ID = "_row_id"
 # What every row carries now. The group, lease and epoch are the same for every row of a sink commit,
 # so they live in its summary (``commit_properties``) and the lineage table, not in each row: as
 # strings in every row they cost a shard a quarter of a plain write (``bench_lineage_cost``).
@@ -34,7 +39,7 @@ COL_GROUP = "_ig_group"
 COL_LEASE = "_ig_lease"
 COL_EPOCH = "_ig_epoch"
 # Every reserved name: a transform may not produce them, and a chained group's read drops them.
-LINEAGE_COLUMNS = (*ROW_LINEAGE, COL_GROUP, COL_LEASE, COL_EPOCH)
+LINEAGE_COLUMNS = (*ROW_LINEAGE, COL_ROW, COL_GROUP, COL_LEASE, COL_EPOCH)
 SHARD_ID_DIGITS = 16
 
 KEY_GROUP = "icegroup.group"
@@ -91,6 +96,11 @@ def shard_filter(shard_ids: Iterable[str], numeric: bool) -> str:
     """``_ig_shard IN (...)`` in pyiceberg's and Spark's filter syntax, for a sink that stores numbers or text."""
     values = sorted(str(shard_number(i)) if numeric else f"'{i}'" for i in set(shard_ids))
     return f"{COL_SHARD} IN ({', '.join(values)})"
+
+
+def row_id_filter(column: str, row_ids: Iterable[int]) -> str:
+    """``column IN (...)`` of source row ids in pyiceberg's and Spark's filter syntax: ``_row_id`` or ``COL_ROW``."""
+    return f"{column} IN ({', '.join(str(i) for i in sorted(set(row_ids)))})"
 
 
 def reset_key(group: str) -> str:

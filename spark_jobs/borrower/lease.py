@@ -65,6 +65,7 @@ from icegroup.spark_jobs.borrower.redelivery import (
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
+from icegroup.spark_jobs.row_files import reads_row_ids
 from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard
 from icegroup.spark_jobs.transforms import load_transform
@@ -204,6 +205,7 @@ def execute_lease(
     connect(run, len(shards))
     todo = resume(run, shards)
     source = load_source(run.catalog, group.source)
+    run.row_files.row_ids = group.source_row_ids and reads_row_ids(spark, source.metadata.format_version)
     root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in todo) else None
     stopped = stop.is_set if stop is not None else lambda: False
     for batch in commit_batches(todo, group.commit_batch_rows):

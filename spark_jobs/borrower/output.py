@@ -50,7 +50,8 @@ def shard_output(
 ) -> Callable[[], DataFrame]:
     """The shards' output as a fresh DataFrame per delivery, each row with its own shard's lineage columns.
 
-    ``row_files`` holds the lease's verdict on its transform; the first output built finds it.
+    ``row_files`` holds the lease's verdict on its transform; the first output built finds it. On a
+    format-v3 source (``row_files.row_ids``) the reads note each row's ``_row_id`` and streamed output keeps it.
     ``rows`` restricts a lone shard's read by ``_file`` and ``_pos``: every row but the isolated ones.
     """
     columns = shard_columns(source, shards[0].schema_id)
@@ -59,7 +60,7 @@ def shard_output(
         return sink_window(shard.window_start_ms, group.replay_window)
 
     def read(shard: Shard) -> DataFrame:
-        return transform(read_shard(spark, source_table, shard, root, group.filter, columns, rows))
+        return transform(read_shard(spark, source_table, shard, root, group.filter, columns, rows, row_files.row_ids))
 
     def together() -> DataFrame | None:
         # The verdict from one shard's output: the batch's read holds a literal per file of every shard.
@@ -69,18 +70,21 @@ def shard_output(
         span = batch_span(shards, lambda snapshot: sequence_number(source, snapshot))
         if span is None or not row_files.known(schema):
             return None
-        out = transform(read_shards(spark, source_table, shards, span, root, group.filter, columns))
+        out = transform(
+            read_shards(spark, source_table, shards, span, root, group.filter, columns, row_ids=row_files.row_ids)
+        )
         ref = F.expr(FILE_REF_SQL)
         by_shard = by_file({path: shard_number(shard.shard_id) for shard in shards for path in shard.files})
         windows = {window(shard) for shard in shards}
         by_window: date | str | Column = (
             windows.pop() if len(windows) == 1 else by_file({path: window(s) for s in shards for path in s.files})
         )
-        return with_lineage(out, by_shard, by_window, ref)
+        return with_lineage(out, by_shard, by_window, ref, row_files.row_ref(schema))
 
     def one(shard: Shard) -> DataFrame:
         out = read(shard)
-        return with_lineage(out, shard.shard_id, window(shard), row_files.ref(out, shard.schema_id))
+        ref = row_files.ref(out, shard.schema_id)
+        return with_lineage(out, shard.shard_id, window(shard), ref, row_files.row_ref(shard.schema_id))
 
     def each() -> DataFrame:
         return reduce(DataFrame.unionByName, [one(shard) for shard in shards])

@@ -18,6 +18,7 @@ from icegroup.iceberg.errors import SinkError
 from icegroup.iceberg.protocol.shards import Window
 from icegroup.iceberg.protocol.sink_commit import (
     COL_FILE,
+    COL_ROW,
     COL_SHARD,
     COL_WINDOW,
     LINEAGE_COLUMNS,
@@ -45,7 +46,11 @@ SINK_PROPERTIES = {
 
 
 def with_lineage(
-    df: DataFrame, shard_id: str | Column, window: date | str | Column, file_ref: Column | None = None
+    df: DataFrame,
+    shard_id: str | Column,
+    window: date | str | Column,
+    file_ref: Column | None = None,
+    row_ref: Column | None = None,
 ) -> DataFrame:
     """Add the row lineage: the shard (as its number), the window (``window_value``) and the source-file reference.
 
@@ -53,17 +58,21 @@ def with_lineage(
     that hold one value per commit cost each row their encoding. ``file_ref`` is each row's
     source-file reference (``icegroup.spark_jobs.row_files.RowFiles``); without it, rows carry null there
     and lineage names their whole shard. Rows of several shards read in one scan name their shard
-    and window by their file (``icegroup.spark_jobs.row_files.by_file``). A transform must not produce
+    and window by their file (``icegroup.spark_jobs.row_files.by_file``). ``row_ref`` is each row's
+    source ``_row_id`` (a format-v3 source's, ``RowFiles.row_ref``): only output that has it gets the
+    column, so a sink of any other source stays one column narrower. A transform must not produce
     columns with the reserved names (``LINEAGE_COLUMNS``).
     """
     clash = [c for c in df.columns if c in LINEAGE_COLUMNS]
     if clash:
         raise SinkError(f"transform: output has reserved lineage column(s) {clash}; rename them")
+    row = [] if row_ref is None else [row_ref.alias(COL_ROW)]
     return df.select(
         "*",
         (F.lit(shard_number(shard_id)).cast("long") if isinstance(shard_id, str) else shard_id).alias(COL_SHARD),
         (window if isinstance(window, Column) else F.lit(window)).alias(COL_WINDOW),
         (F.lit(None).cast("long") if file_ref is None else file_ref).alias(COL_FILE),
+        *row,
     )
 
 

@@ -7,7 +7,7 @@ from dataclasses import replace
 import pytest
 from pyiceberg.expressions.parser import parse
 
-from icegroup.iceberg.lineage import by_their_files, forward_filter
+from icegroup.iceberg.lineage import MAX_ROW_IDS, Answer, by_their_files, forward_filter, source_rows
 from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.lineage import CONSUMED, LineageEntry
 from icegroup.iceberg.protocol.sink_commit import shard_number, shard_texts
@@ -87,3 +87,25 @@ def test_a_shard_id_is_stored_as_one_signed_long_and_read_back_from_either_kind_
     for bad in ("s1", "0123456789ABCDEF", "0123456789abcdef0"):
         with pytest.raises(ValueError, match=r"_ig_shard: .* is not a shard id"):
             shard_number(bad)
+
+
+def test_source_rows_are_named_by_their_row_ids_and_rows_without_one_are_counted() -> None:
+    found = Answer(group="g", question="q", found=[], recorded_through=None, unrecorded=0, note="3 sink rows match")
+
+    source_rows(found, [20, None, 3, 20])
+
+    assert found.source_filter == "_row_id IN (3, 20)"
+    assert parse(found.source_filter), "a filter pyiceberg and Spark read alike"
+    assert (
+        found.note
+        == "3 sink rows match; 1 of them carry no source row id (not from one source row), so only their shards say"
+    )
+
+
+def test_more_source_rows_than_can_be_listed_are_counted_not_named() -> None:
+    found = Answer(group="g", question="q", found=[], recorded_through=None, unrecorded=0)
+
+    source_rows(found, list(range(MAX_ROW_IDS + 1)))
+
+    assert found.source_filter is None
+    assert f"{MAX_ROW_IDS + 1} source rows by _row_id, more than {MAX_ROW_IDS}: narrow the filter" in found.note
