@@ -13,7 +13,7 @@ Every arm is a process of its own, timed from its start to its exit, so each pay
 a user's job does. The arms alternate in a rotating order for ``--rounds`` rounds (2 by default:
 the 10x size takes minutes per arm), and every sink is checked equal to its source, key by key.
 W1's sizes keep its 12 snapshots and grow the rows of each (5, 20 and 50 million rows); W2's keep
-300 rows a snapshot and grow the snapshots (3,000 of them are committed by Spark, ``fill_with_spark``:
+300 rows a snapshot and grow the snapshots (3,000 of them are committed by Spark, ``spark_fill.py``:
 pyiceberg's appends would take an hour). The figures are medians and throughput ratios (``A2
 seconds / arm seconds``: 1 is as fast as the plain job). Run: ``make bench-scaling`` (writes
 tests/benchmarks/results/scaling.json and scaling.png).
@@ -35,9 +35,9 @@ from matplotlib.figure import Figure
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.spark_jobs.session import get_session
 from tests.benchmarks.measure import check_same_rows, consume_command, run_timed
-from tests.benchmarks.workloads import W1, W2, Workload, fill, fill_with_spark
+from tests.benchmarks.spark_fill import fill_with_spark
+from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.conftest import repo_root
 from tests.dagster_dev import dagster_env
 from tests.factories import create_source, write_groups
@@ -48,7 +48,7 @@ ROUNDS = 2
 SOURCE = "bench.events"
 TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
 RESULTS = Path(__file__).parent / "results"
-# From this many snapshots the source is filled by Spark (``workloads.fill_with_spark``), not pyiceberg.
+# From this many snapshots the source is filled by Spark (``spark_fill.py``), not pyiceberg.
 SPARK_FILL_FROM = 1000
 SIZES = (
     Workload("W1 1x", W1.snapshots, W1.rows_per_snapshot),
@@ -77,10 +77,7 @@ def run_size(workload: Workload, rounds: int, folder: Path) -> dict[str, list[fl
     print(f"{workload.name}: filling {workload.snapshots} snapshots of {workload.rows_per_snapshot} rows", flush=True)
     source = create_source(catalog, SOURCE)
     if workload.snapshots >= SPARK_FILL_FROM:
-        lakehouse = load_lakehouse(env=home_env(home))
-        spark = get_session(lakehouse)
-        fill_with_spark(spark, f"{lakehouse.catalog_name}.{SOURCE}", workload)
-        spark.stop()
+        fill_with_spark(home, SOURCE, workload)
     else:
         fill(source, workload)
     groups = [

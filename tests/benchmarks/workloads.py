@@ -14,7 +14,6 @@ import numpy as np
 import pyarrow as pa
 from pyiceberg.table import Table
 from pyiceberg.table.snapshots import Snapshot
-from pyspark.sql import SparkSession
 
 from tests.factories import EVENTS_START, REGIONS, SCHEMA
 
@@ -59,30 +58,6 @@ def append_events(table: Table, first_id: int, count: int, seed: int) -> Snapsho
     snapshot = table.current_snapshot()
     assert snapshot is not None
     return snapshot
-
-
-def fill_with_spark(spark: SparkSession, table: str, workload: Workload, seed: int = 11) -> None:
-    """``fill``, each snapshot one Spark ``INSERT`` into ``table`` (as Spark names it): for thousands of snapshots.
-
-    pyiceberg writes each commit's whole table metadata in Python, so its appends slow down as
-    snapshots accumulate: 3,000 of them would take about an hour, Spark's about ten minutes. The rows
-    have the same ids, regions and times as ``events``; amounts and users are drawn by Spark's
-    ``rand``, so they differ (each size is a source of its own). The columns are required, and
-    ``range`` makes only the ids non-null to Spark, so the fill turns off the writer's null check.
-    """
-    start_us = int(EVENTS_START.timestamp() * 1_000_000)
-    regions = ", ".join(f"'{region}'" for region in REGIONS)
-    spark.conf.set("spark.sql.iceberg.check-nullability", "false")
-    for index in range(workload.snapshots):
-        first = 1 + index * workload.rows_per_snapshot
-        spark.sql(
-            f"INSERT INTO {table} SELECT id AS event_id, "
-            f"element_at(array({regions}), CAST(id % {len(REGIONS)} AS INT) + 1) AS region, "
-            f"timestamp_micros({start_us} + id * 1000000) AS event_ts, "
-            f"round(1 + rand({seed + index}) * 99, 2) AS amount, "
-            f"CAST(1 + floor(rand({seed + index + 1_000_000}) * 499) AS BIGINT) AS user_id "
-            f"FROM range({first}, {first + workload.rows_per_snapshot}, 1, 1)"
-        )
 
 
 def fill(table: Table, workload: Workload, seed: int = 11) -> None:
