@@ -208,7 +208,11 @@ def source_rows(found: Answer, row_ids: list[int | None]) -> None:
     elif known:
         found.source_filter = row_id_filter(ROW_ID, known)
     if missing := len(row_ids) - len(known):
-        found.note += f"; {missing} of them carry no source row id (not from one source row), so only their shards say"
+        found.note += (
+            f"; {missing} of them carry no source row id (from a transform that holds rows back, written before "
+            "the sink had the column or with source_row_ids off, replayed shard by shard or re-driven), so only "
+            "their shards and files say"
+        )
 
 
 def by_their_files(
@@ -255,8 +259,9 @@ def by_source_rows(catalog: Catalog, group: GroupConfig, row_ids: Sequence[int])
     if COL_ROW not in columns:
         raise UsageError(
             f"--source-row-id: {group.sink} has no {COL_ROW} column, so its rows do not name their source rows: "
-            f"{group.source} is not a format-v3 table (or was consumed before icegroup recorded row ids, or by an "
-            "Iceberg runtime before 1.10); ask by --source-file or --source-snapshot instead"
+            f"{group.source} is not a format-v3 table, the group sets source_row_ids: false (set it true: new "
+            "output gets the column), or it was consumed before icegroup recorded row ids or by an Iceberg runtime "
+            "before 1.10; ask by --source-file or --source-snapshot instead"
         )
     sink_filter = row_id_filter(COL_ROW, row_ids)
     selected = (COL_SHARD, COL_WINDOW, *([COL_FILE] if COL_FILE in columns else []))
@@ -277,7 +282,14 @@ def by_source_rows(catalog: Catalog, group: GroupConfig, row_ids: Sequence[int])
     if not rows.num_rows:
         note = (
             "no sink row names these source rows: not consumed yet, left out by the group's filter or transform, "
-            "or made by a transform that holds rows back (its rows name no source row)"
+            "or among the rows that carry no source row id"
+        )
+    # Files whose null count for the column is 0 are skipped by their metrics: a cheap count.
+    if unnamed := sink.scan(row_filter=f"{COL_ROW} IS NULL", selected_fields=(COL_SHARD,)).to_arrow().num_rows:
+        note += (
+            f"; {unnamed} sink rows carry no source row id (from a transform that holds rows back, written before "
+            "the sink had the column or with source_row_ids off, replayed shard by shard or re-driven), so a source "
+            "row among theirs is not named here: ask by --source-file for its file"
         )
     return Answer(
         group=group.name,

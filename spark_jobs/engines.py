@@ -23,6 +23,8 @@ DRIVERS: dict[str, str] = {
     "sqlite": "org.xerial:sqlite-jdbc:3.46.1.3",
     "postgresql": "org.postgresql:postgresql:42.7.4",
 }
+# The first Iceberg release whose Spark reader gives ``_row_id`` and whose compaction keeps it (v3 row lineage).
+ROW_LINEAGE_SINCE = (1, 10)
 _RUNTIME_FILE = re.compile(r"iceberg-spark-runtime-(\d+\.\d+)_(\d+\.\d+)-(\d+\.\d+\.\d+)\.jar$")
 
 
@@ -61,6 +63,15 @@ def check_pair(spark_version: str, iceberg_version: str) -> None:
         f"icegroup supports {supported_pairs()}. Set iceberg_version (ICEGROUP_ICEBERG_VERSION) to a supported "
         f"release, or install a supported pyspark (pip install 'pyspark==3.5.*' or 'pyspark==4.0.*')"
     )
+
+
+def reads_row_lineage(iceberg_version: str) -> bool:
+    """Whether an Iceberg release's Spark reader gives format-v3 ``_row_id`` and its compaction keeps it: 1.10 on.
+
+    A release string that does not start with two numbers is taken as one without it.
+    """
+    match = re.match(r"(\d+)\.(\d+)", iceberg_version)
+    return match is not None and (int(match.group(1)), int(match.group(2))) >= ROW_LINEAGE_SINCE
 
 
 def runtime_for(spark_version: str, iceberg_version: str | None) -> Runtime:

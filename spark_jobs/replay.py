@@ -32,7 +32,16 @@ from icegroup.iceberg.retry import again_while_losing
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
-from icegroup.spark_jobs.row_files import FILE_COLUMN, FILE_REF_SQL, ROW_REF_SQL, by_file, reads_row_ids, streams_rows
+from icegroup.spark_jobs.row_files import (
+    FILE_COLUMN,
+    FILE_REF_SQL,
+    ROW_ID_COLUMN,
+    ROW_REF_SQL,
+    by_file,
+    mark_rows,
+    reads_row_ids,
+    streams_rows,
+)
 from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.shards import UPSTREAM_SHARD_COLUMN, read_files
 from icegroup.spark_jobs.sink.fenced_commit import publish_replay, stage_shard
@@ -237,7 +246,8 @@ def streamed(
 
     def output(at: int, files: set[str]) -> DataFrame:
         rows = read_files(spark, source, at, files, row_ids).drop(FILE_COLUMN, UPSTREAM_SHARD_COLUMN)
-        return transform(rows.where(group.filter) if group.filter else rows)
+        rows = rows.where(group.filter) if group.filter else rows
+        return transform(mark_rows(rows).drop(ROW_ID_COLUMN) if row_ids else rows)
 
     # The verdict from one file's output: the window's read holds a literal per file.
     first = next(item for item in plan.shards if item.files)

@@ -29,6 +29,7 @@ from icegroup.iceberg.errors import ConfigError
 from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.locations import file_forms
 from icegroup.iceberg.protocol.sink_commit import ROW_ID
+from icegroup.spark_jobs.engines import reads_row_lineage
 
 # Iceberg's metadata columns: a row's data file and its position there.
 FILE_COLUMN = "_file"
@@ -146,8 +147,6 @@ MARK_ROW_FUNCTION = "icegroup_mark_row"
 MARK_ROW_SQL = f"{MARK_ROW_FUNCTION}({ROW_ID_COLUMN})"
 ROW_REF_FUNCTION = "icegroup_row_ref"
 ROW_REF_SQL = f"{ROW_REF_FUNCTION}()"
-# The first Iceberg release whose Spark reader gives ``_row_id`` and whose compaction keeps it.
-ROW_IDS_SINCE = (1, 10)
 
 
 def register_lineage_functions(spark: SparkSession) -> None:
@@ -181,8 +180,7 @@ def reads_row_ids(spark: SparkSession, format_version: int) -> bool:
     """
     if format_version < 3:
         return False
-    release = str(spark._jvm.org.apache.iceberg.IcebergBuild.version()).split()[0]  # type: ignore[union-attr]
-    return tuple(int(part) for part in release.split(".")[:2]) >= ROW_IDS_SINCE
+    return reads_row_lineage(str(spark._jvm.org.apache.iceberg.IcebergBuild.version()))  # type: ignore[union-attr]
 
 
 def mark_rows(df: DataFrame) -> DataFrame:

@@ -96,7 +96,7 @@ def read_shards(
         df = df.where(rows)
     if row_ids:  # the last filter: only rows that reach the transform are noted
         df = mark_rows(df)
-    df = df.drop(FILE_COLUMN, POS_COLUMN, ROW_ID_COLUMN)
+    df = df.drop(*metadata)
     if columns is not None:
         df = df.select(*[F.col(f"`{now}`").alias(then) for now, then in columns])
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
@@ -128,14 +128,12 @@ def read_files(
     snapshots may have expired while the files are still live in the table. It reads the files of
     many shards at once and splits the rows by ``_file``. A source that is another group's sink keeps
     its rows' shard ids (as text, whichever way that sink stores them) as ``UPSTREAM_SHARD_COLUMN``:
-    rows an upstream replay rewrote are split by them. ``row_ids``: each row's ``_row_id`` is noted as
-    it is read (``row_files.mark_rows``), for its output's lineage.
+    rows an upstream replay rewrote are split by them. ``row_ids``: the rows keep their ``_row_id``,
+    for the caller to note after its own filters (``row_files.mark_rows``).
     """
     metadata = (FILE_COLUMN, ROW_ID_COLUMN) if row_ids else (FILE_COLUMN,)
     df = spark.read.format("iceberg").option("snapshot-id", str(snapshot_id)).load(table).select("*", *metadata)
     df = df.where(F.col(FILE_COLUMN).isin(list(files)))
-    if row_ids:
-        df = mark_rows(df).drop(ROW_ID_COLUMN)
     if COL_SHARD in df.columns:
         df = df.withColumn(UPSTREAM_SHARD_COLUMN, shard_ids(df))
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])

@@ -59,8 +59,13 @@ def shard_output(
     def window(shard: Shard) -> date | str:
         return sink_window(shard.window_start_ms, group.replay_window)
 
+    def row_ids(schema: int | None) -> bool:
+        # Rows are noted while the verdict is unknown or streams; a transform that holds rows back skips the cost.
+        return row_files.row_ids and row_files.known(schema) is not False
+
     def read(shard: Shard) -> DataFrame:
-        return transform(read_shard(spark, source_table, shard, root, group.filter, columns, rows, row_files.row_ids))
+        marked = row_ids(shard.schema_id)
+        return transform(read_shard(spark, source_table, shard, root, group.filter, columns, rows, marked))
 
     def together() -> DataFrame | None:
         # The verdict from one shard's output: the batch's read holds a literal per file of every shard.
@@ -71,7 +76,7 @@ def shard_output(
         if span is None or not row_files.known(schema):
             return None
         out = transform(
-            read_shards(spark, source_table, shards, span, root, group.filter, columns, row_ids=row_files.row_ids)
+            read_shards(spark, source_table, shards, span, root, group.filter, columns, row_ids=row_ids(schema))
         )
         ref = F.expr(FILE_REF_SQL)
         by_shard = by_file({path: shard_number(shard.shard_id) for shard in shards for path in shard.files})

@@ -28,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -70,8 +71,19 @@ def arm_command(arm: str, index: int, folder: Path, groups: str) -> tuple[str, l
     return sink, consume_command(groups, sink.split(".")[1])
 
 
-def run_size(workload: Workload, rounds: int, folder: Path) -> dict[str, list[float]]:
-    """Every arm ``rounds`` times on one source of ``workload``'s size; seconds per arm, every sink checked."""
+def failure(log: Path, elapsed: float) -> str:
+    """What a failed arm's log says went wrong: its exception lines, for the record (the log goes with its folder)."""
+    lines = [line.strip() for line in log.read_text(errors="replace").splitlines()]
+    errors = list(dict.fromkeys(line for line in lines if "Exception" in line or "Error" in line))
+    return f"exited with an error after {elapsed:.0f}s: " + " | ".join(errors[:4])[:1500]
+
+
+def run_size(workload: Workload, rounds: int, folder: Path) -> tuple[dict[str, list[float]], dict[str, str]]:
+    """Every arm ``rounds`` times on one source of ``workload``'s size: seconds per arm, every sink checked.
+
+    An arm that fails is recorded with what its log says (the second value) and not run again;
+    the others go on, since how far a baseline gets at a size is itself a result.
+    """
     home = folder / "lake"
     catalog = load_lakehouse(env=home_env(home)).catalog()
     print(f"{workload.name}: filling {workload.snapshots} snapshots of {workload.rows_per_snapshot} rows", flush=True)
@@ -86,20 +98,29 @@ def run_size(workload: Workload, rounds: int, folder: Path) -> dict[str, list[fl
     ]
     env = dagster_env(home, write_groups(folder / "groups.yaml", *groups), folder / "dagster")
     seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
+    failed: dict[str, str] = {}
     for index in range(rounds):
         turn = index % len(ARMS)
-        for arm in ARMS[turn:] + ARMS[:turn]:
+        for arm in [arm for arm in ARMS[turn:] + ARMS[:turn] if arm not in failed]:
             sink, command = arm_command(arm, index, folder, env["ICEGROUP_GROUPS"])
-            elapsed = run_timed(command, env, folder / f"{arm}_{index}.log")
+            log = folder / f"{arm}_{index}.log"
+            started = time.perf_counter()
+            try:
+                elapsed = run_timed(command, env, log)
+            except RuntimeError:
+                failed[arm] = failure(log, time.perf_counter() - started)
+                print(f"{workload.name} round {index + 1}/{rounds}: {arm} {failed[arm]}", flush=True)
+                continue
             check_same_rows(catalog, SOURCE, sink)
             seconds[arm].append(round(elapsed, 2))
             print(f"{workload.name} round {index + 1}/{rounds}: {arm} {elapsed:.1f}s, sink verified", flush=True)
-    return seconds
+    return {arm: values for arm, values in seconds.items() if values}, failed
 
 
-def summary(workload: Workload, seconds: dict[str, list[float]]) -> dict[str, object]:
-    """One size's medians and its arms' throughput against A2 and against B1."""
+def summary(workload: Workload, seconds: dict[str, list[float]], failed: dict[str, str]) -> dict[str, object]:
+    """One size's medians, its arms' throughput against A2 and against B1 (where each ran), and the arms that failed."""
     medians = {arm: round(statistics.median(values), 2) for arm, values in seconds.items()}
+    against = {f"throughput_over_{base}": base for base in ("A2", "B1") if base in medians}
     return {
         "snapshots": workload.snapshots,
         "rows_per_snapshot": workload.rows_per_snapshot,
@@ -111,8 +132,11 @@ def summary(workload: Workload, seconds: dict[str, list[float]]) -> dict[str, ob
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "seconds": seconds,
         "median_s": medians,
-        "throughput_over_A2": {arm: round(medians["A2"] / median, 2) for arm, median in medians.items()},
-        "throughput_over_B1": {arm: round(medians["B1"] / median, 2) for arm, median in medians.items()},
+        **{
+            key: {arm: round(medians[base] / median, 2) for arm, median in medians.items()}
+            for key, base in against.items()
+        },
+        **({"failed": failed} if failed else {}),
     }
 
 
@@ -126,8 +150,12 @@ def plot(sizes: dict[str, dict[str, object]], png: Path) -> None:
             continue
         xs = [int(size[measure]) for size in chosen]  # type: ignore[call-overload]
         for arm in ARMS:
-            ys = [size["throughput_over_A2"][arm] for size in chosen]  # type: ignore[index]
-            axes.plot(xs, ys, marker="o", label=arm)
+            points = [
+                (x, size["throughput_over_A2"][arm])  # type: ignore[index]
+                for x, size in zip(xs, chosen, strict=True)
+                if arm in size["throughput_over_A2"]  # type: ignore[operator]
+            ]
+            axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=arm)
         axes.axhline(1.0, color="grey", linewidth=0.8)
         axes.set_xscale("log")
         axes.set_xlabel(f"{family}: source {measure}")
@@ -153,8 +181,8 @@ def main() -> None:
         if args.size is not None and workload.name not in args.size:
             continue
         with tempfile.TemporaryDirectory(prefix="icegroup-bench-scaling-", ignore_cleanup_errors=True) as folder:
-            seconds = run_size(workload, args.rounds, Path(folder))
-        sizes[workload.name] = summary(workload, seconds)
+            seconds, failed = run_size(workload, args.rounds, Path(folder))
+        sizes[workload.name] = summary(workload, seconds, failed)
         print(f"{workload.name}: {json.dumps(sizes[workload.name]['throughput_over_A2'])}", flush=True)
         record(sizes, path)  # after each size: the largest take many minutes, and a stopped run keeps the others
 

@@ -96,10 +96,8 @@ def test_source_rows_are_named_by_their_row_ids_and_rows_without_one_are_counted
 
     assert found.source_filter == "_row_id IN (3, 20)"
     assert parse(found.source_filter), "a filter pyiceberg and Spark read alike"
-    assert (
-        found.note
-        == "3 sink rows match; 1 of them carry no source row id (not from one source row), so only their shards say"
-    )
+    assert found.note.startswith("3 sink rows match; 1 of them carry no source row id (from a transform that holds")
+    assert found.note.endswith("so only their shards and files say")
 
 
 def test_more_source_rows_than_can_be_listed_are_counted_not_named() -> None:

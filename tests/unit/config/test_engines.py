@@ -8,7 +8,15 @@ import pytest
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import ConfigError
-from icegroup.spark_jobs.engines import Runtime, check_pair, jar_file, minor, runtime_for, runtime_from_file
+from icegroup.spark_jobs.engines import (
+    Runtime,
+    check_pair,
+    jar_file,
+    minor,
+    reads_row_lineage,
+    runtime_for,
+    runtime_from_file,
+)
 from icegroup.spark_jobs.jars import coordinates, installed_runtime, remember, resolved
 
 
@@ -119,3 +127,11 @@ def test_a_jar_list_missing_a_coordinate_is_not_remembered(tmp_path: Path) -> No
     remember(ivy, packages, f"file://{runtime}")
 
     assert resolved(ivy, packages) is None, "a JVM that resolved only the runtime does not stand for the driver"
+
+
+@pytest.mark.parametrize(
+    ("release", "reads"),
+    [("1.10.1", True), ("1.10.0 (commit abc)", True), ("2.0.0", True), ("1.9.2", False), ("unknown", False)],
+)
+def test_row_lineage_is_read_from_iceberg_1_10_and_an_unknown_release_has_none(release: str, reads: bool) -> None:
+    assert reads_row_lineage(release) is reads
