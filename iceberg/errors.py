@@ -25,6 +25,10 @@ class PlatformUnavailable(IcegroupError):
     """The catalog, storage or network failed under a lease: it tries again, and no shard is blamed."""
 
 
+class SparkGone(IcegroupError):
+    """The process's Spark driver JVM exited under a lease (out of memory, or killed): no try here can succeed."""
+
+
 class SourceError(IcegroupError):
     """The source table cannot be consumed as configured (missing, non-append snapshot, expired)."""
 

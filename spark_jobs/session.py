@@ -166,6 +166,15 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         return session
 
 
+def jvm_alive(spark: SparkSession) -> bool:
+    """Whether the session's driver JVM still answers: after it exited (out of memory, killed) every call fails."""
+    try:
+        spark._jvm.java.lang.System.nanoTime()  # type: ignore[union-attr]
+    except (Py4JError, OSError):  # py4j's own error, or the refused connection to a gateway that is gone
+        return False
+    return True
+
+
 def _without_jars(conf: Mapping[str, str]) -> dict[str, str]:
     """The settings but where the jars come from: a first start's coordinates and a later start's files agree."""
     return {key: value for key, value in conf.items() if key not in (JARS_CONF, PACKAGES_CONF)}

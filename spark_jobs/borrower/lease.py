@@ -42,6 +42,7 @@ from icegroup.iceberg.errors import (
     IcegroupError,
     PoisonShard,
     SinkError,
+    SparkGone,
     StaleLease,
 )
 from icegroup.iceberg.failpoints import failpoint
@@ -66,7 +67,7 @@ from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
 from icegroup.spark_jobs.row_files import reads_row_ids
-from icegroup.spark_jobs.session import activate
+from icegroup.spark_jobs.session import activate, jvm_alive
 from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard
 from icegroup.spark_jobs.transforms import load_transform
 
@@ -117,7 +118,7 @@ def run_lease(
     try:
         done = again_after(
             lambda: execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop),
-            partial(after_platform_failure, group, stop),
+            partial(after_platform_failure, spark, group, lease, stop),
             partial(going_on, f"{group.name} lease {lease.lease_id}#{lease.attempt}", progress),
         )
     except BaseException as exc:
@@ -148,14 +149,30 @@ def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float
 
 
 def after_platform_failure(
-    group: GroupConfig, stop: threading.Event | None, error: Exception, failed: int, waited_s: float
+    spark: SparkSession,
+    group: GroupConfig,
+    lease: Lease,
+    stop: threading.Event | None,
+    error: Exception,
+    failed: int,
+    waited_s: float,
 ) -> float | None:
     """How long the lease waits before it goes on after ``error``; None to fail the run (``platform_retry``).
 
     A lease asked to stop does not go on: the tick that sees its run ended grants the rest again.
+    A driver JVM that exited looks like a lost network to py4j, but no try in this process can
+    reach it again: ``SparkGone`` fails the run at once, naming the remedy, instead of trying for
+    half the lease timeout.
     """
     if stop is not None and stop.is_set():
         return None
+    if not jvm_alive(spark):
+        raise SparkGone(
+            f"group {group.name} lease {lease.lease_id}#{lease.attempt}: Spark's driver JVM in this process exited "
+            f"({describe_error(error)}), most often out of memory; give it more (spark.driver_memory in the "
+            "lakehouse config, Spark's 1g by default) and run again: what was committed stays committed, and the "
+            "rest of the lease is granted again"
+        ) from error
     return platform_retry(group, error, failed - 1, waited_s)
 
 

@@ -162,22 +162,30 @@ def w1_shard(home: Path) -> W1Shard:
     return W1Shard(lakehouse, f"{lakehouse.catalog_name}.{group.source}", shard, root)
 
 
+def time_arms(
+    writers: dict[str, Callable[[str], None]], arms: tuple[str, ...], rounds: int, namespace: str
+) -> dict[str, list[float]]:
+    """Each arm's seconds over ``rounds`` rounds after a warm-up round, in a rotating order, each to a fresh table."""
+    seconds: dict[str, list[float]] = {arm: [] for arm in arms}
+    for index in range(rounds + 1):
+        for arm in arms[index % len(arms) :] + arms[: index % len(arms)]:
+            started = time.perf_counter()
+            writers[arm](f"{namespace}.{arm}_{index}")
+            elapsed = time.perf_counter() - started
+            if index > 0:  # round 0 warms the JVM up
+                seconds[arm].append(round(elapsed, 2))
+            print(f"round {index}: {arm} {elapsed:.2f}s", flush=True)
+    return seconds
+
+
 def main() -> None:
     """Fill W1's source, cut its shards with a real Leader tick, then time the arms and record them."""
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-lineage-") as tmp:
         bench = w1_shard(Path(tmp) / "lake")
         shard, spark = bench.shard, get_session(bench.lakehouse)
         writers, name = bench.writers(spark), bench.lakehouse.catalog_name
-        seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
         print(f"shard {shard.shard_id}: {shard.rows} rows, {len(shard.files)} files", flush=True)
-        for index in range(ROUNDS + 1):
-            for arm in ARMS[index % len(ARMS) :] + ARMS[: index % len(ARMS)]:
-                started = time.perf_counter()
-                writers[arm](f"{name}.bench.{arm}_{index}")
-                elapsed = time.perf_counter() - started
-                if index > 0:  # round 0 warms the JVM up
-                    seconds[arm].append(round(elapsed, 2))
-                print(f"round {index}: {arm} {elapsed:.2f}s", flush=True)
+        seconds = time_arms(writers, ARMS, ROUNDS, f"{name}.bench")
         spark.stop()
     medians = {arm: statistics.median(values) for arm, values in seconds.items()}
     ratios = {arm: round(medians[arm] / medians["plain"], 2) for arm in ARMS}

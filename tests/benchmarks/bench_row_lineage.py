@@ -21,7 +21,6 @@ from __future__ import annotations
 import json
 import statistics
 import tempfile
-import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -31,7 +30,7 @@ from pyspark.sql import functions as F
 from icegroup.spark_jobs.row_files import FILE_REF_SQL, ROW_ID_COLUMN, ROW_REF_SQL, mark_rows
 from icegroup.spark_jobs.session import get_session
 from icegroup.spark_jobs.transforms import enrich_events
-from tests.benchmarks.bench_lineage_cost import w1_shard
+from tests.benchmarks.bench_lineage_cost import time_arms, w1_shard
 
 ROUNDS = 9
 ARMS = ("plain", "file_ref", "row_noted", "row_ref")
@@ -94,16 +93,7 @@ def main() -> None:
         table = f"{bench.lakehouse.catalog_name}.bench.events_v3"
         v3_copy(spark, bench.source, table)
         rows = spark.table(table).count()
-        writers = arm_writers(spark, table)
-        seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
-        for index in range(ROUNDS + 1):
-            for arm in ARMS[index % len(ARMS) :] + ARMS[: index % len(ARMS)]:
-                started = time.perf_counter()
-                writers[arm](f"{bench.lakehouse.catalog_name}.bench.{arm}_{index}")
-                elapsed = time.perf_counter() - started
-                if index > 0:  # round 0 warms the JVM up
-                    seconds[arm].append(round(elapsed, 2))
-                print(f"round {index}: {arm} {elapsed:.2f}s", flush=True)
+        seconds = time_arms(arm_writers(spark, table), ARMS, ROUNDS, f"{bench.lakehouse.catalog_name}.bench")
         spark.stop()
     medians = {arm: statistics.median(values) for arm, values in seconds.items()}
     result = {

@@ -156,6 +156,9 @@ def plot(sizes: dict[str, dict[str, object]], png: Path) -> None:
                 if arm in size["throughput_over_A2"]  # type: ignore[operator]
             ]
             axes.plot([x for x, _ in points], [y for _, y in points], marker="o", label=arm)
+        for x, size in zip(xs, chosen, strict=True):
+            if failed := size.get("failed"):
+                axes.annotate(f"failed: {', '.join(failed)}", (x, 1.0), textcoords="offset points", xytext=(-60, -40))  # type: ignore[arg-type]
         axes.axhline(1.0, color="grey", linewidth=0.8)
         axes.set_xscale("log")
         axes.set_xlabel(f"{family}: source {measure}")

@@ -101,3 +101,65 @@ def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
         run = instance.get_run_by_id(held_run)
         assert run is not None
         assert run.status == dg.DagsterRunStatus.CANCELED, "the killed consumer's run is no longer shown as running"
+
+
+def descendants(pid: int) -> list[int]:
+    """Every process below ``pid``, read from ``ps``: the Spark driver JVM that pyspark launched among them."""
+    rows = subprocess.run(["ps", "-eo", "pid=,ppid="], capture_output=True, text=True, check=True).stdout.split("\n")
+    children: dict[int, list[int]] = {}
+    for row in filter(None, (line.split() for line in rows)):
+        children.setdefault(int(row[1]), []).append(int(row[0]))
+    found, pending = [], [pid]
+    while pending:
+        below = children.get(pending.pop(), [])
+        found += below
+        pending += below
+    return found
+
+
+def command_name(pid: int) -> str | None:
+    """A process's command name, or None once it has ended."""
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return None
+
+
+def test_a_consumer_whose_spark_jvm_dies_fails_at_once_naming_the_remedy(
+    tmp_path: Path, lake_home: Path, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """A driver JVM gone (out of memory, killed) looked like a lost network: the lease tried for 15 minutes."""
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 30)
+    groups = write_groups(tmp_path / "groups.yaml", group)
+    points = tmp_path / "points"
+    points.mkdir()
+    env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
+    consume = ["--groups", str(groups), "consume", group.name, "--until-caught-up"]
+    (points / "borrower.after_stage").touch()
+    log = tmp_path / "held.log"
+    held = start(consume, {**env, "ICEGROUP_FAILPOINTS": str(points)}, log)
+    try:
+        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consumer to stage")
+        jvms = [pid for pid in descendants(held.pid) if command_name(pid) == "java"]
+        assert jvms, "pyspark launched its driver JVM below the consumer"
+        for pid in jvms:
+            os.kill(pid, signal.SIGKILL)
+        released_at = time.monotonic()
+        for hit in points.glob("hit.*"):
+            hit.unlink()  # the lease goes on to its publish, on a JVM that is gone
+        held.wait(timeout=120)
+    finally:
+        if held.poll() is None:
+            held.kill()
+    took = time.monotonic() - released_at
+    said = log.read_text(errors="replace")
+
+    assert held.returncode == Exit.ERROR, said[-3000:]
+    assert "Spark's driver JVM in this process exited" in said, said[-3000:]
+    assert "give it more (spark.driver_memory in the lakehouse config" in said
+    assert took < 60, f"failed {took:.0f}s after the JVM died, not at once"
+    again = subprocess.run([ICEGROUP, *consume], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == Exit.OK, again.stderr[-3000:]
+    check = verify_group(catalog, group, key="event_id")
+    assert check.ok, check
