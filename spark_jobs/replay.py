@@ -39,10 +39,9 @@ from icegroup.spark_jobs.row_files import (
     ROW_REF_SQL,
     by_file,
     mark_rows,
-    reads_row_ids,
     streams_rows,
 )
-from icegroup.spark_jobs.session import activate
+from icegroup.spark_jobs.session import activate, reads_row_ids
 from icegroup.spark_jobs.shards import UPSTREAM_SHARD_COLUMN, read_files
 from icegroup.spark_jobs.sink.fenced_commit import publish_replay, stage_shard
 from icegroup.spark_jobs.sink.shape import (

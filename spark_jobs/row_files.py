@@ -29,7 +29,6 @@ from icegroup.iceberg.errors import ConfigError
 from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.locations import file_forms
 from icegroup.iceberg.protocol.sink_commit import ROW_ID
-from icegroup.spark_jobs.engines import reads_row_lineage
 
 # Iceberg's metadata columns: a row's data file and its position there.
 FILE_COLUMN = "_file"
@@ -172,17 +171,6 @@ def register_lineage_functions(spark: SparkSession) -> None:
         spark._jsparkSession.udf().register(name, function)
 
 
-def reads_row_ids(spark: SparkSession, format_version: int) -> bool:
-    """Whether a source of ``format_version`` gives each row's ``_row_id`` to this session's Iceberg runtime.
-
-    Row lineage is format v3's; Iceberg before 1.10 neither reads it in Spark nor keeps it through a
-    compaction, so a row id would not name the row for long.
-    """
-    if format_version < 3:
-        return False
-    return reads_row_lineage(str(spark._jvm.org.apache.iceberg.IcebergBuild.version()))  # type: ignore[union-attr]
-
-
 def mark_rows(df: DataFrame) -> DataFrame:
     """``df`` with each row's ``_row_id`` noted in its task as it is read, for ``ROW_REF_SQL`` to give back."""
     return df.where(F.expr(MARK_ROW_SQL))
@@ -203,7 +191,7 @@ class RowFiles:
     The verdict depends on the transform and the columns it is given, not on the number of rows:
     no operator that ``streams_rows`` allows changes with the size of its input. A transform may
     branch on its input's columns, so each source schema gets its own. ``row_ids``: the source
-    gives its rows' ``_row_id`` (``reads_row_ids``), so the reads mark them and streamed rows name
+    gives its rows' ``_row_id`` (``session.reads_row_ids``), so the reads mark them and streamed rows name
     their source row too.
     """
 

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.config.rest import spark_catalog_properties
 from icegroup.iceberg.errors import ConfigError
-from icegroup.spark_jobs.engines import check_pair, supported_pairs
+from icegroup.spark_jobs.engines import check_pair, reads_row_lineage, supported_pairs
 from icegroup.spark_jobs.jars import IVY_CONF, PACKAGES_CONF, remember, resolving, spark_jars
 from icegroup.spark_jobs.java import check_java, gateway_exited
 from icegroup.spark_jobs.row_files import register_lineage_functions
@@ -164,6 +164,17 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         register_lineage_functions(session)
         _Started.conf, _Started.session = conf, session
         return session
+
+
+def reads_row_ids(spark: SparkSession, format_version: int) -> bool:
+    """Whether a source of ``format_version`` gives each row's ``_row_id`` to this session's Iceberg runtime.
+
+    Row lineage is format v3's; Iceberg before 1.10 neither reads it in Spark nor keeps it through a
+    compaction, so a row id would not name the row for long.
+    """
+    if format_version < 3:
+        return False
+    return reads_row_lineage(str(spark._jvm.org.apache.iceberg.IcebergBuild.version()))  # type: ignore[union-attr]
 
 
 def jvm_alive(spark: SparkSession) -> bool:

@@ -66,8 +66,7 @@ from icegroup.spark_jobs.borrower.redelivery import (
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
-from icegroup.spark_jobs.row_files import reads_row_ids
-from icegroup.spark_jobs.session import activate, jvm_alive
+from icegroup.spark_jobs.session import activate, jvm_alive, reads_row_ids
 from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard
 from icegroup.spark_jobs.transforms import load_transform
 
