@@ -78,11 +78,14 @@ def failure(log: Path, elapsed: float) -> str:
     return f"exited with an error after {elapsed:.0f}s: " + " | ".join(errors[:4])[:1500]
 
 
-def run_size(workload: Workload, rounds: int, folder: Path) -> tuple[dict[str, list[float]], dict[str, str]]:
+def run_size(
+    workload: Workload, rounds: int, folder: Path, driver_memory: str | None = None
+) -> tuple[dict[str, list[float]], dict[str, str]]:
     """Every arm ``rounds`` times on one source of ``workload``'s size: seconds per arm, every sink checked.
 
     An arm that fails is recorded with what its log says (the second value) and not run again;
-    the others go on, since how far a baseline gets at a size is itself a result.
+    the others go on, since how far a baseline gets at a size is itself a result. ``driver_memory``
+    sizes every arm's Spark driver alike (``--driver-memory`` of ``PYSPARK_SUBMIT_ARGS``); unset, Spark's 1g.
     """
     home = folder / "lake"
     catalog = load_lakehouse(env=home_env(home)).catalog()
@@ -97,6 +100,8 @@ def run_size(workload: Workload, rounds: int, folder: Path) -> tuple[dict[str, l
         for i in range(rounds)
     ]
     env = dagster_env(home, write_groups(folder / "groups.yaml", *groups), folder / "dagster")
+    if driver_memory is not None:
+        env["PYSPARK_SUBMIT_ARGS"] = f"--driver-memory {driver_memory} pyspark-shell"
     seconds: dict[str, list[float]] = {arm: [] for arm in ARMS}
     failed: dict[str, str] = {}
     for index in range(rounds):
@@ -117,7 +122,9 @@ def run_size(workload: Workload, rounds: int, folder: Path) -> tuple[dict[str, l
     return {arm: values for arm, values in seconds.items() if values}, failed
 
 
-def summary(workload: Workload, seconds: dict[str, list[float]], failed: dict[str, str]) -> dict[str, object]:
+def summary(
+    workload: Workload, seconds: dict[str, list[float]], failed: dict[str, str], driver_memory: str | None
+) -> dict[str, object]:
     """One size's medians, its arms' throughput against A2 and against B1 (where each ran), and the arms that failed."""
     medians = {arm: round(statistics.median(values), 2) for arm, values in seconds.items()}
     against = {f"throughput_over_{base}": base for base in ("A2", "B1") if base in medians}
@@ -126,6 +133,7 @@ def summary(workload: Workload, seconds: dict[str, list[float]], failed: dict[st
         "rows_per_snapshot": workload.rows_per_snapshot,
         "rows": workload.rows,
         "rounds": len(seconds["A2"]),
+        "driver_memory": driver_memory or "1g (Spark's default)",
         "commit": subprocess.run(
             ["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(), capture_output=True, text=True, check=False
         ).stdout.strip(),
@@ -173,6 +181,7 @@ def main() -> None:
     """Run the chosen sizes, record them beside earlier ones and draw the curve."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per arm (default %(default)s)")
+    parser.add_argument("--driver-memory", help="every arm's Spark driver heap, e.g. 4g (default: Spark's 1g)")
     parser.add_argument(
         "--size", choices=[size.name for size in SIZES], action="append", help="a size to run (default: every one)"
     )
@@ -184,8 +193,8 @@ def main() -> None:
         if args.size is not None and workload.name not in args.size:
             continue
         with tempfile.TemporaryDirectory(prefix="icegroup-bench-scaling-", ignore_cleanup_errors=True) as folder:
-            seconds, failed = run_size(workload, args.rounds, Path(folder))
-        sizes[workload.name] = summary(workload, seconds, failed)
+            seconds, failed = run_size(workload, args.rounds, Path(folder), args.driver_memory)
+        sizes[workload.name] = summary(workload, seconds, failed, args.driver_memory)
         print(f"{workload.name}: {json.dumps(sizes[workload.name]['throughput_over_A2'])}", flush=True)
         record(sizes, path)  # after each size: the largest take many minutes, and a stopped run keeps the others
 
