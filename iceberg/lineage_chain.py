@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
-from icegroup.iceberg.lineage import Answer, answer, forward_rows, narrowed
+from icegroup.iceberg.lineage import Answer, answer, forward_rows
+from icegroup.iceberg.lineage_rows import narrowed
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import LineageEntry
 from icegroup.iceberg.protocol.shards import window_texts

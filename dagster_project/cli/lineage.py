@@ -20,15 +20,14 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.lineage import (
     Answer,
-    by_rows,
     by_sink_snapshot,
     by_source_file,
-    by_source_rows,
     by_source_snapshot,
     by_window,
     name_sink_rows,
 )
 from icegroup.iceberg.lineage_chain import trace_back, trace_forward
+from icegroup.iceberg.lineage_rows import by_rows, by_source_rows
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import LineageEntry
 from icegroup.iceberg.protocol.shards import parse_window_label, snapshot_range

@@ -19,7 +19,8 @@
 A Borrower asked to stop (``stop``: its process got SIGTERM, its Dagster run was terminated)
 finishes the commit in flight and hands back the shards after it (``handed_back``); the tick that
 sees the run ended grants them again, resuming after what was committed. What every phase shares
-(the attempt, its report, building and staging a shard's output) is in ``attempt.py``.
+(the attempt, its report, building and staging a shard's output) is in ``attempt.py``; when a
+lease goes on after its platform failed, and when it fails instead, in ``platform_retry.py``.
 """
 
 from __future__ import annotations
@@ -40,9 +41,7 @@ from icegroup.iceberg.errors import (
     ConfigError,
     Fenced,
     IcegroupError,
-    PoisonShard,
     SinkError,
-    SparkGone,
     StaleLease,
 )
 from icegroup.iceberg.failpoints import failpoint
@@ -57,25 +56,21 @@ from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_source, oldest_snapshot_id
 from icegroup.spark_jobs.borrower.attempt import LeaseReport, LeaseRun, Progress, deliver, output, staged_again
 from icegroup.spark_jobs.borrower.isolation import commit_without_poison, isolated_property
+from icegroup.spark_jobs.borrower.platform_retry import after_platform_failure, going_on
 from icegroup.spark_jobs.borrower.redelivery import (
     Undelivered,
     catalog_reachable,
     record_poison_shard,
     stage_with_redelivery,
 )
-from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
+from icegroup.spark_jobs.borrower.user_errors import describe_error
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
-from icegroup.spark_jobs.session import activate, jvm_alive, reads_row_ids
+from icegroup.spark_jobs.session import activate, reads_row_ids
 from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard
 from icegroup.spark_jobs.transforms import load_transform
 
 log = logging.getLogger(__name__)
-
-# The longest wait between tries of a lease whose catalog, storage or network failed.
-PLATFORM_MAX_WAIT_S = 30.0
-# Verdicts on the lease itself: never tried again as a platform failure.
-FINAL = (StaleLease, Fenced, AlreadyCommitted, PoisonShard, ConfigError)
 
 
 def fetch_lease(catalog: Catalog, group: str, lease_id: str, attempt: int) -> tuple[Lease, list[Shard]]:
@@ -130,57 +125,6 @@ def run_lease(
     else:
         events.complete(outputs, sink_columns(spark, lakehouse, group))
     return done
-
-
-def platform_retry(group: GroupConfig, exc: Exception, tries: int, waited: float) -> float | None:
-    """How long to wait before the lease tries again after ``exc``; None to fail the run now.
-
-    Only a failure of the catalog, storage or network is tried again (a transform's or the data's
-    failure was delivered again and judged already), with backoff from ``deliver_backoff_s`` up to
-    ``PLATFORM_MAX_WAIT_S``, for half the lease timeout: past that the Leader re-grants the lease.
-    icegroup's verdicts on the lease itself (fenced, stale, already committed, a poison shard, a bad
-    config) are final, whatever Iceberg failure they were found through (a fenced commit is refused
-    by Iceberg's commit validation): another try would only hold the Borrower for nothing.
-    """
-    if isinstance(exc, FINAL) or not is_platform_failure(exc) or waited >= group.lease_timeout_s / 2:
-        return None
-    return float(min(max(group.deliver_backoff_s, 0.1) * 2**tries, PLATFORM_MAX_WAIT_S))
-
-
-def after_platform_failure(
-    spark: SparkSession,
-    group: GroupConfig,
-    lease: Lease,
-    stop: threading.Event | None,
-    error: Exception,
-    failed: int,
-    waited_s: float,
-) -> float | None:
-    """How long the lease waits before it goes on after ``error``; None to fail the run (``platform_retry``).
-
-    A lease asked to stop does not go on: the tick that sees its run ended grants the rest again.
-    A driver JVM that exited looks like a lost network to py4j, but no try in this process can
-    reach it again: ``SparkGone`` fails the run at once, naming the remedy, instead of trying for
-    half the lease timeout.
-    """
-    if stop is not None and stop.is_set():
-        return None
-    if not jvm_alive(spark):
-        raise SparkGone(
-            f"group {group.name} lease {lease.lease_id}#{lease.attempt}: Spark's driver JVM in this process exited "
-            f"({describe_error(error)}), most often out of memory; give it more (spark.driver_memory in the "
-            "lakehouse config, Spark's 1g by default) and run again: what was committed stays committed, and the "
-            "rest of the lease is granted again"
-        ) from error
-    return platform_retry(group, error, failed - 1, waited_s)
-
-
-def going_on(who: str, progress: Progress, error: Exception, _failed: int, wait: float) -> None:
-    """Tell that the lease ``who`` goes on after a platform failure, and when."""
-    progress(
-        f"{who}: the platform failed, not the shards ({describe_error(error)}); the lease goes on in {wait:.1f}s, "
-        "resuming after what it committed"
-    )
 
 
 def execute_lease(

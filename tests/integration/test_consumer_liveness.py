@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import dagster as dg
@@ -23,6 +24,7 @@ from pyiceberg.catalog import Catalog
 
 from icegroup.dagster_project.cli import Exit
 from icegroup.dagster_project.runs.tags import TAG_GROUP
+from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, append_batches, create_source, write_groups
@@ -42,6 +44,33 @@ def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[b
     )
 
 
+@dataclass
+class Held:
+    """A consumer held at a fail point with shard output staged: alive, beating and holding its leases."""
+
+    process: subprocess.Popen[bytes]
+    env: dict[str, str]
+    consume: list[str]
+    points: Path
+
+
+def held_after_staging(tmp_path: Path, lake_home: Path, group: GroupConfig, log: Path) -> Held:
+    """Start ``icegroup consume`` on ``group`` with ``borrower.after_stage`` set, and wait until it stops there."""
+    groups = write_groups(tmp_path / "groups.yaml", group)
+    points = tmp_path / "points"
+    points.mkdir()
+    env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
+    consume = ["--groups", str(groups), "consume", group.name, "--until-caught-up"]
+    (points / "borrower.after_stage").touch()
+    process = start(consume, {**env, "ICEGROUP_FAILPOINTS": str(points)}, log)
+    try:
+        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consumer to stage")
+    except BaseException:
+        process.kill()
+        raise
+    return Held(process, env, consume, points)
+
+
 def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
     tmp_path: Path, lake_home: Path, catalog: Catalog, make_group: MakeGroup
 ) -> None:
@@ -49,17 +78,9 @@ def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
     assert group.session_timeout_s == 30
     assert group.lease_timeout_s == 1800
     append_batches(create_source(catalog, group.source), 4, 30)
-    groups = write_groups(tmp_path / "groups.yaml", group)
-    points = tmp_path / "points"
-    points.mkdir()
-    env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
-    consume = ["--groups", str(groups), "consume", group.name, "--until-caught-up"]
-
-    (points / "borrower.after_stage").touch()
-    held = start(consume, {**env, "ICEGROUP_FAILPOINTS": str(points)}, tmp_path / "held.log")
+    first = held_after_staging(tmp_path, lake_home, group, tmp_path / "held.log")
+    held, env, consume = first.process, first.env, first.consume
     try:
-        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the first consumer to stage")
-
         waiting = subprocess.run(
             [ICEGROUP, *consume, "--max-wait", "5"],
             cwd=repo_root(),
@@ -131,22 +152,16 @@ def test_a_consumer_whose_spark_jvm_dies_fails_at_once_naming_the_remedy(
     """A driver JVM gone (out of memory, killed) looked like a lost network: the lease tried for 15 minutes."""
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 30)
-    groups = write_groups(tmp_path / "groups.yaml", group)
-    points = tmp_path / "points"
-    points.mkdir()
-    env = {**os.environ, **home_env(lake_home), "DAGSTER_HOME": str(tmp_path / "dagster")}
-    consume = ["--groups", str(groups), "consume", group.name, "--until-caught-up"]
-    (points / "borrower.after_stage").touch()
     log = tmp_path / "held.log"
-    held = start(consume, {**env, "ICEGROUP_FAILPOINTS": str(points)}, log)
+    first = held_after_staging(tmp_path, lake_home, group, log)
+    held = first.process
     try:
-        wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consumer to stage")
         jvms = [pid for pid in descendants(held.pid) if command_name(pid) == "java"]
         assert jvms, "pyspark launched its driver JVM below the consumer"
         for pid in jvms:
             os.kill(pid, signal.SIGKILL)
         released_at = time.monotonic()
-        for hit in points.glob("hit.*"):
+        for hit in first.points.glob("hit.*"):
             hit.unlink()  # the lease goes on to its publish, on a JVM that is gone
         held.wait(timeout=120)
     finally:
@@ -159,7 +174,9 @@ def test_a_consumer_whose_spark_jvm_dies_fails_at_once_naming_the_remedy(
     assert "Spark's driver JVM in this process exited" in said, said[-3000:]
     assert "give it more (spark.driver_memory in the lakehouse config" in said
     assert took < 60, f"failed {took:.0f}s after the JVM died, not at once"
-    again = subprocess.run([ICEGROUP, *consume], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300)
+    again = subprocess.run(
+        [ICEGROUP, *first.consume], cwd=repo_root(), env=first.env, capture_output=True, text=True, timeout=300
+    )
     assert again.returncode == Exit.OK, again.stderr[-3000:]
     check = verify_group(catalog, group, key="event_id")
     assert check.ok, check

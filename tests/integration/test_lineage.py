@@ -26,13 +26,13 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import RegistryConflict
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.lineage import (
-    by_rows,
     by_sink_snapshot,
     by_source_file,
     by_source_snapshot,
     by_window,
 )
 from icegroup.iceberg.lineage_chain import trace_back, trace_forward
+from icegroup.iceberg.lineage_rows import by_rows
 from icegroup.iceberg.protocol.completion import CLOSE_GRACE_MS
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import CONSUMED, REPLAYED, LineageEntry

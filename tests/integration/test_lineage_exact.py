@@ -16,7 +16,8 @@ from pyspark.sql import SparkSession
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.leader import tick
-from icegroup.iceberg.lineage import by_rows, by_sink_snapshot, by_source_file
+from icegroup.iceberg.lineage import by_sink_snapshot, by_source_file
+from icegroup.iceberg.lineage_rows import by_rows
 from icegroup.iceberg.protocol.lineage import CONSUMED, REPLAYED
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.store.lineage import load_lineage

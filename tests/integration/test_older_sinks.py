@@ -20,7 +20,7 @@ from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import SinkError
-from icegroup.iceberg.lineage import by_rows
+from icegroup.iceberg.lineage_rows import by_rows
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.sink_commit import (
     COL_EPOCH,

@@ -13,7 +13,7 @@ from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
-from icegroup.iceberg.lineage import by_rows, by_source_rows
+from icegroup.iceberg.lineage_rows import by_rows, by_source_rows
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import window_texts
 from icegroup.iceberg.protocol.sink_commit import COL_ROW, COL_WINDOW

@@ -7,7 +7,8 @@ from dataclasses import replace
 import pytest
 from pyiceberg.expressions.parser import parse
 
-from icegroup.iceberg.lineage import MAX_ROW_IDS, Answer, by_their_files, forward_filter, source_rows
+from icegroup.iceberg.lineage import Answer, forward_filter
+from icegroup.iceberg.lineage_rows import MAX_ROW_IDS, by_their_files, source_rows
 from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.lineage import CONSUMED, LineageEntry
 from icegroup.iceberg.protocol.sink_commit import shard_number, shard_texts
