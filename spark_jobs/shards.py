@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from functools import reduce
+from typing import Any
 
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -55,41 +56,42 @@ def read_shards(
 ) -> DataFrame:
     """Rows of every file of ``shards``, read in one scan of ``span`` (``shard_reads.spanning_range`` in the protocol).
 
-    As ``read_shard``, for shards of one schema: the streams' identity values prune the other
-    streams' files, and ``_file`` keeps exactly the shards' own. Iceberg's incremental read needs an
-    exclusive start; a span that starts at the table's first snapshot reads that snapshot on its
-    own and the rest incrementally. A span ``AsOf`` a snapshot reads the files as of it: a file diff
-    found them after the snapshots that added them expired (``iceberg/history_gap.py``).
+    As ``read_shard``, for shards of one schema. A span of snapshots reads exactly the shards' files,
+    planned from the newest snapshot's manifest list (``read_appended``); one that starts at the
+    table's first snapshot looks through all of that list. A span ``AsOf`` a snapshot reads the
+    files as of it (a file diff found them after the snapshots that added them expired,
+    ``iceberg/history_gap.py``): that read holds every live file, so the streams' identity values
+    prune the other streams' files and ``_file`` keeps exactly the shards' own.
     """
     if len({shard.schema_id for shard in shards}) != 1:
         raise ValueError(
             f"read_shards: shards of one source schema only, got {sorted({str(s.schema_id) for s in shards})}"
         )
     options = read_options(spark, shards)
-    # ``_pos`` only for ``rows``, ``_row_id`` only for ``row_ids``: Iceberg computes each once asked, even unread.
-    metadata = (FILE_COLUMN, *([POS_COLUMN] if rows is not None else []), *([ROW_ID_COLUMN] if row_ids else []))
+    files = [f for shard in shards for f in shard.files]
+    as_of = isinstance(span, AsOf)
+    # Each metadata column only when used: Iceberg computes each once asked, even unread.
+    metadata = (
+        *([FILE_COLUMN] if as_of or rows is not None else []),
+        *([POS_COLUMN] if rows is not None else []),
+        *([ROW_ID_COLUMN] if row_ids else []),
+    )
     if isinstance(span, AsOf):
         reader = spark.read.format("iceberg").options(**options).option("snapshot-id", str(span.snapshot_id))
         df = reader.load(table)
         if span.min_row_id is not None:  # only a format-v3 table has the column
             df = df.where(F.col(ROW_ID_COLUMN) >= F.lit(span.min_row_id))
         df = df.select("*", *metadata)
-    elif span[0] is None:
-        end = span[1]
-        if root_snapshot is None:
-            raise SourceError(f"shard {shards[0].shard_id} starts at the table's first snapshot, and it has none left")
-        reader = spark.read.format("iceberg").options(**options)
-        df = reader.option("snapshot-id", str(root_snapshot)).load(table).select("*", *metadata)
-        if end != root_snapshot:
-            df = df.unionByName(_incremental(spark, table, root_snapshot, end, options, metadata))
+        streams = [
+            identity_filter(identity) for identity in {tuple(s.identity.items()): s.identity for s in shards}.values()
+        ]
+        if all(stream is not None for stream in streams):
+            df = df.where(reduce(lambda a, b: a | b, [stream for stream in streams if stream is not None]))
+        df = df.where(of_files([files]))
     else:
-        df = _incremental(spark, table, span[0], span[1], options, metadata)
-    streams = [
-        identity_filter(identity) for identity in {tuple(s.identity.items()): s.identity for s in shards}.values()
-    ]
-    if all(stream is not None for stream in streams):
-        df = df.where(reduce(lambda a, b: a | b, [stream for stream in streams if stream is not None]))
-    df = df.where(of_files(shard.files for shard in shards))
+        if span[0] is None and root_snapshot is None:
+            raise SourceError(f"shard {shards[0].shard_id} starts at the table's first snapshot, and it has none left")
+        df = read_appended(spark, table, span[0], span[1], files, options, metadata)
     if row_filter:
         df = df.where(row_filter)
     if rows is not None:
@@ -139,19 +141,24 @@ def read_files(
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 
-def _incremental(
+def read_appended(
     spark: SparkSession,
     table: str,
-    start_exclusive: int,
+    start_exclusive: int | None,
     end_inclusive: int,
+    files: Iterable[str],
     options: dict[str, str],
     metadata: tuple[str, ...],
 ) -> DataFrame:
-    return (
-        spark.read.format("iceberg")
-        .options(**options)
-        .option("start-snapshot-id", str(start_exclusive))
-        .option("end-snapshot-id", str(end_inclusive))
-        .load(table)
-        .select("*", *metadata)
-    )
+    """Rows of ``files``, added after ``start_exclusive`` (None: from the first snapshot) up to ``end_inclusive``.
+
+    Iceberg's own incremental read opens the manifest list of every snapshot in the range, and holds
+    them all while it plans: on a source of thousands of snapshots that alone outgrew a 1g driver.
+    ``icegroup.read.AppendedFiles`` (icegroup-spark.jar) plans the files from the newest snapshot's
+    list and stages them as Iceberg's task set, which the reader takes by ``scan-task-set-id``.
+    """
+    jvm: Any = spark._jvm
+    source = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    task_set = jvm.icegroup.read.AppendedFiles.stage(source, start_exclusive, end_inclusive, "\n".join(files))
+    reader = spark.read.format("iceberg").options(**options).option("scan-task-set-id", task_set)
+    return reader.load(table).select("*", *metadata)
