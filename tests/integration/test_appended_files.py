@@ -136,3 +136,26 @@ def test_a_read_from_the_first_snapshot_finds_files_whose_snapshot_expired(
     df = read_appended(spark, name, None, third, asked, {}, (FILE_COLUMN,))
 
     assert event_ids(df) == list(range(1, 10))
+
+
+def test_only_the_newest_task_sets_stay_staged(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """A read's tasks stay staged until it runs: the newest 256 sets are kept, older ones dropped, not kept for good."""
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, 2, 3)
+    source.refresh()
+    first, second = (s.snapshot_id for s in source.snapshots())
+    name = f"{lakehouse.catalog_name}.{group.source}"
+    files = added_by(source, {second})
+    jvm = spark._jvm
+    assert jvm is not None
+    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+    kept = jvm.icegroup.read.AppendedFiles.KEPT
+
+    staged = [jvm.icegroup.read.AppendedFiles.stage(table, first, second, "\n".join(files)) for _ in range(kept + 5)]
+
+    now = set(jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().fetchSetIds(table))
+    assert now == set(staged[5:])
+    assert event_ids(read_appended(spark, name, first, second, files, {}, ())) == [4, 5, 6]

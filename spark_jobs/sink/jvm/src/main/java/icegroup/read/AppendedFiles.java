@@ -11,16 +11,18 @@ import java.util.List;
 import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
+import org.apache.iceberg.BaseFileScanTask;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.FileScanTask;
-import org.apache.iceberg.BaseFileScanTask;
+import org.apache.iceberg.HasTableOperations;
 import org.apache.iceberg.ManifestFile;
 import org.apache.iceberg.ManifestFiles;
 import org.apache.iceberg.ManifestReader;
 import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.PartitionSpecParser;
 import org.apache.iceberg.SchemaParser;
+import org.apache.iceberg.SerializableTable;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.expressions.Expressions;
@@ -37,8 +39,9 @@ import org.apache.iceberg.util.SnapshotUtil;
  * entries at once: on a source of 3,000 one-manifest snapshots, more than Spark's default 1g driver holds. The
  * newest snapshot's list names the manifests the older snapshots wrote too, as icegroup's own planning reads them
  * ({@code iceberg/shards.py}). So this reads that one list, opens only the manifests written inside the range, and
- * keeps exactly the files asked for. A file not found there (its manifest was merged or rewritten inside the range)
- * is looked for in the manifests its own snapshot wrote. A file in neither was not added in the range: the read
+ * keeps exactly the files asked for, live or not (a manifest merged or rewritten inside the range lists them too). A
+ * file not found there (deleted inside the range, so its entry is gone from that list) is looked for in the
+ * manifests its own snapshot wrote. A file in neither was not added in the range: the read
  * fails rather than leave its rows out.
  *
  * <p>The tasks carry no delete files, as Iceberg's incremental append read's do not. They are staged under a new id
@@ -48,9 +51,17 @@ import org.apache.iceberg.util.SnapshotUtil;
  */
 public final class AppendedFiles {
   /** Staged task sets kept at once: far more than the reads a process's lease threads have built and not yet run. */
-  static final int KEPT = 256;
+  public static final int KEPT = 256;
 
-  private static final Deque<Map.Entry<Table, String>> STAGED = new ArrayDeque<>();
+  /** The staged sets, oldest first, as {table uuid, set id}. */
+  private static final Deque<String[]> STAGED = new ArrayDeque<>();
+
+  /**
+   * Per table uuid, a light copy of the table to drop its sets by: Iceberg's manager finds a set by the table's uuid,
+   * which it reads from the table's metadata. Keeping the loaded table instead would keep its metadata, every
+   * snapshot of it, for each of {@link #KEPT} sets.
+   */
+  private static final Map<String, Table> TABLES = new HashMap<>();
 
   private AppendedFiles() {}
 
@@ -62,13 +73,15 @@ public final class AppendedFiles {
   public static String stage(Table table, Long fromExclusive, long toInclusive, String paths) {
     List<FileScanTask> tasks = tasks(table, fromExclusive, toInclusive, List.of(paths.split("\n")));
     String id = "icegroup-" + UUID.randomUUID();
+    String uuid = ((HasTableOperations) table).operations().current().uuid();
     ScanTaskSetManager manager = ScanTaskSetManager.get();
     synchronized (STAGED) {
       manager.stageTasks(table, id, tasks);
-      STAGED.addLast(Map.entry(table, id));
+      TABLES.computeIfAbsent(uuid, key -> SerializableTable.copyOf(table));
+      STAGED.addLast(new String[] {uuid, id});
       while (STAGED.size() > KEPT) {
-        Map.Entry<Table, String> oldest = STAGED.removeFirst();
-        manager.removeTasks(oldest.getKey(), oldest.getValue());
+        String[] oldest = STAGED.removeFirst();
+        manager.removeTasks(TABLES.get(oldest[0]), oldest[1]);
       }
     }
     return id;
