@@ -21,6 +21,15 @@ from tests.factories import MakeGroup, append_batches, create_source
 pytestmark = pytest.mark.spark
 
 
+def filled(catalog: Catalog, make_group: MakeGroup, batches: int, rows: int) -> tuple[str, Table, list[int]]:
+    """A new group's source with ``batches`` appended snapshots of ``rows`` events: its name, table and snapshot ids."""
+    group = make_group()
+    source = create_source(catalog, group.source)
+    append_batches(source, batches, rows)
+    source.refresh()
+    return group.source, source, [s.snapshot_id for s in source.snapshots()]
+
+
 def added_by(table: Table, snapshot_ids: set[int]) -> list[str]:
     """The data files that the given snapshots added, from the manifests each wrote."""
     files = []
@@ -58,12 +67,8 @@ def event_ids(df: DataFrame) -> list[int]:
 def test_a_read_of_many_snapshots_is_exactly_its_files_through_a_staged_task_set(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group()
-    source = create_source(catalog, group.source)
-    append_batches(source, 30, 12)
-    source.refresh()
-    ids = [s.snapshot_id for s in source.snapshots()]
-    name = f"{lakehouse.catalog_name}.{group.source}"
+    table, source, ids = filled(catalog, make_group, 30, 12)
+    name = f"{lakehouse.catalog_name}.{table}"
     files = [f for f in added_by(source, set(ids[10:20])) if "region=eu" in f]
     assert len(files) == 10
 
@@ -79,17 +84,14 @@ def test_a_file_deleted_inside_the_range_is_read_as_iceberg_reads_it(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     """The newest manifest list no longer names a file deleted in the range: its own snapshot's manifests do."""
-    group = make_group()
-    source = create_source(catalog, group.source)
-    append_batches(source, 3, 9)
-    source.refresh()
-    first, second, _ = (s.snapshot_id for s in source.snapshots())
+    table, source, ids = filled(catalog, make_group, 3, 9)
+    first, second, _ = ids
     asked = added_by(source, {second})
     source.delete("event_id >= 10 AND event_id <= 18")  # every row the second snapshot added: its files go
     append_batches(source, 1, 9)
     source.refresh()
     end = source.snapshots()[-1].snapshot_id
-    name = f"{lakehouse.catalog_name}.{group.source}"
+    name = f"{lakehouse.catalog_name}.{table}"
 
     df = read_appended(spark, name, first, end, asked, {}, (FILE_COLUMN,))
 
@@ -100,17 +102,14 @@ def test_a_file_deleted_inside_the_range_is_read_as_iceberg_reads_it(
 def test_a_file_the_range_did_not_add_fails_the_read_instead_of_leaving_its_rows_out(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group()
-    source = create_source(catalog, group.source)
-    append_batches(source, 3, 9)
-    source.refresh()
-    first, second, third = (s.snapshot_id for s in source.snapshots())
+    table, source, ids = filled(catalog, make_group, 3, 9)
+    first, second, third = ids
     outside = added_by(source, {first})[:1]
 
     with pytest.raises(Py4JJavaError, match="1 of the 2 files asked for were not added to"):
         read_appended(
             spark,
-            f"{lakehouse.catalog_name}.{group.source}",
+            f"{lakehouse.catalog_name}.{table}",
             second,
             third,
             [*outside, *added_by(source, {third})[:1]],
@@ -123,14 +122,11 @@ def test_a_read_from_the_first_snapshot_finds_files_whose_snapshot_expired(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     """From the table's first snapshot on, any manifest of the newest list may hold the files asked for."""
-    group = make_group()
-    source = create_source(catalog, group.source)
-    append_batches(source, 3, 9)
-    source.refresh()
-    first, _, third = (s.snapshot_id for s in source.snapshots())
+    table, source, ids = filled(catalog, make_group, 3, 9)
+    first, _, third = ids
     asked = added_by(source, {first})
-    name = f"{lakehouse.catalog_name}.{group.source}"
-    expire = f"expire_snapshots(table => '{group.source}', snapshot_ids => array({first}))"
+    name = f"{lakehouse.catalog_name}.{table}"
+    expire = f"expire_snapshots(table => '{table}', snapshot_ids => array({first}))"
     spark.sql(f"CALL {lakehouse.catalog_name}.system.{expire}")
 
     df = read_appended(spark, name, None, third, asked, {}, (FILE_COLUMN,))
@@ -142,20 +138,17 @@ def test_only_the_newest_task_sets_stay_staged(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     """A read's tasks stay staged until it runs: the newest 256 sets are kept, older ones dropped, not kept for good."""
-    group = make_group()
-    source = create_source(catalog, group.source)
-    append_batches(source, 2, 3)
-    source.refresh()
-    first, second = (s.snapshot_id for s in source.snapshots())
-    name = f"{lakehouse.catalog_name}.{group.source}"
+    table, source, ids = filled(catalog, make_group, 2, 3)
+    first, second = ids
+    name = f"{lakehouse.catalog_name}.{table}"
     files = added_by(source, {second})
     jvm = spark._jvm
     assert jvm is not None
-    table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
+    loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
     kept = jvm.icegroup.read.AppendedFiles.KEPT
 
-    staged = [jvm.icegroup.read.AppendedFiles.stage(table, first, second, "\n".join(files)) for _ in range(kept + 5)]
+    staged = [jvm.icegroup.read.AppendedFiles.stage(loaded, first, second, "\n".join(files)) for _ in range(kept + 5)]
 
-    now = set(jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().fetchSetIds(table))
+    now = set(jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().fetchSetIds(loaded))
     assert now == set(staged[5:])
     assert event_ids(read_appended(spark, name, first, second, files, {}, ())) == [4, 5, 6]

@@ -7,6 +7,7 @@ import java.util.ArrayList;
 import java.util.Deque;
 import java.util.HashMap;
 import java.util.HashSet;
+import java.util.LinkedHashMap;
 import java.util.List;
 import java.util.Map;
 import java.util.Set;
@@ -106,7 +107,7 @@ public final class AppendedFiles {
         ids.add(snapshot.snapshotId());
       }
     }
-    Map<String, DataFile> found = new HashMap<>();
+    Map<String, DataFile> found = new LinkedHashMap<>();
     collect(table, newest.dataManifests(table.io()), ids, wanted, found);
     for (Snapshot snapshot : range) {
       if (found.size() == wanted.size()) {
