@@ -204,8 +204,8 @@ def identity_values(spec: PartitionSpec, schema: Schema, data_file: DataFile) ->
     """Source column = value for each identity partition field of a plain type.
 
     Every file of a stream shares these values, so they are an exact filter for the stream that
-    Iceberg can prune files with. Fields with other transforms or types are left out; the Borrower's
-    filter on ``_file`` keeps the read exact without them.
+    Iceberg can prune files with, where a shard is read as of a snapshot. Fields with other transforms
+    or types are left out; that read's filter on ``_file`` keeps it exact without them.
     """
     values = []
     for position, field in enumerate(spec.fields):

@@ -31,9 +31,8 @@ def read_shard(
 ) -> DataFrame:
     """Rows the shard's files hold, restricted by the group's filter, in the shard's own schema.
 
-    Both ends of the range are pinned, so a re-run reads the same rows. The range also holds other
-    streams' files: the stream's identity partition values let Iceberg prune most of them at
-    planning, and the ``_file`` metadata column restricts rows to exactly the shard's own files.
+    Both ends of the range are pinned, so a re-run reads the same rows. The read is a task set of
+    exactly the shard's own files (``read_appended``), though the range holds other streams' files too.
     ``columns`` (see ``icegroup.iceberg.store.tables.shard_columns``) maps the current schema back to the one the
     shard was written with. A chained group reads another group's sink: the upstream lineage
     columns are dropped, because this group writes its own. ``rows`` restricts the read further by

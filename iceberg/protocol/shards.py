@@ -74,7 +74,7 @@ class Shard(BaseModel):
     identity: dict[str, PartitionValue] = Field(
         default_factory=dict,
         description="Source column values that every file of the stream has (identity partition fields), "
-        "so a read of the shard can prune the other streams' files.",
+        "so a read of the shard as of a snapshot (after its snapshots expired) can prune the other streams' files.",
     )
     read_snapshot: int | None = Field(
         default=None,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from pyiceberg.catalog import Catalog
-from pyspark.sql import SparkSession
+from pyspark.sql import DataFrame, SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.failpoints import ENV
@@ -143,3 +143,14 @@ class Chain:
         """Append ``batches`` of 12 events to the source, then let both groups catch up."""
         consumed(spark, lakehouse, catalog, self.first, batches, 12)
         drive(spark, lakehouse, self.second)
+
+
+def scans(df: DataFrame) -> list[str]:
+    """The class of each scan the read's physical plan runs: ``SparkStagedScan`` for a staged task set."""
+    leaves = df._jdf.queryExecution().executedPlan().collectLeaves().iterator()
+    found = []
+    while leaves.hasNext():
+        leaf = leaves.next()
+        if str(leaf.nodeName()).startswith("BatchScan"):
+            found.append(str(leaf.scan().getClass().getSimpleName()))
+    return found

@@ -6,9 +6,12 @@ rows it reads, whatever happened to the files inside the range.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from py4j.protocol import Py4JJavaError
 from pyiceberg.catalog import Catalog
+from pyiceberg.manifest import ManifestEntryStatus
 from pyiceberg.table import Table
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
@@ -17,6 +20,7 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.spark_jobs.row_files import FILE_COLUMN
 from icegroup.spark_jobs.shards import read_appended
 from tests.factories import MakeGroup, append_batches, create_source
+from tests.integration.helpers import scans
 
 pytestmark = pytest.mark.spark
 
@@ -31,14 +35,15 @@ def filled(catalog: Catalog, make_group: MakeGroup, batches: int, rows: int) -> 
 
 
 def added_by(table: Table, snapshot_ids: set[int]) -> list[str]:
-    """The data files that the given snapshots added, from the manifests each wrote."""
+    """The data files that the given snapshots added: the added entries of the manifests each wrote."""
     files = []
     for snapshot_id in sorted(snapshot_ids):
         snapshot = table.snapshot_by_id(snapshot_id)
         assert snapshot is not None
         for manifest in snapshot.manifests(table.io):
             if manifest.added_snapshot_id == snapshot_id:
-                files += [e.data_file.file_path for e in manifest.fetch_manifest_entry(table.io)]
+                entries = manifest.fetch_manifest_entry(table.io)
+                files += [e.data_file.file_path for e in entries if e.status == ManifestEntryStatus.ADDED]
     return files
 
 
@@ -46,17 +51,6 @@ def iceberg_incremental(spark: SparkSession, name: str, start: int, end: int, fi
     """Iceberg's own incremental read of the range, kept to ``files``: the reference."""
     reader = spark.read.format("iceberg").option("start-snapshot-id", str(start)).option("end-snapshot-id", str(end))
     return reader.load(name).select("*", FILE_COLUMN).where(F.col(FILE_COLUMN).isin(files)).drop(FILE_COLUMN)
-
-
-def scans(df: DataFrame) -> list[str]:
-    """The class of each scan the read's physical plan runs: ``SparkStagedScan`` for a staged task set."""
-    leaves = df._jdf.queryExecution().executedPlan().collectLeaves().iterator()
-    found = []
-    while leaves.hasNext():
-        leaf = leaves.next()
-        if str(leaf.nodeName()).startswith("BatchScan"):
-            found.append(str(leaf.scan().getClass().getSimpleName()))
-    return found
 
 
 def event_ids(df: DataFrame) -> list[int]:
@@ -137,18 +131,55 @@ def test_a_read_from_the_first_snapshot_finds_files_whose_snapshot_expired(
 def test_only_the_newest_task_sets_stay_staged(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    """A read's tasks stay staged until it runs: the newest 256 sets are kept, older ones dropped, not kept for good."""
+    """A read's tasks stay staged until it runs: the newest 256 sets are kept, older ones dropped, not kept for good.
+
+    Dropping a set never reads storage: the metadata file the table was first staged from may be gone by then
+    (a sink removes its old metadata files).
+    """
     table, source, ids = filled(catalog, make_group, 2, 3)
     first, second = ids
     name = f"{lakehouse.catalog_name}.{table}"
     files = added_by(source, {second})
     jvm = spark._jvm
     assert jvm is not None
-    loaded = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, name)
-    kept = jvm.icegroup.read.AppendedFiles.KEPT
+    appended = jvm.icegroup.read.AppendedFiles
+    load = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable
+    staged = [appended.stage(load(spark._jsparkSession, name), first, second, "\n".join(files))]
+    old_metadata = source.metadata_location
+    append_batches(source, 1, 3)
+    Path(old_metadata.removeprefix("file:")).unlink()
+    loaded = load(spark._jsparkSession, name)
 
-    staged = [jvm.icegroup.read.AppendedFiles.stage(loaded, first, second, "\n".join(files)) for _ in range(kept + 5)]
+    staged += [appended.stage(loaded, first, second, "\n".join(files)) for _ in range(appended.KEPT + 4)]
 
     now = set(jvm.org.apache.iceberg.spark.ScanTaskSetManager.get().fetchSetIds(loaded))
     assert now == set(staged[5:])
     assert event_ids(read_appended(spark, name, first, second, files, {}, ())) == [4, 5, 6]
+
+
+def test_files_a_merged_manifest_lists_from_before_the_range_are_not_read_as_the_range_s(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """Spark merges manifests on append: the newest list's merged manifest lists older files as existing entries."""
+    table, source, ids = filled(catalog, make_group, 1, 9)
+    name = f"{lakehouse.catalog_name}.{table}"
+    spark.sql(f"ALTER TABLE {name} SET TBLPROPERTIES ('commit.manifest.min-count-to-merge' = '2')")
+    for offset in (9, 18, 27):
+        spark.sql(
+            f"INSERT INTO {name} SELECT event_id + {offset}, region, event_ts, amount, user_id FROM {name} "
+            "WHERE event_id <= 9"
+        )
+    source.refresh()
+    ids = [s.snapshot_id for s in source.snapshots()]
+    newest = source.snapshot_by_id(ids[-1])
+    assert newest is not None
+    assert len(newest.manifests(source.io)) < len(ids), "the appends merged their manifests"
+    inside = added_by(source, set(ids[2:]))
+    before = added_by(source, {ids[0]})
+
+    df = read_appended(spark, name, ids[1], ids[-1], inside, {}, (FILE_COLUMN,))
+
+    assert event_ids(df.drop(FILE_COLUMN)) == list(range(19, 37))
+    assert event_ids(df.drop(FILE_COLUMN)) == event_ids(iceberg_incremental(spark, name, ids[1], ids[-1], inside))
+    with pytest.raises(Py4JJavaError, match="1 of the 2 files asked for were not added to"):
+        read_appended(spark, name, ids[1], ids[-1], [before[0], inside[0]], {}, ())

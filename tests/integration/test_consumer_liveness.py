@@ -67,6 +67,7 @@ def held_after_staging(tmp_path: Path, lake_home: Path, group: GroupConfig, log:
         wait_for(lambda: any(p.name.startswith("hit.") for p in points.iterdir()), 120, "the consumer to stage")
     except BaseException:
         process.kill()
+        process.wait()
         raise
     return Held(process, env, consume, points)
 

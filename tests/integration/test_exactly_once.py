@@ -20,8 +20,7 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.shards import read_shard
 from tests.consuming import consume
 from tests.factories import REGIONS, MakeGroup, append_batches, create_source
-from tests.integration.helpers import consumed, drive, sink_ids
-from tests.integration.test_appended_files import scans
+from tests.integration.helpers import consumed, drive, scans, sink_ids
 
 pytestmark = pytest.mark.spark
 

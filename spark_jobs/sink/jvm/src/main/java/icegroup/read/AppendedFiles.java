@@ -13,6 +13,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.UUID;
 import org.apache.iceberg.BaseFileScanTask;
+import org.apache.iceberg.BaseTable;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DeleteFile;
 import org.apache.iceberg.FileScanTask;
@@ -23,9 +24,10 @@ import org.apache.iceberg.ManifestReader;
 import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.PartitionSpecParser;
 import org.apache.iceberg.SchemaParser;
-import org.apache.iceberg.SerializableTable;
 import org.apache.iceberg.Snapshot;
+import org.apache.iceberg.StaticTableOperations;
 import org.apache.iceberg.Table;
+import org.apache.iceberg.TableMetadata;
 import org.apache.iceberg.expressions.Expressions;
 import org.apache.iceberg.expressions.ResidualEvaluator;
 import org.apache.iceberg.spark.ScanTaskSetManager;
@@ -40,9 +42,9 @@ import org.apache.iceberg.util.SnapshotUtil;
  * entries at once: on a source of 3,000 one-manifest snapshots, more than Spark's default 1g driver holds. The
  * newest snapshot's list names the manifests the older snapshots wrote too, as icegroup's own planning reads them
  * ({@code iceberg/shards.py}). So this reads that one list, opens only the manifests written inside the range, and
- * keeps exactly the files asked for, live or not (a manifest merged or rewritten inside the range lists them too). A
- * file not found there (deleted inside the range, so its entry is gone from that list) is looked for in the
- * manifests its own snapshot wrote. A file in neither was not added in the range: the read
+ * keeps exactly the files asked for that the range added (a manifest merged or rewritten inside the range lists them
+ * too, beside older files that their sequence numbers keep out). A file not found there (deleted inside the range,
+ * so its entry is gone from that list) is looked for in the manifests the range's snapshots wrote, newest first. A file in neither was not added in the range: the read
  * fails rather than leave its rows out.
  *
  * <p>The tasks carry no delete files, as Iceberg's incremental append read's do not. They are staged under a new id
@@ -58,9 +60,9 @@ public final class AppendedFiles {
   private static final Deque<String[]> STAGED = new ArrayDeque<>();
 
   /**
-   * Per table uuid, a light copy of the table to drop its sets by: Iceberg's manager finds a set by the table's uuid,
-   * which it reads from the table's metadata. Keeping the loaded table instead would keep its metadata, every
-   * snapshot of it, for each of {@link #KEPT} sets.
+   * Per table uuid, one table to drop its sets by: Iceberg's manager finds a set by the table's uuid, which it reads
+   * from the table's current metadata. It is held in memory (the metadata of the table's first staged read, never read
+   * from storage again: an old metadata file may be gone), one per table rather than one per set.
    */
   private static final Map<String, Table> TABLES = new HashMap<>();
 
@@ -78,7 +80,7 @@ public final class AppendedFiles {
     ScanTaskSetManager manager = ScanTaskSetManager.get();
     synchronized (STAGED) {
       manager.stageTasks(table, id, tasks);
-      TABLES.computeIfAbsent(uuid, key -> SerializableTable.copyOf(table));
+      TABLES.computeIfAbsent(uuid, key -> inMemory(table));
       STAGED.addLast(new String[] {uuid, id});
       while (STAGED.size() > KEPT) {
         String[] oldest = STAGED.removeFirst();
@@ -88,12 +90,24 @@ public final class AppendedFiles {
     return id;
   }
 
+  /** The table as it is loaded now, answering from memory: dropping a set never reads storage. */
+  private static Table inMemory(Table table) {
+    TableMetadata metadata = ((HasTableOperations) table).operations().current();
+    return new BaseTable(new StaticTableOperations(metadata, table.io()), table.name());
+  }
+
   /** The scan tasks of {@code paths}, one per file, in the order the manifests list them. */
   static List<FileScanTask> tasks(Table table, Long fromExclusive, long toInclusive, List<String> paths) {
     Snapshot newest = table.snapshot(toInclusive);
     if (newest == null) {
       throw new IllegalStateException(
           String.format("snapshot %d of %s is gone (expired since the shard was planned)", toInclusive, table.name()));
+    }
+    // As Iceberg's incremental read checks: the start may have expired, as long as the end's history names it.
+    if (fromExclusive != null && !SnapshotUtil.isParentAncestorOf(table, toInclusive, fromExclusive)) {
+      throw new IllegalStateException(
+          String.format(
+              "snapshot %d of %s is not a parent ancestor of snapshot %d", fromExclusive, table.name(), toInclusive));
     }
     Set<String> wanted = new HashSet<>(paths);
     List<Snapshot> range = new ArrayList<>();
@@ -108,12 +122,15 @@ public final class AppendedFiles {
       }
     }
     Map<String, DataFile> found = new LinkedHashMap<>();
-    collect(table, newest.dataManifests(table.io()), ids, wanted, found);
+    Sequences added = new Sequences(table, fromExclusive, newest);
+    collect(table, newest.dataManifests(table.io()), ids, added, wanted, found);
     for (Snapshot snapshot : range) {
       if (found.size() == wanted.size()) {
         break;
       }
-      collect(table, snapshot.dataManifests(table.io()), Set.of(snapshot.snapshotId()), wanted, found);
+      if (addsData(snapshot)) {
+        collect(table, snapshot.dataManifests(table.io()), Set.of(snapshot.snapshotId()), added, wanted, found);
+      }
     }
     if (found.size() != wanted.size()) {
       Set<String> missing = new HashSet<>(wanted);
@@ -134,9 +151,46 @@ public final class AppendedFiles {
     return tasks;
   }
 
-  /** Add the live files of {@code wanted} listed by the manifests that snapshots {@code ids} (null: any) wrote. */
+  /**
+   * Whether a snapshot may have added data files: one whose summary says it added none is not opened, so that a
+   * file deleted inside a long range does not open the manifest list of every snapshot in it.
+   */
+  private static boolean addsData(Snapshot snapshot) {
+    String added = snapshot.summary() == null ? null : snapshot.summary().get("added-data-files");
+    return added == null || !added.equals("0");
+  }
+
+  /**
+   * The data sequence numbers of the range: a file added inside it has one above the start's and up to the end's.
+   * A manifest merged or rewritten inside the range also lists files added before it, as existing entries; their
+   * numbers keep them out. A format-v1 table has no sequence numbers: there every file passes.
+   */
+  static final class Sequences {
+    private final long after;
+    private final long upTo;
+    private final boolean known;
+
+    Sequences(Table table, Long fromExclusive, Snapshot newest) {
+      Snapshot from = fromExclusive == null ? null : table.snapshot(fromExclusive);
+      this.after = from == null ? Long.MIN_VALUE : from.sequenceNumber();
+      this.upTo = newest.sequenceNumber();
+      this.known = ((HasTableOperations) table).operations().current().formatVersion() > 1;
+    }
+
+    boolean within(DataFile file) {
+      Long sequence = file.fileSequenceNumber();
+      return !known || sequence == null || (sequence > after && sequence <= upTo);
+    }
+  }
+
+  /** Add the live files of {@code wanted} that snapshots {@code ids} (null: any) wrote in the range to {@code found}. */
   private static void collect(
-      Table table, List<ManifestFile> manifests, Set<Long> ids, Set<String> wanted, Map<String, DataFile> found) {
+      Table table,
+      List<ManifestFile> manifests,
+      Set<Long> ids,
+      Sequences added,
+      Set<String> wanted,
+      Map<String, DataFile> found) {
     Map<Integer, PartitionSpec> specs = table.specs();
     for (ManifestFile manifest : manifests) {
       if ((ids != null && !ids.contains(manifest.snapshotId())) || found.size() == wanted.size()) {
@@ -145,7 +199,7 @@ public final class AppendedFiles {
       try (ManifestReader<DataFile> reader = ManifestFiles.read(manifest, table.io(), specs)) {
         for (DataFile file : reader) {
           String location = file.location();
-          if (wanted.contains(location) && !found.containsKey(location)) {
+          if (wanted.contains(location) && !found.containsKey(location) && added.within(file)) {
             found.put(location, file.copyWithoutStats());
           }
         }
