@@ -34,7 +34,6 @@ from tests.stack_env import home_env
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
 
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
-WORK_S = 60.0  # generous: a cold Spark start plus 3 leases on 2 cores
 
 
 def start(args: list[str], env: dict[str, str], log: Path) -> subprocess.Popen[bytes]:
@@ -102,7 +101,6 @@ def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
         assert "re-granted in" in waiting.stderr
 
         os.kill(held.pid, signal.SIGKILL)
-        killed_at = time.monotonic()
         held.wait(timeout=30)
     finally:
         if held.poll() is None:
@@ -112,11 +110,11 @@ def test_a_consumer_killed_with_kill_9_is_noticed_at_once_on_its_machine(
     again = subprocess.run(
         [ICEGROUP, "--verbose", *consume], cwd=repo_root(), env=env, capture_output=True, text=True, timeout=300
     )
-    took = time.monotonic() - killed_at
 
     assert again.returncode == Exit.OK, again.stderr[-3000:]
-    assert "(its Borrower's process ended); re-granting as attempt 1" in again.stderr
-    assert took < WORK_S, f"caught up {took:.0f}s after the kill"
+    regrant = again.stderr.find("(its Borrower's process ended); re-granting as attempt 1")
+    first_tick = again.stderr.find(f"{group.name}: tick 1 in ")
+    assert 0 <= regrant < first_tick, "re-granted at the consumer's first tick, not after the session timeout"
     check = verify_group(catalog, group, key="event_id")
     assert check.ok, check
     with dg.DagsterInstance.from_config(env["DAGSTER_HOME"]) as instance:
