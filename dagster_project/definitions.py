@@ -109,7 +109,7 @@ def build_definitions(
         sink = sink_asset(group, sink_key, source_key, naming.labels, name)
         assets.append(sink)
         checks += sink_checks(group, sink_key, name)
-        borrower = borrower_job(group, sink_key, resources)
+        borrower = borrower_job(group, sink_key, source_key, resources)
         consume = consume_job(group, sink_key, source_key, resources)
         jobs += [borrower, consume, canary_job(group, sink_key, resources)]
         follow = follow_job(group, sink_key, resources) if group.follow_upstream else None

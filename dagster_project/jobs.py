@@ -19,10 +19,12 @@ from icegroup.dagster_project.runs.executor import ONE_PROCESS
 from icegroup.dagster_project.runs.observer import observe_runs, terminate_runs
 from icegroup.dagster_project.runs.tags import ROLE_BORROWER, TAG_GROUP, TAG_ROLE
 from icegroup.dagster_project.runs.warm import borrow_op_name
-from icegroup.dagster_project.tick_events import completion_events, source_event
+from icegroup.dagster_project.tick_events import reported_in_run
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import RegistryConflict
 from icegroup.iceberg.lag import Work, lag_of, pending_work
-from icegroup.iceberg.leader import TickResult
+from icegroup.iceberg.leader import TickResult, tick
+from icegroup.iceberg.protocol.borrower import waiting
 from icegroup.iceberg.protocol.consume import DEFAULTS, RunOptions
 from icegroup.iceberg.protocol.durations import parse_duration
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -31,6 +33,7 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retention import StateRetention
 from icegroup.iceberg.store.tables import load_optional
 from icegroup.spark_jobs.borrower.attempt import LeaseReport
+from icegroup.spark_jobs.borrower.user_errors import describe_error
 from icegroup.spark_jobs.borrower.warm import borrow
 from icegroup.spark_jobs.consume import ConsumeHooks, consume
 from icegroup.spark_jobs.follow import FollowReport, follow_upstream
@@ -70,9 +73,16 @@ class BorrowConfig(dg.Config):
         default=False,
         description="Never exit when idle: one of the group's warm_borrowers, which the Leader starts with this set.",
     )
+    lead: bool = Field(
+        default=True,
+        description="With a free slot and nothing to take, run a Leader tick here when the source's head moved, so "
+        "new snapshots become this run's leases within poll_s instead of at the Leader sensor's next tick.",
+    )
 
 
-def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[str, Any]) -> dg.JobDefinition:
+def borrower_job(
+    group: GroupConfig, sink_key: dg.AssetKey, source_key: dg.AssetKey, resources: Mapping[str, Any]
+) -> dg.JobDefinition:
     """The Borrower run the Leader starts: one SparkSession, every lease it can take, until idle (or for good, if warm).
 
     The job carries its resource itself (``resources``: the one lakehouse resource, by key): a job
@@ -98,6 +108,9 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
                 progress=context.log.info,
                 idle_timeout_s=None if config.keep_warm else idle_timeout(group, config),
                 poll_s=config.poll_s,
+                lead=leading(context, group, lakehouse, reported_in_run(context, group, sink_key, source_key))
+                if config.lead
+                else None,
             )
         context.log.info(
             f"{group.name}: {summary.leases} leases, {summary.shards} shards, {summary.rows_in} rows in, "
@@ -116,6 +129,41 @@ def borrower_job(group: GroupConfig, sink_key: dg.AssetKey, resources: Mapping[s
         borrow_op()
 
     return job
+
+
+def leading(
+    context: dg.OpExecutionContext, group: GroupConfig, lakehouse: LakehouseConfig, report: Callable[[TickResult], None]
+) -> Callable[[], None]:
+    """The Leader tick a Borrower runs itself when the source moved, reported as the sensor's would be.
+
+    It observes the group's runs and ends the ones it revokes as the sensor does; it starts no run
+    (the sensor starts Borrowers for what this one cannot take). A tick that loses the registry to
+    another Leader, or fails, changes nothing: the sensor's next tick does the work and reports
+    what stops the group.
+    """
+
+    def lead() -> None:
+        try:
+            result = tick(lakehouse.catalog(), group, observe_runs(context.instance, group.name))
+        except RegistryConflict:
+            return  # another Leader ticked first: what it granted is taken at this Borrower's next look
+        except Exception as exc:
+            context.log.info(
+                f"{group.name}: the Borrower's own tick did not run ({describe_error(exc)}); "
+                "the Leader sensor ticks next"
+            )
+            return
+        for run_id in terminate_runs(context.instance, group.name, result.terminate):
+            context.log.warning(
+                f"{group.name}: terminated run {run_id}: its Borrower went silent or ran past its deadline"
+            )
+        report(result)
+        context.log.info(
+            f"{group.name}: the source moved; tick here in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
+            f"{len(waiting(result.state))} leases waiting"
+        )
+
+    return lead
 
 
 def idle_timeout(group: GroupConfig, config: BorrowConfig) -> float:
@@ -152,18 +200,6 @@ def consume_job(
         if pending_work(lakehouse.catalog(), group) is Work.DATA:
             start_in_background(lakehouse)  # the JVM boots while the run ticks; a caught-up run starts none
         record = recording(context, group, sink_key, lakehouse)
-        observed: list[int] = []
-
-        def ticked(result: TickResult) -> None:
-            for event in completion_events(group, sink_key, source_key, result, context.log):
-                if isinstance(event, dg.AssetCheckEvaluation):  # on the instance, as the Leader's are
-                    context.instance.report_runless_asset_event(event)
-                else:
-                    context.log_event(event)
-            observed_now = source_event(source_key, result) if result.source_head not in observed[-1:] else None
-            if observed_now is not None and result.source_head is not None:
-                context.log_event(observed_now)
-                observed.append(result.source_head)
 
         try:
             with canceled_on_interrupt(context):
@@ -172,7 +208,7 @@ def consume_job(
                     observe_others=observe_runs(context.instance, group.name),
                     progress=context.log.info,
                     on_lease=record,
-                    on_tick=ticked,
+                    on_tick=reported_in_run(context, group, sink_key, source_key),
                     terminate=lambda leases: terminate_runs(context.instance, group.name, leases),
                     on_follow=lambda report: followed(context, group, sink_key, lakehouse, report),
                 )

@@ -11,6 +11,7 @@ audit and the source's version describe the tables as the tick left them.
 
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 
 import dagster as dg
@@ -90,6 +91,31 @@ def source_event(source_key: dg.AssetKey, result: TickResult) -> dg.AssetObserva
         return None
     source = result.tables.source if result.tables is not None else None
     return source_observation(source_key, result.source_head, source)
+
+
+def reported_in_run(
+    context: dg.OpExecutionContext, group: GroupConfig, sink_key: dg.AssetKey, source_key: dg.AssetKey
+) -> Callable[[TickResult], None]:
+    """Report, from inside a run, what each tick it runs found: complete windows, their audit, and the source's version.
+
+    A consume run and a warm Borrower that ticks itself report what the Leader sensor would have:
+    each window completes in one tick only, so whichever tick found it reports it. The audit is
+    reported on the instance, as the sensor's is; the source's version once per head this run saw.
+    """
+    observed: list[int] = []
+
+    def report(result: TickResult) -> None:
+        for event in completion_events(group, sink_key, source_key, result, context.log):
+            if isinstance(event, dg.AssetCheckEvaluation):
+                context.instance.report_runless_asset_event(event)
+            else:
+                context.log_event(event)
+        observed_now = source_event(source_key, result) if result.source_head not in observed[-1:] else None
+        if observed_now is not None and result.source_head is not None:
+            context.log_event(observed_now)
+            observed.append(result.source_head)
+
+    return report
 
 
 def leader_events(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 
 from pyiceberg.catalog import Catalog
 
@@ -48,3 +49,31 @@ def take_leases(
         return again_while_losing(f"group {group.name}: taking leases", attempt, TAKE_TRIES)
     except LostRace:
         return []
+
+
+@dataclass
+class SourceWatch:
+    """Whether the group's source has moved since a warm Borrower last looked: its cue to tick as a Leader.
+
+    A warm Borrower with nothing to take would wait for the Leader sensor's next evaluation (up to
+    ``sensor_interval_s`` and a daemon loop) before new source snapshots became leases. Looking at
+    the source's head costs one metadata read, so it looks at each poll and ticks only when the
+    head moved: once per new head, not once per poll, however long the tick then grants nothing (a
+    paused or stopped group). The first look only notes the head: the Borrower starts right after
+    the tick that needed it. ``failing`` is the caller's: whether the last look failed, so an outage
+    is reported once.
+    """
+
+    catalog: Catalog
+    source: str
+    seen: int | None = field(default=None, init=False)
+    looked: bool = field(default=False, init=False)
+    failing: bool = field(default=False, init=False)
+
+    def moved(self) -> bool:
+        """True when the source's head is not the one seen at the last look (never at the first)."""
+        snapshot = self.catalog.load_table(self.source).current_snapshot()
+        head = snapshot.snapshot_id if snapshot is not None else None
+        moved = self.looked and head != self.seen
+        self.seen, self.looked = head, True
+        return moved

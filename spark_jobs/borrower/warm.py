@@ -18,12 +18,13 @@ from collections.abc import Callable
 
 from pyspark.sql import SparkSession
 
-from icegroup.iceberg.borrower import take_leases
+from icegroup.iceberg.borrower import SourceWatch, take_leases
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import BorrowerOutdated
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
+from icegroup.spark_jobs.borrower.user_errors import describe_error
 from icegroup.spark_jobs.transforms import load_transform
 
 
@@ -36,6 +37,7 @@ def borrow(
     progress: Callable[[str], None] = print,
     idle_timeout_s: float | None = 60.0,
     poll_s: float = 1.0,
+    lead: Callable[[], None] | None = None,
 ) -> LeaseTotals:
     """Take and run waiting leases, up to ``leases_per_borrower`` at once, until idle for ``idle_timeout_s``.
 
@@ -44,17 +46,27 @@ def borrow(
     to another config than its own (``BorrowerOutdated``): the Leader starts one on the new config.
     A lease error other than a fence or a parked shard ends the run once its other leases have
     ended; the Leader sees the run failed and re-grants what it held.
+
+    With ``lead`` (a Leader tick, and what the caller reports of it), a Borrower with a free slot
+    and nothing to take ticks itself once the source's head moved (``SourceWatch``), and takes what
+    that tick granted at once: new snapshots become its leases within ``poll_s``, not at the Leader
+    sensor's next evaluation. Ticks race safely by the registry's compare-and-swap; one that loses
+    or fails leaves the work to the sensor.
     """
     load_transform(group.transform)  # a transform that does not import fails before any lease is taken
     catalog = lakehouse.catalog()
     summary = LeaseTotals()
     runner = LeaseRunner(spark, lakehouse, group, run_id, group.leases_per_borrower, progress)
+    watch = SourceWatch(catalog, group.source) if lead is not None else None
     beating = heartbeat(catalog, group.name, run_id, interval_s=group.session_timeout_s / 3, forget_at_end=False)
     with beating, runner:
         idle_since = time.monotonic()
         while True:
             try:
                 taken = take_leases(catalog, group, run_id, runner.free) if runner.free else []
+                if not taken and runner.free and watch is not None and lead is not None and watched(watch, progress):
+                    lead()
+                    taken = take_leases(catalog, group, run_id, runner.free)
             except BorrowerOutdated as exc:
                 if not runner.busy:
                     progress(f"{group.name}: Borrower {run_id} exits: {exc}")
@@ -73,3 +85,18 @@ def borrow(
                 return summary
             else:
                 time.sleep(poll_s)
+
+
+def watched(watch: SourceWatch, progress: Callable[[str], None]) -> bool:
+    """Whether the source moved; one that cannot be read counts as not moved (the sensor plans), said once."""
+    try:
+        moved = watch.moved()
+    except Exception as exc:
+        if not watch.failing:
+            progress(
+                f"source {watch.source} could not be read ({describe_error(exc)}); the Leader sensor plans its work"
+            )
+        watch.failing = True
+        return False
+    watch.failing = False
+    return moved

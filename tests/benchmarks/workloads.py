@@ -8,14 +8,19 @@ rows as Python dicts would take minutes.
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 from pyiceberg.table import Table
+from pyiceberg.table.refs import MAIN_BRANCH
 from pyiceberg.table.snapshots import Snapshot
 
 from tests.factories import EVENTS_START, REGIONS, SCHEMA
+
+# The branch ``fill_at_once`` writes a workload to before ``main`` moves to it.
+BACKLOG = "bench-backlog"
 
 
 @dataclass(frozen=True)
@@ -52,10 +57,10 @@ def events(first_id: int, count: int, seed: int) -> pa.Table:
     return pa.Table.from_pydict(columns, schema=SCHEMA.as_arrow())
 
 
-def append_events(table: Table, first_id: int, count: int, seed: int) -> Snapshot:
-    """Commit one snapshot of ``count`` events; returns it (its commit time is the latency's start)."""
-    table.append(events(first_id, count, seed))
-    snapshot = table.current_snapshot()
+def append_events(table: Table, first_id: int, count: int, seed: int, branch: str = MAIN_BRANCH) -> Snapshot:
+    """Commit one snapshot of ``count`` events to ``branch``; returns it (its commit time is the latency's start)."""
+    table.append(events(first_id, count, seed), branch=branch)
+    snapshot = table.snapshot_by_name(branch)
     assert snapshot is not None
     return snapshot
 
@@ -64,3 +69,21 @@ def fill(table: Table, workload: Workload, seed: int = 11) -> None:
     """Commit the workload's snapshots to an empty source table, event ids from 1."""
     for index in range(workload.snapshots):
         append_events(table, 1 + index * workload.rows_per_snapshot, workload.rows_per_snapshot, seed + index)
+
+
+def fill_at_once(table: Table, workload: Workload, seed: int = 11) -> int:
+    """Commit the workload's snapshots to a branch, then move ``main`` to them in one commit; returns its time (ms).
+
+    Every snapshot of the workload appears to a reader of ``main`` at one moment, as a backlog
+    does: an arm that is already up (a warm Borrower) is timed from that moment, and finds the whole
+    workload, not the first of its snapshots while the rest are still being written.
+    """
+    head = table.current_snapshot()
+    assert head is not None, "fill_at_once extends a source that has a snapshot"
+    table.manage_snapshots().create_branch(head.snapshot_id, BACKLOG).commit()
+    for index in range(workload.snapshots):
+        append_events(table, 1 + index * workload.rows_per_snapshot, workload.rows_per_snapshot, seed + index, BACKLOG)
+    moved_ms = int(time.time() * 1000)  # no reader of main sees the backlog before this commit starts
+    table.manage_snapshots().set_current_snapshot(ref_name=BACKLOG).commit()
+    table.manage_snapshots().remove_branch(BACKLOG).commit()
+    return moved_ms

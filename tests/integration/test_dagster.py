@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -162,6 +163,55 @@ def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_wh
     second = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert "caught up" in skip_message(second)
     assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_borrower_ticks_itself_when_the_source_moves_and_takes_what_its_tick_granted(
+    spark: SparkSession, instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(max_borrowers=2, leases_per_borrower=2, warm_borrowers=0)
+    append_batches(create_source(catalog, group.source), 2, 30)
+    built = build_definitions({group.name: group}, "lake")
+    sensor = built.resolve_sensor_def(f"{group.name}_leader")
+    job = built.resolve_job_def(f"{group.name}_borrower")
+    first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
+    assert isinstance(first, dg.SensorResult)
+    (request,) = first.run_requests or []
+    config = {"ops": {f"{group.name}_borrow_op": {"config": {"idle_timeout_s": 3.0, "poll_s": 0.2}}}}
+    ran: list[dg.ExecuteInProcessResult] = []
+    borrower = threading.Thread(
+        target=lambda: ran.append(job.execute_in_process(instance=instance, tags=request.tags, run_config=config))
+    )
+    borrower.start()
+
+    def sink_rows() -> int:
+        sink = catalog.load_table(group.sink) if catalog.table_exists(group.sink) else None
+        return 0 if sink is None or sink.current_snapshot() is None else len(sink.scan().to_arrow())
+
+    wait_for(lambda: sink_rows() == 60, 120, "the sensor's leases committed")
+    append_batches(catalog.load_table(group.source), 2, 30)  # no sensor evaluates from here on
+    wait_for(lambda: sink_rows() == 120, 120, "the new appends committed by the Borrower's own tick")
+    borrower.join(timeout=120)
+
+    (result,) = ran
+    assert result.success
+    messages = [event.user_message for event in instance.all_logs(result.run_id)]
+    assert any("the source moved; tick here" in message for message in messages), messages
+    observed = result.asset_observations_for_node(f"{group.name}_borrow_op")
+    head = catalog.load_table(group.source).current_snapshot()
+    assert head is not None
+    source_key = dg.AssetKey(["lake", *group.source.split(".")])
+    heads = [o.metadata["snapshot_id"].value for o in observed if o.asset_key == source_key]
+    assert heads[-1:] == [str(head.snapshot_id)], "its tick observed the source's version, as a sensor's does"
+    assert "caught up" in skip_message(sensor(dg.build_sensor_context(instance=instance, resources=built.resources)))
+    assert verify_group(catalog, group, key="event_id").ok
+
+
+def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str) -> None:
+    """Poll ``predicate`` until it holds; fail naming ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not predicate():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.2)
 
 
 def test_a_caught_up_group_gets_its_warm_borrower_and_a_reload_replaces_an_idle_one_of_older_code(

@@ -158,7 +158,7 @@ def test_a_leader_sensor_tick_skips_while_a_reset_is_in_flight(
     catalog: Catalog, group: GroupConfig, lake_home: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("ICEGROUP_HOME", str(lake_home))
-    borrower = borrower_job(group, dg.AssetKey("sink"), {"icegroup": IcegroupResource()})
+    borrower = borrower_job(group, dg.AssetKey("sink"), dg.AssetKey("source"), {"icegroup": IcegroupResource()})
     sensor = leader_sensor(group, borrower, dg.AssetKey("sink"), dg.AssetKey("source"), "icegroup", None, "code")
     seen: list[object] = []
 
