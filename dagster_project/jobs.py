@@ -139,12 +139,13 @@ def leading(
     It observes the group's runs and ends the ones it revokes as the sensor does; it starts no run
     (the sensor starts Borrowers for what this one cannot take). A tick that loses the registry to
     another Leader, or fails, changes nothing: the sensor's next tick does the work and reports
-    what stops the group.
+    what stops the group. It never pins its own filter and transform over the registry's
+    (``pin_config=False``): a Borrower launched before a reload would pin the older ones back.
     """
 
     def lead() -> None:
         try:
-            result = tick(lakehouse.catalog(), group, observe_runs(context.instance, group.name))
+            result = tick(lakehouse.catalog(), group, observe_runs(context.instance, group.name), pin_config=False)
         except RegistryConflict:
             return  # another Leader ticked first: what it granted is taken at this Borrower's next look
         except Exception as exc:

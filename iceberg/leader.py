@@ -28,7 +28,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.table import Table
 
 from icegroup.iceberg.cascade import followed
-from icegroup.iceberg.errors import SourceBlocked
+from icegroup.iceberg.errors import BorrowerOutdated, SourceBlocked
 from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
@@ -142,11 +142,22 @@ def tick(
     observe: RunObserver,
     owner_run_id: str | None = None,
     now_ms: int | None = None,
+    pin_config: bool = True,
 ) -> TickResult:
-    """Run one Leader tick for ``group``; raises ``RegistryConflict`` if another Leader won."""
+    """Run one Leader tick for ``group``; raises ``RegistryConflict`` if another Leader won.
+
+    ``pin_config`` False is a Borrower's own tick: a registry pinned to another filter or transform
+    than ``group``'s is left as it is (``BorrowerOutdated``), so a Borrower launched before a reload
+    never pins its older config back; judged on the state the tick would swap, so no race opens.
+    """
     started = time.perf_counter()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     loaded = load_state(catalog, group.name)
+    if not pin_config and loaded.state is not None and loaded.state.config_hash not in (None, group.config_hash):
+        raise BorrowerOutdated(
+            f"group {group.name!r}: the registry is pinned to config hash {loaded.state.config_hash}, "
+            f"this Borrower runs {group.config_hash}; it leaves ticking to the Leader"
+        )
     if loaded.state is not None:
         check_drift(loaded.state, group)
     tables = load_group_tables(catalog, group, loaded)

@@ -23,6 +23,7 @@ from icegroup.iceberg.protocol.borrower import (
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import LeaseAction, RunState, lease_action
 from icegroup.iceberg.protocol.state import ConfigChange, LeasePhase
+from icegroup.iceberg.store.registry import load_state
 from tests.factories import MakeGroup, append_batches, create_source, group_state, lease, shard
 
 NOW = 1_900_000_000_000
@@ -180,6 +181,25 @@ def test_a_borrower_whose_config_is_outdated_takes_nothing_and_says_so(catalog: 
     with pytest.raises(BorrowerOutdated, match=f"pinned to config hash {changed.config_hash}"):
         take_leases(catalog, group, "run-old", slots=1)
     assert len(take_leases(catalog, changed, "run-new", slots=2)) >= 1, "the leases still wait for a Borrower"
+
+
+def test_a_borrowers_own_tick_never_pins_its_older_config_back(catalog: Catalog, make_group: MakeGroup) -> None:
+    group = make_group(max_borrowers=1)
+    append_batches(create_source(catalog, group.source), 1, 6)
+    tick(catalog, group, missing, now_ms=NOW)
+    changed = group.model_copy(update={"filter": "amount > 0", "on_change": "continue"})
+    tick(catalog, changed, missing, now_ms=NOW + 1000)  # the Leader, reloaded, records the change
+    append_batches(catalog.load_table(group.source), 1, 6)
+    before = load_state(catalog, group.name).state
+
+    with pytest.raises(BorrowerOutdated, match="leaves ticking to the Leader"):
+        tick(catalog, group, missing, now_ms=NOW + 2000, pin_config=False)
+
+    assert load_state(catalog, group.name).state == before, "nothing committed"
+    assert before is not None
+    assert before.config_hash == changed.config_hash
+    mine = tick(catalog, changed, missing, now_ms=NOW + 3000, pin_config=False)
+    assert mine.new_shards > 0, "a Borrower on the registry's config ticks as any Leader does"
 
 
 @pytest.mark.parametrize(("warm", "maximum", "ok"), [(0, 1, True), (2, 2, True), (3, 2, False)])
