@@ -29,6 +29,7 @@ import time
 import uuid
 from pathlib import Path
 
+from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.groups import load_groups
@@ -82,11 +83,26 @@ def run_consume(group: GroupConfig, folder: Path, name: str) -> None:
 
 
 def run_borrow(group: GroupConfig, folder: Path, name: str) -> None:
-    """A warm Borrower until the stop file appears: it takes leases, runs them, and waits idle in between."""
+    """A warm Borrower until the stop file appears: it takes leases, runs them, and waits idle in between.
+
+    It also ticks as a Leader itself when the source moved, as the Dagster Borrower op does, so the
+    kills land in a Borrower's own ticks too.
+    """
     run_id, lakehouse, spark = ready(folder, name)
+    catalog = lakehouse.catalog()
     while not (folder / "stop").exists():  # the same run takes leases again at once, as a warm Borrower does
         borrow(lambda: spark, lakehouse, group, run_id, progress=lambda line: print(line, flush=True),
-               idle_timeout_s=STOP_CHECK_S, poll_s=0.5)  # fmt: skip
+               idle_timeout_s=STOP_CHECK_S, poll_s=0.5, lead=lambda: lead(catalog, group))  # fmt: skip
+
+
+def lead(catalog: Catalog, group: GroupConfig) -> None:
+    """A Borrower's own Leader tick: it backs off from what stops a Leader's tick, as ``run_leader`` does."""
+    try:
+        result = tick(catalog, group, looks_running, pin_config=False)
+    except (RegistryConflict, NotCaughtUp, ResetInterrupted) as exc:
+        print(f"borrower's tick: {exc}", flush=True)
+    else:
+        print(f"borrower's tick: {len(result.launch)} granted, {len(result.committed)} committed", flush=True)
 
 
 def run_leader(group: GroupConfig, folder: Path) -> None:
