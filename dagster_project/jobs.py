@@ -76,7 +76,8 @@ class BorrowConfig(dg.Config):
     lead: bool = Field(
         default=True,
         description="With a free slot and nothing to take, run a Leader tick here when the source's head moved, so "
-        "new snapshots become this run's leases within poll_s instead of at the Leader sensor's next tick.",
+        "new snapshots become this run's leases within poll_s instead of at the Leader sensor's next tick. "
+        "A scheduled group's Borrower never does: its schedule decides when it consumes.",
     )
 
 
@@ -109,7 +110,7 @@ def borrower_job(
                 idle_timeout_s=None if config.keep_warm else idle_timeout(group, config),
                 poll_s=config.poll_s,
                 lead=leading(context, group, lakehouse, reported_in_run(context, group, sink_key, source_key))
-                if config.lead
+                if config.lead and not group.schedule
                 else None,
             )
         context.log.info(
@@ -136,11 +137,12 @@ def leading(
 ) -> Callable[[], None]:
     """The Leader tick a Borrower runs itself when the source moved, reported as the sensor's would be.
 
-    It observes the group's runs and ends the ones it revokes as the sensor does; it starts no run
-    (the sensor starts Borrowers for what this one cannot take). A tick that loses the registry to
-    another Leader, or fails, changes nothing: the sensor's next tick does the work and reports
-    what stops the group. It never pins its own filter and transform over the registry's
-    (``pin_config=False``): a Borrower launched before a reload would pin the older ones back.
+    It reports the windows the tick found complete, their audit and the source's version; the
+    ``dead_letters`` and ``lag`` checks stay the sensor's. It ends the runs it revoked (never its
+    own: fencing stops it, and it takes the next attempt itself) and starts none: the sensor starts
+    Borrowers for what this one cannot take. A tick that loses the registry to another Leader
+    changes nothing; one that fails, or whose report fails, is logged and leaves the rest to the
+    sensor's next tick, and the Borrower goes on.
     """
 
     def lead() -> None:
@@ -149,16 +151,18 @@ def leading(
         except RegistryConflict:
             return  # another Leader ticked first: what it granted is taken at this Borrower's next look
         except Exception as exc:
-            context.log.info(
-                f"{group.name}: the Borrower's own tick did not run ({describe_error(exc)}); "
-                "the Leader sensor ticks next"
-            )
+            stopped = describe_error(exc)
+            context.log.info(f"{group.name}: the Borrower's own tick stopped ({stopped}); the Leader sensor goes on")
             return
-        for run_id in terminate_runs(context.instance, group.name, result.terminate):
-            context.log.warning(
-                f"{group.name}: terminated run {run_id}: its Borrower went silent or ran past its deadline"
-            )
-        report(result)
+        try:
+            report(result)
+            others = [lease for lease in result.terminate if lease.owner_run_id != context.run_id]
+            for run_id in terminate_runs(context.instance, group.name, others):
+                context.log.warning(
+                    f"{group.name}: terminated run {run_id}: its Borrower went silent or ran past its deadline"
+                )
+        except Exception as exc:
+            context.log.warning(f"{group.name}: the Borrower's own tick was not fully reported ({describe_error(exc)})")
         context.log.info(
             f"{group.name}: the source moved; tick here in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
             f"{len(waiting(result.state))} leases waiting"

@@ -1,8 +1,9 @@
 """What a Leader tick shows in Dagster, built in one place from the tables the tick already read.
 
-After a tick, the Leader sensor (``sensors.py``) and a consume run (``jobs.py``) report the windows
-it found complete (a materialization of each sink partition, with its provenance), the sink's
-``exactly_once`` audit when a window's output became final, and the source's version when it moved.
+After a tick, the Leader sensor (``sensors.py``), a consume run and a Borrower run that ticked itself
+(``jobs.py``) report the windows it found complete (a materialization of each sink partition, with
+its provenance), the sink's ``exactly_once`` audit when a window's output became final, and the
+source's version when it moved.
 The sensor also reports the ``dead_letters`` and ``lag`` checks when they change, and keeps what it
 reported in its cursor (``LeaderCursor``). Everything is read from the tick's own tables
 (``TickResult.tables``), so reporting opens no table again: the windows, their data version, the
@@ -102,7 +103,7 @@ def reported_in_run(
     each window completes in one tick only, so whichever tick found it reports it. The audit is
     reported on the instance, as the sensor's is; the source's version once per head this run saw.
     """
-    observed: list[int] = []
+    observed: dict[str, int | None] = {"head": None}
 
     def report(result: TickResult) -> None:
         for event in completion_events(group, sink_key, source_key, result, context.log):
@@ -110,10 +111,10 @@ def reported_in_run(
                 context.instance.report_runless_asset_event(event)
             else:
                 context.log_event(event)
-        observed_now = source_event(source_key, result) if result.source_head not in observed[-1:] else None
-        if observed_now is not None and result.source_head is not None:
+        observed_now = source_event(source_key, result) if result.source_head != observed["head"] else None
+        if observed_now is not None:
             context.log_event(observed_now)
-            observed.append(result.source_head)
+            observed["head"] = result.source_head
 
     return report
 

@@ -59,9 +59,10 @@ class SourceWatch:
     ``sensor_interval_s`` and a daemon loop) before new source snapshots became leases. Looking at
     the source's head costs one metadata read, so it looks at each poll and ticks only when the
     head moved: once per new head, not once per poll, however long the tick then grants nothing (a
-    paused or stopped group). The first look only notes the head: the Borrower starts right after
-    the tick that needed it. ``failing`` is the caller's: whether the last look failed, so an outage
-    is reported once.
+    paused or stopped group). The first look, as the Borrower starts, only notes the head: what
+    came before it is the Leader's, which started the Borrower. A move while the Borrower is busy
+    is seen at its next look with a free slot. ``failing`` is the caller's: whether the last look
+    failed, so an outage is reported once.
     """
 
     catalog: Catalog

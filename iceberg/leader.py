@@ -146,24 +146,24 @@ def tick(
 ) -> TickResult:
     """Run one Leader tick for ``group``; raises ``RegistryConflict`` if another Leader won.
 
-    ``pin_config`` False is a Borrower's own tick: a registry pinned to another filter or transform
-    than ``group``'s is left as it is (``BorrowerOutdated``), so a Borrower launched before a reload
-    never pins its older config back; judged on the state the tick would swap, so no race opens.
+    ``pin_config`` False is a Borrower's own tick: it ticks only on a registry already pinned to
+    ``group``'s filter and transform, as loaded and as levelled with the sink, and otherwise leaves
+    it as it is (``BorrowerOutdated``), so a Borrower launched before a reload never pins its older
+    config back, and a registry still to be created or pinned is the Leader's to do.
     """
     started = time.perf_counter()
     now_ms = int(time.time() * 1000) if now_ms is None else now_ms
     loaded = load_state(catalog, group.name)
-    if not pin_config and loaded.state is not None and loaded.state.config_hash not in (None, group.config_hash):
-        raise BorrowerOutdated(
-            f"group {group.name!r}: the registry is pinned to config hash {loaded.state.config_hash}, "
-            f"this Borrower runs {group.config_hash}; it leaves ticking to the Leader"
-        )
+    if not pin_config:
+        refuse_other_config(group, loaded.state)
     if loaded.state is not None:
         check_drift(loaded.state, group)
     tables = load_group_tables(catalog, group, loaded)
     source = tables.source
     check_filter(group, source.schema())
     synced = level_with_sink(tables, now_ms)
+    if not pin_config:
+        refuse_other_config(group, synced.state)
     history = synced.history
     before = check_config(synced.state, group, now_ms, history.head)
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
@@ -223,6 +223,16 @@ def tick(
         oldest_unconsumed_ms=oldest_unconsumed_ms(state, appends_of(source)),
         tables=tables,
     )
+
+
+def refuse_other_config(group: GroupConfig, state: GroupState | None) -> None:
+    """A Borrower's own tick goes on only on a registry pinned to its own config hash (``tick``'s ``pin_config``)."""
+    pinned = state.config_hash if state is not None else None
+    if pinned != group.config_hash:
+        raise BorrowerOutdated(
+            f"group {group.name!r}: the registry is pinned to config hash {pinned}, this Borrower runs "
+            f"{group.config_hash}; it leaves ticking to the Leader"
+        )
 
 
 def level_with_sink(tables: GroupTables, now_ms: int) -> Synced:

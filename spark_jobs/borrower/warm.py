@@ -58,6 +58,8 @@ def borrow(
     summary = LeaseTotals()
     runner = LeaseRunner(spark, lakehouse, group, run_id, group.leases_per_borrower, progress)
     watch = SourceWatch(catalog, group.source) if lead is not None else None
+    if watch is not None:
+        watched(watch, progress)  # the head as the run starts: a move from here on, busy or not, is seen
     beating = heartbeat(catalog, group.name, run_id, interval_s=group.session_timeout_s / 3, forget_at_end=False)
     with beating, runner:
         idle_since = time.monotonic()

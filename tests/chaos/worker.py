@@ -34,7 +34,7 @@ from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.groups import load_groups
 from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
-from icegroup.iceberg.errors import NotCaughtUp, RegistryConflict, ResetInterrupted, StaleLease
+from icegroup.iceberg.errors import BorrowerOutdated, NotCaughtUp, RegistryConflict, ResetInterrupted, StaleLease
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
@@ -99,10 +99,10 @@ def lead(catalog: Catalog, group: GroupConfig) -> None:
     """A Borrower's own Leader tick: it backs off from what stops a Leader's tick, as ``run_leader`` does."""
     try:
         result = tick(catalog, group, looks_running, pin_config=False)
-    except (RegistryConflict, NotCaughtUp, ResetInterrupted) as exc:
+    except (RegistryConflict, ResetInterrupted, BorrowerOutdated) as exc:
         print(f"borrower's tick: {exc}", flush=True)
     else:
-        print(f"borrower's tick: {len(result.launch)} granted, {len(result.committed)} committed", flush=True)
+        print(f"borrower's tick: {len(result.launch)} to launch, {len(result.committed)} committed", flush=True)
 
 
 def run_leader(group: GroupConfig, folder: Path) -> None:

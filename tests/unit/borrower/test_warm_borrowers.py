@@ -186,6 +186,9 @@ def test_a_borrower_whose_config_is_outdated_takes_nothing_and_says_so(catalog: 
 def test_a_borrowers_own_tick_never_pins_its_older_config_back(catalog: Catalog, make_group: MakeGroup) -> None:
     group = make_group(max_borrowers=1)
     append_batches(create_source(catalog, group.source), 1, 6)
+    with pytest.raises(BorrowerOutdated, match="pinned to config hash None"):
+        tick(catalog, group, missing, now_ms=NOW, pin_config=False)  # creating the registry is the Leader's
+    assert load_state(catalog, group.name).state is None
     tick(catalog, group, missing, now_ms=NOW)
     changed = group.model_copy(update={"filter": "amount > 0", "on_change": "continue"})
     tick(catalog, changed, missing, now_ms=NOW + 1000)  # the Leader, reloaded, records the change
