@@ -32,7 +32,7 @@ def test_sink_commits_racing_at_max_borrowers_are_retried_not_failed(
     make_group: MakeGroup,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    group = make_group(max_borrowers=3)
+    group = make_group(max_borrowers=3, leases_per_borrower=1)
     source = create_source(catalog, group.source)
     append_batches(source, 1, 30)
     result = tick(catalog, group, lambda _: RunState.MISSING)

@@ -28,7 +28,7 @@ def test_a_lease_that_reports_after_the_group_caught_up_is_still_counted(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    group = make_group(max_borrowers=2)
+    group = make_group(max_borrowers=2, leases_per_borrower=1)
     append_batches(create_source(catalog, group.source), 1, 40)
     points = tmp_path / "failpoints"
     points.mkdir()

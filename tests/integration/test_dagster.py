@@ -131,7 +131,7 @@ def test_scheduled_group_gets_a_schedule_instead_of_a_sensor(make_group: MakeGro
 def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_when_idle(
     spark: SparkSession, instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(max_borrowers=2, leases_per_borrower=2, warm_borrowers=0)
+    group = make_group(max_borrowers=4, leases_per_borrower=2, warm_borrowers=0)  # two runs' worth: two leases
     append_batches(create_source(catalog, group.source), 4, 30)
     built = build_definitions({group.name: group}, "lake")
     sensor = built.resolve_sensor_def(f"{group.name}_leader")

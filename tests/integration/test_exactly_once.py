@@ -28,7 +28,7 @@ pytestmark = pytest.mark.spark
 def test_two_borrowers_consume_many_snapshots_across_streams_exactly_once(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(max_borrowers=2, shard_caps={"max_files": 3}, lease_max_shards=2)
+    group = make_group(max_borrowers=2, leases_per_borrower=1, shard_caps={"max_files": 3}, lease_max_shards=2)
     source = create_source(catalog, group.source)
     append_batches(source, 12, 30)
 

@@ -92,7 +92,7 @@ def test_killed_after_the_registry_commit_before_the_launch(
     spark: SparkSession, lakehouse: LakehouseConfig, lake_home: Path, catalog: Catalog,
     make_group: MakeGroup, tmp_path: Path,
 ) -> None:  # fmt: skip
-    group = make_group(max_borrowers=2)
+    group = make_group(max_borrowers=2, leases_per_borrower=1)
     append_batches(create_source(catalog, group.source), 2, 9)
 
     kill_tick_at("leader.after_registry", group, lake_home, tmp_path, "missing")

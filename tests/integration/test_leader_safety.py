@@ -56,7 +56,7 @@ def granted_shards(catalog: Catalog, group: GroupConfig) -> list[str]:
 def test_two_sensor_evaluations_at_once_grant_each_shard_once(
     catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    group = make_group(max_borrowers=3)
+    group = make_group(max_borrowers=6)  # three runs' worth of slots: a lease per stream
     append_batches(create_source(catalog, group.source), 2, 30)
     built = build_definitions({group.name: group}, "lake")
     sensor = built.resolve_sensor_def(f"{group.name}_leader")

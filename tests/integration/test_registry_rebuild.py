@@ -27,7 +27,7 @@ pytestmark = pytest.mark.spark
 def test_dropping_the_registry_mid_consumption_loses_and_duplicates_nothing(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(shard_caps={"max_files": 1}, lease_max_shards=2, max_borrowers=2)
+    group = make_group(shard_caps={"max_files": 1}, lease_max_shards=2, max_borrowers=2, leases_per_borrower=1)
     append_batches(create_source(catalog, group.source), 4, 40)
     first = tick(catalog, group, lambda _: RunState.MISSING)
     done, orphan = first.launch

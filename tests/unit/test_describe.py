@@ -17,7 +17,7 @@ from tests.sink_commits import ID_SCHEMA
 
 
 def test_describe_counts_a_commit_the_registry_has_not_seen_yet(catalog: Catalog, make_group: MakeGroup) -> None:
-    group = make_group(max_borrowers=3, shard_caps={"max_files": 1}, lease_max_shards=1)
+    group = make_group(max_borrowers=3, leases_per_borrower=1, shard_caps={"max_files": 1}, lease_max_shards=1)
     append_batches(create_source(catalog, group.source), 1, 6)
     granted = tick(catalog, group, lambda _: RunState.MISSING)
     lease = granted.launch[0]

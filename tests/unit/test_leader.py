@@ -41,7 +41,9 @@ def failed(_: Lease) -> RunState:
 
 def three_stream_group(make_group: MakeGroup, catalog: Catalog, **overrides: object) -> GroupConfig:
     """A group over 3 streams (regions) with 2 one-snapshot shards each; one shard per lease."""
-    fields: dict[str, object] = {"max_borrowers": 3, "shard_caps": {"max_files": 1}, "lease_max_shards": 1}
+    fields: dict[str, object] = {
+        "max_borrowers": 3, "leases_per_borrower": 1, "shard_caps": {"max_files": 1}, "lease_max_shards": 1,
+    }  # fmt: skip
     group = make_group(**{**fields, **overrides})
     append_batches(create_source(catalog, group.source), 2, 6)
     return group

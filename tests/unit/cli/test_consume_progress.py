@@ -18,7 +18,7 @@ from tests.sink_commits import commit_lease
 def test_bars_count_committed_rows_and_snapshots_per_stream_and_in_total(
     catalog: Catalog, make_group: MakeGroup
 ) -> None:
-    group = make_group(max_borrowers=3)
+    group = make_group(max_borrowers=3, leases_per_borrower=1)
     append_batches(create_source(catalog, group.source), 2, 30)  # 2 snapshots, 10 rows per region each
     tracker = Tracker()
     first = tick(catalog, group, lambda _: RunState.MISSING)

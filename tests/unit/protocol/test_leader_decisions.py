@@ -235,7 +235,14 @@ def test_cut_refuses_a_shard_older_than_window_start() -> None:
 def test_grant_fills_the_free_slots_and_records_the_leases() -> None:
     eu, us = shard(1, stream=EU), shard(2, stream=US)
 
-    out = grant(group_state([eu, us]), group_of(max_borrowers=2), NOW, 77, stopped=False, owner_run_id="run-1")
+    out = grant(
+        group_state([eu, us]),
+        group_of(max_borrowers=2, leases_per_borrower=1),
+        NOW,
+        77,
+        stopped=False,
+        owner_run_id="run-1",
+    )
 
     assert len(out.grants) == 2
     assert out.state.leases == {g.lease_id: g for g in out.grants}

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+import pytest
+
 from icegroup.iceberg.protocol.assignment import assign_leases, make_lease_id
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import DAY_MS, Shard
@@ -275,9 +277,31 @@ def test_free_slots_left_by_the_oldest_window_go_to_newer_windows() -> None:
 def test_streams_are_spread_over_free_slots_by_rows() -> None:
     state = state_of(shard("a1", "a", 1, rows=100), shard("b2", "b", 2, rows=10), shard("c3", "c", 3, rows=10))
 
-    leases = assign(state, max_borrowers=2)
+    leases = assign(state, max_borrowers=2, leases_per_borrower=1)
 
     assert sorted(lease.streams for lease in leases) == [["a"], ["b", "c"]]
+
+
+@pytest.mark.parametrize(
+    ("max_borrowers", "leases_per_borrower", "leases"), [(2, 2, 1), (4, 2, 2), (3, 2, 2), (2, 1, 2), (8, 2, 3)]
+)
+def test_a_windows_streams_go_in_one_lease_per_borrower_run_the_slots_make(
+    max_borrowers: int, leases_per_borrower: int, leases: int
+) -> None:
+    state = state_of(shard("a1", "a", 1), shard("b2", "b", 2), shard("c3", "c", 3))
+
+    granted = assign(state, max_borrowers=max_borrowers, leases_per_borrower=leases_per_borrower)
+
+    assert len(granted) == leases, "one run's leases share a session: its streams go in one lease, one Spark job"
+    assert sorted(stream for lease in granted for stream in lease.streams) == ["a", "b", "c"]
+
+
+def test_a_later_window_gets_a_lease_of_its_own_while_slots_are_free() -> None:
+    state = state_of(shard("a1", "a", 1), shard("b2", "b", 2), shard("c3", "c", 3, window=W1))
+
+    granted = assign(state, max_borrowers=2, leases_per_borrower=2)
+
+    assert [lease.streams for lease in granted] == [["a", "b"], ["c"]]
 
 
 def test_the_stream_waiting_longest_gets_the_free_slot_however_it_is_named() -> None:

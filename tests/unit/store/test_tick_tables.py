@@ -43,7 +43,7 @@ def count_loads(catalog: Catalog, monkeypatch: pytest.MonkeyPatch) -> Counter[st
 def test_a_busy_tick_opens_the_sink_and_every_other_table_once(
     catalog: Catalog, make_group: MakeGroup, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    group = make_group(max_borrowers=2, shard_caps={"max_files": 1}, lease_max_shards=1)
+    group = make_group(max_borrowers=2, leases_per_borrower=1, shard_caps={"max_files": 1}, lease_max_shards=1)
     append_batches(create_source(catalog, group.source), 3, 4)
     first = tick(catalog, group, lambda _: RunState.RUNNING, owner_run_id=BORROWER_RUN, now_ms=T0)
     earlier, revoked = first.launch
