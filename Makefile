@@ -107,7 +107,7 @@ chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader
 	$(PY) -m tests.chaos.run --full
 	$(PY) -m tests.chaos.run --full --borrowers
 
-bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard costs beyond a plain write and which code spends it, where a consume's time goes, forward lineage precision and recall, what a source row id costs, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog; records tests/benchmarks/results/
+bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard and a backlog's one job cost beyond a plain write and which code spends it, one lease against a lease per slot, where a consume's time goes, forward lineage precision and recall, what a source row id costs, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_throughput
 	$(PY) -m tests.benchmarks.bench_latency
 	$(PY) -m tests.benchmarks.bench_leader
@@ -118,6 +118,8 @@ bench: jvm ## side by side against plain Spark and Structured Streaming (through
 	$(PY) -m tests.benchmarks.bench_isolation
 	$(PY) -m tests.benchmarks.bench_idle_consume
 	$(PY) -m tests.benchmarks.bench_lineage_cost
+	$(PY) -m tests.benchmarks.bench_batch_cost
+	$(PY) -m tests.benchmarks.bench_lease_packing
 	$(PY) -m tests.benchmarks.bench_task_profile
 	$(PY) -m tests.benchmarks.bench_breakdown
 	$(PY) -m tests.benchmarks.bench_lineage_precision

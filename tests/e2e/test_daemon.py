@@ -33,7 +33,7 @@ GROUP = {
     "name": "live",
     "source": "live.events",
     "sink": "live.events_out",
-    "max_borrowers": 3,
+    "max_borrowers": 6,  # slots for three Borrower runs of two: a lease per stream, fewer runs than leases
     "borrower_idle_s": 5,
     "warm_borrowers": 0,
 }
