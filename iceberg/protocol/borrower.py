@@ -150,7 +150,7 @@ def stale(runs: list[BorrowerRun], code: str) -> list[str]:
 
     A warm Borrower never exits when idle, so after the code location is reloaded (a new transform
     body, new group settings) it would run the old code for good, and under steady load it is never
-    idle. So it is ended even while it holds leases: it stops after its current shard, and its
+    idle. So it is ended even while it holds leases: it stops after its current commit, and its
     leases are re-granted behind a raised fence, like any ended run's.
     """
     return [run.run_id for run in runs if run.warm and run.code != code]

@@ -3,8 +3,8 @@
 ``consume`` and a warm Borrower run both hold up to a number of leases at once. Each lease is its
 own thread, so one lease's publish (a catalog round trip) overlaps another lease's Spark job, and
 each thread submits its jobs to its own pool (``spark.scheduler.mode=FAIR``), so a large shard
-cannot keep a small lease waiting. The Leader grants one lease per stream, so per-stream order
-holds however the threads interleave; each lease's commits stay fenced by its own attempt.
+cannot keep a small lease waiting. The Leader puts a stream in one lease at a time, so per-stream
+order holds however the threads interleave; each lease's commits stay fenced by its own attempt.
 """
 
 from __future__ import annotations

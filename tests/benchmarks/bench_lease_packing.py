@@ -12,8 +12,9 @@ rounds, on the same W1 or W2 source, each arm into a sink of its own:
   Borrower run) of a new group with the defaults: one lease, one Spark job, one commit;
 - ``lease_per_slot``: the same with the grants this replaced (``leases_per_borrower: 1``, so a lease
   per slot, and ``commit_batch_rows`` 1,000,000, its old default);
-- ``one_lease_per_shard_jobs``: one lease whose shards each commit alone (``commit_batch_rows`` 1,000,000):
-  whether the gain is one lease or one Spark job.
+- ``one_lease_per_shard_jobs``: one lease with ``commit_batch_rows`` 1,000,000, so each of W1's 1.68
+  M-row shards commits alone: whether the gain is one lease or one Spark job (W2's 90,000 rows stay
+  one batch, so there it is ``one_lease`` again).
 
 No arm starts a JVM, and none waits for a tick from an append: the consume arms tick at once. Every
 sink is checked equal to its source, key by key. The figures are medians, and throughput ratios to

@@ -296,6 +296,25 @@ def test_a_windows_streams_go_in_one_lease_per_borrower_run_the_slots_make(
     assert sorted(stream for lease in granted for stream in lease.streams) == ["a", "b", "c"]
 
 
+def test_streams_a_full_lease_leaves_out_take_a_free_slot_before_a_newer_window() -> None:
+    state = state_of(
+        shard("a1", "a", 1), shard("a2", "a", 2), shard("b3", "b", 3), shard("c4", "c", 4, window=W1)
+    )  # fmt: skip
+
+    granted = assign(state, max_borrowers=2, leases_per_borrower=2, lease_max_shards=2)
+
+    assert [(lease.window_start_ms, lease.streams) for lease in granted] == [(W0, ["a"]), (W0, ["b"])]
+
+
+def test_a_full_lease_leaves_no_slot_idle() -> None:
+    state = state_of(*(shard(f"{s}{n}", s, n) for n in range(6) for s in "abc"))
+
+    granted = assign(state, max_borrowers=2, leases_per_borrower=2, lease_max_shards=2)
+
+    assert len(granted) == 2, "the second slot takes a stream the first lease had no room for"
+    assert all(len(lease.shard_ids) == 2 for lease in granted)
+
+
 def test_a_later_window_gets_a_lease_of_its_own_while_slots_are_free() -> None:
     state = state_of(shard("a1", "a", 1), shard("b2", "b", 2), shard("c3", "c", 3, window=W1))
 
