@@ -22,8 +22,6 @@ tests/benchmarks/results/batch_cost.json).
 from __future__ import annotations
 
 import argparse
-import json
-import statistics
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, date, datetime
@@ -48,7 +46,7 @@ from icegroup.spark_jobs.sink.fenced_commit import stage_shard
 from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
 from icegroup.spark_jobs.transforms import enrich_events
 from tests.benchmarks.baselines import batch
-from tests.benchmarks.bench_lineage_cost import time_arms
+from tests.benchmarks.bench_lineage_cost import record_costs, time_arms
 from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 
@@ -115,18 +113,12 @@ def main() -> None:
         writers = arm_writers(spark, name, f"{name}.{group.source}", shards, span, oldest_snapshot_id(table), columns)
         seconds = time_arms(writers, ARMS, args.rounds, f"{name}.bench")
         spark.stop()
-    medians = {arm: statistics.median(values) for arm, values in seconds.items()}
-    ratios = {arm: round(medians[arm] / medians["plain"], 2) for arm in ARMS}
-    result = {
+    about = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
         "rounds": args.rounds,
         "shards": [{"stream": s.stream, "rows": s.rows, "files": len(s.files)} for s in shards],
-        "seconds": seconds,
-        "median_s": medians,
-        "cost_over_plain": ratios,
     }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
-    print("cost / plain: " + "  ".join(f"{arm} {ratio}x" for arm, ratio in ratios.items()))
+    record_costs(seconds, about, RESULTS)
 
 
 if __name__ == "__main__":

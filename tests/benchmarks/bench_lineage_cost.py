@@ -187,16 +187,16 @@ def main() -> None:
         print(f"shard {shard.shard_id}: {shard.rows} rows, {len(shard.files)} files", flush=True)
         seconds = time_arms(writers, ARMS, ROUNDS, f"{name}.bench")
         spark.stop()
+    about = {"rounds": ROUNDS, "shard": {"rows": shard.rows, "files": len(shard.files), "stream": STREAM}}
+    record_costs(seconds, about, RESULTS)
+
+
+def record_costs(seconds: dict[str, list[float]], about: dict[str, object], path: Path) -> None:
+    """Write ``about`` and each arm's seconds, median and cost over ``plain`` to ``path``; print the costs."""
     medians = {arm: statistics.median(values) for arm, values in seconds.items()}
-    ratios = {arm: round(medians[arm] / medians["plain"], 2) for arm in ARMS}
-    result = {
-        "rounds": ROUNDS,
-        "shard": {"rows": shard.rows, "files": len(shard.files), "stream": STREAM},
-        "seconds": seconds,
-        "median_s": medians,
-        "cost_over_plain": ratios,
-    }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    ratios = {arm: round(median / medians["plain"], 2) for arm, median in medians.items()}
+    result = {**about, "seconds": seconds, "median_s": medians, "cost_over_plain": ratios}
+    path.write_text(json.dumps(result, indent=2) + "\n")
     print("cost / plain: " + "  ".join(f"{arm} {ratio}x" for arm, ratio in ratios.items()))
 
 
