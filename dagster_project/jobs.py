@@ -24,7 +24,7 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import RegistryConflict
 from icegroup.iceberg.lag import Work, lag_of, pending_work
 from icegroup.iceberg.leader import TickResult, tick
-from icegroup.iceberg.protocol.borrower import waiting
+from icegroup.iceberg.protocol.borrower import ungranted, waiting
 from icegroup.iceberg.protocol.consume import DEFAULTS, RunOptions
 from icegroup.iceberg.protocol.durations import parse_duration
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -134,26 +134,27 @@ def borrower_job(
 
 def leading(
     context: dg.OpExecutionContext, group: GroupConfig, lakehouse: LakehouseConfig, report: Callable[[TickResult], None]
-) -> Callable[[], None]:
-    """The Leader tick a Borrower runs itself when the source moved, reported as the sensor's would be.
+) -> Callable[[str], bool]:
+    """The Leader tick a Borrower runs itself (when the source moved, say), reported as the sensor's would be.
 
     It reports the windows the tick found complete, their audit and the source's version; the
     ``dead_letters`` and ``lag`` checks stay the sensor's. It ends the runs it revoked (never its
     own: fencing stops it, and it takes the next attempt itself) and starts none: the sensor starts
     Borrowers for what this one cannot take. A tick that loses the registry to another Leader
     changes nothing; one that fails, or whose report fails, is logged and leaves the rest to the
-    sensor's next tick, and the Borrower goes on.
+    sensor's next tick, and the Borrower goes on. It returns whether the tick left shards no lease
+    holds (``ungranted``): the Borrower then ticks again once one of its leases ends.
     """
 
-    def lead() -> None:
+    def lead(why: str) -> bool:
         try:
             result = tick(lakehouse.catalog(), group, observe_runs(context.instance, group.name), pin_config=False)
         except RegistryConflict:
-            return  # another Leader ticked first: what it granted is taken at this Borrower's next look
+            return False  # another Leader ticked first: what it granted is taken at this Borrower's next look
         except Exception as exc:
             stopped = describe_error(exc)
             context.log.info(f"{group.name}: the Borrower's own tick stopped ({stopped}); the Leader sensor goes on")
-            return
+            return False
         try:
             report(result)
             others = [lease for lease in result.terminate if lease.owner_run_id != context.run_id]
@@ -164,9 +165,10 @@ def leading(
         except Exception as exc:
             context.log.warning(f"{group.name}: the Borrower's own tick was not fully reported ({describe_error(exc)})")
         context.log.info(
-            f"{group.name}: the source moved; tick here in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
+            f"{group.name}: {why}; tick here in {result.elapsed_ms:.0f} ms: {result.new_shards} new shards, "
             f"{len(waiting(result.state))} leases waiting"
         )
+        return ungranted(result.state)
 
     return lead
 

@@ -61,8 +61,9 @@ class SourceWatch:
     head moved: once per new head, not once per poll, however long the tick then grants nothing (a
     paused or stopped group). The first look, as the Borrower starts, only notes the head: what
     came before it is the Leader's, which started the Borrower. A move while the Borrower is busy
-    is seen at its next look with a free slot. ``failing`` is the caller's: whether the last look
-    failed, so an outage is reported once.
+    is seen at its next look with a free slot; shards that tick cut for streams the Borrower's own
+    leases held are granted by its next tick, which it runs once one of those leases ends.
+    ``failing`` is the caller's: whether the last look failed, so an outage is reported once.
     """
 
     catalog: Catalog

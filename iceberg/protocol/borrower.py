@@ -34,6 +34,16 @@ def waiting(state: GroupState) -> list[Lease]:
     return sorted(free, key=lambda le: (le.window_start_ms, le.granted_at_ms, le.lease_id))
 
 
+def ungranted(state: GroupState) -> bool:
+    """Whether shards are cut and in no lease: their streams were busy (or the slots full) at the grant.
+
+    A Borrower whose own tick left such shards ticks again once one of its leases ends, since
+    that frees streams and a slot; else they would wait for the Leader sensor's next evaluation.
+    """
+    granted = {shard_id for lease in state.leases.values() for shard_id in lease.shard_ids}
+    return any(shard_id not in granted for shard_id in state.shards)
+
+
 def taken(lease: Lease, run_id: str, now_ms: int, timeout_s: int) -> Lease:
     """The lease as ``run_id`` holds it from ``now_ms``: its deadline counts from now, not from the grant."""
     return lease.model_copy(

@@ -37,7 +37,7 @@ def borrow(
     progress: Callable[[str], None] = print,
     idle_timeout_s: float | None = 60.0,
     poll_s: float = 1.0,
-    lead: Callable[[], None] | None = None,
+    lead: Callable[[str], bool] | None = None,
 ) -> LeaseTotals:
     """Take and run waiting leases, up to ``leases_per_borrower`` at once, until idle for ``idle_timeout_s``.
 
@@ -47,7 +47,7 @@ def borrow(
     A lease error other than a fence or a parked shard ends the run once its other leases have
     ended; the Leader sees the run failed and re-grants what it held.
 
-    With ``lead`` (a Leader tick, and what the caller reports of it), a Borrower with a free slot
+    With ``lead`` (a Leader tick given why it runs, and what the caller reports of it), a Borrower with a free slot
     and nothing to take ticks itself once the source's head moved (``SourceWatch``), and takes what
     that tick granted at once: new snapshots become its leases within ``poll_s``, not at the Leader
     sensor's next evaluation. Ticks race safely by the registry's compare-and-swap; one that loses
@@ -63,11 +63,19 @@ def borrow(
     beating = heartbeat(catalog, group.name, run_id, interval_s=group.session_timeout_s / 3, forget_at_end=False)
     with beating, runner:
         idle_since = time.monotonic()
+        left, owed = False, False  # the last own tick left shards ungranted; a lease has ended since
         while True:
             try:
                 taken = take_leases(catalog, group, run_id, runner.free) if runner.free else []
-                if not taken and runner.free and watch is not None and lead is not None and watched(watch, progress):
-                    lead()
+                if (
+                    not taken
+                    and runner.free
+                    and watch is not None
+                    and lead is not None
+                    and (watched(watch, progress) or owed)
+                ):
+                    left = lead("a lease ended and shards were left ungranted" if owed else "the source moved")
+                    owed = False
                     taken = take_leases(catalog, group, run_id, runner.free)
             except BorrowerOutdated as exc:
                 if not runner.busy:
@@ -80,7 +88,9 @@ def borrow(
                 )
                 runner.start(lease, shards)
             if runner.busy:
+                running = runner.busy
                 summary.add(runner.finished(None if runner.free == 0 else poll_s), on_lease)
+                owed = owed or (left and runner.busy < running)  # a lease ended, committed or not
                 idle_since = time.monotonic()
             elif idle_timeout_s is not None and time.monotonic() - idle_since >= idle_timeout_s:
                 progress(f"{group.name}: Borrower {run_id} took no lease for {idle_timeout_s:.0f}s; exiting")

@@ -36,6 +36,7 @@ from icegroup.iceberg.config.groups import load_groups
 from icegroup.iceberg.config.lakehouse import LakehouseConfig, load_lakehouse
 from icegroup.iceberg.errors import BorrowerOutdated, NotCaughtUp, RegistryConflict, ResetInterrupted, StaleLease
 from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.borrower import ungranted
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.state import Lease
@@ -92,17 +93,18 @@ def run_borrow(group: GroupConfig, folder: Path, name: str) -> None:
     catalog = lakehouse.catalog()
     while not (folder / "stop").exists():  # the same run takes leases again at once, as a warm Borrower does
         borrow(lambda: spark, lakehouse, group, run_id, progress=lambda line: print(line, flush=True),
-               idle_timeout_s=STOP_CHECK_S, poll_s=0.5, lead=lambda: lead(catalog, group))  # fmt: skip
+               idle_timeout_s=STOP_CHECK_S, poll_s=0.5, lead=lambda why: lead(catalog, group, why))  # fmt: skip
 
 
-def lead(catalog: Catalog, group: GroupConfig) -> None:
+def lead(catalog: Catalog, group: GroupConfig, why: str) -> bool:
     """A Borrower's own Leader tick: it backs off from what stops a Leader's tick, as ``run_leader`` does."""
     try:
         result = tick(catalog, group, looks_running, pin_config=False)
     except (RegistryConflict, ResetInterrupted, BorrowerOutdated) as exc:
-        print(f"borrower's tick: {exc}", flush=True)
-    else:
-        print(f"borrower's tick: {len(result.launch)} to launch, {len(result.committed)} committed", flush=True)
+        print(f"borrower's tick ({why}): {exc}", flush=True)
+        return False
+    print(f"borrower's tick ({why}): {len(result.launch)} to launch, {len(result.committed)} committed", flush=True)
+    return ungranted(result.state)
 
 
 def run_leader(group: GroupConfig, folder: Path) -> None:

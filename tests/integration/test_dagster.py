@@ -22,8 +22,10 @@ from icegroup.dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TA
 from icegroup.dagster_project.tick_events import LeaderCursor
 from icegroup.iceberg.borrower import take_leases
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.failpoints import ENV
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.pause import set_paused
+from icegroup.iceberg.protocol.borrower import ungranted
 from icegroup.iceberg.protocol.completion import CLOSE_GRACE_MS
 from icegroup.iceberg.protocol.dead_letters import STOPPED
 from icegroup.iceberg.protocol.liveness import RunState
@@ -165,8 +167,13 @@ def test_the_leader_starts_one_warm_borrower_that_takes_every_lease_and_exits_wh
     assert verify_group(catalog, group, key="event_id").ok
 
 
-def test_a_borrower_ticks_itself_when_the_source_moves_and_takes_what_its_tick_granted(
-    spark: SparkSession, instance: dg.DagsterInstance, catalog: Catalog, make_group: MakeGroup
+def test_a_borrower_ticks_itself_when_the_source_moves_and_again_when_its_lease_frees_the_streams(
+    spark: SparkSession,
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     group = make_group(max_borrowers=2, leases_per_borrower=2, warm_borrowers=0)
     append_batches(create_source(catalog, group.source), 2, 30)
@@ -176,7 +183,9 @@ def test_a_borrower_ticks_itself_when_the_source_moves_and_takes_what_its_tick_g
     first = sensor(dg.build_sensor_context(instance=instance, resources=built.resources))
     assert isinstance(first, dg.SensorResult)
     (request,) = first.run_requests or []
-    config = {"ops": {f"{group.name}_borrow_op": {"config": {"idle_timeout_s": 3.0, "poll_s": 0.2}}}}
+    monkeypatch.setenv(ENV, str(tmp_path))
+    (tmp_path / "borrower.after_stage").touch()  # the sensor's lease holds still once staged, its streams busy
+    config = {"ops": {f"{group.name}_borrow_op": {"config": {"idle_timeout_s": 10.0, "poll_s": 0.2}}}}
     ran: list[dg.ExecuteInProcessResult] = []
     borrower = threading.Thread(
         target=lambda: ran.append(job.execute_in_process(instance=instance, tags=request.tags, run_config=config))
@@ -187,15 +196,26 @@ def test_a_borrower_ticks_itself_when_the_source_moves_and_takes_what_its_tick_g
         sink = catalog.load_table(group.sink) if catalog.table_exists(group.sink) else None
         return 0 if sink is None or sink.current_snapshot() is None else len(sink.scan().to_arrow())
 
-    wait_for(lambda: sink_rows() == 60, 120, "the sensor's leases committed")
-    append_batches(catalog.load_table(group.source), 2, 30)  # no sensor evaluates from here on
-    wait_for(lambda: sink_rows() == 120, 120, "the new appends committed by the Borrower's own tick")
+    def cut_and_ungranted() -> bool:
+        state = load_state(catalog, group.name).state
+        return state is not None and ungranted(state)
+
+    try:
+        wait_for(lambda: any(tmp_path.glob("hit.*")), 120, "the sensor's lease staged")
+        append_batches(catalog.load_table(group.source), 2, 30)  # no sensor evaluates from here on
+        wait_for(cut_and_ungranted, 60, "the Borrower's own tick to cut the appends for its busy streams")
+    finally:
+        (tmp_path / "borrower.after_stage").unlink(missing_ok=True)
+        for hit in tmp_path.glob("hit.*"):
+            hit.unlink()  # the lease commits and frees its streams: the Borrower ticks again and grants the rest
+    wait_for(lambda: sink_rows() == 120, 120, "the appends committed by the Borrower's own ticks")
     borrower.join(timeout=120)
 
     (result,) = ran
     assert result.success
     messages = [event.user_message for event in instance.all_logs(result.run_id)]
     assert any("the source moved; tick here" in message for message in messages), messages
+    assert any("a lease ended and shards were left ungranted; tick here" in m for m in messages), messages
     observed = result.asset_observations_for_node(f"{group.name}_borrow_op")
     head = catalog.load_table(group.source).current_snapshot()
     assert head is not None

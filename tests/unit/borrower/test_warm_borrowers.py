@@ -18,6 +18,7 @@ from icegroup.iceberg.protocol.borrower import (
     stale,
     starts,
     take,
+    ungranted,
     waiting,
 )
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -54,6 +55,14 @@ def test_a_borrower_takes_the_oldest_waiting_leases_into_its_free_slots_with_a_f
     assert all(t.phase is LeasePhase.GRANTED and t.attempt == 0 for t in taken)
     assert [w.lease_id for w in waiting(new)] == [c.lease_id]
     assert new.leases[held.lease_id] == held
+
+
+def test_shards_no_lease_holds_are_ungranted_so_a_borrower_ticks_again_once_its_lease_ends() -> None:
+    held = lease([shard(1).shard_id, shard(2).shard_id], owner_run_id="run-9")
+
+    assert not ungranted(group_state([shard(1), shard(2)], [held]))
+    assert ungranted(group_state([shard(1), shard(2), shard(3)], [held]))  # cut while its stream was busy
+    assert not ungranted(group_state([], []))
 
 
 def test_a_queued_borrower_never_loses_its_lease_and_the_deadline_counts_from_the_take(
