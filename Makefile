@@ -62,6 +62,7 @@ lock: venv ## re-resolve requirements.lock within pyproject.toml's ranges (then 
 
 jvm: system venv ## icegroup's Java, built with Maven against the Iceberg in use: the fenced sink commit, lineage's file reference and the SQLite shim (icegroup-spark.jar) and the stack's REST catalog server
 	@bash infra/build_jvm.sh $(ICEBERG_VERSION) $(SPARK_RUNTIME)
+	@$(PY) -m icegroup.infra.class_archive  # the classes a new Spark driver starts from, recorded once per jar set
 
 jars: jvm ## one folder, build/jars, with every jar Spark needs, resolved from Maven Central: what a cluster's `jars:` setting points at
 	@$(PY) -m icegroup.infra.jars build/jars

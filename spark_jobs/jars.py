@@ -37,6 +37,7 @@ from icegroup.spark_jobs.engines import (
 
 ICEGROUP_JAR = Path(__file__).parent / "sink" / "jvm" / "icegroup-spark.jar"
 IVY_CONF = "spark.jars.ivy"
+JARS_CONF = "spark.jars"
 PACKAGES_CONF = "spark.jars.packages"
 
 

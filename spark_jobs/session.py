@@ -19,12 +19,12 @@ from pyspark.sql import SparkSession
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.config.rest import spark_catalog_properties
 from icegroup.iceberg.errors import ConfigError
+from icegroup.spark_jobs.class_archive import archive_folder, archive_path, started_from
 from icegroup.spark_jobs.engines import check_pair, reads_row_lineage, supported_pairs
-from icegroup.spark_jobs.jars import IVY_CONF, PACKAGES_CONF, remember, resolving, spark_jars
-from icegroup.spark_jobs.java import check_java, gateway_exited
+from icegroup.spark_jobs.jars import IVY_CONF, JARS_CONF, PACKAGES_CONF, remember, resolving, spark_jars
+from icegroup.spark_jobs.java import check_java, gateway_exited, spark_java
 from icegroup.spark_jobs.row_files import register_lineage_functions
 
-JARS_CONF = "spark.jars"
 SPARK_REDACTION = "(?i)secret|password|token|access[.]key|credential|header[.]"
 log = logging.getLogger(__name__)
 
@@ -142,14 +142,12 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         ):
             return session
         builder = SparkSession.builder
-        for key, value in conf.items():
+        for key, value in (launch_conf(conf) if SparkContext._gateway is None else conf).items():
             builder = builder.config(key, value)
         # Spark resolves packages only when it starts the JVM (pyspark keeps one JVM for the process, also
         # after a session stops); then what it resolved is handed to the executors and remembered.
         packages = conf.get(PACKAGES_CONF) if SparkContext._gateway is None else None
         ivy = Path(conf[IVY_CONF])
-        if SparkContext._gateway is None:
-            check_java()
         with executors_python(lakehouse.spark.python), resolving(ivy) if packages else nullcontext():
             try:
                 session = builder.getOrCreate()
@@ -164,6 +162,17 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         register_lineage_functions(session)
         _Started.conf, _Started.session = conf, session
         return session
+
+
+def launch_conf(conf: Mapping[str, str]) -> dict[str, str]:
+    """The settings a new driver JVM starts with: ``conf``, mapping in the recorded class archive when there is one.
+
+    Without a Java it stops here, naming the fix (``check_java``), rather than in Spark's launcher.
+    """
+    check_java()
+    java = spark_java()
+    archive = archive_path(conf, java, pyspark.__version__, archive_folder()) if java else None
+    return started_from(conf, archive)
 
 
 def reads_row_ids(spark: SparkSession, format_version: int) -> bool:

@@ -1,0 +1,95 @@
+"""A class-data archive of the Spark driver's classes (Java's AppCDS), so that a new session starts warm.
+
+A fresh driver JVM spends seconds loading, parsing and verifying the same classes of Spark, Iceberg
+and icegroup before its first lease commits. Java 17 can keep those classes, already parsed, in an
+archive that a later JVM maps in (``-XX:SharedArchiveFile``). ``make jvm`` records one
+(``icegroup.infra.class_archive``) by running one small lease under ``-XX:ArchiveClassesAtExit``;
+a session whose Java, Spark and jars match a recorded archive starts with it. Java checks the
+archive itself and ignores one that does not fit (another JDK build, another class path, a changed
+jar's classes), so a stale archive costs its disk and nothing else; its warnings are turned off.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+
+from icegroup.spark_jobs.jars import JARS_CONF, PACKAGES_CONF, spark_jars_dir
+
+DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
+QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+
+
+def archive_folder(env: Mapping[str, str] | None = None) -> Path:
+    """Where archives are kept: ``$XDG_CACHE_HOME/icegroup/class-archives``, else under ``~/.cache``."""
+    env = os.environ if env is None else env
+    cache = Path(env["XDG_CACHE_HOME"]) if env.get("XDG_CACHE_HOME") else Path.home() / ".cache"
+    return cache / "icegroup" / "class-archives"
+
+
+def archive_path(conf: Mapping[str, str], java: str, spark_version: str, folder: Path) -> Path | None:
+    """The archive for a driver started with ``conf`` by ``java``; None while Spark still has packages to resolve.
+
+    The name is a digest of what decides the driver's classes: the Java binary, the Spark version
+    and the jars handed to Spark, each with its size and time, so a rebuilt jar gets a new archive.
+    A session that resolves packages gets its jars only once it runs, so it has no archive yet; the
+    next start finds them resolved and named in ``spark.jars``.
+    """
+    if conf.get(PACKAGES_CONF):
+        return None
+    jars = sorted(filter(None, conf.get(JARS_CONF, "").split(",")))
+    what = {"java": os.path.realpath(java), "spark": spark_version, "jars": [[jar, *stamp(Path(jar))] for jar in jars]}
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True).encode()).hexdigest()[:16]
+    return folder / f"driver-{digest}.jsa"
+
+
+def stamp(jar: Path) -> tuple[int, int]:
+    """A jar's size and modification time in nanoseconds; zeros for one that is not there."""
+    try:
+        info = jar.stat()
+    except OSError:
+        return (0, 0)
+    return (info.st_size, info.st_mtime_ns)
+
+
+def keep_newest(folder: Path, keep: int) -> list[Path]:
+    """Delete all but the ``keep`` newest archives in ``folder`` (each is some 140 MB); returns the deleted."""
+    archives = sorted(folder.glob("driver-*.jsa"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
+    for old in archives[keep:]:
+        old.unlink(missing_ok=True)
+    return archives[keep:]
+
+
+def with_driver_options(conf: Mapping[str, str], options: str) -> dict[str, str]:
+    """``conf`` with ``options`` after any driver Java options the user set."""
+    given = conf.get(DRIVER_OPTIONS, "").strip()
+    return {**conf, DRIVER_OPTIONS: f"{given} {options}".strip()}
+
+
+def started_from(conf: Mapping[str, str], archive: Path | None) -> dict[str, str]:
+    """``conf`` for a new driver JVM: mapping ``archive`` in when it was recorded, else as it is."""
+    if archive is None or not archive.is_file():
+        return dict(conf)
+    return with_driver_options(conf, f"-XX:SharedArchiveFile={archive} {QUIET}")
+
+
+def recording_to(conf: Mapping[str, str], dump: Path) -> dict[str, str]:
+    """``conf`` for a driver JVM that writes the classes it loaded to ``dump`` as it exits."""
+    return with_driver_options(conf, f"-XX:ArchiveClassesAtExit={dump} -Xlog:cds=off -Xlog:cds+dynamic=off")
+
+
+def archive_loads(java: str, archive: Path, timeout_s: float = 60) -> bool:
+    """Whether a JVM with Spark's class path starts from ``archive``: a cut-short archive crashes the JVM that maps it.
+
+    The recorder moves an archive into place only after its JVM exited, and checks it here first, so
+    that a file cut short (a full disk) never reaches a session.
+    """
+    command = [java, f"-XX:SharedArchiveFile={archive}", *QUIET.split(), "-cp", str(spark_jars_dir() / "*"), "-version"]
+    try:
+        return subprocess.run(command, capture_output=True, timeout=timeout_s).returncode == 0
+    except subprocess.TimeoutExpired:
+        return False
