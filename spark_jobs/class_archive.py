@@ -15,6 +15,7 @@ import hashlib
 import json
 import os
 import subprocess
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -88,8 +89,11 @@ def archive_loads(java: str, archive: Path, timeout_s: float = 60) -> bool:
     The recorder moves an archive into place only after its JVM exited, and checks it here first, so
     that a file cut short (a full disk) never reaches a session.
     """
-    command = [java, f"-XX:SharedArchiveFile={archive}", *QUIET.split(), "-cp", str(spark_jars_dir() / "*"), "-version"]
-    try:
-        return subprocess.run(command, capture_output=True, timeout=timeout_s).returncode == 0
-    except subprocess.TimeoutExpired:
-        return False
+    with tempfile.TemporaryDirectory(prefix="icegroup-archive-check-") as scratch:
+        crash = [f"-XX:ErrorFile={scratch}/hs_err.log", "-XX:-CreateCoredumpOnCrash"]  # a crash leaves nothing behind
+        command = [java, f"-XX:SharedArchiveFile={archive}", *QUIET.split(), *crash, "-cp", f"{spark_jars_dir()}/*"]
+        try:
+            done = subprocess.run([*command, "-version"], capture_output=True, cwd=scratch, timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+    return done.returncode == 0
