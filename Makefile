@@ -60,7 +60,7 @@ venv: $(STAMP) ## the virtualenv with exactly the tested versions (requirements.
 lock: venv ## re-resolve requirements.lock within pyproject.toml's ranges (then run make test: the lock is what was tested)
 	$(VENV)/bin/uv pip compile pyproject.toml --extra dev --python-version 3.11.7 --no-annotate --custom-compile-command "make lock" -q -o requirements.lock
 
-jvm: system venv ## icegroup's Java, built with Maven against the Iceberg in use: the fenced sink commit, lineage's file reference and the SQLite shim (icegroup-spark.jar) and the stack's REST catalog server
+jvm: system venv ## icegroup's Java, built with Maven against the Iceberg in use: the fenced sink commit, lineage's file reference and the SQLite shim (icegroup-spark.jar), the stack's REST catalog server, and the class archive new Spark drivers start from
 	@bash infra/build_jvm.sh $(ICEBERG_VERSION) $(SPARK_RUNTIME)
 	@$(PY) -m icegroup.infra.class_archive  # the classes a new Spark driver starts from, recorded once per jar set
 
