@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import subprocess
 import sys
 import tempfile
@@ -60,7 +61,7 @@ def target(home: Path) -> Path | None:
 def record(home: Path, dump: Path) -> None:
     """Run one lease with a driver that writes its classes to ``dump``, then wait for that JVM to exit."""
     base = lakehouse_in(home)
-    options = recording_to({}, dump)[DRIVER_OPTIONS]
+    options = recording_to(base.spark_conf, dump)[DRIVER_OPTIONS]
     lakehouse = base.model_copy(update={"spark_conf": {**base.spark_conf, DRIVER_OPTIONS: options}})
     catalog = lakehouse.catalog()
     group = GroupConfig(name="warmup", source="warmup.events", sink="warmup.events_out")
@@ -77,7 +78,11 @@ def record(home: Path, dump: Path) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Record the archive unless it is there; ``--record DUMP --home DIR`` is the child that runs the lease."""
+    """Record the archive unless it is there; ``--record DUMP --home DIR`` is the child that runs the lease.
+
+    The archive only speeds up a driver's start, so a recording that fails (a Java older than 13,
+    a lease that would not run) is reported and ``make`` goes on without it.
+    """
     parser = argparse.ArgumentParser(prog="icegroup.infra.class_archive")
     parser.add_argument("--record", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
@@ -85,25 +90,30 @@ def main(argv: list[str] | None = None) -> int:
     if args.record is not None:
         record(args.home, args.record)
         return 0
+    folder = archive_folder()
+    if any(char.isspace() for char in str(folder)):
+        print(f"class archive: not recorded, since Spark would split its path ({folder}) at the whitespace")
+        return 0
     with tempfile.TemporaryDirectory(prefix="icegroup-class-archive-") as scratch:
         home = Path(scratch)
         found = target(home)
         if found is not None and found.is_file():
             print(f"class archive: {found} is recorded")
             return 0
-        folder = archive_folder()
         folder.mkdir(parents=True, exist_ok=True)
+        drop_abandoned(folder)
         dump = folder / f"recording-{os.getpid()}.part"  # beside the archive, so that moving it is atomic
         started = time.monotonic()
-        command = [sys.executable, "-m", "icegroup.infra.class_archive", "--record", str(dump), "--home", str(home)]
         try:
-            done = subprocess.run(command, capture_output=True, text=True, timeout=RECORD_TIMEOUT_S)
-            if done.returncode != 0:
-                raise SystemExit(f"class archive: recording failed (exit {done.returncode}):\n{done.stderr[-4000:]}")
+            problem = run_recording(dump, home)
             found = target(home)
             java = spark_java()
-            if found is None or java is None or not dump.is_file() or not archive_loads(java, dump):
-                print("class archive: jars unresolved, or Java wrote no usable archive; sessions start without one")
+            if problem is None and (
+                found is None or java is None or not dump.is_file() or not archive_loads(java, dump)
+            ):
+                problem = "Spark's jars are unresolved, or Java wrote no archive that a JVM starts from"
+            if problem is not None or found is None:
+                print(f"class archive: not recorded ({problem}); Spark drivers start without one")
                 return 0
             os.replace(dump, found)
             keep_newest(folder, KEEP)
@@ -112,6 +122,48 @@ def main(argv: list[str] | None = None) -> int:
         took = time.monotonic() - started
         print(f"class archive: {found} ({found.stat().st_size / 2**20:.0f} MB, recorded in {took:.0f} s)")
     return 0
+
+
+def run_recording(dump: Path, home: Path) -> str | None:
+    """Run the recording child and wait for it and its JVM; what went wrong, or None.
+
+    The child runs in a session of its own, so that on a timeout or Ctrl-C its JVM is killed with it
+    (``SIGKILL`` writes no archive) instead of writing one after the dump was cleaned up.
+    """
+    command = [sys.executable, "-m", "icegroup.infra.class_archive", "--record", str(dump), "--home", str(home)]
+    child = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, start_new_session=True
+    )
+    try:
+        _, errors = child.communicate(timeout=RECORD_TIMEOUT_S)  # the pipe closes once the JVM has exited too
+    except BaseException as exc:
+        os.killpg(child.pid, signal.SIGKILL)
+        child.wait()
+        if isinstance(exc, subprocess.TimeoutExpired):
+            return f"the recording lease took over {RECORD_TIMEOUT_S} s"
+        raise
+    if child.returncode != 0:
+        return f"the recording lease failed, exit {child.returncode}: {errors.strip()[-2000:]}"
+    return None
+
+
+def drop_abandoned(folder: Path) -> None:
+    """Delete recordings whose recorder is gone (a machine that went down mid-recording leaves one)."""
+    for part in folder.glob("recording-*.part"):
+        pid = part.stem.removeprefix("recording-")
+        if pid.isdigit() and not alive(int(pid)):
+            part.unlink(missing_ok=True)
+
+
+def alive(pid: int) -> bool:
+    """Whether a process with this pid runs on this machine."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process
+        return True
+    return True
 
 
 if __name__ == "__main__":

@@ -7,6 +7,10 @@ archive that a later JVM maps in (``-XX:SharedArchiveFile``). ``make jvm`` recor
 a session whose Java, Spark and jars match a recorded archive starts with it. Java checks the
 archive itself and ignores one that does not fit (another JDK build, another class path, a changed
 jar's classes), so a stale archive costs its disk and nothing else; its warnings are turned off.
+
+The archive is handed to the driver through ``SPARK_SUBMIT_OPTS``, which Spark's launcher puts
+before every other driver option, so the user's own ``spark.driver.extraJavaOptions`` (in the
+lakehouse config or in ``spark-defaults.conf``) stay as they are and win where they differ.
 """
 
 from __future__ import annotations
@@ -16,13 +20,17 @@ import json
 import os
 import subprocess
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from pathlib import Path
 
 from icegroup.spark_jobs.jars import JARS_CONF, PACKAGES_CONF, spark_jars_dir
 
 DRIVER_OPTIONS = "spark.driver.extraJavaOptions"
-QUIET = "-Xshare:auto -Xlog:cds=off -Xlog:cds+dynamic=off"
+SUBMIT_OPTIONS = "SPARK_SUBMIT_OPTS"
+QUIET = "-Xlog:cds=off -Xlog:cds+dynamic=off"
+# Driver options that already decide the class archive: a user's choice, or the recorder's own run.
+ARCHIVE_FLAGS = ("-Xshare", "SharedArchiveFile", "ArchiveClassesAtExit", "RecordDynamicDumpInfo")
 
 
 def archive_folder(env: Mapping[str, str] | None = None) -> Path:
@@ -59,28 +67,54 @@ def stamp(jar: Path) -> tuple[int, int]:
 
 def keep_newest(folder: Path, keep: int) -> list[Path]:
     """Delete all but the ``keep`` newest archives in ``folder`` (each is some 140 MB); returns the deleted."""
-    archives = sorted(folder.glob("driver-*.jsa"), key=lambda path: path.stat().st_mtime_ns, reverse=True)
+
+    def age(path: Path) -> int:
+        try:
+            return path.stat().st_mtime_ns
+        except OSError:  # deleted meanwhile by another recorder
+            return 0
+
+    archives = sorted(folder.glob("driver-*.jsa"), key=age, reverse=True)
     for old in archives[keep:]:
         old.unlink(missing_ok=True)
     return archives[keep:]
 
 
-def with_driver_options(conf: Mapping[str, str], options: str) -> dict[str, str]:
-    """``conf`` with ``options`` after any driver Java options the user set."""
-    given = conf.get(DRIVER_OPTIONS, "").strip()
-    return {**conf, DRIVER_OPTIONS: f"{given} {options}".strip()}
+def archive_options(conf: Mapping[str, str], archive: Path | None) -> str | None:
+    """The Java options that map ``archive`` into a new driver; None when there is none to map or it must not be.
+
+    Not when the driver's own options already name a class archive or sharing mode (a user's
+    choice, or the recorder, whose JVM cannot both read and write one), and not for a path with
+    whitespace, which Spark's launcher would split into two options.
+    """
+    if archive is None or not archive.is_file() or any(char.isspace() for char in str(archive)):
+        return None
+    if any(flag in conf.get(DRIVER_OPTIONS, "") for flag in ARCHIVE_FLAGS):
+        return None
+    return f"-XX:SharedArchiveFile={archive} {QUIET}"
 
 
-def started_from(conf: Mapping[str, str], archive: Path | None) -> dict[str, str]:
-    """``conf`` for a new driver JVM: mapping ``archive`` in when it was recorded, else as it is."""
-    if archive is None or not archive.is_file():
-        return dict(conf)
-    return with_driver_options(conf, f"-XX:SharedArchiveFile={archive} {QUIET}")
+@contextmanager
+def submit_options(options: str | None) -> Iterator[None]:
+    """Put ``options`` in ``SPARK_SUBMIT_OPTS``, before any the user set there, while a driver starts."""
+    if options is None:
+        yield
+        return
+    before = os.environ.get(SUBMIT_OPTIONS)
+    os.environ[SUBMIT_OPTIONS] = f"{options} {before or ''}".strip()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(SUBMIT_OPTIONS, None)
+        else:
+            os.environ[SUBMIT_OPTIONS] = before
 
 
 def recording_to(conf: Mapping[str, str], dump: Path) -> dict[str, str]:
     """``conf`` for a driver JVM that writes the classes it loaded to ``dump`` as it exits."""
-    return with_driver_options(conf, f"-XX:ArchiveClassesAtExit={dump} -Xlog:cds=off -Xlog:cds+dynamic=off")
+    given = conf.get(DRIVER_OPTIONS, "").strip()
+    return {**conf, DRIVER_OPTIONS: f"{given} -XX:ArchiveClassesAtExit={dump} {QUIET}".strip()}
 
 
 def archive_loads(java: str, archive: Path, timeout_s: float = 60) -> bool:

@@ -19,7 +19,7 @@ from pyspark.sql import SparkSession
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.config.rest import spark_catalog_properties
 from icegroup.iceberg.errors import ConfigError
-from icegroup.spark_jobs.class_archive import archive_folder, archive_path, started_from
+from icegroup.spark_jobs.class_archive import archive_folder, archive_options, archive_path, submit_options
 from icegroup.spark_jobs.engines import check_pair, reads_row_lineage, supported_pairs
 from icegroup.spark_jobs.jars import IVY_CONF, JARS_CONF, PACKAGES_CONF, remember, resolving, spark_jars
 from icegroup.spark_jobs.java import check_java, gateway_exited, spark_java
@@ -142,13 +142,18 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         ):
             return session
         builder = SparkSession.builder
-        for key, value in (launch_conf(conf) if SparkContext._gateway is None else conf).items():
+        for key, value in conf.items():
             builder = builder.config(key, value)
         # Spark resolves packages only when it starts the JVM (pyspark keeps one JVM for the process, also
         # after a session stops); then what it resolved is handed to the executors and remembered.
         packages = conf.get(PACKAGES_CONF) if SparkContext._gateway is None else None
         ivy = Path(conf[IVY_CONF])
-        with executors_python(lakehouse.spark.python), resolving(ivy) if packages else nullcontext():
+        archive = driver_archive(conf) if SparkContext._gateway is None else None
+        with (
+            executors_python(lakehouse.spark.python),
+            submit_options(archive),
+            resolving(ivy) if packages else nullcontext(),
+        ):
             try:
                 session = builder.getOrCreate()
             except PySparkRuntimeError as exc:
@@ -164,15 +169,14 @@ def get_session(lakehouse: LakehouseConfig) -> SparkSession:
         return session
 
 
-def launch_conf(conf: Mapping[str, str]) -> dict[str, str]:
-    """The settings a new driver JVM starts with: ``conf``, mapping in the recorded class archive when there is one.
+def driver_archive(conf: Mapping[str, str]) -> str | None:
+    """The options that map the recorded class archive into a new driver JVM, if one fits (``class_archive.py``).
 
     Without a Java it stops here, naming the fix (``check_java``), rather than in Spark's launcher.
     """
     check_java()
     java = spark_java()
-    archive = archive_path(conf, java, pyspark.__version__, archive_folder()) if java else None
-    return started_from(conf, archive)
+    return archive_options(conf, archive_path(conf, java, pyspark.__version__, archive_folder()) if java else None)
 
 
 def reads_row_ids(spark: SparkSession, format_version: int) -> bool:

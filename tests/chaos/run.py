@@ -131,8 +131,8 @@ class Outcome:
 
     @property
     def recoveries(self) -> list[float]:
-        """Each fault's time from the kill until the group went on (0 for one not recovered)."""
-        return [f.recovered_s or 0.0 for f in self.faults]
+        """Each recovered fault's time from the kill until the group went on; ``recovered`` counts the rest."""
+        return [f.recovered_s for f in self.faults if f.recovered_s is not None]
 
     @property
     def max_recovery_s(self) -> float:

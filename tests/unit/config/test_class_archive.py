@@ -8,18 +8,23 @@ from pathlib import Path
 
 import pytest
 
+from icegroup.iceberg.config.lakehouse import ENV_HOME, load_lakehouse
+from icegroup.infra.class_archive import lakehouse_in
 from icegroup.spark_jobs.class_archive import (
     DRIVER_OPTIONS,
     QUIET,
+    SUBMIT_OPTIONS,
     archive_folder,
     archive_loads,
+    archive_options,
     archive_path,
     keep_newest,
     recording_to,
-    started_from,
+    submit_options,
 )
 from icegroup.spark_jobs.jars import spark_jars_dir
 from icegroup.spark_jobs.java import spark_java
+from icegroup.spark_jobs.session import spark_conf
 
 CONF = {"spark.jars": "/j/iceberg.jar,/j/icegroup-spark.jar", "spark.master": "local[*]"}
 
@@ -64,21 +69,55 @@ def test_a_session_still_resolving_packages_has_no_archive(tmp_path: Path) -> No
     assert archive_path(resolving, "/usr/bin/java", "3.5.8", tmp_path) is None
 
 
-def test_a_recorded_archive_is_mapped_in_after_the_users_own_options(tmp_path: Path) -> None:
+def test_a_recorded_archive_is_mapped_in_unless_the_driver_options_already_decide(tmp_path: Path) -> None:
     archive = tmp_path / "driver.jsa"
-    mine = {**CONF, DRIVER_OPTIONS: "-Dmine=1"}
 
-    assert started_from(mine, archive) == mine  # not recorded yet
-    assert started_from(mine, None) == mine
+    assert archive_options(CONF, archive) is None  # not recorded yet
+    assert archive_options(CONF, None) is None
     archive.write_bytes(b"")
-    assert started_from(mine, archive)[DRIVER_OPTIONS] == f"-Dmine=1 -XX:SharedArchiveFile={archive} {QUIET}"
-    assert started_from(CONF, archive)[DRIVER_OPTIONS].startswith("-XX:SharedArchiveFile=")
+    assert archive_options(CONF, archive) == f"-XX:SharedArchiveFile={archive} {QUIET}"
+    assert archive_options({**CONF, DRIVER_OPTIONS: "-Dmine=1"}, archive) is not None
+    for theirs in ("-Xshare:off", "-XX:SharedArchiveFile=/mine.jsa", "-XX:ArchiveClassesAtExit=/dump.jsa"):
+        assert archive_options({**CONF, DRIVER_OPTIONS: f"-Dmine=1 {theirs}"}, archive) is None
+
+
+def test_an_archive_path_with_whitespace_is_not_handed_to_spark(tmp_path: Path) -> None:
+    archive = tmp_path / "my cache" / "driver.jsa"
+    archive.parent.mkdir()
+    archive.write_bytes(b"")
+
+    assert archive_options(CONF, archive) is None
+
+
+def test_the_archive_goes_before_the_users_own_submit_options_and_then_away(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(SUBMIT_OPTIONS, "-Xmine")
+    with submit_options("-XX:SharedArchiveFile=/a.jsa"):
+        assert os.environ[SUBMIT_OPTIONS] == "-XX:SharedArchiveFile=/a.jsa -Xmine"
+    assert os.environ[SUBMIT_OPTIONS] == "-Xmine"
+
+    monkeypatch.delenv(SUBMIT_OPTIONS)
+    with submit_options("-XX:SharedArchiveFile=/a.jsa"):
+        assert os.environ[SUBMIT_OPTIONS] == "-XX:SharedArchiveFile=/a.jsa"
+    assert SUBMIT_OPTIONS not in os.environ
+    with submit_options(None):
+        assert SUBMIT_OPTIONS not in os.environ
+
+
+def test_the_recorder_and_a_session_in_another_home_name_the_same_archive(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ICEGROUP_ICEBERG_VERSION", raising=False)
+    java = "/usr/bin/java"
+    recorder = archive_path(spark_conf(lakehouse_in(tmp_path / "a")), java, "3.5.8", tmp_path)
+    session = archive_path(spark_conf(load_lakehouse(env={ENV_HOME: str(tmp_path / "b")})), java, "3.5.8", tmp_path)
+
+    assert recorder == session
 
 
 def test_recording_writes_the_archive_at_exit(tmp_path: Path) -> None:
-    options = recording_to(CONF, tmp_path / "dump.jsa")[DRIVER_OPTIONS]
+    options = recording_to({**CONF, DRIVER_OPTIONS: "-Dmine=1"}, tmp_path / "dump.jsa")[DRIVER_OPTIONS]
 
-    assert options.startswith(f"-XX:ArchiveClassesAtExit={tmp_path / 'dump.jsa'}")
+    assert options.startswith(f"-Dmine=1 -XX:ArchiveClassesAtExit={tmp_path / 'dump.jsa'}")
 
 
 def test_archives_live_in_the_users_cache(tmp_path: Path) -> None:
