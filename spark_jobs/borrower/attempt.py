@@ -25,6 +25,7 @@ from icegroup.iceberg.retry import again_after
 from icegroup.spark_jobs.borrower.output import shard_output
 from icegroup.spark_jobs.row_files import RowFiles
 from icegroup.spark_jobs.sink.fenced_commit import claim, stage_shard
+from icegroup.spark_jobs.sink.group_commit import SinkCommitter
 from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink
 from icegroup.spark_jobs.transforms import Transform
 
@@ -74,6 +75,7 @@ class LeaseRun:
     report: LeaseReport
     progress: Progress
     run_id: str | None = None
+    committer: SinkCommitter | None = None
     claimed: bool = False
     sink_ready: bool = False
     row_files: RowFiles = field(init=False)

@@ -67,7 +67,8 @@ from icegroup.spark_jobs.borrower.user_errors import describe_error
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
 from icegroup.spark_jobs.session import activate, reads_row_ids
-from icegroup.spark_jobs.sink.fenced_commit import claim, lease_history, publish_shard
+from icegroup.spark_jobs.sink.fenced_commit import PublishRequest, claim, lease_history
+from icegroup.spark_jobs.sink.group_commit import SinkCommitter
 from icegroup.spark_jobs.transforms import load_transform
 
 log = logging.getLogger(__name__)
@@ -95,10 +96,13 @@ def run_lease(
     progress: Progress = log.info,
     run_id: str | None = None,
     stop: threading.Event | None = None,
+    committer: SinkCommitter | None = None,
 ) -> LeaseReport:
     """Commit every shard of the lease that is not in the sink yet, in order; each commit names ``run_id``.
 
-    Once ``stop`` is set, the lease ends after the commit in flight and hands back the rest.
+    Once ``stop`` is set, the lease ends after the commit in flight and hands back the rest. The
+    leases of one process that share a ``committer`` publish in as few sink commits as meet (``group_commit.py``);
+    without one, each of this lease's commits is a commit of its own.
 
     Every progress line names the group and the lease attempt, and each shard's line says where its
     time went: reading, transforming and staging it (one Spark job), and the fenced publish. The
@@ -111,7 +115,7 @@ def run_lease(
     events.start()
     try:
         done = again_after(
-            lambda: execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop),
+            lambda: execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop, committer),
             partial(after_platform_failure, spark, group, lease, stop),
             partial(going_on, f"{group.name} lease {lease.lease_id}#{lease.attempt}", progress),
         )
@@ -136,6 +140,7 @@ def execute_lease(
     progress: Progress,
     run_id: str | None,
     stop: threading.Event | None = None,
+    committer: SinkCommitter | None = None,
 ) -> LeaseReport:
     """The work of ``run_lease``: connect, resume after what is committed, commit the rest until ``stop`` is set."""
     started_at = time.perf_counter()
@@ -161,6 +166,7 @@ def execute_lease(
         ),
         progress=said,
         run_id=run_id,
+        committer=committer,
     )
     connect(run, len(shards))
     todo = resume(run, shards)
@@ -286,8 +292,9 @@ def publish(
         group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shards, lease.origin, run.run_id
     ) | (extra or {})
     ids = [shard.shard_id for shard in shards]
+    committer = run.committer or SinkCommitter(run.spark, run.sink_table, group.name)
     try:
-        published = publish_shard(run.spark, run.sink_table, token, group.name, lease, ids, props)
+        published = committer.publish(PublishRequest(token, lease, ids, props))
     except Fenced as exc:
         raise StaleLease(str(exc)) from exc
     except AlreadyCommitted as exc:

@@ -3,7 +3,9 @@
 ``consume`` and a warm Borrower run both hold up to a number of leases at once. Each lease is its
 own thread, so one lease's publish (a catalog round trip) overlaps another lease's Spark job, and
 each thread submits its jobs to its own pool (``spark.scheduler.mode=FAIR``), so a large shard
-cannot keep a small lease waiting. The Leader puts a stream in one lease at a time, so per-stream
+cannot keep a small lease waiting. The leases publish through one ``SinkCommitter``: publishes that
+meet go in one swap of the sink's metadata, a snapshot per lease, each still fenced by its own
+attempt, where they used to race for it. The Leader puts a stream in one lease at a time, so per-stream
 order holds however the threads interleave; each lease's commits stay fenced by its own attempt.
 """
 
@@ -28,6 +30,7 @@ from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.lease import run_lease
 from icegroup.spark_jobs.borrower.renewal import Renewer
 from icegroup.spark_jobs.session import use_pool
+from icegroup.spark_jobs.sink.group_commit import SinkCommitter
 
 Key = tuple[str, int]
 LeaseCallback = Callable[[Lease, LeaseReport], None]
@@ -86,6 +89,7 @@ class LeaseRunner:
         self.threads = ThreadPoolExecutor(max_workers=slots, thread_name_prefix=f"{group.name}-lease")
         self.stopping = threading.Event()
         self.renewer: Renewer | None = None
+        self.committer: SinkCommitter | None = None
 
     def __enter__(self) -> LeaseRunner:
         """The runner itself; leaving the block waits for the leases still running."""
@@ -155,12 +159,15 @@ class LeaseRunner:
                 self.progress,
             )
             self.renewer.start()
-        session = self.session
+            self.committer = SinkCommitter(
+                self.session, f"{self.lakehouse.catalog_name}.{self.group.sink}", self.group.name
+            )
+        session, committer = self.session, self.committer
 
         def execute() -> LeaseReport:
             use_pool(session, threading.current_thread().name, job_group(self.group.name, lease))
             return run_lease(
-                session, self.lakehouse, self.group, lease, shards, self.progress, self.run_id, self.stopping
+                session, self.lakehouse, self.group, lease, shards, self.progress, self.run_id, self.stopping, committer
             )
 
         self.running[(lease.lease_id, lease.attempt)] = (lease, self.threads.submit(execute))

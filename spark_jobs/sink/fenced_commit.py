@@ -103,6 +103,84 @@ def stage_shard(df: DataFrame, table: str, evolve: bool = False) -> str:
     return token
 
 
+@dataclass(frozen=True)
+class PublishRequest:
+    """One lease's staged shards to publish: the token that finds them, the lease that fences them, their summary."""
+
+    token: str
+    lease: Lease
+    shard_ids: list[str]
+    properties: dict[str, str]
+
+
+def publish_all(
+    spark: SparkSession, table: str, group: str, requests: list[PublishRequest]
+) -> list[Published | IcegroupError]:
+    """Publish several leases' staged shards in one swap of the sink's metadata, a snapshot per lease.
+
+    Each request is checked against its own lease's fence, inside the swap. A refused request
+    (``Fenced``, ``AlreadyCommitted``, ``StagedOutputGone``, or the sink's history expired past its
+    grant: ``SinkError``) comes back as that error, its staged output expired unless it can be
+    staged again, and the others are committed without it. A failure of the swap itself is raised:
+    then no request was committed.
+    """
+    jvm: Any = spark._jvm
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    java_requests = jvm.java.util.ArrayList()
+    commit = jvm.icegroup.commit.FencedCommit
+    for request in requests:
+        props = jvm.java.util.HashMap()
+        for key, value in request.properties.items():
+            props.put(key, value)
+        lease, base = request.lease, request.lease.sink_snapshot_at_grant
+        java_requests.add(
+            commit.Request(
+                request.token, fence_key(group, lease.lease_id), lease.attempt, lease.epoch,
+                ",".join(request.shard_ids), None if base is None else jvm.java.lang.Long(base), props,
+            )
+        )  # fmt: skip
+    try:
+        outcomes = list(commit.commitAll(iceberg_table, group, epoch_key(group), java_requests))
+    except Py4JJavaError as exc:
+        refused = refusal(exc.java_exception)
+        if refused is None:
+            raise
+        shards = ", ".join(sid for request in requests for sid in request.shard_ids)
+        raise refused.error(f"sink: commit of shards {shards} to {table} failed: {refused.message}") from None
+    results: list[Published | IcegroupError] = []
+    for request, outcome in zip(requests, outcomes, strict=True):
+        results.append(published_or_refused(jvm, iceberg_table, table, group, request, outcome))
+    return results
+
+
+def published_or_refused(
+    jvm: Any, iceberg_table: Any, table: str, group: str, request: PublishRequest, outcome: Any
+) -> Published | IcegroupError:
+    """What one request of ``publish_all`` came to.
+
+    A refused request's staged output is expired, unless it may be staged again (``StagedOutputGone``,
+    ``SinkError``).
+    """
+    shards = ", ".join(request.shard_ids)
+    lease = request.lease
+    conflicts = int(outcome.conflicts())
+    if conflicts:
+        log.warning(
+            "group %s lease %s#%d shards %s: sink commit retried after %d conflicting commits",
+            group, lease.lease_id, lease.attempt, shards, conflicts,
+        )  # fmt: skip
+    java_error = outcome.refused()
+    if java_error is None:
+        return Published(snapshot_id=int(outcome.snapshotId()), conflicts=conflicts, added_records=int(outcome.added()))
+    refused = refusal(java_error)
+    if refused is None:
+        return SinkError(f"sink: commit of shards {shards} to {table} failed: {java_error}")
+    if refused.error in (SinkError, StagedOutputGone):
+        return refused.error(f"sink: commit of shards {shards} to {table} failed: {refused.message}")
+    jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, request.token)
+    return refused.error(f"sink: commit of shards {shards} to {table} refused: {refused.message}")
+
+
 def publish_shard(
     spark: SparkSession,
     table: str,
@@ -112,7 +190,7 @@ def publish_shard(
     shard_ids: list[str],
     properties: dict[str, str],
 ) -> Published:
-    """Append the staged files of ``shard_ids`` to main in one fenced commit.
+    """Append the staged files of ``shard_ids`` to main in one fenced commit of their own.
 
     Raises ``Fenced`` or ``AlreadyCommitted`` (if any of the shards is in the sink already) when not allowed,
     and ``StagedOutputGone`` when the staged snapshot was expired before this publish (stage it again).
@@ -120,41 +198,10 @@ def publish_shard(
     A refused publish expires its staged snapshot and files. A Borrower killed between stage and
     publish leaves its staged snapshot behind, invisible on main, until the sink's snapshots expire.
     """
-    jvm: Any = spark._jvm
-    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
-    props = jvm.java.util.HashMap()
-    for key, value in properties.items():
-        props.put(key, value)
-    validate_from = lease.sink_snapshot_at_grant
-    base = None if validate_from is None else jvm.java.lang.Long(validate_from)
-    shards = ", ".join(shard_ids)
-    try:
-        snapshot_id, conflicts, added = jvm.icegroup.commit.FencedCommit.commit(
-            iceberg_table,
-            token,
-            group,
-            fence_key(group, lease.lease_id),
-            lease.attempt,
-            epoch_key(group),
-            lease.epoch,
-            ",".join(shard_ids),
-            base,
-            props,
-        )
-    except Py4JJavaError as exc:
-        refused = refusal(exc)
-        if refused is None:
-            raise
-        if refused.error in (SinkError, StagedOutputGone):
-            raise refused.error(f"sink: commit of shards {shards} to {table} failed: {refused.message}") from None
-        jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)
-        raise refused.error(f"sink: commit of shards {shards} to {table} refused: {refused.message}") from None
-    if conflicts:
-        log.warning(
-            "group %s lease %s#%d shards %s: sink commit retried after %d conflicting commits",
-            group, lease.lease_id, lease.attempt, shards, conflicts,
-        )  # fmt: skip
-    return Published(snapshot_id=int(snapshot_id), conflicts=int(conflicts), added_records=int(added))
+    (outcome,) = publish_all(spark, table, group, [PublishRequest(token, lease, shard_ids, properties)])
+    if isinstance(outcome, IcegroupError):
+        raise outcome
+    return outcome
 
 
 @dataclass(frozen=True)
@@ -189,7 +236,7 @@ def publish_replay(
             ticket.generation, COL_WINDOW, ticket.window, ticket.window_start_ms, base, props,
         )  # fmt: skip
     except Py4JJavaError as exc:
-        refused = refusal(exc)
+        refused = refusal(exc.java_exception)
         if refused is None or refused.error is AlreadyCommitted:
             raise
         jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)

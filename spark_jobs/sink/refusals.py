@@ -11,8 +11,7 @@ None of them is ever the shard's fault.
 from __future__ import annotations
 
 from dataclasses import dataclass
-
-from py4j.protocol import Py4JJavaError
+from typing import Any
 
 from icegroup.iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, StagedOutputGone, WindowMoved
 
@@ -35,7 +34,10 @@ class Refusal:
     message: str
 
 
-def refusal(exc: Py4JJavaError) -> Refusal | None:
-    """The refusal ``exc`` is; None for any other Java failure (it is raised as it came)."""
-    error = REFUSALS.get(str(exc.java_exception.getClass().getName()))
-    return None if error is None else Refusal(error, str(exc.java_exception.getMessage()))
+def refusal(java_exception: Any) -> Refusal | None:
+    """The refusal a Java exception (a ``Py4JJavaError``'s ``java_exception``, or a refused request's) is.
+
+    None for any other Java failure: it is raised as it came.
+    """
+    error = REFUSALS.get(str(java_exception.getClass().getName()))
+    return None if error is None else Refusal(error, str(java_exception.getMessage()))

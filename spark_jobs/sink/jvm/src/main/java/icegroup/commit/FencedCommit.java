@@ -4,16 +4,18 @@ import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
 import java.util.Collections;
+import java.util.HashMap;
 import java.util.List;
 import java.util.Map;
 import org.apache.iceberg.AppendFiles;
-import org.apache.iceberg.BaseTable;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.HasTableOperations;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.TableMetadata;
 import org.apache.iceberg.TableOperations;
+import org.apache.iceberg.Transaction;
+import org.apache.iceberg.Transactions;
 import org.apache.iceberg.encryption.EncryptionManager;
 import org.apache.iceberg.exceptions.BadRequestException;
 import org.apache.iceberg.exceptions.CommitFailedException;
@@ -61,16 +63,19 @@ public final class FencedCommit {
   interface Check {
     void check(TableMetadata base);
 
-    /** The staged snapshot this commit publishes (null for none). */
-    Snapshot staged();
+    /** The staged snapshots this commit publishes, each dropped from the metadata it commits. */
+    List<Snapshot> staged();
   }
 
-  /** The metadata without the staged snapshot, so that the commit publishing it also drops it. */
-  static TableMetadata withoutStaged(TableMetadata metadata, Snapshot staged) {
-    if (staged == null || metadata.snapshot(staged.snapshotId()) == null) {
-      return metadata;
+  /** The metadata without the staged snapshots, so that the commit publishing them also drops them. */
+  static TableMetadata withoutStaged(TableMetadata metadata, List<Snapshot> staged) {
+    List<Long> ids = new ArrayList<>();
+    for (Snapshot snapshot : staged) {
+      if (snapshot != null && metadata.snapshot(snapshot.snapshotId()) != null) {
+        ids.add(snapshot.snapshotId());
+      }
     }
-    return TableMetadata.buildFrom(metadata).removeSnapshots(Collections.singletonList(staged.snapshotId())).build();
+    return ids.isEmpty() ? metadata : TableMetadata.buildFrom(metadata).removeSnapshots(ids).build();
   }
 
   /** A later attempt of the lease, or a new group epoch, was granted: this attempt may not commit. */
@@ -99,53 +104,155 @@ public final class FencedCommit {
   }
 
   /**
-   * Append the files staged under {@code stageToken} to main.
+   * One lease's staged shards to publish: its own snapshot in the commit, fenced by its own attempt.
    *
-   * @return {snapshot id, conflicting commits retried, records added}
-   *
-   * @param shardIds the shards the staged files hold, comma-separated; each is checked
-   * @param validateFrom sink snapshot seen at grant; the shard check walks back to it (null: to the start)
+   * <p>{@code shardIds} are the shards the staged files hold, comma-separated, each checked;
+   * {@code validateFrom} is the sink snapshot seen at the lease's grant, where the shard check stops
+   * walking back (null: the start).
    */
-  public static long[] commit(
-      Table table,
-      String stageToken,
-      String group,
-      String fenceKey,
-      int attempt,
-      String epochKey,
-      int epoch,
-      String shardIds,
-      Long validateFrom,
-      Map<String, String> properties) {
+  public static final class Request {
+    final String stageToken;
+    final String fenceKey;
+    final int attempt;
+    final int epoch;
+    final String shardIds;
+    final Long validateFrom;
+    final Map<String, String> properties;
+
+    public Request(
+        String stageToken,
+        String fenceKey,
+        int attempt,
+        int epoch,
+        String shardIds,
+        Long validateFrom,
+        Map<String, String> properties) {
+      this.stageToken = stageToken;
+      this.fenceKey = fenceKey;
+      this.attempt = attempt;
+      this.epoch = epoch;
+      this.shardIds = shardIds;
+      this.validateFrom = validateFrom;
+      this.properties = properties;
+    }
+  }
+
+  /** How one request of {@link #commitAll} ended: its snapshot on main, or the refusal that kept it out. */
+  public static final class Outcome {
+    private long snapshotId = -1;
+    private long added = 0;
+    private long conflicts = 0;
+    private RuntimeException refused = null;
+
+    public long snapshotId() {
+      return snapshotId;
+    }
+
+    public long added() {
+      return added;
+    }
+
+    /** Conflicting commits the swap that published it (or refused it) lost first. */
+    public long conflicts() {
+      return conflicts;
+    }
+
+    /** Null when published. */
+    public RuntimeException refused() {
+      return refused;
+    }
+  }
+
+  /** One request of a commit failed its check: that request is refused, and the commit tries again without it. */
+  static final class Refused extends ValidationException {
+    final int index;
+    final RuntimeException reason;
+
+    Refused(int index, RuntimeException reason) {
+      super("%s", reason.getMessage());
+      this.index = index;
+      this.reason = reason;
+    }
+  }
+
+  /**
+   * Publish the staged files of several leases in one swap of the sink's metadata: one catalog commit, a
+   * snapshot per lease inside it, each with its own summary, each checked against its own fence.
+   *
+   * <p>A request whose check fails (its lease fenced, a shard already in the sink, its staged output
+   * expired) is refused and the others are committed without it, in a new swap on fresh metadata:
+   * one lease's zombie never fails another's commit. A failure of the swap itself (the catalog
+   * unreachable, a race lost at every retry) is thrown, and no request was committed.
+   *
+   * @return one outcome per request, in order
+   */
+  public static List<Outcome> commitAll(Table table, String group, String epochKey, List<Request> requests) {
     table.refresh();
-    Snapshot staged = findStaged(table, stageToken);
-    if (staged == null) {
-      throw new StagedGone(
-          "staged output %s of shards %s is gone (expired before it was published?); nothing was committed",
-          stageToken, shardIds);
-    }
-    List<DataFile> files = new ArrayList<>();
-    for (DataFile file : staged.addedDataFiles(table.io())) {
-      files.add(file.copy());
-    }
-    Guard guard =
-        new Guard(group, fenceKey, attempt, epochKey, epoch, shardIds.split(","), validateFrom, staged);
-    FencingOperations ops =
-        new FencingOperations(((HasTableOperations) table).operations(), guard);
-    AppendFiles append = new BaseTable(ops, table.name()).newAppend();
-    files.forEach(append::appendFile);
-    properties.forEach(append::set);
-    append.set(TOKEN_KEY, stageToken);
-    append.commit();
-    Snapshot head = ops.current().currentSnapshot();
-    for (Snapshot s = head; s != null; s = parent(ops.current(), s)) {
-      if (stageToken.equals(s.summary().get(TOKEN_KEY))) {
-        String added = s.summary().getOrDefault("added-records", "0");
-        return new long[] {s.snapshotId(), ops.conflicts(), Long.parseLong(added)};
+    int count = requests.size();
+    List<Outcome> outcomes = new ArrayList<>();
+    Snapshot[] staged = new Snapshot[count];
+    List<Integer> pending = new ArrayList<>();
+    for (int i = 0; i < count; i++) {
+      outcomes.add(new Outcome());
+      Request request = requests.get(i);
+      staged[i] = findStaged(table, request.stageToken);
+      if (staged[i] == null) {
+        outcomes.get(i).refused = new StagedGone(
+            "staged output %s of shards %s is gone (expired before it was published?); nothing was committed",
+            request.stageToken, request.shardIds);
+      } else {
+        pending.add(i);
       }
     }
-    throw new IllegalStateException(
-        "the commit of shards " + shardIds + " succeeded but no snapshot on main carries its token " + stageToken);
+    long conflicts = 0;
+    while (!pending.isEmpty()) {
+      Batch guard = new Batch(group, epochKey, requests, pending, staged);
+      FencingOperations ops = new FencingOperations(((HasTableOperations) table).operations(), guard);
+      Transaction transaction = Transactions.newTransaction(table.name(), ops);
+      for (int i : pending) {
+        AppendFiles append = transaction.newAppend();
+        for (DataFile file : staged[i].addedDataFiles(table.io())) {
+          append.appendFile(file.copy());
+        }
+        requests.get(i).properties.forEach(append::set);
+        append.set(TOKEN_KEY, requests.get(i).stageToken);
+        append.commit();
+      }
+      try {
+        transaction.commitTransaction();
+      } catch (Refused refused) {
+        conflicts += ops.conflicts();
+        outcomes.get(refused.index).refused = refused.reason;
+        outcomes.get(refused.index).conflicts = conflicts;
+        pending.remove(Integer.valueOf(refused.index));
+        table.refresh();
+        continue;
+      }
+      conflicts += ops.conflicts();
+      published(ops.current(), requests, pending, outcomes, conflicts);
+      break;
+    }
+    return outcomes;
+  }
+
+  /** Fill in the snapshot each pending request made, found on main by its token. */
+  private static void published(
+      TableMetadata metadata, List<Request> requests, List<Integer> pending, List<Outcome> outcomes, long conflicts) {
+    Map<String, Integer> byToken = new HashMap<>();
+    pending.forEach(i -> byToken.put(requests.get(i).stageToken, i));
+    for (Snapshot s = metadata.currentSnapshot(); s != null && !byToken.isEmpty(); s = parent(metadata, s)) {
+      Integer index = byToken.remove(s.summary().get(TOKEN_KEY));
+      if (index != null) {
+        Outcome outcome = outcomes.get(index);
+        outcome.snapshotId = s.snapshotId();
+        outcome.added = Long.parseLong(s.summary().getOrDefault("added-records", "0"));
+        outcome.conflicts = conflicts;
+      }
+    }
+    if (!byToken.isEmpty()) {
+      throw new IllegalStateException(
+          "the commit succeeded but no snapshot on main carries the tokens " + byToken.keySet());
+    }
   }
 
   /** Drop a staged snapshot and its files after a failed publish, so a fenced attempt leaves nothing. */
@@ -232,52 +339,65 @@ public final class FencedCommit {
     return parentId == null ? null : metadata.snapshot(parentId);
   }
 
-  /** The checks, run against the exact base of each commit attempt. */
-  private static final class Guard implements Check {
+  /**
+   * The checks of every request in a commit, run against the exact base of each attempt at the swap.
+   * A request that fails its own check is thrown as {@link Refused}, naming it; two requests of one
+   * commit carrying the same shard are a duplicate like any other.
+   */
+  private static final class Batch implements Check {
     private final String group;
-    private final String fenceKey;
-    private final int attempt;
     private final String epochKey;
-    private final int epoch;
-    private final String[] shardIds;
-    private final Long validateFrom;
-    private final Snapshot staged;
+    private final List<Request> requests;
+    private final List<Integer> pending;
+    private final Snapshot[] staged;
 
-    Guard(
-        String group,
-        String fenceKey,
-        int attempt,
-        String epochKey,
-        int epoch,
-        String[] shardIds,
-        Long validateFrom,
-        Snapshot staged) {
+    Batch(String group, String epochKey, List<Request> requests, List<Integer> pending, Snapshot[] staged) {
       this.group = group;
-      this.fenceKey = fenceKey;
-      this.attempt = attempt;
       this.epochKey = epochKey;
-      this.epoch = epoch;
-      this.shardIds = shardIds;
-      this.validateFrom = validateFrom;
+      this.requests = requests;
+      this.pending = pending;
       this.staged = staged;
     }
 
     @Override
     public void check(TableMetadata base) {
-      int granted = Integer.parseInt(base.property(fenceKey, "0"));
-      if (attempt < granted) {
+      Map<String, Integer> claimed = new HashMap<>();
+      for (int i : pending) {
+        Request request = requests.get(i);
+        String[] shardIds = request.shardIds.split(",");
+        try {
+          checkOne(base, request, shardIds, staged[i]);
+          for (String shardId : shardIds) {
+            Integer other = claimed.putIfAbsent(shardId, i);
+            if (other != null) {
+              throw new AlreadyCommitted(
+                  "shard %s is in two requests of one commit (stages %s and %s)",
+                  shardId, requests.get(other).stageToken, request.stageToken);
+            }
+          }
+        } catch (ValidationException e) {
+          throw new Refused(i, e);
+        }
+      }
+    }
+
+    private void checkOne(TableMetadata base, Request request, String[] shardIds, Snapshot stagedSnapshot) {
+      int granted = Integer.parseInt(base.property(request.fenceKey, "0"));
+      if (request.attempt < granted) {
         throw new Fenced(
-            "lease fenced: %s is at attempt %s, this Borrower holds attempt %s", fenceKey, granted, attempt);
+            "lease fenced: %s is at attempt %s, this Borrower holds attempt %s",
+            request.fenceKey, granted, request.attempt);
       }
       int current = Integer.parseInt(base.property(epochKey, "0"));
-      if (epoch != current) {
-        throw new Fenced("epoch fenced: %s is %s, this lease is of epoch %s", epochKey, current, epoch);
+      if (request.epoch != current) {
+        throw new Fenced("epoch fenced: %s is %s, this lease is of epoch %s", epochKey, current, request.epoch);
       }
-      if (staged != null && base.snapshot(staged.snapshotId()) == null) {
+      if (base.snapshot(stagedSnapshot.snapshotId()) == null) {
         throw new StagedGone(
             "staged output of shards %s (snapshot %s) was expired before it was published; nothing was committed",
-            String.join(",", shardIds), staged.snapshotId());
+            request.shardIds, stagedSnapshot.snapshotId());
       }
+      Long validateFrom = request.validateFrom;
       boolean reached = validateFrom == null;
       Snapshot last = null;
       for (Snapshot s = base.currentSnapshot(); s != null; s = parent(base, s)) {
@@ -300,13 +420,15 @@ public final class FencedCommit {
         throw new ValidationException(
             "sink history back to snapshot %s (seen at grant) is expired, so it cannot be shown that shards %s "
                 + "are not committed yet; the Leader re-grants from the current head",
-            validateFrom, String.join(",", shardIds));
+            validateFrom, request.shardIds);
       }
     }
 
     @Override
-    public Snapshot staged() {
-      return staged;
+    public List<Snapshot> staged() {
+      List<Snapshot> all = new ArrayList<>();
+      pending.forEach(i -> all.add(staged[i]));
+      return all;
     }
   }
 

@@ -3,6 +3,7 @@ package icegroup.commit;
 import java.io.IOException;
 import java.io.UncheckedIOException;
 import java.util.ArrayList;
+import java.util.Collections;
 import java.util.List;
 import java.util.Map;
 import org.apache.iceberg.BaseTable;
@@ -151,8 +152,8 @@ public final class WindowReplace {
     public void check(TableMetadata base) {}
 
     @Override
-    public Snapshot staged() {
-      return staged;
+    public List<Snapshot> staged() {
+      return Collections.singletonList(staged);
     }
   }
 
@@ -248,8 +249,8 @@ public final class WindowReplace {
     }
 
     @Override
-    public Snapshot staged() {
-      return staged;
+    public List<Snapshot> staged() {
+      return Collections.singletonList(staged);
     }
   }
 }
