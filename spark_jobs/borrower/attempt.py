@@ -8,6 +8,7 @@ sink the same way, through here.
 from __future__ import annotations
 
 from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
 
@@ -24,7 +25,7 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retry import again_after
 from icegroup.spark_jobs.borrower.output import shard_output
 from icegroup.spark_jobs.row_files import RowFiles
-from icegroup.spark_jobs.sink.fenced_commit import claim, stage_shard
+from icegroup.spark_jobs.sink.fenced_commit import Published, claim, stage_shard
 from icegroup.spark_jobs.sink.group_commit import SinkCommitter
 from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink
 from icegroup.spark_jobs.transforms import Transform
@@ -62,6 +63,25 @@ class LeaseReport:
     phase: BorrowerPhase = BorrowerPhase.CONNECTING
 
 
+@dataclass(frozen=True)
+class Where:
+    """Where a lease reads its shards from: what staging a refused publish's shards again needs."""
+
+    root: int | None
+    source: Table
+
+
+@dataclass
+class InFlight:
+    """A publish of this lease that runs while the lease stages its next shards."""
+
+    future: Future[Published]
+    shards: list[Shard]
+    staged_s: float
+    started: float
+    where: Where
+
+
 @dataclass
 class LeaseRun:
     """One attempt of a lease in flight: what every phase of ``run_lease`` shares."""
@@ -76,6 +96,8 @@ class LeaseRun:
     progress: Progress
     run_id: str | None = None
     committer: SinkCommitter | None = None
+    publisher: ThreadPoolExecutor | None = None
+    in_flight: InFlight | None = None
     claimed: bool = False
     sink_ready: bool = False
     row_files: RowFiles = field(init=False)

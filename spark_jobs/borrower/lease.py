@@ -28,7 +28,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from functools import partial
 
 from pyiceberg.catalog import Catalog
@@ -42,6 +43,7 @@ from icegroup.iceberg.errors import (
     Fenced,
     IcegroupError,
     SinkError,
+    StagedOutputGone,
     StaleLease,
 )
 from icegroup.iceberg.failpoints import failpoint
@@ -54,7 +56,16 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retry import again_after
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_source, oldest_snapshot_id
-from icegroup.spark_jobs.borrower.attempt import LeaseReport, LeaseRun, Progress, deliver, output, staged_again
+from icegroup.spark_jobs.borrower.attempt import (
+    InFlight,
+    LeaseReport,
+    LeaseRun,
+    Progress,
+    Where,
+    deliver,
+    output,
+    staged_again,
+)
 from icegroup.spark_jobs.borrower.isolation import commit_without_poison, isolated_property
 from icegroup.spark_jobs.borrower.platform_retry import after_platform_failure, going_on
 from icegroup.spark_jobs.borrower.redelivery import (
@@ -67,7 +78,7 @@ from icegroup.spark_jobs.borrower.user_errors import describe_error
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.column_lineage import sink_columns
 from icegroup.spark_jobs.session import activate, reads_row_ids
-from icegroup.spark_jobs.sink.fenced_commit import PublishRequest, claim, lease_history
+from icegroup.spark_jobs.sink.fenced_commit import Published, PublishRequest, claim, discard_staged, lease_history
 from icegroup.spark_jobs.sink.group_commit import SinkCommitter
 from icegroup.spark_jobs.transforms import load_transform
 
@@ -174,19 +185,37 @@ def execute_lease(
     run.row_files.row_ids = group.source_row_ids and reads_row_ids(spark, source.metadata.format_version)
     root = oldest_snapshot_id(source) if any(s.from_snapshot is None for s in todo) else None
     stopped = stop.is_set if stop is not None else lambda: False
-    for batch in commit_batches(todo, group.commit_batch_rows):
-        if stopped():
-            break
-        together = partial(commit_together, run, batch, root, source)
-        alone = staged_again(run.progress, together) if len(batch) > 1 else batch
-        for shard in alone:
+    try:
+        for batch in commit_batches(todo, group.commit_batch_rows):
             if stopped():
                 break
-            staged_again(run.progress, partial(commit_alone, run, shard, root, source))
+            commit_batch(run, batch, root, source, stopped)
+        settle(run)
+    except BaseException:
+        drain(run)
+        raise
+    finally:
+        if run.publisher is not None:
+            run.publisher.shutdown(wait=True)
     if stopped():
         hand_back(run, todo)
     run.report.duration_s = time.perf_counter() - started_at
     return report(run)
+
+
+def commit_batch(
+    run: LeaseRun, batch: list[Shard], root: int | None, source: Table, stopped: Callable[[], bool], wait: bool = False
+) -> None:
+    """Commit a batch of shards: staged together and published in one commit, or, when that fails, each alone.
+
+    Without ``wait`` the last publish is left in flight (``settle``); with it, every publish has landed.
+    """
+    together = partial(commit_together, run, batch, root, source, wait)
+    alone = staged_again(run.progress, together) if len(batch) > 1 else batch
+    for shard in alone:
+        if stopped():
+            break
+        staged_again(run.progress, partial(commit_alone, run, shard, root, source, wait))
 
 
 def connect(run: LeaseRun, shards: int) -> None:
@@ -236,8 +265,11 @@ def count_own_commits(run: LeaseRun, commits: Iterable[SinkCommit]) -> None:
             run.report.sink_snapshots.append(commit.snapshot_id)
 
 
-def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -> None:
-    """Stage one shard, delivering it again when that fails and recording it as poison at the last, then publish it."""
+def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table, wait: bool = True) -> None:
+    """Stage one shard, delivering it again when that fails and recording it as poison at the last, then publish it.
+
+    Without ``wait`` the publish is left in flight while the lease stages its next shards (``publish``).
+    """
     failpoint("borrower.before_read")
     started = time.perf_counter()
     build = output(run, [shard], root, source)
@@ -250,15 +282,20 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table) -
     if isinstance(staged, Undelivered) and run.group.on_poison == "isolate":
         staged, isolated, why_not = commit_without_poison(run, shard, root, source, staged.error)
     if isinstance(staged, Undelivered):
+        settle(run)  # the shards before it land first
         claim(run.catalog, run.group, run.lease)  # only the lease's holder may declare its shard poison
         raise record_poison_shard(run.catalog, run.group, run.lease, shard, staged.error, why_not)
     failpoint("borrower.after_stage")
     # A lone shard refused as a duplicate is in a commit (or SinkError is raised): none is left over.
-    publish(run, [shard], staged.token, time.perf_counter() - started, isolated_property(shard, isolated))
+    where = Where(root, source)
+    extra = isolated_property(shard, isolated)
+    publish(run, [shard], staged.token, time.perf_counter() - started, where, extra, wait=wait and not isolated)
     run.report.isolated_rows += sum(map(len, isolated.values()))  # after the publish: a re-staged shard isolates again
 
 
-def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source: Table) -> list[Shard]:
+def commit_together(
+    run: LeaseRun, batch: list[Shard], root: int | None, source: Table, wait: bool = True
+) -> list[Shard]:
     """Stage small shards in one Spark job and publish them in one commit; returns those left to commit alone.
 
     A batch is delivered once. If that fails, each of its shards is delivered on its own, so that
@@ -274,32 +311,104 @@ def commit_together(run: LeaseRun, batch: list[Shard], root: int | None, source:
         run.progress(f"{len(batch)} shards staged together failed ({describe_error(exc)}); delivering each alone")
         return batch
     failpoint("borrower.after_stage")
-    return publish(run, batch, staged, time.perf_counter() - started)
+    return publish(run, batch, staged, time.perf_counter() - started, Where(root, source), wait=wait)
 
 
 def publish(
-    run: LeaseRun, shards: list[Shard], token: str, staged_s: float, extra: dict[str, str] | None = None
+    run: LeaseRun,
+    shards: list[Shard],
+    token: str,
+    staged_s: float,
+    where: Where,
+    extra: dict[str, str] | None = None,
+    wait: bool = True,
 ) -> list[Shard]:
-    """Publish staged shards in one fenced commit; returns the shards still to commit on their own.
+    """Publish staged shards in one fenced commit, after the publish in flight; returns the shards left to commit.
 
-    A commit refused because a shard is in the sink already is sorted out in ``refused_as_duplicate``.
-    ``staged_s`` is how long reading, transforming and staging took, for the log line; ``extra``
-    are more summary properties (the rows a shard's commit left out).
+    Without ``wait`` the publish runs on the lease's publisher thread while the lease reads and
+    stages its next shards, and ``settle`` (before the next publish, or at the lease's end) counts it
+    or sorts out its refusal; publishes stay one at a time and in order. With ``wait`` it lands
+    first. A commit refused because a shard is in the sink already is sorted out in
+    ``refused_as_duplicate``. ``staged_s`` is how long reading, transforming and staging took, for
+    the log line; ``extra`` are more summary properties (the rows a shard's commit left out).
     """
+    try:
+        settle(run)
+    except BaseException:
+        discarded(run, token)
+        raise
     group, lease = run.group, run.lease
-    started = time.perf_counter()
     props = commit_properties(
         group.name, group.source, lease.lease_id, lease.epoch, lease.attempt, shards, lease.origin, run.run_id
     ) | (extra or {})
-    ids = [shard.shard_id for shard in shards]
     committer = run.committer or SinkCommitter(run.spark, run.sink_table, group.name)
+    request = PublishRequest(token, lease, [shard.shard_id for shard in shards], props)
+
+    def land() -> Published:
+        published = committer.publish(request)
+        failpoint("borrower.after_commit")
+        return published
+
+    if run.publisher is None:
+        run.publisher = ThreadPoolExecutor(max_workers=1, thread_name_prefix=f"{group.name}-publish")
+    run.in_flight = InFlight(run.publisher.submit(land), shards, staged_s, time.perf_counter(), where)
+    return settle(run, again=False) if wait else []
+
+
+def discarded(run: LeaseRun, token: str) -> None:
+    """Expire staged output the lease will not publish (the publish before it failed); a failure only warns.
+
+    Left behind, it would stay invisible on main until the sink's snapshots expire, as a Borrower
+    killed between stage and publish leaves it.
+    """
     try:
-        published = committer.publish(PublishRequest(token, lease, ids, props))
+        discard_staged(run.spark, run.sink_table, token)
+    except Exception as exc:  # the error that ended the lease is the one to raise
+        log.warning("%s: staged output %s left behind: %s", run.group.name, token, describe_error(exc))
+
+
+def settle(run: LeaseRun, again: bool = True) -> list[Shard]:
+    """Wait for this lease's publish in flight and count what it committed; returns the shards it left to commit.
+
+    A lease fenced meanwhile ends (``StaleLease``). A publish refused as a duplicate leaves the
+    shards no other attempt committed (``refused_as_duplicate``): a publish that was left in flight
+    commits them alone here, at once, as it does staged output an expiry took before the publish
+    (with ``again``); otherwise they are returned, and ``StagedOutputGone`` is raised, to the caller
+    that stages and publishes (``staged_again``).
+    """
+    pending, run.in_flight = run.in_flight, None
+    if pending is None:
+        return []
+    try:
+        published = pending.future.result()
     except Fenced as exc:
         raise StaleLease(str(exc)) from exc
     except AlreadyCommitted as exc:
-        return refused_as_duplicate(run, shards, exc)
-    failpoint("borrower.after_commit")
+        left = refused_as_duplicate(run, pending.shards, exc)
+    except StagedOutputGone as exc:
+        if not again:
+            raise
+        run.progress(f"{exc}; staging again")
+        left = pending.shards
+    else:
+        counted(run, pending, published)
+        return []
+    if not again:
+        return left
+    commit_batch(run, left, pending.where.root, pending.where.source, lambda: False, wait=True)
+    return []
+
+
+def drain(run: LeaseRun) -> None:
+    """On the way out of a failed lease: wait for its publish in flight, and count it if it landed."""
+    pending, run.in_flight = run.in_flight, None
+    if pending is not None and pending.future.exception() is None:
+        counted(run, pending, pending.future.result())
+
+
+def counted(run: LeaseRun, pending: InFlight, published: Published) -> None:
+    """Add a publish that landed to the lease's report, and say where its time went."""
+    shards = pending.shards
     run.report.commit_conflicts += published.conflicts
     for shard in shards:
         count_shard(run, shard)
@@ -307,12 +416,12 @@ def publish(
     run.report.sink_snapshots.append(published.snapshot_id)
     rows = sum(shard.rows for shard in shards)
     streams = ", ".join(sorted({shard.stream for shard in shards}))
-    what = f"shard {ids[0]}" if len(ids) == 1 else f"{len(ids)} shards {ids[0]}..{ids[-1]}"
+    first, last = shards[0].shard_id, shards[-1].shard_id
+    what = f"shard {first}" if len(shards) == 1 else f"{len(shards)} shards {first}..{last}"
     run.progress(
-        f"{what} ({streams}, {rows} rows) committed: read, transformed and staged in {staged_s:.2f}s, "
-        f"published in {time.perf_counter() - started:.2f}s"
+        f"{what} ({streams}, {rows} rows) committed: read, transformed and staged in {pending.staged_s:.2f}s, "
+        f"published in {time.perf_counter() - pending.started:.2f}s"
     )
-    return []
 
 
 def refused_as_duplicate(run: LeaseRun, shards: list[Shard], exc: AlreadyCommitted) -> list[Shard]:

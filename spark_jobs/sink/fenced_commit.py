@@ -204,6 +204,13 @@ def publish_shard(
     return outcome
 
 
+def discard_staged(spark: SparkSession, table: str, token: str) -> None:
+    """Expire a staged snapshot and its files, so a lease that ends before publishing it leaves nothing."""
+    jvm: Any = spark._jvm
+    iceberg_table = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+    jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, token)
+
+
 @dataclass(frozen=True)
 class Replaced:
     """A replay's commit: the window's old rows out, the new rows in, in one snapshot."""

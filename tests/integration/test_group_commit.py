@@ -1,18 +1,21 @@
-"""Several leases publish in one swap of the sink's metadata, each fenced by its own attempt."""
+"""Leases publish in one swap of the sink's metadata, each fenced by its own attempt; a lease publishes as it stages."""
 
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
+from pathlib import Path
 
 import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import DataFrame, SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
-from icegroup.iceberg.errors import AlreadyCommitted, Fenced
+from icegroup.iceberg.errors import AlreadyCommitted, Fenced, StaleLease
+from icegroup.iceberg.failpoints import ENV
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.fences import fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -21,12 +24,15 @@ from icegroup.iceberg.protocol.sink_commit import KEY_STAGE, commit_properties
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.sink_history import read_sink_history
 from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.borrower.lease import run_lease
 from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.shards import read_shard
 from icegroup.spark_jobs.sink.fenced_commit import Published, PublishRequest, publish_all, stage_shard
 from icegroup.spark_jobs.sink.group_commit import SinkCommitter
 from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
 from tests.factories import MakeGroup, append_batches, create_source
+from tests.integration.helpers import quiet
+from tests.integration.test_fencing_and_resume import first_lease
 
 pytestmark = pytest.mark.spark
 
@@ -163,3 +169,44 @@ def test_publishes_that_meet_share_a_swap_and_never_race(
 def group_sink(lakehouse: LakehouseConfig, group: GroupConfig) -> str:
     """The sink as Spark names it."""
     return f"{lakehouse.catalog_name}.{group.sink}"
+
+
+def test_a_lease_fenced_while_its_publish_is_in_flight_ends_and_leaves_its_next_stage_behind_nowhere(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A lease's publish runs while it stages its next shard; a fence raised meanwhile stops it at its next publish."""
+    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4, commit_batch_rows=1)
+    append_batches(create_source(catalog, group.source), 3, 9)
+    lease, shards = first_lease(catalog, group)
+    assert len(shards) >= 3
+    points = tmp_path / "failpoints"
+    points.mkdir()
+    (points / "borrower.after_commit").touch()  # the first publish holds still once it has landed
+    monkeypatch.setenv(ENV, str(points))
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_lease, spark, lakehouse, group, lease, shards, quiet)
+        deadline = time.monotonic() + 120
+        while not list(points.glob("hit.*")) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (hit,) = points.glob("hit.*")
+        while len(staged_snapshots(catalog, group)) < 1 and time.monotonic() < deadline:
+            time.sleep(0.05)  # the lease staged its second shard while the first publish is held
+        assert staged_snapshots(catalog, group), "the second shard is staged while the first publish is held"
+        raise_fences(catalog.load_table(group.sink), {fence_key(group.name, lease.lease_id): lease.attempt + 1})
+        hit.unlink()
+        with pytest.raises(StaleLease, match="lease fenced"):
+            running.result(timeout=120)
+
+    assert carriers(catalog, group) == {shards[0].shard_id: lease.lease_id}
+    assert staged_snapshots(catalog, group) == [], "the second shard's staged output is expired, not left behind"
+
+
+def staged_snapshots(catalog: Catalog, group: GroupConfig) -> list[int]:
+    """The sink's staged snapshots: output no publish has taken yet."""
+    sink = catalog.load_table(group.sink)
+    return [s.snapshot_id for s in sink.snapshots() if (s.summary or {}).get(KEY_STAGE)]

@@ -464,7 +464,7 @@ def test_rows_isolated_from_a_shard_staged_again_are_counted_once(
         borrower, "commit_without_poison", lambda *_args: (Staged("t"), {"f.parquet": [4, 9, 12]}, None)
     )
     publishes = Commits(StagedOutputGone("staged output t of shards s1 is gone"))
-    monkeypatch.setattr(borrower, "publish", lambda *_args: publishes())
+    monkeypatch.setattr(borrower, "publish", lambda *_args, **_kwargs: publishes())
 
     staged_again(lambda _line: None, partial(borrower.commit_alone, run, shard(1), None, None))  # type: ignore[arg-type]
 
