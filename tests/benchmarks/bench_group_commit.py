@@ -1,13 +1,14 @@
-"""What a Borrower running several leases at once pays per sink commit: swaps of the sink's metadata, lost races, time.
+"""What a Borrower that publishes many small commits pays for them: time and lost races, one slot or several.
 
-The case group commit is for (``spark_jobs/sink/group_commit.py``): one process holds a lease per
-slot (``leases_per_borrower: 1``, three slots) and every shard commits alone (``commit_batch_rows``
-300, one source snapshot), so three threads publish small commits to one sink all the time. One
+The case group commit and a publish in flight are for (``spark_jobs/sink/group_commit.py``,
+``spark_jobs/borrower/lease.py``): one process holds a lease per slot (``leases_per_borrower: 1``,
+``--borrowers`` slots, 3 by default) and every shard commits alone (``commit_batch_rows`` 1, a
+shard per source file), so the threads publish small commits to one sink all the time; with one
+slot, one lease stages and publishes shard after shard. One
 process, one session warmed up first; ``--rounds`` times, a new group consumes the same source
 (``--snapshots`` appends of 300 rows, round-robin over three streams) until caught up, into a sink of
 its own, checked equal to the source key by key. Per round it records the seconds, the sink's
-snapshots, the metadata files written (one per swap: a stage, a claim, a publish; and one per lost
-race), and the conflicting commits the publishes retried.
+commits and the conflicting commits the publishes retried.
 
 It measures one checkout; ``--label`` names it in ``results/group_commit.json``, so two checkouts
 (before and after a change) can be run in turn, A B A B, and read side by side. Run:
@@ -37,16 +38,11 @@ from tests.stack_env import home_env
 SOURCE = "bench.events"
 WARM_UP = "bench.warm_up"
 TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
-FIELDS = {"max_borrowers": 3, "leases_per_borrower": 1, "commit_batch_rows": 1, "shard_caps": {"max_files": 1}}
+FIELDS = {"leases_per_borrower": 1, "commit_batch_rows": 1, "shard_caps": {"max_files": 1}}
 RESULTS = Path(__file__).parent / "results" / "group_commit.json"
 
 
-def metadata_files(location: str) -> int:
-    """The metadata files written for a local table: one per swap, and one per swap that lost its race."""
-    return len(list(Path(location.removeprefix("file:")).parent.glob("*.metadata.json")))
-
-
-def run(snapshots: int, rounds: int, home: Path) -> list[dict[str, float]]:
+def run(snapshots: int, rounds: int, borrowers: int, home: Path) -> list[dict[str, float]]:
     """``rounds`` consumes of one source by new groups in one warm session; each round's figures."""
     lakehouse = load_lakehouse(env=home_env(home))
     catalog = lakehouse.catalog()
@@ -58,7 +54,7 @@ def run(snapshots: int, rounds: int, home: Path) -> list[dict[str, float]]:
         name = "warm_up" if index < 0 else f"round_{index}"
         group = GroupConfig.model_validate(
             {"name": name, "source": WARM_UP if index < 0 else SOURCE, "sink": f"bench.out_{name}",
-             "transform": TRANSFORM, "warm_borrowers": 0, **FIELDS}
+             "transform": TRANSFORM, "warm_borrowers": 0, "max_borrowers": borrowers, **FIELDS}
         )  # fmt: skip
         hooks = ConsumeHooks(spark=lambda: spark, observe_others=lambda _: RunState.MISSING, progress=lambda _: None)
         started = time.perf_counter()
@@ -75,7 +71,6 @@ def run(snapshots: int, rounds: int, home: Path) -> list[dict[str, float]]:
             {
                 "seconds": round(elapsed, 2),
                 "sink_commits": commits,
-                "metadata_files": metadata_files(sink.metadata_location),
                 "conflicts_retried": sum(report.commit_conflicts for report in summary.reports),
                 "leases": summary.leases,
             }
@@ -91,16 +86,17 @@ def main() -> None:
     parser.add_argument("--label", required=True, help="what this checkout is (before, after)")
     parser.add_argument("--snapshots", type=int, default=30, help="source appends of 300 rows (default %(default)s)")
     parser.add_argument("--rounds", type=int, default=2, help="consumes by new groups (default %(default)s)")
+    parser.add_argument("--borrowers", type=int, default=3, help="leases at once, max_borrowers (default %(default)s)")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-group-commit-") as tmp:
-        figures = run(args.snapshots, args.rounds, Path(tmp) / "lake")
+        figures = run(args.snapshots, args.rounds, args.borrowers, Path(tmp) / "lake")
     result = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     runs = result.setdefault(args.label, [])
     runs.append(
         {
             "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
             "snapshots": args.snapshots,
-            "fields": FIELDS,
+            "fields": FIELDS | {"max_borrowers": args.borrowers},
             "rounds": figures,
             "median": {key: statistics.median(f[key] for f in figures) for key in figures[0]},
         }
