@@ -137,19 +137,20 @@ def output(
     )
 
 
-def staged_again(progress: Progress, commit: Callable[[], T]) -> T:
+def staged_again(progress: Progress, commit: Callable[[], T], failed_before: int = 0) -> T:
     """``commit()`` (stage shards, then publish them), tried again when its staged output is gone at publish.
 
     A staged snapshot is on no branch until its publish, so an expiry of the sink's snapshots in
     between (another engine's ``expire_snapshots``, or the sink's own maintenance) can take it. The
     publish then commits nothing, so staging the same shards again and publishing that keeps every
     row exactly once; the fenced commit's shard check still refuses a shard that is in the sink.
+    ``failed_before`` are the stagings of these shards already lost (a publish left in flight).
     """
 
     def wait_after(error: Exception, failed: int, _waited_s: float) -> float | None:
-        return 0.0 if isinstance(error, StagedOutputGone) and failed < STAGINGS else None
+        return 0.0 if isinstance(error, StagedOutputGone) and failed_before + failed < STAGINGS else None
 
     def again(error: Exception, failed: int, _wait_s: float) -> None:
-        progress(f"{error}; staging again ({failed + 1}/{STAGINGS})")
+        progress(f"{error}; staging again ({failed_before + failed + 1}/{STAGINGS})")
 
     return again_after(commit, wait_after, again)

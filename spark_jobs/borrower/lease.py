@@ -57,6 +57,7 @@ from icegroup.iceberg.retry import again_after
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_source, oldest_snapshot_id
 from icegroup.spark_jobs.borrower.attempt import (
+    STAGINGS,
     InFlight,
     LeaseReport,
     LeaseRun,
@@ -204,18 +205,25 @@ def execute_lease(
 
 
 def commit_batch(
-    run: LeaseRun, batch: list[Shard], root: int | None, source: Table, stopped: Callable[[], bool], wait: bool = False
+    run: LeaseRun,
+    batch: list[Shard],
+    root: int | None,
+    source: Table,
+    stopped: Callable[[], bool],
+    wait: bool = False,
+    failed_before: int = 0,
 ) -> None:
     """Commit a batch of shards: staged together and published in one commit, or, when that fails, each alone.
 
     Without ``wait`` the last publish is left in flight (``settle``); with it, every publish has landed.
+    ``failed_before`` are the stagings of these shards an expiry already took.
     """
     together = partial(commit_together, run, batch, root, source, wait)
-    alone = staged_again(run.progress, together) if len(batch) > 1 else batch
+    alone = staged_again(run.progress, together, failed_before) if len(batch) > 1 else batch
     for shard in alone:
         if stopped():
             break
-        staged_again(run.progress, partial(commit_alone, run, shard, root, source, wait))
+        staged_again(run.progress, partial(commit_alone, run, shard, root, source, wait), failed_before)
 
 
 def connect(run: LeaseRun, shards: int) -> None:
@@ -289,7 +297,7 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table, w
     # A lone shard refused as a duplicate is in a commit (or SinkError is raised): none is left over.
     where = Where(root, source)
     extra = isolated_property(shard, isolated)
-    publish(run, [shard], staged.token, time.perf_counter() - started, where, extra, wait=wait and not isolated)
+    publish(run, [shard], staged.token, time.perf_counter() - started, where, extra, wait=wait or bool(isolated))
     run.report.isolated_rows += sum(map(len, isolated.values()))  # after the publish: a re-staged shard isolates again
 
 
@@ -379,6 +387,7 @@ def settle(run: LeaseRun, again: bool = True) -> list[Shard]:
     pending, run.in_flight = run.in_flight, None
     if pending is None:
         return []
+    failed_before = 0
     try:
         published = pending.future.result()
     except Fenced as exc:
@@ -388,14 +397,19 @@ def settle(run: LeaseRun, again: bool = True) -> list[Shard]:
     except StagedOutputGone as exc:
         if not again:
             raise
-        run.progress(f"{exc}; staging again")
+        failed_before = 1
+        run.progress(f"{exc}; staging again (2/{STAGINGS})")
         left = pending.shards
     else:
         counted(run, pending, published)
         return []
     if not again:
         return left
-    commit_batch(run, left, pending.where.root, pending.where.source, lambda: False, wait=True)
+    try:
+        commit_batch(run, left, pending.where.root, pending.where.source, lambda: False, True, failed_before)
+    except StagedOutputGone as exc:
+        # These shards' stagings are spent; raised as it is, the caller would stage its own shard again.
+        raise SinkError(str(exc)) from exc
     return []
 
 

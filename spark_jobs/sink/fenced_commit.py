@@ -177,7 +177,10 @@ def published_or_refused(
         return SinkError(f"sink: commit of shards {shards} to {table} failed: {java_error}")
     if refused.error in (SinkError, StagedOutputGone):
         return refused.error(f"sink: commit of shards {shards} to {table} failed: {refused.message}")
-    jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, request.token)
+    try:
+        jvm.icegroup.commit.FencedCommit.discardStaged(iceberg_table, request.token)
+    except Py4JJavaError as exc:  # the refusal is the answer: the other requests' commits landed
+        log.warning("sink %s: refused staged output %s left behind: %s", table, request.token, exc.java_exception)
     return refused.error(f"sink: commit of shards {shards} to {table} refused: {refused.message}")
 
 

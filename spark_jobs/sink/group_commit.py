@@ -19,7 +19,6 @@ from concurrent.futures import Future
 
 from pyspark.sql import SparkSession
 
-from icegroup.iceberg.errors import IcegroupError
 from icegroup.spark_jobs.sink.fenced_commit import Published, PublishRequest, publish_all
 
 
@@ -58,20 +57,18 @@ class SinkCommitter:
 
     def _commit(self, batch: list[tuple[PublishRequest, Future[Published]]]) -> None:
         """One swap for ``batch``; every request's future gets its outcome, then the next batch may go."""
+        outcomes: list[Published | BaseException]
         try:
-            outcomes = publish_all(self.spark, self.table, self.group, [request for request, _ in batch])
+            outcomes = list(publish_all(self.spark, self.table, self.group, [request for request, _ in batch]))
         except BaseException as exc:
-            for _, future in batch:
-                future.set_exception(exc)
-        else:
+            outcomes = [exc] * len(batch)
+        with self._turn:
             for (_, future), outcome in zip(batch, outcomes, strict=True):
-                if isinstance(outcome, IcegroupError):
+                if isinstance(outcome, BaseException):
                     future.set_exception(outcome)
                 else:
                     future.set_result(outcome)
                     self.published += 1
-        finally:
-            with self._turn:
-                self.swaps += 1
-                self._committing = False
-                self._turn.notify_all()
+            self.swaps += 1
+            self._committing = False
+            self._turn.notify_all()

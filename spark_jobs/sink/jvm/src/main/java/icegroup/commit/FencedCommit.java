@@ -152,7 +152,10 @@ public final class FencedCommit {
       return added;
     }
 
-    /** Conflicting commits the swap that published it (or refused it) lost first. */
+    /**
+     * Conflicting commits the swaps of this call lost, on the first request published (or on the first
+     * request, when none was): summed over outcomes, each lost swap counts once.
+     */
     public long conflicts() {
       return conflicts;
     }
@@ -223,21 +226,25 @@ public final class FencedCommit {
       } catch (Refused refused) {
         conflicts += ops.conflicts();
         outcomes.get(refused.index).refused = refused.reason;
-        outcomes.get(refused.index).conflicts = conflicts;
         pending.remove(Integer.valueOf(refused.index));
         table.refresh();
         continue;
       }
       conflicts += ops.conflicts();
-      published(ops.current(), requests, pending, outcomes, conflicts);
+      published(ops.current(), requests, pending, outcomes);
+      outcomes.get(pending.get(0)).conflicts = conflicts;
+      conflicts = 0;
       break;
+    }
+    if (conflicts > 0) {
+      outcomes.get(0).conflicts = conflicts;
     }
     return outcomes;
   }
 
   /** Fill in the snapshot each pending request made, found on main by its token. */
   private static void published(
-      TableMetadata metadata, List<Request> requests, List<Integer> pending, List<Outcome> outcomes, long conflicts) {
+      TableMetadata metadata, List<Request> requests, List<Integer> pending, List<Outcome> outcomes) {
     Map<String, Integer> byToken = new HashMap<>();
     pending.forEach(i -> byToken.put(requests.get(i).stageToken, i));
     for (Snapshot s = metadata.currentSnapshot(); s != null && !byToken.isEmpty(); s = parent(metadata, s)) {
@@ -246,7 +253,6 @@ public final class FencedCommit {
         Outcome outcome = outcomes.get(index);
         outcome.snapshotId = s.snapshotId();
         outcome.added = Long.parseLong(s.summary().getOrDefault("added-records", "0"));
-        outcome.conflicts = conflicts;
       }
     }
     if (!byToken.isEmpty()) {
