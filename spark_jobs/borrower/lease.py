@@ -125,9 +125,11 @@ def run_lease(
     read_to = shards[-1].read_at() if shards else None
     events = run_events(lakehouse, catalog, group.name, f"{group.name}.lease", key, group.source, read_to)
     events.start()
+    # One report for every try: a commit that landed in a try the platform then failed is this run's.
+    tally = LeaseReport(lease.lease_id, lease.attempt, lease.epoch, lease.window_start_ms, len(shards))
     try:
         done = again_after(
-            lambda: execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop, committer),
+            lambda: execute_lease(spark, lakehouse, group, lease, shards, progress, run_id, stop, committer, tally),
             partial(after_platform_failure, spark, group, lease, stop),
             partial(going_on, f"{group.name} lease {lease.lease_id}#{lease.attempt}", progress),
         )
@@ -153,8 +155,12 @@ def execute_lease(
     run_id: str | None,
     stop: threading.Event | None = None,
     committer: SinkCommitter | None = None,
+    tally: LeaseReport | None = None,
 ) -> LeaseReport:
-    """The work of ``run_lease``: connect, resume after what is committed, commit the rest until ``stop`` is set."""
+    """The work of ``run_lease``: connect, resume after what is committed, commit the rest until ``stop`` is set.
+
+    ``tally`` is the report of the tries before this one, if any: what they committed stays counted.
+    """
     started_at = time.perf_counter()
     activate(spark)
     ship_transform(spark, group.transform)
@@ -169,13 +175,7 @@ def execute_lease(
         group=group,
         lease=lease,
         transform=load_transform(group.transform),
-        report=LeaseReport(
-            lease_id=lease.lease_id,
-            attempt=lease.attempt,
-            epoch=lease.epoch,
-            window_start_ms=lease.window_start_ms,
-            shards_total=len(shards),
-        ),
+        report=tally or LeaseReport(lease.lease_id, lease.attempt, lease.epoch, lease.window_start_ms, len(shards)),
         progress=said,
         run_id=run_id,
         committer=committer,
@@ -256,6 +256,8 @@ def resume(run: LeaseRun, shards: list[Shard]) -> list[Shard]:
     for shard in shards:
         run.report.source_from = shard.from_snapshot if run.report.source_from is None else run.report.source_from
         run.report.source_to = shard.to_snapshot
+        if shard.shard_id in run.report.committed:
+            continue  # an earlier try of this run committed it, and counted it
         if shard.shard_id in done:
             run.report.resumed.append(shard.shard_id)
             run.progress(f"shard {shard.shard_id} ({shard.stream}) already committed; resuming after it")
