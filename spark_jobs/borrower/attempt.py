@@ -7,7 +7,7 @@ sink the same way, through here.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TypeVar
@@ -21,6 +21,7 @@ from icegroup.iceberg.errors import StagedOutputGone
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import BorrowerPhase
 from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.sink_commit import SinkCommit
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retry import again_after
 from icegroup.spark_jobs.borrower.output import shard_output
@@ -154,3 +155,20 @@ def staged_again(progress: Progress, commit: Callable[[], T], failed_before: int
         progress(f"{error}; staging again ({failed_before + failed + 1}/{STAGINGS})")
 
     return again_after(commit, wait_after, again)
+
+
+def count_own_commits(run: LeaseRun, commits: Iterable[SinkCommit]) -> None:
+    """Add the sink commits made by this lease attempt to its report: rows out and sink snapshots."""
+    for commit in commits:
+        own = commit.lease_id == run.lease.lease_id and commit.attempt == run.lease.attempt
+        if own and commit.snapshot_id not in run.report.sink_snapshots:
+            run.report.rows_out += commit.added_records
+            run.report.sink_snapshots.append(commit.snapshot_id)
+
+
+def count_shard(run: LeaseRun, shard: Shard) -> None:
+    """Add a shard this attempt committed to its report."""
+    run.report.committed.append(shard.shard_id)
+    run.report.rows_in += shard.rows
+    run.report.bytes_in += shard.bytes
+    run.report.files_in += len(shard.files)

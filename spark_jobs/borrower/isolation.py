@@ -7,7 +7,7 @@ platform during a try is raised (``PlatformUnavailable``): it says nothing about
 lease goes on later as for any outage. Isolation needs a transform that turns rows into output one
 by one (``rowwise``): leaving a row out of an aggregation would change other rows' output.
 
-When every delivery of a shard failed, the lease (``spark_jobs/borrower/lease.py``) hands it here:
+When every delivery of a shard failed, the lease (``spark_jobs/borrower/publishing.py``) hands it here:
 ``commit_without_poison`` isolates the rows, records them as dead rows, and stages the rest, whose
 commit then names the rows it left out (``isolated_property``).
 """

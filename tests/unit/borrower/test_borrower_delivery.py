@@ -21,7 +21,7 @@ from icegroup.iceberg.errors import (
     StaleLease,
 )
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.spark_jobs.borrower import lease as borrower
+from icegroup.spark_jobs.borrower import publishing as borrower
 from icegroup.spark_jobs.borrower.attempt import STAGINGS, LeaseReport, staged_again
 from icegroup.spark_jobs.borrower.platform_retry import platform_retry
 from icegroup.spark_jobs.borrower.redelivery import Staged, Undelivered, stage_with_redelivery
