@@ -210,3 +210,84 @@ def staged_snapshots(catalog: Catalog, group: GroupConfig) -> list[int]:
     """The sink's staged snapshots: output no publish has taken yet."""
     sink = catalog.load_table(group.sink)
     return [s.snapshot_id for s in sink.snapshots() if (s.summary or {}).get(KEY_STAGE)]
+
+
+def held_at(points: Path, deadline: float) -> Path:
+    """The hit file of the one fail point a lease is held at, once it is reached."""
+    while not list(points.glob("hit.*")) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    (hit,) = points.glob("hit.*")
+    return hit
+
+
+def armed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> Path:
+    """A fail point folder with ``point`` armed, for this test's process."""
+    points = tmp_path / "failpoints"
+    points.mkdir()
+    (points / point).touch()
+    monkeypatch.setenv(ENV, str(points))
+    return points
+
+
+def test_a_batch_in_flight_refused_as_a_duplicate_counts_its_own_shard_and_commits_the_rest(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An earlier try of this attempt committed one shard of a batch while the batch staged: the rest commit once."""
+    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4, commit_batch_rows=10_000)
+    append_batches(create_source(catalog, group.source), 3, 9)
+    lease, shards = first_lease(catalog, group)
+    assert len(shards) >= 3
+    points = armed(tmp_path, monkeypatch, "borrower.after_stage")
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_lease, spark, lakehouse, group, lease, shards, quiet)
+        hit = held_at(points, time.monotonic() + 120)  # the three shards are staged together, not published
+        earlier = run_lease(spark, lakehouse, group, lease, [shards[1]], quiet)
+        hit.unlink()
+        done = running.result(timeout=120)
+
+    assert earlier.committed == [shards[1].shard_id]
+    assert sorted(done.committed) == sorted(shard.shard_id for shard in shards), "its own shard counts, once"
+    assert done.resumed == []
+    assert done.fenced == []
+    assert set(carriers(catalog, group)) == {shard.shard_id for shard in shards}
+    assert staged_snapshots(catalog, group) == [], "the refused batch's staged output is expired"
+    check = verify_group(catalog, group, key="event_id")
+    other_leases = catalog.load_table(group.source).scan().to_arrow().num_rows - sum(s.rows for s in shards)
+    assert (check.missing, check.duplicates) == (other_leases, 0), "this lease's rows are in the sink, once"
+
+
+def test_a_lease_stopped_with_a_publish_in_flight_lands_it_and_hands_back_the_rest(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Stopped with its first publish held and its second shard staged, a lease commits both, hands back the rest."""
+    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4, commit_batch_rows=1)
+    append_batches(create_source(catalog, group.source), 3, 9)
+    lease, shards = first_lease(catalog, group)
+    assert len(shards) >= 3
+    points = armed(tmp_path, monkeypatch, "borrower.after_commit")
+    stop = threading.Event()
+    with ThreadPoolExecutor(1) as pool:
+        running = pool.submit(run_lease, spark, lakehouse, group, lease, shards, quiet, None, stop)
+        deadline = time.monotonic() + 120
+        hit = held_at(points, deadline)
+        while not staged_snapshots(catalog, group) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert staged_snapshots(catalog, group), "the second shard is staged while the first publish is held"
+        stop.set()
+        hit.unlink()
+        done = running.result(timeout=120)
+
+    assert done.committed == [shards[0].shard_id, shards[1].shard_id]
+    assert done.handed_back == [shard.shard_id for shard in shards[2:]]
+    assert carriers(catalog, group) == {shards[0].shard_id: lease.lease_id, shards[1].shard_id: lease.lease_id}
+    assert staged_snapshots(catalog, group) == [], "nothing staged is left behind"
