@@ -45,7 +45,7 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retry import again_after
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_source, oldest_snapshot_id
-from icegroup.spark_jobs.borrower.attempt import LeaseReport, LeaseRun, Progress, count_own_commits
+from icegroup.spark_jobs.borrower.attempt import LeaseReport, LeaseRun, Progress, count_own_commits, count_shard
 from icegroup.spark_jobs.borrower.platform_retry import after_platform_failure, going_on
 from icegroup.spark_jobs.borrower.publishing import commit_batch, drain, settle
 from icegroup.spark_jobs.code_shipping import ship_transform
@@ -197,10 +197,14 @@ def connect(run: LeaseRun, shards: int) -> None:
 def resume(run: LeaseRun, shards: list[Shard]) -> list[Shard]:
     """The shards still to commit: those already in the sink are skipped, in order.
 
-    Commits this very attempt made before (a retried run of the same attempt) count in its report.
+    Commits this very attempt made before (a retried run of the same attempt) count in its rows
+    out. A shard this very run committed in an earlier try, whose answer was lost (the catalog
+    failed as it replied), counts as committed, not resumed: its commit names this run.
     """
     history = lease_history(run.catalog, run.group, run.lease)
     count_own_commits(run, history.commits)
+    mine = (run.lease.lease_id, run.lease.attempt, run.run_id)
+    own = {s.shard_id for c in history.commits if (c.lease_id, c.attempt, c.run_id) == mine for s in c.shards}
     done = history.shard_ids()
     todo = []
     for shard in shards:
@@ -208,7 +212,10 @@ def resume(run: LeaseRun, shards: list[Shard]) -> list[Shard]:
         run.report.source_to = shard.to_snapshot
         if shard.shard_id in run.report.committed:
             continue  # an earlier try of this run committed it, and counted it
-        if shard.shard_id in done:
+        if run.run_id is not None and shard.shard_id in own:
+            count_shard(run, shard)
+            run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by this run, its answer lost; counted")
+        elif shard.shard_id in done:
             run.report.resumed.append(shard.shard_id)
             run.progress(f"shard {shard.shard_id} ({shard.stream}) already committed; resuming after it")
         else:

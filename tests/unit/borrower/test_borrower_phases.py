@@ -28,7 +28,9 @@ from tests.factories import MakeGroup, lease, shard
 from tests.sink_commits import ID_SCHEMA, create_sink
 
 
-def lease_run(lakehouse: LakehouseConfig, catalog: Catalog, group: GroupConfig, held: Lease) -> LeaseRun:
+def lease_run(
+    lakehouse: LakehouseConfig, catalog: Catalog, group: GroupConfig, held: Lease, run_id: str | None = None
+) -> LeaseRun:
     """A lease attempt in flight, without a Spark session (these phases never touch one)."""
     return LeaseRun(
         spark=None,  # type: ignore[arg-type]
@@ -39,12 +41,13 @@ def lease_run(lakehouse: LakehouseConfig, catalog: Catalog, group: GroupConfig, 
         transform=identity,
         report=LeaseReport(held.lease_id, held.attempt, held.epoch, held.window_start_ms, len(held.shard_ids)),
         progress=lambda _: None,
+        run_id=run_id,
     )
 
 
-def commit(sink: Table, group: GroupConfig, by: Lease, done: Shard, rows: int) -> int:
-    """Append ``rows`` rows as ``by``'s commit of ``done``; returns the sink snapshot."""
-    props = commit_properties(group.name, group.source, by.lease_id, by.epoch, by.attempt, [done])
+def commit(sink: Table, group: GroupConfig, by: Lease, done: Shard, rows: int, run_id: str | None = None) -> int:
+    """Append ``rows`` rows as ``by``'s commit of ``done`` (made by run ``run_id``); returns the sink snapshot."""
+    props = commit_properties(group.name, group.source, by.lease_id, by.epoch, by.attempt, [done], run_id=run_id)
     data = pa.Table.from_pylist([{"id": i} for i in range(rows)], schema=ID_SCHEMA.as_arrow())
     sink.append(data, snapshot_properties=props)
     head = sink.current_snapshot()
@@ -104,21 +107,44 @@ def test_connect_of_an_attempt_already_fenced_off_is_stale(
 def test_resume_skips_the_shards_in_the_sink_and_counts_this_attempts_own_commits(
     lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
+    """Shards in the sink are resumed after; the rows of this attempt's own commits count in its report."""
     group = make_group()
     sink = create_sink(catalog, group)
     first, second, third = shard(1), shard(2), shard(3)
     held = lease([first.shard_id, second.shard_id, third.shard_id], attempt=1)
     commit(sink, group, held.model_copy(update={"attempt": 0}), first, rows=4)
-    own = commit(sink, group, held, second, rows=5)
-    run = lease_run(lakehouse, catalog, group, held)
+    own = commit(sink, group, held, second, rows=5, run_id="an-earlier-run")
+    run = lease_run(lakehouse, catalog, group, held, run_id="this-run")
 
     todo = resume(run, [first, second, third])
 
     assert todo == [third]
     assert run.report.resumed == [first.shard_id, second.shard_id]
+    assert run.report.committed == []
     assert run.report.rows_out == 5
     assert run.report.sink_snapshots == [own]
     assert (run.report.source_from, run.report.source_to) == (first.from_snapshot, third.to_snapshot)
+
+
+def test_a_shard_this_run_committed_in_a_try_whose_answer_was_lost_counts_as_committed(
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """The platform failed as the commit landed; the run's next try finds the commit naming this run."""
+    group = make_group()
+    sink = create_sink(catalog, group)
+    first, second = shard(1), shard(2)
+    held = lease([first.shard_id, second.shard_id], attempt=1)
+    landed = commit(sink, group, held, first, rows=4, run_id="this-run")
+    run = lease_run(lakehouse, catalog, group, held, run_id="this-run")
+
+    todo = resume(run, [first, second])
+
+    assert todo == [second]
+    assert run.report.committed == [first.shard_id]
+    assert run.report.resumed == []
+    assert run.report.rows_in == first.rows
+    assert run.report.rows_out == 4
+    assert run.report.sink_snapshots == [landed]
 
 
 def test_report_closes_the_attempt(lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup) -> None:
