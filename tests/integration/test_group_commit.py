@@ -20,7 +20,9 @@ from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.fences import fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.sink_commit import KEY_STAGE, commit_properties
+from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.sink_history import read_sink_history
 from icegroup.iceberg.verify import verify_group
@@ -180,10 +182,7 @@ def test_a_lease_fenced_while_its_publish_is_in_flight_ends_and_leaves_its_next_
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """A lease's publish runs while it stages its next shard; a fence raised meanwhile stops it at its next publish."""
-    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4, commit_batch_rows=1)
-    append_batches(create_source(catalog, group.source), 3, 9)
-    lease, shards = first_lease(catalog, group)
-    assert len(shards) >= 3
+    group, lease, shards = lease_of_shards(catalog, make_group, commit_batch_rows=1)
     points = tmp_path / "failpoints"
     points.mkdir()
     (points / "borrower.after_commit").touch()  # the first publish holds still once it has landed
@@ -229,6 +228,19 @@ def armed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> Path:
     return points
 
 
+def lease_of_shards(
+    catalog: Catalog, make_group: MakeGroup, commit_batch_rows: int
+) -> tuple[GroupConfig, Lease, list[Shard]]:
+    """A group's first lease, of three shards or more, one source file each, committed in batches of these rows."""
+    group = make_group(
+        max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4, commit_batch_rows=commit_batch_rows
+    )
+    append_batches(create_source(catalog, group.source), 3, 9)
+    lease, shards = first_lease(catalog, group)
+    assert len(shards) >= 3
+    return group, lease, shards
+
+
 def test_a_batch_in_flight_refused_as_a_duplicate_counts_its_own_shard_and_commits_the_rest(
     spark: SparkSession,
     lakehouse: LakehouseConfig,
@@ -238,10 +250,7 @@ def test_a_batch_in_flight_refused_as_a_duplicate_counts_its_own_shard_and_commi
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """An earlier try of this attempt committed one shard of a batch while the batch staged: the rest commit once."""
-    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4, commit_batch_rows=10_000)
-    append_batches(create_source(catalog, group.source), 3, 9)
-    lease, shards = first_lease(catalog, group)
-    assert len(shards) >= 3
+    group, lease, shards = lease_of_shards(catalog, make_group, commit_batch_rows=10_000)
     points = armed(tmp_path, monkeypatch, "borrower.after_stage")
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_lease, spark, lakehouse, group, lease, shards, quiet)
@@ -270,10 +279,7 @@ def test_a_lease_stopped_with_a_publish_in_flight_lands_it_and_hands_back_the_re
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """Stopped with its first publish held and its second shard staged, a lease commits both, hands back the rest."""
-    group = make_group(max_borrowers=1, shard_caps={"max_files": 1}, lease_max_shards=4, commit_batch_rows=1)
-    append_batches(create_source(catalog, group.source), 3, 9)
-    lease, shards = first_lease(catalog, group)
-    assert len(shards) >= 3
+    group, lease, shards = lease_of_shards(catalog, make_group, commit_batch_rows=1)
     points = armed(tmp_path, monkeypatch, "borrower.after_commit")
     stop = threading.Event()
     with ThreadPoolExecutor(1) as pool:
