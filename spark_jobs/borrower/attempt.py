@@ -1,8 +1,9 @@
 """One attempt of a lease in flight: its report, what its phases share, and how it stages a shard's output.
 
-``spark_jobs/borrower/lease.py`` runs the attempt phase by phase; ``spark_jobs/borrower/isolation.py``
-stages a poison shard without its failing rows. Both build a shard's output and deliver it to the
-sink the same way, through here.
+``spark_jobs/borrower/lease.py`` runs the attempt phase by phase, ``spark_jobs/borrower/publishing.py``
+stages and publishes its shards, and ``spark_jobs/borrower/isolation.py`` stages a poison shard
+without its failing rows. The last two build a shard's output and deliver it to the sink the same
+way, through here.
 """
 
 from __future__ import annotations

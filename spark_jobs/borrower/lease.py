@@ -206,12 +206,13 @@ def resume(run: LeaseRun, shards: list[Shard]) -> list[Shard]:
     mine = (run.lease.lease_id, run.lease.attempt, run.run_id)
     own = {s.shard_id for c in history.commits if (c.lease_id, c.attempt, c.run_id) == mine for s in c.shards}
     done = history.shard_ids()
+    listed = {*run.report.committed, *run.report.resumed, *run.report.fenced}
     todo = []
     for shard in shards:
         run.report.source_from = shard.from_snapshot if run.report.source_from is None else run.report.source_from
         run.report.source_to = shard.to_snapshot
-        if shard.shard_id in run.report.committed:
-            continue  # an earlier try of this run committed it, and counted it
+        if shard.shard_id in listed:
+            continue  # an earlier try of this run committed it, resumed after it or skipped it, and said so
         if run.run_id is not None and shard.shard_id in own:
             count_shard(run, shard)
             run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by this run, its answer lost; counted")

@@ -238,8 +238,9 @@ def counted(run: LeaseRun, pending: InFlight, published: Published) -> None:
 def refused_as_duplicate(run: LeaseRun, shards: list[Shard], exc: AlreadyCommitted) -> list[Shard]:
     """After a commit refused as a duplicate: which shards are in the sink, and by whom; returns the rest.
 
-    A shard this very attempt committed (a swap Iceberg retried had landed after all) counts in its
-    report; one another attempt committed is skipped. The rest of a batch commit on their own.
+    A shard this very run committed (a swap Iceberg retried had landed after all: the commit names
+    this attempt and run) counts in its report; one anybody else committed is skipped. The rest of a
+    batch commit on their own.
     """
     group, lease = run.group, run.lease
     history = lease_history(run.catalog, group, lease)
@@ -254,10 +255,10 @@ def refused_as_duplicate(run: LeaseRun, shards: list[Shard], exc: AlreadyCommitt
         commit = carriers.get(shard.shard_id)
         if commit is None:
             left.append(shard)
-        elif commit.lease_id == lease.lease_id and commit.attempt == lease.attempt:
+        elif (commit.lease_id, commit.attempt, commit.run_id) == (lease.lease_id, lease.attempt, run.run_id):
             count_own_commits(run, [commit])
             count_shard(run, shard)
         else:
             run.report.fenced.append(shard.shard_id)
-            run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt; skipped")
+            run.progress(f"shard {shard.shard_id} ({shard.stream}) was committed by another attempt or run; skipped")
     return left

@@ -1,7 +1,7 @@
 """What a Borrower that publishes many small commits pays for them: time and lost races, one slot or several.
 
 The case group commit and a publish in flight are for (``spark_jobs/sink/group_commit.py``,
-``spark_jobs/borrower/lease.py``): one process holds a lease per slot (``leases_per_borrower: 1``,
+``spark_jobs/borrower/publishing.py``): one process holds a lease per slot (``leases_per_borrower: 1``,
 ``--borrowers`` slots, 3 by default) and every shard commits alone (``commit_batch_rows`` 1, a
 shard per source file), so the threads publish small commits to one sink all the time; with one
 slot, one lease stages and publishes shard after shard. One

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
@@ -26,6 +26,7 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.sink_history import read_sink_history
 from icegroup.iceberg.verify import verify_group
+from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.lease import run_lease
 from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.shards import read_shard
@@ -183,21 +184,18 @@ def test_a_lease_fenced_while_its_publish_is_in_flight_ends_and_leaves_its_next_
 ) -> None:
     """A lease's publish runs while it stages its next shard; a fence raised meanwhile stops it at its next publish."""
     group, lease, shards = lease_of_shards(catalog, make_group, commit_batch_rows=1)
-    points = tmp_path / "failpoints"
-    points.mkdir()
-    (points / "borrower.after_commit").touch()  # the first publish holds still once it has landed
-    monkeypatch.setenv(ENV, str(points))
+    points = armed(tmp_path, monkeypatch, "borrower.after_commit")  # the first publish holds once it has landed
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_lease, spark, lakehouse, group, lease, shards, quiet)
         deadline = time.monotonic() + 120
-        while not list(points.glob("hit.*")) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        (hit,) = points.glob("hit.*")
-        while len(staged_snapshots(catalog, group)) < 1 and time.monotonic() < deadline:
-            time.sleep(0.05)  # the lease staged its second shard while the first publish is held
-        assert staged_snapshots(catalog, group), "the second shard is staged while the first publish is held"
-        raise_fences(catalog.load_table(group.sink), {fence_key(group.name, lease.lease_id): lease.attempt + 1})
-        hit.unlink()
+        try:
+            held_at(points, running, deadline)
+            while len(staged_snapshots(catalog, group)) < 1 and time.monotonic() < deadline:
+                time.sleep(0.05)  # the lease staged its second shard while the first publish is held
+            assert staged_snapshots(catalog, group), "the second shard is staged while the first publish is held"
+            raise_fences(catalog.load_table(group.sink), {fence_key(group.name, lease.lease_id): lease.attempt + 1})
+        finally:
+            release(points)
         with pytest.raises(StaleLease, match="lease fenced"):
             running.result(timeout=120)
 
@@ -211,12 +209,22 @@ def staged_snapshots(catalog: Catalog, group: GroupConfig) -> list[int]:
     return [s.snapshot_id for s in sink.snapshots() if (s.summary or {}).get(KEY_STAGE)]
 
 
-def held_at(points: Path, deadline: float) -> Path:
-    """The hit file of the one fail point a lease is held at, once it is reached."""
-    while not list(points.glob("hit.*")) and time.monotonic() < deadline:
+def held_at(points: Path, running: Future[LeaseReport], deadline: float) -> Path:
+    """The hit file of the one fail point the lease in ``running`` is held at, once it is reached."""
+    while not list(points.glob("hit.*")) and not running.done() and time.monotonic() < deadline:
         time.sleep(0.05)
-    (hit,) = points.glob("hit.*")
-    return hit
+    if running.done():
+        running.result()  # raises what ended the lease
+        raise AssertionError("the lease ended without reaching its fail point")
+    hits = list(points.glob("hit.*"))
+    assert len(hits) == 1, f"the lease did not reach its fail point in time: {hits}"
+    return hits[0]
+
+
+def release(points: Path) -> None:
+    """Disarm every fail point and let a held lease go on: a failing test must not leave it waiting forever."""
+    for path in points.iterdir():
+        path.unlink(missing_ok=True)
 
 
 def armed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, point: str) -> Path:
@@ -249,18 +257,25 @@ def test_a_batch_in_flight_refused_as_a_duplicate_counts_its_own_shard_and_commi
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """An earlier try of this attempt committed one shard of a batch while the batch staged: the rest commit once."""
+    """A batch refused because one of its shards is in the sink by this very run: that one counts, the rest commit once.
+
+    The run of the same lease attempt in the test's thread stands in for a swap Iceberg retried that
+    had landed after all: the batch's publish then finds one of its shards committed by its own run.
+    """
     group, lease, shards = lease_of_shards(catalog, make_group, commit_batch_rows=10_000)
     points = armed(tmp_path, monkeypatch, "borrower.after_stage")
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_lease, spark, lakehouse, group, lease, shards, quiet)
-        hit = held_at(points, time.monotonic() + 120)  # the three shards are staged together, not published
-        earlier = run_lease(spark, lakehouse, group, lease, [shards[1]], quiet)
-        hit.unlink()
+        try:
+            held_at(points, running, time.monotonic() + 120)  # the shards are staged together, not published
+            earlier = run_lease(spark, lakehouse, group, lease, [shards[1]], quiet)
+        finally:
+            release(points)
         done = running.result(timeout=120)
 
     assert earlier.committed == [shards[1].shard_id]
-    assert sorted(done.committed) == sorted(shard.shard_id for shard in shards), "its own shard counts, once"
+    assert sorted(done.committed) == sorted(shard.shard_id for shard in shards), "its own run's shard counts"
+    assert done.rows_out == done.rows_in == sum(shard.rows for shard in shards)
     assert done.resumed == []
     assert done.fenced == []
     assert set(carriers(catalog, group)) == {shard.shard_id for shard in shards}
@@ -285,12 +300,14 @@ def test_a_lease_stopped_with_a_publish_in_flight_lands_it_and_hands_back_the_re
     with ThreadPoolExecutor(1) as pool:
         running = pool.submit(run_lease, spark, lakehouse, group, lease, shards, quiet, None, stop)
         deadline = time.monotonic() + 120
-        hit = held_at(points, deadline)
-        while not staged_snapshots(catalog, group) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert staged_snapshots(catalog, group), "the second shard is staged while the first publish is held"
-        stop.set()
-        hit.unlink()
+        try:
+            held_at(points, running, deadline)
+            while not staged_snapshots(catalog, group) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert staged_snapshots(catalog, group), "the second shard is staged while the first publish is held"
+        finally:
+            stop.set()
+            release(points)
         done = running.result(timeout=120)
 
     assert done.committed == [shards[0].shard_id, shards[1].shard_id]

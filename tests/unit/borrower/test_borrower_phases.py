@@ -147,6 +147,24 @@ def test_a_shard_this_run_committed_in_a_try_whose_answer_was_lost_counts_as_com
     assert run.report.sink_snapshots == [landed]
 
 
+def test_a_try_after_a_platform_failure_lists_a_resumed_shard_once(
+    lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    """The tries of one run share its report: the second try's resume does not list the first's shards again."""
+    group = make_group()
+    sink = create_sink(catalog, group)
+    first, second = shard(1), shard(2)
+    held = lease([first.shard_id, second.shard_id], attempt=1)
+    commit(sink, group, held.model_copy(update={"attempt": 0}), first, rows=4)
+    run = lease_run(lakehouse, catalog, group, held, run_id="this-run")
+
+    resume(run, [first, second])
+    todo = resume(run, [first, second])
+
+    assert todo == [second]
+    assert run.report.resumed == [first.shard_id]
+
+
 def test_report_closes_the_attempt(lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup) -> None:
     run = lease_run(lakehouse, catalog, make_group(), lease([shard(1).shard_id]))
 
