@@ -112,11 +112,12 @@ class LeaseRunner:
 
     def stop(self) -> None:
         """Let each running lease finish the shard it is on, then end, handing back its other shards."""
-        if self.working and not self.stopping.is_set():
+        said = self.working and not self.stopping.is_set()
+        self.stopping.set()  # before the line: whoever reads it may take the leases as stopping
+        if said:
             self.progress(
                 f"{self.group.name}: stopping: each running lease ends after its current shard and hands back the rest"
             )
-        self.stopping.set()
 
     @property
     def busy(self) -> int:

@@ -15,6 +15,7 @@ import re
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import dagster as dg
@@ -28,7 +29,7 @@ from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.verify import verify_group
 from tests.conftest import repo_root
 from tests.factories import MakeGroup, create_source, events, next_event_id, write_groups
-from tests.integration.helpers import held_at
+from tests.integration.helpers import held_at, wait_for
 from tests.stack_env import home_env
 
 pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
@@ -36,6 +37,34 @@ pytestmark = [pytest.mark.spark, pytest.mark.dagster, pytest.mark.chaos]
 ICEGROUP = str(Path(sys.executable).with_name("icegroup"))
 SHARDS = 6
 ROWS = 20
+
+
+class StderrLines:
+    """A process's stderr, read line by line as it comes, so a test can wait for a line and still read it all."""
+
+    def __init__(self, process: subprocess.Popen[str]) -> None:
+        """Start reading ``process``'s stderr on a thread of its own."""
+        self.process = process
+        self.lines: list[str] = []
+        self.reader = threading.Thread(target=self._read, daemon=True)
+        self.reader.start()
+
+    def _read(self) -> None:
+        assert self.process.stderr is not None
+        for line in self.process.stderr:
+            self.lines.append(line)
+
+    def said(self, text: str) -> bool:
+        """Whether a line read so far holds ``text``."""
+        return any(text in line for line in list(self.lines))
+
+    def all(self, timeout_s: float) -> str:
+        """Everything the process wrote to stderr, once it has exited (its stdout read and dropped meanwhile)."""
+        if self.process.stdout is not None:
+            self.process.stdout.read()  # a full stdout pipe would hold the process up
+        self.process.wait(timeout=timeout_s)
+        self.reader.join(timeout=timeout_s)
+        return "".join(self.lines)
 
 
 def test_a_consumer_stopped_with_sigterm_hands_its_lease_back_for_the_next_tick(
@@ -52,9 +81,13 @@ def test_a_consumer_stopped_with_sigterm_hands_its_lease_back_for_the_next_tick(
     consume = ["--verbose", "--groups", str(groups), "consume", group.name, "--until-caught-up"]
 
     with held_at("borrower.after_stage", [ICEGROUP, *consume], env, points, "the consumer to stage") as held:
+        lines = StderrLines(held.process)
         held.process.send_signal(signal.SIGTERM)
+        # The lease leaves its publish in flight and goes on to its next shard at once: it must see
+        # the stop before it is let go, or it stages that shard too (and commits it, handing back one fewer).
+        wait_for(lambda: lines.said(f"{group.name}: stopping:"), 60, "the consumer to stop its lease")
         held.release()  # the shard in flight goes on to its commit
-        _, said = held.process.communicate(timeout=120)
+        said = lines.all(timeout_s=120)
 
     assert held.process.returncode == Exit.INCOMPLETE, said[-3000:]
     assert f"icegroup: stopped: job {group.name}_consume was interrupted" in said
