@@ -112,7 +112,9 @@ def prune_fences(table: Table, group: str, live: Collection[str]) -> list[str]:
     A lease leaves the registry once every shard of it is in the sink (or a reset moved the group to
     a new epoch, which the epoch fence holds). A late attempt of it needs no fence: the fenced commit
     refuses a shard that a sink snapshot since the grant carries. So a retired lease's fence only
-    grows the sink's metadata. Best effort: a lost race leaves the keys for the next retirement.
+    grows the sink's metadata. Best effort: a lost race leaves the keys for the next retirement. So
+    does a race with another Leader pruning the same keys: pyiceberg's SQL catalog applies the
+    removal to the table's newest metadata, and a key already gone there fails it with ``KeyError``.
     """
     prefix = fence_key(group, "")
     stale = sorted(k for k in table.properties if k.startswith(prefix) and k.removeprefix(prefix) not in live)
@@ -120,7 +122,7 @@ def prune_fences(table: Table, group: str, live: Collection[str]) -> list[str]:
         return []
     try:
         table.transaction().remove_properties(*stale).commit_transaction()
-    except CommitFailedException as exc:
-        log.info("group %s: retired lease fences not pruned this time: %s", group, exc)
+    except (CommitFailedException, KeyError) as exc:
+        log.info("group %s: retired lease fences not pruned this time: %r", group, exc)
         return []
     return stale
