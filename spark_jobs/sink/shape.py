@@ -11,6 +11,7 @@ import logging
 from datetime import date
 from typing import Any
 
+from pyspark.errors.exceptions.captured import AnalysisException
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -43,6 +44,10 @@ SINK_PROPERTIES = {
     "write.metadata.delete-after-commit.enabled": "true",
     "write.metadata.previous-versions-max": "100",
 }
+
+# The SQL state of Spark's error for a table that is not there, or whose namespace is not
+# (TABLE_OR_VIEW_NOT_FOUND): the same on Spark 3.5 and 4.0, where the error class's getter is deprecated.
+MISSING_TABLE = "42P01"
 
 
 def with_lineage(
@@ -79,10 +84,24 @@ def with_lineage(
 def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
     """Create the sink from the first output's schema if it does not exist yet, with staged writes on.
 
-    The first Borrowers of a group race to create it. ``IF NOT EXISTS`` does not settle that race:
-    both see no table (or namespace), and the loser's catalog insert fails (on PostgreSQL as an
-    "Unknown failure" from a duplicate key). Whoever created it, existing afterwards is success.
+    An existing sink is checked from one load of its table (its properties and partition spec): on
+    a new JVM, ``SHOW TBLPROPERTIES`` and the namespace and table statements took about 0.5 s more
+    before a lease's first Spark job. The first Borrowers of a group race to create it.
+    ``IF NOT EXISTS`` does not settle that race: both see no table (or namespace), and the loser's
+    catalog insert fails (on PostgreSQL as an "Unknown failure" from a duplicate key). Whoever
+    created it, existing afterwards is success.
     """
+    table = f"{catalog}.{sink}"
+    iceberg = load_sink(spark, table)
+    if iceberg is None:
+        create_sink(spark, catalog, sink, df)
+        iceberg = iceberg_table(spark, table)
+    ensure_staged_writes(spark, table, iceberg)
+    ensure_window_partition(spark, table, dict(df.dtypes)[COL_WINDOW], iceberg)
+
+
+def create_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
+    """Create the sink (and its namespace) with ``df``'s columns, partitioned by the window, staged writes on."""
     namespace = sink.rsplit(".", 1)[0]
     columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields)
     properties = ", ".join(f"'{k}'='{v}'" for k, v in SINK_PROPERTIES.items())
@@ -99,39 +118,56 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
     except Exception:
         if not spark.catalog.tableExists(f"{catalog}.{sink}"):
             raise
-    ensure_staged_writes(spark, f"{catalog}.{sink}")
-    ensure_window_partition(spark, f"{catalog}.{sink}", dict(df.dtypes)[COL_WINDOW])
 
 
-def ensure_staged_writes(spark: SparkSession, table: str) -> None:
-    """The session stages writes to the sink, and the sink takes them staged (and any output schema)."""
+def iceberg_table(spark: SparkSession, table: str) -> Any:
+    """The table as Iceberg's Java API has it, loaded from the catalog now."""
+    jvm: Any = spark._jvm
+    return jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table)
+
+
+def load_sink(spark: SparkSession, table: str) -> Any | None:
+    """The sink's Iceberg table (``iceberg_table``), or None if it does not exist."""
+    try:
+        return iceberg_table(spark, table)
+    except AnalysisException as exc:
+        if exc.getSqlState() == MISSING_TABLE:
+            return None
+        raise
+
+
+def ensure_staged_writes(spark: SparkSession, table: str, iceberg: Any | None = None) -> None:
+    """The session stages writes to the sink, and the sink takes them staged (and any output schema).
+
+    ``iceberg`` is the sink's table as just loaded, if the caller has it (``iceberg_table``).
+    """
     if spark.conf.get("spark.wap.id", None) != "icegroup":
         raise SinkError(
             "spark.wap.id: must be 'icegroup' so that shard output is staged; use icegroup.spark_jobs.session"
         )
+    properties = (iceberg if iceberg is not None else iceberg_table(spark, table)).properties()
     needed = ("write.wap.enabled", "write.spark.accept-any-schema")
-    have = {row["key"]: row["value"] for row in spark.sql(f"SHOW TBLPROPERTIES {table}").collect()}
-    missing = ", ".join(f"'{key}'='true'" for key in needed if have.get(key) != "true")
+    missing = ", ".join(f"'{key}'='true'" for key in needed if properties.get(key) != "true")
     if missing:
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({missing})")
 
 
-def window_partitioned(spark: SparkSession, table: str) -> bool:
+def window_partitioned(spark: SparkSession, table: str, iceberg: Any | None = None) -> bool:
     """Whether the sink's current partition spec has the replay window as a field."""
-    jvm: Any = spark._jvm
-    spec = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, table).spec()
+    spec = (iceberg if iceberg is not None else iceberg_table(spark, table)).spec()
     return any(str(field.name()) == COL_WINDOW for field in spec.fields())
 
 
-def ensure_window_partition(spark: SparkSession, table: str, column_type: str) -> None:
+def ensure_window_partition(spark: SparkSession, table: str, column_type: str, iceberg: Any | None = None) -> None:
     """Partition the sink by the replay window, in addition to any partitioning it already has.
 
     A sink created before the window column (or by the user, with partitioning of its own) gains
     the column (of ``column_type``: ``window_type``) and the partition field by schema and
     partition-spec evolution; its existing files keep their spec, and new output is written per
     window. Borrowers may do this at once: whoever loses the race finds the field there.
+    ``iceberg`` is the sink's table as just loaded, if the caller has it (``iceberg_table``).
     """
-    if window_partitioned(spark, table):
+    if window_partitioned(spark, table, iceberg):
         return
     columns = {f.name for f in spark.table(table).schema.fields}
     try:

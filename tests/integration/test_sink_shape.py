@@ -1,0 +1,75 @@
+"""The sink's checks before a lease's first write: one load of the table, and a change only where one is needed."""
+
+from __future__ import annotations
+
+from datetime import date
+
+import pytest
+from pyiceberg.catalog import Catalog
+from pyspark.errors import AnalysisException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
+from icegroup.spark_jobs.sink.shape import SINK_PROPERTIES, ensure_sink, load_sink, with_lineage
+
+pytestmark = pytest.mark.spark
+
+
+def output(spark: SparkSession) -> DataFrame:
+    """A shard's output as a Borrower stages it: two rows and the lineage columns."""
+    rows = spark.createDataFrame([(1, "a"), (2, "b")], "event_id bigint, region string")
+    return with_lineage(rows, "00000000000000ab", date(2026, 1, 1), F.lit(7).cast("long"))
+
+
+def test_a_missing_sink_or_namespace_loads_as_none_and_any_other_error_is_raised(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+) -> None:
+    assert catalog.list_namespaces() is not None  # the catalog's database exists
+    name = lakehouse.catalog_name
+    assert load_sink(spark, f"{name}.{ns}_absent.sink") is None
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.{ns}")
+    assert load_sink(spark, f"{name}.{ns}.absent") is None
+    with pytest.raises(AnalysisException):
+        load_sink(spark, f"{name}.{ns}.`unclosed")  # a name Spark cannot parse
+
+
+def test_a_new_sink_is_created_staged_and_window_partitioned(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+) -> None:
+    ensure_sink(spark, lakehouse.catalog_name, f"{ns}.sink", output(spark))
+
+    table = catalog.load_table(f"{ns}.sink")
+    assert {k: table.properties.get(k) for k in SINK_PROPERTIES if k != "format-version"} == {
+        k: v for k, v in SINK_PROPERTIES.items() if k != "format-version"
+    }
+    assert [f.name for f in table.spec().fields] == [COL_WINDOW]
+
+
+def test_an_existing_sink_in_shape_is_left_as_it_is(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+) -> None:
+    out = output(spark)
+    ensure_sink(spark, lakehouse.catalog_name, f"{ns}.sink", out)
+    before = catalog.load_table(f"{ns}.sink").metadata_location
+
+    ensure_sink(spark, lakehouse.catalog_name, f"{ns}.sink", out)
+
+    assert catalog.load_table(f"{ns}.sink").metadata_location == before
+
+
+def test_an_existing_sink_without_staged_writes_or_the_window_partition_gains_both(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+) -> None:
+    name = lakehouse.catalog_name
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.{ns}")
+    spark.sql(f"CREATE TABLE {name}.{ns}.sink (event_id bigint, region string) USING iceberg PARTITIONED BY (region)")
+
+    ensure_sink(spark, name, f"{ns}.sink", output(spark))
+
+    table = catalog.load_table(f"{ns}.sink")
+    assert table.properties.get("write.wap.enabled") == "true"
+    assert table.properties.get("write.spark.accept-any-schema") == "true"
+    assert [f.name for f in table.spec().fields] == ["region", COL_WINDOW]
+    assert dict((f.name, str(f.field_type)) for f in table.schema().fields)[COL_WINDOW] == "date"
