@@ -19,7 +19,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.shard_reads import batch_span
+from icegroup.iceberg.protocol.shard_reads import AsOf, batch_span
 from icegroup.iceberg.protocol.shards import Shard, sink_window
 from icegroup.iceberg.protocol.sink_commit import shard_number
 from icegroup.iceberg.protocol.state import Lease
@@ -68,16 +68,23 @@ def shard_output(
         return transform(read_shard(spark, source_table, shard, root, group.filter, columns, rows, marked))
 
     def together() -> DataFrame | None:
-        # The verdict from one shard's output: the batch's read holds a literal per file of every shard.
         schema = shards[0].schema_id
-        if row_files.known(schema) is None:
-            row_files.ref(read(shards[0]), schema)
         span = batch_span(shards, lambda snapshot: sequence_number(source, snapshot))
-        if span is None or not row_files.known(schema):
+        if span is None or row_files.known(schema) is False:
             return None
+        if row_files.known(schema) is None and isinstance(span, AsOf):
+            # A read as of a snapshot holds a literal per file of every shard, which the verdict's walk
+            # of the plan would fetch one by one: one shard's output tells as well.
+            row_files.ref(read(shards[0]), schema)
+            if not row_files.known(schema):
+                return None
         out = transform(
             read_shards(spark, source_table, shards, span, root, group.filter, columns, row_ids=row_ids(schema))
         )
+        # The verdict from the batch's own output, found once per lease: a read of one shard beside it
+        # was a second table load, file planning and analysis before a lease's first job.
+        if row_files.ref(out, schema) is None:
+            return None
         ref = F.expr(FILE_REF_SQL)
         by_shard = by_file({path: shard_number(shard.shard_id) for shard in shards for path in shard.files})
         windows = {window(shard) for shard in shards}
