@@ -39,7 +39,7 @@ def cmd_expire(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
     """``icegroup expire [GROUP ...] [--execute]``: what would expire, what stays and what pins it; then expire it.
 
     Exit 3 if a table moved under it and was left for next time. The run's OpenLineage events are
-    sent from ``openlineage_runs``, imported here because the OpenLineage client takes a fifth of a second to load.
+    sent from ``openlineage_runs``, imported here: only this command needs it.
     """
     from icegroup.dagster_project.openlineage_runs import expire_run
 

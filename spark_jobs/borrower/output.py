@@ -82,7 +82,8 @@ def shard_output(
             read_shards(spark, source_table, shards, span, root, group.filter, columns, row_ids=row_ids(schema))
         )
         # The verdict from the batch's own output, found once per lease: a read of one shard beside it
-        # was a second table load, file planning and analysis before a lease's first job.
+        # was a second table load, file planning and analysis before a lease's first job. A transform
+        # that holds rows back then has the batch's read built for nothing, once, before each shard's.
         if row_files.ref(out, schema) is None:
             return None
         ref = F.expr(FILE_REF_SQL)

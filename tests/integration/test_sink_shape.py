@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import date
+from typing import Any
 
 import pytest
+from py4j.protocol import Py4JJavaError
 from pyiceberg.catalog import Catalog
-from pyspark.errors import AnalysisException
+from pyspark.errors import ParseException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
+from icegroup.spark_jobs.sink import shape
 from icegroup.spark_jobs.sink.shape import SINK_PROPERTIES, ensure_sink, load_sink, with_lineage
 
 pytestmark = pytest.mark.spark
@@ -23,16 +27,37 @@ def output(spark: SparkSession) -> DataFrame:
     return with_lineage(rows, "00000000000000ab", date(2026, 1, 1), F.lit(7).cast("long"))
 
 
+@pytest.mark.usefixtures("catalog")  # it creates the catalog's database
 def test_a_missing_sink_or_namespace_loads_as_none_and_any_other_error_is_raised(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+    spark: SparkSession, lakehouse: LakehouseConfig, ns: str
 ) -> None:
-    assert catalog.list_namespaces() is not None  # the catalog's database exists
     name = lakehouse.catalog_name
     assert load_sink(spark, f"{name}.{ns}_absent.sink") is None
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.{ns}")
     assert load_sink(spark, f"{name}.{ns}.absent") is None
-    with pytest.raises(AnalysisException):
+    with pytest.raises(ParseException):
         load_sink(spark, f"{name}.{ns}.`unclosed")  # a name Spark cannot parse
+
+
+def test_iceberg_s_missing_namespace_error_loads_as_none(spark: SparkSession, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A REST server may answer a load in a missing namespace so; no catalog here does, so the load raises it."""
+    jvm: Any = spark._jvm
+    no_args = spark.sparkContext._gateway.new_array(jvm.java.lang.Object, 0)  # type: ignore[union-attr]
+
+    def raising(error: Any) -> Callable[[SparkSession, str], Any]:
+        def load(_spark: SparkSession, _table: str) -> Any:
+            raise Py4JJavaError("loadIcebergTable", error)
+
+        return load
+
+    missing = jvm.org.apache.iceberg.exceptions.NoSuchNamespaceException("Namespace does not exist: absent", no_args)
+    monkeypatch.setattr(shape, "iceberg_table", raising(missing))
+    assert load_sink(spark, "lake.absent.sink") is None
+
+    other = jvm.org.apache.iceberg.exceptions.RESTException("a server error", no_args)
+    monkeypatch.setattr(shape, "iceberg_table", raising(other))
+    with pytest.raises(Py4JJavaError):
+        load_sink(spark, "lake.absent.sink")
 
 
 def test_a_new_sink_is_created_staged_and_window_partitioned(
@@ -47,15 +72,22 @@ def test_a_new_sink_is_created_staged_and_window_partitioned(
     assert [f.name for f in table.spec().fields] == [COL_WINDOW]
 
 
-def test_an_existing_sink_in_shape_is_left_as_it_is(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+def test_an_existing_sink_in_shape_is_checked_by_one_load_and_left_as_it_is(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     out = output(spark)
     ensure_sink(spark, lakehouse.catalog_name, f"{ns}.sink", out)
     before = catalog.load_table(f"{ns}.sink").metadata_location
+    loads: list[str] = []
+    statements: list[str] = []
+    load = shape.iceberg_table
+    monkeypatch.setattr(shape, "iceberg_table", lambda s, table: loads.append(table) or load(s, table))
+    monkeypatch.setattr(spark, "sql", lambda query, *args, **kwargs: statements.append(query))
 
     ensure_sink(spark, lakehouse.catalog_name, f"{ns}.sink", out)
 
+    assert loads == [f"{lakehouse.catalog_name}.{ns}.sink"]
+    assert statements == []
     assert catalog.load_table(f"{ns}.sink").metadata_location == before
 
 
