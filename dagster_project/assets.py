@@ -10,6 +10,7 @@ from pyiceberg.table import Table
 
 from icegroup.dagster_project.resources import Lakehouse, lakehouse_of
 from icegroup.dagster_project.table_metadata import TABLE_NAME, table_metadata
+from icegroup.iceberg.errors import IcegroupError
 from icegroup.iceberg.lag import Lag
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import WindowProvenance
@@ -248,7 +249,9 @@ def replay_windows(
     window that commits is observed at once (its sink snapshot is its data version), so a long
     backfill shows its progress. When every window replayed, one result materializes the run's
     windows and the sink's checks run after it; when some failed, the windows done are materialized
-    one by one and the run fails naming the others and why, for a retry of just those.
+    one by one and the run fails naming the others and why, for a retry of just those. A run of one
+    window that fails with an icegroup error (a replay of it in flight, a registry that kept moving)
+    fails with that error, so ``icegroup replay`` ends with its message and exit code.
     """
     lakehouse = icegroup.lakehouse()
     done: list[tuple[ReplayReport, dg.AssetObservation]] = []
@@ -257,6 +260,8 @@ def replay_windows(
         try:
             report = replay_window(icegroup.spark(), lakehouse, group, window, run_id=run_id, progress=log.info)
         except Exception as exc:  # one window's failure must not cost the windows after it
+            if len(windows) == 1 and isinstance(exc, IcegroupError):
+                raise  # a lone window's named error is the run's: the command ends with it, not "1 of 1 failed"
             failed[window] = describe_error(exc)
             log.error(f"{group.name}: window {window} ({count}/{len(windows)}) failed: {failed[window]}")
             continue

@@ -357,7 +357,7 @@ def begin_replay(catalog: Catalog, group: GroupConfig, window: str, holder: str)
         commit_or_lose(loaded, state)
         return ticket
 
-    gave_up = partial(kept_moving, group.name, RETRIES, "start a replay")
+    gave_up = partial(kept_moving, group.name, RETRIES, "start a replay; it did not start: run it again")
     return again_while_losing(f"group {group.name}: starting a replay of {window}", attempt, RETRIES, 0.1, gave_up)
 
 

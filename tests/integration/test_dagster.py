@@ -22,6 +22,7 @@ from icegroup.dagster_project.table_metadata import COLUMN_SCHEMA, ROW_COUNT, TA
 from icegroup.dagster_project.tick_events import LeaderCursor
 from icegroup.iceberg.borrower import take_leases
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import ReplayConflict
 from icegroup.iceberg.failpoints import ENV
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.pause import set_paused
@@ -33,7 +34,7 @@ from icegroup.iceberg.protocol.shards import DAY_MS, parse_window_label, window_
 from icegroup.iceberg.protocol.sink_commit import ROW_LINEAGE
 from icegroup.iceberg.replay import begin_replay
 from icegroup.iceberg.store.dead_letters import record
-from icegroup.iceberg.store.heartbeats import beat
+from icegroup.iceberg.store.heartbeats import beat, ensure_table
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.verify import verify_group
 from tests.factories import MakeGroup, append_batches, create_source, dead_letter
@@ -349,6 +350,7 @@ def test_a_single_run_backfill_of_two_windows_records_the_one_that_replayed_when
     group = make_group(window_start=yesterday)
     consumed(spark, lakehouse, catalog, group, 2, 10)
     begin_replay(catalog, group, yesterday, holder="replay-first")  # yesterday's window is being replayed elsewhere
+    ensure_table(catalog)  # the heartbeats table, which a test run on its own has not made yet
     beat(catalog, group.name, "replay-first")
     built = build_definitions({group.name: group}, "lake")
     sink = built.resolve_assets_def(dg.AssetKey(["lake", *group.sink.split(".")]))
@@ -518,3 +520,26 @@ def test_the_exactly_once_check_passes_on_a_consumed_sink_and_fails_naming_the_w
     assert broken.metadata["failing_windows"] == dg.MetadataValue.json([window])
     assert (broken.description or "").startswith(f"window {window} of group {group.name}: ")
     assert f"icegroup replay {group.name} --window {window} --execute" in (broken.description or "")
+
+
+def test_a_run_of_one_window_that_fails_with_an_icegroup_error_fails_with_that_error(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    instance: dg.DagsterInstance,
+    catalog: Catalog,
+    make_group: MakeGroup,
+) -> None:
+    today = window_label(int(time.time() * 1000), "day")
+    group = make_group(window_start=today)
+    consumed(spark, lakehouse, catalog, group, 1, 10)
+    begin_replay(catalog, group, today, holder="replay-first")  # the window is being replayed elsewhere
+    ensure_table(catalog)  # the heartbeats table, which a test run on its own has not made yet
+    beat(catalog, group.name, "replay-first")
+    job = build_definitions({group.name: group}, "lake").resolve_job_def(f"{group.name}_replay")
+
+    with pytest.raises(ReplayConflict, match="being replayed by replay-first"):
+        job.execute_in_process(
+            instance=instance,
+            tags={"dagster/asset_partition_range_start": today, "dagster/asset_partition_range_end": today},
+        )
+    assert verify_group(catalog, group, key="event_id").ok
