@@ -29,6 +29,7 @@ from icegroup.iceberg.pause import set_paused
 from icegroup.iceberg.protocol.borrower import ungranted
 from icegroup.iceberg.protocol.completion import CLOSE_GRACE_MS
 from icegroup.iceberg.protocol.dead_letters import STOPPED
+from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.shards import DAY_MS, parse_window_label, window_label
 from icegroup.iceberg.protocol.sink_commit import ROW_LINEAGE
@@ -338,6 +339,13 @@ def test_a_backfill_run_replays_its_partition_and_materializes_it(
     assert sorted(rows.column("event_id").to_pylist()) == list(range(1, 61))
 
 
+def replayed_elsewhere(catalog: Catalog, group: GroupConfig, window: str) -> None:
+    """``window`` is being replayed by a live holder, ``replay-first``, of another process."""
+    begin_replay(catalog, group, window, holder="replay-first")
+    ensure_table(catalog)  # the heartbeats table, which a test run on its own has not made yet
+    beat(catalog, group.name, "replay-first")
+
+
 def test_a_single_run_backfill_of_two_windows_records_the_one_that_replayed_when_the_other_fails(
     spark: SparkSession,
     lakehouse: LakehouseConfig,
@@ -349,9 +357,7 @@ def test_a_single_run_backfill_of_two_windows_records_the_one_that_replayed_when
     today, yesterday = (window_label(now_ms - days * DAY_MS, "day") for days in (0, 1))
     group = make_group(window_start=yesterday)
     consumed(spark, lakehouse, catalog, group, 2, 10)
-    begin_replay(catalog, group, yesterday, holder="replay-first")  # yesterday's window is being replayed elsewhere
-    ensure_table(catalog)  # the heartbeats table, which a test run on its own has not made yet
-    beat(catalog, group.name, "replay-first")
+    replayed_elsewhere(catalog, group, yesterday)
     built = build_definitions({group.name: group}, "lake")
     sink = built.resolve_assets_def(dg.AssetKey(["lake", *group.sink.split(".")]))
     assert sink.backfill_policy == dg.BackfillPolicy.single_run()
@@ -532,9 +538,7 @@ def test_a_run_of_one_window_that_fails_with_an_icegroup_error_fails_with_that_e
     today = window_label(int(time.time() * 1000), "day")
     group = make_group(window_start=today)
     consumed(spark, lakehouse, catalog, group, 1, 10)
-    begin_replay(catalog, group, today, holder="replay-first")  # the window is being replayed elsewhere
-    ensure_table(catalog)  # the heartbeats table, which a test run on its own has not made yet
-    beat(catalog, group.name, "replay-first")
+    replayed_elsewhere(catalog, group, today)
     job = build_definitions({group.name: group}, "lake").resolve_job_def(f"{group.name}_replay")
 
     with pytest.raises(ReplayConflict, match="being replayed by replay-first"):
