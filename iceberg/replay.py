@@ -22,7 +22,7 @@ from pyiceberg.catalog import Catalog
 from pyiceberg.manifest import ManifestContent
 from pyiceberg.table import Table
 
-from icegroup.iceberg.errors import ReplayIncomplete, UsageError
+from icegroup.iceberg.errors import LostRace, RegistryConflict, ReplayIncomplete, UsageError
 from icegroup.iceberg.protocol.cascade import superseding
 from icegroup.iceberg.protocol.drift import check_config, check_drift
 from icegroup.iceberg.protocol.fences import replay_fence_key
@@ -37,12 +37,12 @@ from icegroup.iceberg.protocol.sink_commit import (
     resets_key,
     shard_texts,
 )
-from icegroup.iceberg.protocol.state import ReplayTicket
+from icegroup.iceberg.protocol.state import GroupState, ReplayTicket
 from icegroup.iceberg.retry import again_while_losing
 from icegroup.iceberg.shards import stream_key
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.heartbeats import read_beats
-from icegroup.iceberg.store.registry import commit_or_lose, kept_moving, load_state
+from icegroup.iceberg.store.registry import Loaded, commit_or_lose, commit_state, kept_moving, load_state
 from icegroup.iceberg.store.sink_history import sink_history
 from icegroup.iceberg.store.tables import load_optional, load_source
 
@@ -352,13 +352,41 @@ def begin_replay(catalog: Catalog, group: GroupConfig, window: str, holder: str)
         ticket = take_ticket(state, window, start, holder, fence, beats, now_ms, group.session_timeout_s)
         if sink is not None:
             raise_fences(sink, {key: ticket.generation})
-        state = state.model_copy(deep=True)
-        state.replays[window] = ticket
-        commit_or_lose(loaded, state)
+        record_ticket(loaded, loaded.state, group, ticket, head.snapshot_id if head else None)
         return ticket
 
     gave_up = partial(kept_moving, group.name, RETRIES, "start a replay; it did not start: run it again")
     return again_while_losing(f"group {group.name}: starting a replay of {window}", attempt, RETRIES, 0.1, gave_up)
+
+
+def record_ticket(
+    loaded: Loaded, taken_from: GroupState, group: GroupConfig, ticket: ReplayTicket, sink_head: int | None
+) -> None:
+    """Put ``ticket`` in the registry read as ``loaded``, re-reading it while only other windows' state moved.
+
+    The ticket was taken from ``taken_from`` (``loaded``'s state), then the sink's fence was raised
+    to it: a sink commit, long enough for busy Leaders to move the registry in between (under ``make
+    chaos`` two Leaders won ten tries in a row when each try raised the fence again). A re-read whose
+    epoch and ticket of the window are unchanged holds nothing the ticket was taken from that moved,
+    so the ticket goes into it as it is, and only the registry's own swap races the Leaders.
+    Otherwise ``LostRace``: the caller takes the ticket again from the new state.
+    """
+    for _ in range(RETRIES):
+        current = loaded.state
+        if (
+            current is None
+            or current.epoch != taken_from.epoch
+            or (current.replays.get(ticket.window) != taken_from.replays.get(ticket.window))
+        ):
+            raise LostRace(f"the registry's ticket of {ticket.window} or its epoch moved while the fence was raised")
+        state = check_config(current, group, ticket.started_at_ms, sink_head).model_copy(deep=True)
+        state.replays[ticket.window] = ticket
+        try:
+            commit_state(loaded, state)
+            return
+        except RegistryConflict:
+            loaded = load_state(loaded.catalog, group.name)
+    raise LostRace(f"the registry moved under {RETRIES} swaps of the ticket of {ticket.window}")
 
 
 def end_replay(catalog: Catalog, group: GroupConfig, ticket: ReplayTicket) -> None:

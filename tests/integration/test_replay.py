@@ -38,8 +38,8 @@ from icegroup.iceberg.protocol.sink_commit import (
 )
 from icegroup.iceberg.replay import begin_replay, end_replay, plan_replay
 from icegroup.iceberg.store.fences import raise_fences
-from icegroup.iceberg.store.heartbeats import beat
-from icegroup.iceberg.store.registry import load_state
+from icegroup.iceberg.store.heartbeats import beat, ensure_table
+from icegroup.iceberg.store.registry import commit_state, load_state
 from icegroup.iceberg.verify import verify_group
 from icegroup.iceberg.window_audit import audit_sink
 from icegroup.spark_jobs.borrower.lease import run_lease
@@ -138,6 +138,7 @@ def test_a_second_replay_of_a_window_in_flight_fails_and_names_the_first(
     group = make_group()
     consumed(spark, lakehouse, catalog, group, 2, 10)
     first = begin_replay(catalog, group, today(group), holder="replay-first")
+    ensure_table(catalog)  # the heartbeats table, which a test run on its own has not made yet
     beat(catalog, group.name, "replay-first")
 
     with pytest.raises(ReplayConflict, match="being replayed by replay-first"):
@@ -146,6 +147,64 @@ def test_a_second_replay_of_a_window_in_flight_fails_and_names_the_first(
     end_replay(catalog, group, first)
     report = replay_window(spark, lakehouse, group, today(group), progress=quiet)
     assert report.generation == first.generation + 1
+
+
+def test_a_replay_starts_once_though_leaders_move_the_registry_while_it_raises_its_fence(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = make_group()
+    consumed(spark, lakehouse, catalog, group, 2, 10)
+    raised: list[dict[str, int]] = []
+
+    def raise_while_a_leader_ticks(table: Table, fences: dict[str, int]) -> dict[str, int]:
+        raised.append(fences)
+        loaded = load_state(catalog, group.name)
+        assert loaded.state is not None
+        commit_state(loaded, loaded.state.model_copy(update={"leases_done": loaded.state.leases_done + 1000}))
+        return raise_fences(table, fences)
+
+    monkeypatch.setattr("icegroup.iceberg.replay.raise_fences", raise_while_a_leader_ticks)
+    ticket = begin_replay(catalog, group, today(group), holder="replay-busy")
+
+    assert [ticket.generation] == [f[replay_fence_key(group.name, today(group))] for f in raised] == [1]
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert state.replays[today(group)] == ticket
+    assert state.leases_done >= 1000, "the ticket went into the state the Leader committed, not over it"
+
+
+def test_a_replay_whose_window_another_replay_took_while_it_raised_its_fence_is_refused(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = make_group()
+    consumed(spark, lakehouse, catalog, group, 2, 10)
+    other: list[int] = []
+    calls: list[dict[str, int]] = []
+
+    def raise_while_another_replay_starts(table: Table, fences: dict[str, int]) -> dict[str, int]:
+        calls.append(fences)
+        if len(calls) == 1:
+            other.append(begin_replay(catalog, group, today(group), holder="replay-other").generation)
+            ensure_table(catalog)  # the heartbeats table, which a test run on its own has not made yet
+            beat(catalog, group.name, "replay-other")
+        return raise_fences(table, fences)
+
+    monkeypatch.setattr("icegroup.iceberg.replay.raise_fences", raise_while_another_replay_starts)
+    with pytest.raises(ReplayConflict, match="being replayed by replay-other"):
+        begin_replay(catalog, group, today(group), holder="replay-late")
+
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert state.replays[today(group)].holder == "replay-other"
+    assert state.replays[today(group)].generation == other[0]
 
 
 def test_a_superseded_replay_cannot_commit(
