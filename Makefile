@@ -108,7 +108,7 @@ chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader
 	$(PY) -m tests.chaos.run --full
 	$(PY) -m tests.chaos.run --full --borrowers
 
-bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard and a backlog's one job cost beyond a plain write and which code spends it, one lease against a lease per slot, leases publishing at once, where a consume's time goes, forward lineage precision and recall, what a source row id costs, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog; records tests/benchmarks/results/
+bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard and a backlog's one job cost beyond a plain write and which code spends it, one lease against a lease per slot, leases publishing at once, where a consume's time goes, forward lineage precision and recall, what a source row id costs, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog, sources of other shapes; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_throughput
 	$(PY) -m tests.benchmarks.bench_latency
 	$(PY) -m tests.benchmarks.bench_leader
@@ -129,6 +129,7 @@ bench: jvm ## side by side against plain Spark and Structured Streaming (through
 	$(PY) -m tests.benchmarks.bench_long_history
 	$(PY) -m tests.benchmarks.bench_rest
 	$(PY) -m tests.benchmarks.bench_scaling
+	$(PY) -m tests.benchmarks.bench_shapes
 
 bench-scaling: jvm ## how the ratio to a plain Spark job grows with the work: W1 at 1x/4x/10x, W2 at 300 and 3,000 snapshots; records tests/benchmarks/results/scaling.*
 	$(PY) -m tests.benchmarks.bench_scaling $(BENCH_ARGS)

@@ -9,6 +9,7 @@ rows as Python dicts would take minutes.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,15 +42,15 @@ W1 = Workload("W1", snapshots=12, rows_per_snapshot=420_000)
 W2 = Workload("W2", snapshots=300, rows_per_snapshot=300)
 
 
-def events(first_id: int, count: int, seed: int) -> pa.Table:
-    """``count`` events with ids from ``first_id``, round-robin over the regions, drawn from ``seed``."""
+def events(first_id: int, count: int, seed: int, regions: Sequence[str] = REGIONS) -> pa.Table:
+    """``count`` events with ids from ``first_id``, round-robin over ``regions``, drawn from ``seed``."""
     rng = np.random.default_rng(seed)
     ids = np.arange(first_id, first_id + count, dtype=np.int64)
-    regions = np.array(REGIONS)[ids % len(REGIONS)]
+    region = np.array(regions)[ids % len(regions)]
     start_us = int(EVENTS_START.timestamp() * 1_000_000)
     columns = {
         "event_id": ids,
-        "region": regions,
+        "region": region,
         "event_ts": pa.array(start_us + ids * 1_000_000, type=pa.timestamp("us", tz="UTC")),
         "amount": np.round(rng.uniform(1, 100, count), 2),
         "user_id": rng.integers(1, 500, count, dtype=np.int64),
