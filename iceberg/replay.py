@@ -10,6 +10,7 @@ file that is gone makes the plan incomplete, and nothing is replaced. Spark does
 
 from __future__ import annotations
 
+import random
 import time
 from collections import Counter
 from collections.abc import Iterator
@@ -47,6 +48,8 @@ from icegroup.iceberg.store.sink_history import sink_history
 from icegroup.iceberg.store.tables import load_optional, load_source
 
 RETRIES = 10
+# Swaps of a ticket into a re-read registry, once its fence is raised (``record_ticket``).
+TICKET_SWAPS = 5
 # The data files live in a snapshot, keyed by (the snapshot that added them, stream): path and rows.
 LiveFiles = dict[tuple[int, str], list[tuple[str, int]]]
 
@@ -350,8 +353,8 @@ def begin_replay(catalog: Catalog, group: GroupConfig, window: str, holder: str)
         fence = int(sink.properties.get(key, "0")) if sink is not None else 0
         beats = {h: b.beat_ms for h, b in read_beats(catalog, group.name).items()}
         ticket = take_ticket(state, window, start, holder, fence, beats, now_ms, group.session_timeout_s)
-        if sink is not None:
-            raise_fences(sink, {key: ticket.generation})
+        if sink is not None and not raise_fences(sink, {key: ticket.generation}, strict=True):
+            raise LostRace(f"another writer raised the replay fence of {window} to {ticket.generation} first")
         record_ticket(loaded, loaded.state, group, ticket, head.snapshot_id if head else None)
         return ticket
 
@@ -364,29 +367,36 @@ def record_ticket(
 ) -> None:
     """Put ``ticket`` in the registry read as ``loaded``, re-reading it while only other windows' state moved.
 
-    The ticket was taken from ``taken_from`` (``loaded``'s state), then the sink's fence was raised
-    to it: a sink commit, long enough for busy Leaders to move the registry in between (under ``make
-    chaos`` two Leaders won ten tries in a row when each try raised the fence again). A re-read whose
-    epoch and ticket of the window are unchanged holds nothing the ticket was taken from that moved,
-    so the ticket goes into it as it is, and only the registry's own swap races the Leaders.
-    Otherwise ``LostRace``: the caller takes the ticket again from the new state.
+    The ticket was taken from ``taken_from`` (``loaded``'s state), then this start alone raised the
+    sink's fence to it: a sink commit, long enough for busy Leaders to move the registry in between
+    (under ``make chaos`` two Leaders won ten tries in a row when each try raised the fence again).
+    A lost swap re-reads the registry. The ticket still holds while the group's epoch and the
+    window's ticket in the registry are what it was taken from, and the sink's fence is still its
+    generation (fences only rise, so a replay that began and ended meanwhile, or a Leader that
+    expired one, has moved it): then it goes into the re-read state as it is, and only the
+    registry's swap races the Leaders. Otherwise ``LostRace``: the caller takes a new ticket.
     """
-    for _ in range(RETRIES):
+    key = replay_fence_key(group.name, ticket.window)
+    for swap in range(TICKET_SWAPS):
         current = loaded.state
+        sink = load_optional(loaded.catalog, group.sink) if swap else None
+        fence = int(sink.properties.get(key, "0")) if sink is not None else ticket.generation
         if (
             current is None
             or current.epoch != taken_from.epoch
-            or (current.replays.get(ticket.window) != taken_from.replays.get(ticket.window))
+            or current.replays.get(ticket.window) != taken_from.replays.get(ticket.window)
+            or fence != ticket.generation
         ):
-            raise LostRace(f"the registry's ticket of {ticket.window} or its epoch moved while the fence was raised")
+            raise LostRace(f"the replay of {ticket.window}, its fence or the epoch moved while the fence was raised")
         state = check_config(current, group, ticket.started_at_ms, sink_head).model_copy(deep=True)
         state.replays[ticket.window] = ticket
         try:
             commit_state(loaded, state)
             return
         except RegistryConflict:
+            time.sleep(random.uniform(0.0, 0.05))
             loaded = load_state(loaded.catalog, group.name)
-    raise LostRace(f"the registry moved under {RETRIES} swaps of the ticket of {ticket.window}")
+    raise LostRace(f"the registry moved under {TICKET_SWAPS} swaps of the ticket of {ticket.window}")
 
 
 def end_replay(catalog: Catalog, group: GroupConfig, ticket: ReplayTicket) -> None:

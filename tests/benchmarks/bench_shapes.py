@@ -103,8 +103,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per arm (default %(default)s)")
     args = parser.parse_args()
-    commit = subprocess.run(
-        ["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(), capture_output=True, text=True, check=False
+    commit = subprocess.run(  # "-dirty" when the run's code is not all committed
+        ["git", "describe", "--always", "--dirty"], cwd=repo_root(), capture_output=True, text=True, check=False
     ).stdout.strip()
     shapes: dict[str, object] = {}
     for shape in SHAPES:

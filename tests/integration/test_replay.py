@@ -160,12 +160,12 @@ def test_a_replay_starts_once_though_leaders_move_the_registry_while_it_raises_i
     consumed(spark, lakehouse, catalog, group, 2, 10)
     raised: list[dict[str, int]] = []
 
-    def raise_while_a_leader_ticks(table: Table, fences: dict[str, int]) -> dict[str, int]:
+    def raise_while_a_leader_ticks(table: Table, fences: dict[str, int], strict: bool) -> dict[str, int]:
         raised.append(fences)
         loaded = load_state(catalog, group.name)
         assert loaded.state is not None
         commit_state(loaded, loaded.state.model_copy(update={"leases_done": loaded.state.leases_done + 1000}))
-        return raise_fences(table, fences)
+        return raise_fences(table, fences, strict=strict)
 
     monkeypatch.setattr("icegroup.iceberg.replay.raise_fences", raise_while_a_leader_ticks)
     ticket = begin_replay(catalog, group, today(group), holder="replay-busy")
@@ -189,13 +189,13 @@ def test_a_replay_whose_window_another_replay_took_while_it_raised_its_fence_is_
     other: list[int] = []
     calls: list[dict[str, int]] = []
 
-    def raise_while_another_replay_starts(table: Table, fences: dict[str, int]) -> dict[str, int]:
+    def raise_while_another_replay_starts(table: Table, fences: dict[str, int], strict: bool) -> dict[str, int]:
         calls.append(fences)
         if len(calls) == 1:
             other.append(begin_replay(catalog, group, today(group), holder="replay-other").generation)
             ensure_table(catalog)  # the heartbeats table, which a test run on its own has not made yet
             beat(catalog, group.name, "replay-other")
-        return raise_fences(table, fences)
+        return raise_fences(table, fences, strict=strict)
 
     monkeypatch.setattr("icegroup.iceberg.replay.raise_fences", raise_while_another_replay_starts)
     with pytest.raises(ReplayConflict, match="being replayed by replay-other"):
@@ -205,6 +205,40 @@ def test_a_replay_whose_window_another_replay_took_while_it_raised_its_fence_is_
     assert state is not None
     assert state.replays[today(group)].holder == "replay-other"
     assert state.replays[today(group)].generation == other[0]
+
+
+@pytest.mark.parametrize("other_first", [True, False], ids=["before-its-fence", "after-its-fence"])
+def test_a_replay_that_began_and_ended_while_another_raised_its_fence_makes_that_one_take_the_next_generation(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    monkeypatch: pytest.MonkeyPatch,
+    other_first: bool,
+) -> None:
+    group = make_group()
+    consumed(spark, lakehouse, catalog, group, 2, 10)
+    key = replay_fence_key(group.name, today(group))
+    other: list[int] = []
+
+    def a_whole_replay_meanwhile(table: Table, fences: dict[str, int], strict: bool) -> dict[str, int]:
+        if other:
+            return raise_fences(table, fences, strict=strict)
+        other.append(0)
+        raised = {} if other_first else raise_fences(table, fences, strict=strict)
+        ticket = begin_replay(catalog, group, today(group), holder="replay-other")
+        end_replay(catalog, group, ticket)
+        other[0] = ticket.generation
+        return raise_fences(table, fences, strict=strict) if other_first else raised
+
+    monkeypatch.setattr("icegroup.iceberg.replay.raise_fences", a_whole_replay_meanwhile)
+    ticket = begin_replay(catalog, group, today(group), holder="replay-late")
+
+    assert ticket.generation == other[0] + 1, "a generation is never given to two replays, nor one below the fence"
+    assert int(catalog.load_table(group.sink).properties[key]) == ticket.generation
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert state.replays[today(group)] == ticket
 
 
 def test_a_superseded_replay_cannot_commit(
