@@ -354,7 +354,7 @@ def begin_replay(catalog: Catalog, group: GroupConfig, window: str, holder: str)
         beats = {h: b.beat_ms for h, b in read_beats(catalog, group.name).items()}
         ticket = take_ticket(state, window, start, holder, fence, beats, now_ms, group.session_timeout_s)
         if sink is not None and not raise_fences(sink, {key: ticket.generation}, strict=True):
-            raise LostRace(f"another writer raised the replay fence of {window} to {ticket.generation} first")
+            raise LostRace(f"another writer raised the replay fence of {window} as far as {ticket.generation} first")
         record_ticket(loaded, loaded.state, group, ticket, head.snapshot_id if head else None)
         return ticket
 
@@ -379,6 +379,8 @@ def record_ticket(
     key = replay_fence_key(group.name, ticket.window)
     for swap in range(TICKET_SWAPS):
         current = loaded.state
+        if current is not None and current.replays.get(ticket.window) == ticket:
+            return  # a swap reported lost had landed after all (its answer was lost on the way)
         sink = load_optional(loaded.catalog, group.sink) if swap else None
         fence = int(sink.properties.get(key, "0")) if sink is not None else ticket.generation
         if (

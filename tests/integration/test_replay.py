@@ -20,7 +20,15 @@ from pyiceberg.types import IntegerType, NestedField, StringType
 from pyspark.sql import SparkSession
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
-from icegroup.iceberg.errors import ConfigError, Fenced, ReplayConflict, ReplayIncomplete, UsageError, WindowMoved
+from icegroup.iceberg.errors import (
+    ConfigError,
+    Fenced,
+    RegistryConflict,
+    ReplayConflict,
+    ReplayIncomplete,
+    UsageError,
+    WindowMoved,
+)
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -36,10 +44,11 @@ from icegroup.iceberg.protocol.sink_commit import (
     KEY_REPLAY,
     commit_properties,
 )
+from icegroup.iceberg.protocol.state import GroupState
 from icegroup.iceberg.replay import begin_replay, end_replay, plan_replay
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.heartbeats import beat, ensure_table
-from icegroup.iceberg.store.registry import commit_state, load_state
+from icegroup.iceberg.store.registry import Loaded, commit_state, load_state
 from icegroup.iceberg.verify import verify_group
 from icegroup.iceberg.window_audit import audit_sink
 from icegroup.spark_jobs.borrower.lease import run_lease
@@ -236,6 +245,33 @@ def test_a_replay_that_began_and_ended_while_another_raised_its_fence_makes_that
 
     assert ticket.generation == other[0] + 1, "a generation is never given to two replays, nor one below the fence"
     assert int(catalog.load_table(group.sink).properties[key]) == ticket.generation
+    state = load_state(catalog, group.name).state
+    assert state is not None
+    assert state.replays[today(group)] == ticket
+
+
+def test_a_replay_whose_ticket_swap_landed_though_it_was_reported_lost_has_started(
+    spark: SparkSession,
+    lakehouse: LakehouseConfig,
+    catalog: Catalog,
+    make_group: MakeGroup,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    group = make_group()
+    consumed(spark, lakehouse, catalog, group, 2, 10)
+    swaps: list[int] = []
+
+    def landed_but_reported_lost(loaded: Loaded, state: GroupState) -> None:
+        swaps.append(len(swaps))
+        commit_state(loaded, state)
+        if len(swaps) == 1:
+            raise RegistryConflict("the answer to this swap was lost on the way")
+
+    monkeypatch.setattr("icegroup.iceberg.replay.commit_state", landed_but_reported_lost)
+    ticket = begin_replay(catalog, group, today(group), holder="replay-unanswered")
+
+    assert swaps == [0], "the swap that landed is not made again"
+    assert ticket.generation == 1
     state = load_state(catalog, group.name).state
     assert state is not None
     assert state.replays[today(group)] == ticket
