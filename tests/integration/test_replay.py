@@ -158,15 +158,20 @@ def test_a_second_replay_of_a_window_in_flight_fails_and_names_the_first(
     assert report.generation == first.generation + 1
 
 
-def test_a_replay_starts_once_though_leaders_move_the_registry_while_it_raises_its_fence(
-    spark: SparkSession,
-    lakehouse: LakehouseConfig,
-    catalog: Catalog,
-    make_group: MakeGroup,
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+@pytest.fixture
+def consumed_group(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> GroupConfig:
+    """A group that has consumed two commits into today's window, so that window can be replayed."""
     group = make_group()
     consumed(spark, lakehouse, catalog, group, 2, 10)
+    return group
+
+
+def test_a_replay_starts_once_though_leaders_move_the_registry_while_it_raises_its_fence(
+    catalog: Catalog, consumed_group: GroupConfig, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    group = consumed_group
     raised: list[dict[str, int]] = []
 
     def raise_while_a_leader_ticks(table: Table, fences: dict[str, int], strict: bool) -> dict[str, int]:
@@ -187,14 +192,9 @@ def test_a_replay_starts_once_though_leaders_move_the_registry_while_it_raises_i
 
 
 def test_a_replay_whose_window_another_replay_took_while_it_raised_its_fence_is_refused(
-    spark: SparkSession,
-    lakehouse: LakehouseConfig,
-    catalog: Catalog,
-    make_group: MakeGroup,
-    monkeypatch: pytest.MonkeyPatch,
+    catalog: Catalog, consumed_group: GroupConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    group = make_group()
-    consumed(spark, lakehouse, catalog, group, 2, 10)
+    group = consumed_group
     other: list[int] = []
     calls: list[dict[str, int]] = []
 
@@ -218,15 +218,9 @@ def test_a_replay_whose_window_another_replay_took_while_it_raised_its_fence_is_
 
 @pytest.mark.parametrize("other_first", [True, False], ids=["before-its-fence", "after-its-fence"])
 def test_a_replay_that_began_and_ended_while_another_raised_its_fence_makes_that_one_take_the_next_generation(
-    spark: SparkSession,
-    lakehouse: LakehouseConfig,
-    catalog: Catalog,
-    make_group: MakeGroup,
-    monkeypatch: pytest.MonkeyPatch,
-    other_first: bool,
+    catalog: Catalog, consumed_group: GroupConfig, monkeypatch: pytest.MonkeyPatch, other_first: bool
 ) -> None:
-    group = make_group()
-    consumed(spark, lakehouse, catalog, group, 2, 10)
+    group = consumed_group
     key = replay_fence_key(group.name, today(group))
     other: list[int] = []
 
@@ -251,14 +245,9 @@ def test_a_replay_that_began_and_ended_while_another_raised_its_fence_makes_that
 
 
 def test_a_replay_whose_ticket_swap_landed_though_it_was_reported_lost_has_started(
-    spark: SparkSession,
-    lakehouse: LakehouseConfig,
-    catalog: Catalog,
-    make_group: MakeGroup,
-    monkeypatch: pytest.MonkeyPatch,
+    catalog: Catalog, consumed_group: GroupConfig, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    group = make_group()
-    consumed(spark, lakehouse, catalog, group, 2, 10)
+    group = consumed_group
     swaps: list[int] = []
 
     def landed_but_reported_lost(loaded: Loaded, state: GroupState) -> None:
