@@ -35,7 +35,8 @@ from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import window_value
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_STAGE, LINEAGE_COLUMNS
-from icegroup.iceberg.replay import ReplayPlan, plan_replay, replay_ticket
+from icegroup.iceberg.replay import ReplayPlan, plan_replay
+from icegroup.iceberg.replay_ticket import replay_ticket
 from icegroup.iceberg.store.canaries import drop_canary, promotable, save_canary
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.code_shipping import ship_transform

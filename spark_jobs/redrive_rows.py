@@ -38,7 +38,7 @@ from icegroup.iceberg.protocol.sink_commit import (
     LINEAGE_COLUMNS,
 )
 from icegroup.iceberg.protocol.state import Lease
-from icegroup.iceberg.replay import replay_ticket
+from icegroup.iceberg.replay_ticket import replay_ticket
 from icegroup.iceberg.store.dead_rows import IsolatedShard, isolated_in_sink, mark_taken_in
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.iceberg.store.registry import load_state

@@ -27,7 +27,8 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import window_value
 from icegroup.iceberg.protocol.sink_commit import replay_properties, shard_number
 from icegroup.iceberg.protocol.state import ReplayTicket
-from icegroup.iceberg.replay import ReplayPlan, ReplayShard, plan_replay, replay_ticket
+from icegroup.iceberg.replay import ReplayPlan, ReplayShard, plan_replay
+from icegroup.iceberg.replay_ticket import replay_ticket
 from icegroup.iceberg.retry import again_while_losing
 from icegroup.iceberg.store.heartbeats import heartbeat
 from icegroup.spark_jobs.code_shipping import ship_transform

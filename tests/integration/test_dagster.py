@@ -33,7 +33,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.shards import DAY_MS, parse_window_label, window_label
 from icegroup.iceberg.protocol.sink_commit import ROW_LINEAGE
-from icegroup.iceberg.replay import begin_replay
+from icegroup.iceberg.replay_ticket import begin_replay
 from icegroup.iceberg.store.dead_letters import record
 from icegroup.iceberg.store.heartbeats import beat, ensure_table
 from icegroup.iceberg.store.registry import load_state

@@ -45,7 +45,8 @@ from icegroup.iceberg.protocol.sink_commit import (
     commit_properties,
 )
 from icegroup.iceberg.protocol.state import GroupState
-from icegroup.iceberg.replay import begin_replay, end_replay, plan_replay
+from icegroup.iceberg.replay import plan_replay
+from icegroup.iceberg.replay_ticket import begin_replay, end_replay
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.heartbeats import beat, ensure_table
 from icegroup.iceberg.store.registry import Loaded, commit_state, load_state
@@ -181,7 +182,7 @@ def test_a_replay_starts_once_though_leaders_move_the_registry_while_it_raises_i
         commit_state(loaded, loaded.state.model_copy(update={"leases_done": loaded.state.leases_done + 1000}))
         return raise_fences(table, fences, strict=strict)
 
-    monkeypatch.setattr("icegroup.iceberg.replay.raise_fences", raise_while_a_leader_ticks)
+    monkeypatch.setattr("icegroup.iceberg.replay_ticket.raise_fences", raise_while_a_leader_ticks)
     ticket = begin_replay(catalog, group, today(group), holder="replay-busy")
 
     assert [ticket.generation] == [f[replay_fence_key(group.name, today(group))] for f in raised] == [1]
@@ -206,7 +207,7 @@ def test_a_replay_whose_window_another_replay_took_while_it_raised_its_fence_is_
             beat(catalog, group.name, "replay-other")
         return raise_fences(table, fences, strict=strict)
 
-    monkeypatch.setattr("icegroup.iceberg.replay.raise_fences", raise_while_another_replay_starts)
+    monkeypatch.setattr("icegroup.iceberg.replay_ticket.raise_fences", raise_while_another_replay_starts)
     with pytest.raises(ReplayConflict, match="being replayed by replay-other"):
         begin_replay(catalog, group, today(group), holder="replay-late")
 
@@ -234,7 +235,7 @@ def test_a_replay_that_began_and_ended_while_another_raised_its_fence_makes_that
         other[0] = ticket.generation
         return raise_fences(table, fences, strict=strict) if other_first else raised
 
-    monkeypatch.setattr("icegroup.iceberg.replay.raise_fences", a_whole_replay_meanwhile)
+    monkeypatch.setattr("icegroup.iceberg.replay_ticket.raise_fences", a_whole_replay_meanwhile)
     ticket = begin_replay(catalog, group, today(group), holder="replay-late")
 
     assert ticket.generation == other[0] + 1, "a generation is never given to two replays, nor one below the fence"
@@ -256,7 +257,7 @@ def test_a_replay_whose_ticket_swap_landed_though_it_was_reported_lost_has_start
         if len(swaps) == 1:
             raise RegistryConflict("the answer to this swap was lost on the way")
 
-    monkeypatch.setattr("icegroup.iceberg.replay.commit_state", landed_but_reported_lost)
+    monkeypatch.setattr("icegroup.iceberg.replay_ticket.commit_state", landed_but_reported_lost)
     ticket = begin_replay(catalog, group, today(group), holder="replay-unanswered")
 
     assert swaps == [0], "the swap that landed is not made again"

@@ -21,7 +21,7 @@ from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.reset import ResetTarget
-from icegroup.iceberg.replay import begin_replay
+from icegroup.iceberg.replay_ticket import begin_replay
 from icegroup.iceberg.reset import execute_reset, plan_reset, reset_marker
 from icegroup.iceberg.store.heartbeats import beat, ensure_table
 from icegroup.iceberg.store.registry import load_state

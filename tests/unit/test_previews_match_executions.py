@@ -54,7 +54,8 @@ from icegroup.iceberg.protocol.shards import Shard, sink_window, window_label
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, COL_WINDOW, commit_properties, shard_number, shard_texts
 from icegroup.iceberg.protocol.state import GroupState, Lease, LeasePhase
 from icegroup.iceberg.rebuild import rebuild_registry
-from icegroup.iceberg.replay import ReplayPlan, plan_replay, replay_ticket
+from icegroup.iceberg.replay import ReplayPlan, plan_replay
+from icegroup.iceberg.replay_ticket import replay_ticket
 from icegroup.iceberg.reset import execute_reset
 from icegroup.iceberg.store.dead_letters import dead_letter_identifier, record
 from icegroup.iceberg.store.dead_rows import ISOLATED, DeadRow, dead_rows_identifier, record_rows
