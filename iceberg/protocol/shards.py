@@ -126,6 +126,11 @@ def sink_window(start_ms: int, window: Window) -> date | str:
     return window_value(window_label(start_ms, window), window)
 
 
+def one_window(shards: Iterable[Shard], window: Window) -> bool:
+    """Whether every row of ``shards`` goes to one sink window, so their output may be staged unpartitioned."""
+    return len({sink_window(shard.window_start_ms, window) for shard in shards}) == 1
+
+
 def window_text(value: date | str) -> str:
     """A row's ``_ig_window`` as its label (the Dagster partition key): a ``date``, or (hours, older sinks) text."""
     return value.isoformat() if isinstance(value, date) else value

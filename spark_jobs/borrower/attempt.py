@@ -102,6 +102,7 @@ class LeaseRun:
     in_flight: InFlight | None = None
     claimed: bool = False
     sink_ready: bool = False
+    staging_spec: int | None = None
     row_files: RowFiles = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,15 +120,19 @@ class LeaseRun:
         return f"{self.lakehouse.catalog_name}.{self.group.source}"
 
 
-def deliver(run: LeaseRun, out: DataFrame) -> str:
-    """Stage one shard's output on the sink; the first delivery creates the sink and claims the lease."""
+def deliver(run: LeaseRun, out: DataFrame, one_window: bool = True) -> str:
+    """Stage one shard's output on the sink; the first delivery creates the sink and claims the lease.
+
+    Output of ``one_window`` is staged through the sink's unpartitioned spec where it has one
+    (``staging_spec``): the fenced commit places its files in the window's partition.
+    """
     if not run.sink_ready:
-        ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
+        run.staging_spec = ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
         if not run.claimed:
             run.claimed = claim(run.catalog, run.group, run.lease)
         run.sink_ready = True
     aligned, evolve = align_to_sink(run.spark, run.sink_table, out)
-    return stage_shard(aligned, run.sink_table, evolve=evolve)
+    return stage_shard(aligned, run.sink_table, evolve=evolve, spec_id=run.staging_spec if one_window else None)
 
 
 def output(

@@ -21,7 +21,7 @@ from pyiceberg.table import Table
 
 from icegroup.iceberg.errors import AlreadyCommitted, Fenced, IcegroupError, SinkError, StagedOutputGone, StaleLease
 from icegroup.iceberg.failpoints import failpoint
-from icegroup.iceberg.protocol.shards import Shard
+from icegroup.iceberg.protocol.shards import Shard, one_window
 from icegroup.iceberg.protocol.sink_commit import commit_properties
 from icegroup.spark_jobs.borrower.attempt import (
     STAGINGS,
@@ -109,7 +109,7 @@ def commit_together(
     failpoint("borrower.before_read")
     started = time.perf_counter()
     try:
-        staged = deliver(run, output(run, batch, root, source)())
+        staged = deliver(run, output(run, batch, root, source)(), one_window(batch, run.group.replay_window))
     except IcegroupError:
         raise
     except Exception as exc:

@@ -89,16 +89,19 @@ def lease_history(catalog: Catalog, group: GroupConfig, lease: Lease) -> SinkHis
     return read_sink_history(catalog, group.sink, group.name, lease.sink_snapshot_at_grant)
 
 
-def stage_shard(df: DataFrame, table: str, evolve: bool = False) -> str:
+def stage_shard(df: DataFrame, table: str, evolve: bool = False, spec_id: int | None = None) -> str:
     """Write the shard's output as a staged snapshot of the sink; returns the token that finds it.
 
     With ``evolve``, columns the sink lacks are added to it first (only then: a schema merge is a
-    commit of its own, and Borrowers writing at once would contend for it).
+    commit of its own, and Borrowers writing at once would contend for it). ``spec_id`` writes
+    through that spec of the sink rather than its current one (``shape.staging_spec``).
     """
     token = uuid.uuid4().hex
     writer = df.writeTo(table).option(f"snapshot-property.{KEY_STAGE}", token).options(**WRITE_OPTIONS)
     if evolve:
         writer = writer.option("mergeSchema", "true")
+    if spec_id is not None:
+        writer = writer.option("output-spec-id", str(spec_id))
     writer.append()
     return token
 

@@ -30,10 +30,13 @@ from icegroup.iceberg.protocol.sink_commit import (
 
 log = logging.getLogger(__name__)
 
+WINDOW_METRICS = f"write.metadata.metrics.column.{COL_WINDOW}"
 SINK_PROPERTIES = {
     "format-version": "2",
     # Exact bounds on the shard column keep lineage queries and replays by shard exact.
     "write.metadata.metrics.column._ig_shard": "full",
+    # Exact bounds on the window column let the fenced commit place a file staged without partitions (``staging_spec``).
+    WINDOW_METRICS: "full",
     # Shard output is staged, then published by the fenced commit.
     "write.wap.enabled": "true",
     # Outputs may lack columns (older shards) or add them (the source gained one); see stage_shard.
@@ -84,9 +87,10 @@ def with_lineage(
     )
 
 
-def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
+def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> int | None:
     """Create the sink from the first output's schema if it does not exist yet, with staged writes on.
 
+    Returns the sink's staging spec (``staging_spec``), for output of one window to be staged through.
     An existing sink is checked from one load of its table (its properties and partition spec),
     where ``CREATE NAMESPACE``, ``CREATE TABLE IF NOT EXISTS``, ``SHOW TBLPROPERTIES`` and a load
     of its spec took 0.08 to 0.14 s a lease on a warm JVM (0.01 s now, in scratch runs; a new sink's
@@ -100,8 +104,26 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
     if iceberg is None:
         create_sink(spark, catalog, sink, df)
         iceberg = iceberg_table(spark, table)
+    if ensure_window_partition(spark, table, dict(df.dtypes)[COL_WINDOW], iceberg):
+        iceberg = iceberg_table(spark, table)  # with the window column, whose metrics are set next
     ensure_staged_writes(spark, table, iceberg)
-    ensure_window_partition(spark, table, dict(df.dtypes)[COL_WINDOW], iceberg)
+    return staging_spec(spark, table, iceberg)
+
+
+def staging_spec(spark: SparkSession, table: str, iceberg: Any | None = None) -> int | None:
+    """The id of the sink's unpartitioned spec, added if missing; None unless the window alone partitions the sink.
+
+    Output whose rows all hold one window is staged through it (``stage_shard``'s ``spec_id``): Spark's
+    partitioned writer routes each row to its window's file, 0.12x to 0.16x of a plain write on W1's
+    rows (``docs/concepts/performance.md``), and every row would go to the same one. The fenced
+    commit gives each staged file its window partition from the file's exact bounds on the window
+    column (``StagingSpec.java`` in ``spark_jobs/sink/jvm``), so main holds what the partitioned writer would have made.
+    ``iceberg`` is the sink's table as just loaded, if the caller has it (``iceberg_table``).
+    """
+    jvm: Any = spark._jvm
+    loaded = iceberg if iceberg is not None else iceberg_table(spark, table)
+    spec_id = int(jvm.icegroup.commit.StagingSpec.ensure(loaded, COL_WINDOW))
+    return None if spec_id < 0 else spec_id
 
 
 def create_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
@@ -157,9 +179,13 @@ def ensure_staged_writes(spark: SparkSession, table: str, iceberg: Any | None = 
         raise SinkError(
             "spark.wap.id: must be 'icegroup' so that shard output is staged; use icegroup.spark_jobs.session"
         )
-    properties = (iceberg if iceberg is not None else iceberg_table(spark, table)).properties()
-    needed = ("write.wap.enabled", "write.spark.accept-any-schema")
-    missing = ", ".join(f"'{key}'='true'" for key in needed if properties.get(key) != "true")
+    loaded = iceberg if iceberg is not None else iceberg_table(spark, table)
+    properties = loaded.properties()
+    # A metrics setting must name a column the table has: an older sink gains the window's with the column.
+    keys = ("write.wap.enabled", "write.spark.accept-any-schema", WINDOW_METRICS)
+    windowed = loaded.schema().findField(COL_WINDOW) is not None
+    needed = {key: SINK_PROPERTIES[key] for key in keys if windowed or key != WINDOW_METRICS}
+    missing = ", ".join(f"'{key}'='{value}'" for key, value in needed.items() if properties.get(key) != value)
     if missing:
         spark.sql(f"ALTER TABLE {table} SET TBLPROPERTIES ({missing})")
 
@@ -170,17 +196,18 @@ def window_partitioned(spark: SparkSession, table: str, iceberg: Any | None = No
     return any(str(field.name()) == COL_WINDOW for field in spec.fields())
 
 
-def ensure_window_partition(spark: SparkSession, table: str, column_type: str, iceberg: Any | None = None) -> None:
+def ensure_window_partition(spark: SparkSession, table: str, column_type: str, iceberg: Any | None = None) -> bool:
     """Partition the sink by the replay window, in addition to any partitioning it already has.
 
     A sink created before the window column (or by the user, with partitioning of its own) gains
     the column (of ``column_type``: ``window_type``) and the partition field by schema and
     partition-spec evolution; its existing files keep their spec, and new output is written per
     window. Borrowers may do this at once: whoever loses the race finds the field there.
-    ``iceberg`` is the sink's table as just loaded, if the caller has it (``iceberg_table``).
+    ``iceberg`` is the sink's table as just loaded, if the caller has it (``iceberg_table``). Returns
+    whether the sink changed.
     """
     if window_partitioned(spark, table, iceberg):
-        return
+        return False
     columns = {f.name for f in spark.table(table).schema.fields}
     try:
         if COL_WINDOW not in columns:
@@ -190,6 +217,7 @@ def ensure_window_partition(spark: SparkSession, table: str, column_type: str, i
         if not window_partitioned(spark, table):
             raise
     log.info("sink %s: now partitioned by %s as well", table, COL_WINDOW)
+    return True
 
 
 def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataFrame, bool]:

@@ -11,7 +11,10 @@ a real Leader tick cut:
 - ``batch_lineage``: that, with the lineage columns as a batch gets them (the shard chosen by each
   row's file, ``by_file``; the window; the file reference), to a plain table;
 - ``batch_staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
-  (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``).
+  (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``),
+  through the sink's unpartitioned staging spec (``staging_spec``: the batch has one window);
+- ``batch_staged_routed``: the same, staged through the sink's window spec, each row routed to its
+  partition by Spark's writer, as a Borrower staged before the staging spec.
 
 Each arm writes a fresh table, in a rotating order, ``--rounds`` rounds after one warm-up round.
 The figures are medians, and each arm's cost as a multiple of ``plain``; the publish (a catalog
@@ -51,7 +54,7 @@ from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 
 ROUNDS = 5
-ARMS = ("plain", "batch_read", "batch_lineage", "batch_staged")
+ARMS = ("plain", "batch_read", "batch_lineage", "batch_staged", "batch_staged_routed")
 WINDOW = date(2026, 11, 25)
 RESULTS = Path(__file__).parent / "results" / "batch_cost.json"
 
@@ -78,16 +81,17 @@ def arm_writers(
         by_shard = by_file({path: shard_number(shard.shard_id) for shard in shards for path in shard.files})
         return with_lineage(rows, by_shard, WINDOW, F.expr(FILE_REF_SQL))
 
-    def staged(table: str) -> None:
+    def staged(table: str, routed: bool = False) -> None:
         rows = lineage(read())
-        ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
-        stage_shard(rows, table)
+        spec = ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
+        stage_shard(rows, table, spec_id=None if routed else spec)
 
     return {
         "plain": lambda table: batch(spark, source, table),
         "batch_read": lambda table: plain_table(table, read()),
         "batch_lineage": lambda table: plain_table(table, lineage(read())),
         "batch_staged": staged,
+        "batch_staged_routed": lambda table: staged(table, routed=True),
     }
 
 

@@ -12,7 +12,8 @@ million rows, the same transform.
 - ``shard_read``: the shard as the Borrower reads it (``read_shard``), transformed, to a plain table;
 - ``lineage``: that, with the lineage columns (``with_lineage``), to a plain table;
 - ``staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
-  (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``);
+  (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``),
+  through the sink's unpartitioned staging spec (``staging_spec``);
 - ``strings4`` and ``longs4``: ``plain`` with four constant columns added, strings of the lineage
   columns' lengths or ``long`` numbers: what the columns' type costs;
 - ``file_ref``: ``plain`` with each row's source-file reference (``_ig_file``: xxhash64 of
@@ -105,8 +106,7 @@ def arm_writers(
 
     def staged(table: str, per_row: bool = False) -> None:
         rows = lineage(read(), per_row)
-        ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
-        stage_shard(rows, table)
+        stage_shard(rows, table, spec_id=ensure_sink(spark, catalog, table.split(".", 1)[1], rows))
 
     def plain() -> DataFrame:
         return enrich_events(spark.table(source).where("region = 'eu'"))

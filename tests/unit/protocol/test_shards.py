@@ -17,11 +17,13 @@ from icegroup.iceberg.protocol.shards import (
     commit_batches,
     cut_shards,
     make_shard_id,
+    one_window,
     window_label,
     window_start_ms,
     window_texts,
     window_value,
 )
+from tests.factories import WINDOW_START_MS, shard
 
 
 def ms(text: str) -> int:
@@ -308,3 +310,15 @@ def test_a_schema_change_starts_a_new_batch() -> None:
     shards = [batch_shard(0, 10), batch_shard(1, 10, schema_id=1), batch_shard(2, 10, schema_id=1)]
 
     assert [[s.schema_id for s in b] for b in commit_batches(shards, max_rows=1000)] == [[0], [1, 1]]
+
+
+@pytest.mark.parametrize(
+    ("window", "hours", "one"),
+    [("day", [10, 23], True), ("day", [10, 24], False), ("hour", [10, 10], True), ("hour", [10, 11], False)],
+)
+def test_one_window_holds_when_every_shard_falls_in_the_same_sink_window(
+    window: Window, hours: list[int], one: bool
+) -> None:
+    shards = [shard(n + 1, window_start_ms=WINDOW_START_MS + h * 3_600_000) for n, h in enumerate(hours)]
+    assert one_window(shards, window) is one
+    assert one_window(shards[:1], window)

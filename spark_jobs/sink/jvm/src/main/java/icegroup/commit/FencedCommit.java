@@ -10,6 +10,7 @@ import java.util.Map;
 import org.apache.iceberg.AppendFiles;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.HasTableOperations;
+import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.TableMetadata;
@@ -46,7 +47,8 @@ import org.apache.iceberg.util.JsonUtil;
  * shard cannot slip in between check and commit. The commit is an {@code append}, so another
  * group can consume this sink incrementally (chained groups), and it deletes nothing, so a
  * compacted sink does not stop it. The staged snapshot is dropped from the metadata in the same
- * commit.
+ * commit. A file staged through the sink's unpartitioned staging spec is appended in its window's
+ * partition ({@link StagingSpec}).
  */
 public final class FencedCommit {
   // Snapshot summary keys shared with Python (iceberg/protocol/sink_commit.py); a unit test pins them.
@@ -212,10 +214,11 @@ public final class FencedCommit {
       Batch guard = new Batch(group, epochKey, requests, pending, staged);
       FencingOperations ops = new FencingOperations(((HasTableOperations) table).operations(), guard);
       Transaction transaction = Transactions.newTransaction(table.name(), ops);
+      PartitionSpec spec = transaction.table().spec();
       for (int i : pending) {
         AppendFiles append = transaction.newAppend();
         for (DataFile file : staged[i].addedDataFiles(table.io())) {
-          append.appendFile(file.copy());
+          append.appendFile(StagingSpec.onMain(file, spec, table.sortOrders()));
         }
         requests.get(i).properties.forEach(append::set);
         append.set(TOKEN_KEY, requests.get(i).stageToken);
