@@ -79,16 +79,29 @@ def test_a_file_staged_unpartitioned_with_two_windows_is_not_published(
     assert catalog.load_table(group.sink).metadata.current_snapshot_id == head, "nothing reached main"
 
 
-def test_a_sink_partitioned_by_more_than_the_window_has_no_staging_spec(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+@pytest.mark.parametrize(
+    ("partitioning", "fields"),
+    [
+        ("PARTITIONED BY (region)", ["region", COL_WINDOW]),  # the window is added beside the user's own field
+        (f"PARTITIONED BY ({COL_WINDOW}) TBLPROPERTIES ('format-version'='1')", [COL_WINDOW]),
+    ],
+    ids=["partitioned-by-more", "format-v1"],
+)
+def test_a_sink_partitioned_by_more_than_the_window_or_of_format_v1_has_no_staging_spec(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str, partitioning: str, fields: list[str]
 ) -> None:
+    """A region's file could not be placed by its bounds; format v1 keeps a removed field as a void transform."""
     name = lakehouse.catalog_name
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.{ns}")
-    spark.sql(f"CREATE TABLE {name}.{ns}.sink (event_id bigint, region string) USING iceberg PARTITIONED BY (region)")
+    spark.sql(
+        f"CREATE TABLE {name}.{ns}.sink (event_id bigint, region string, _ig_shard bigint, {COL_WINDOW} date, "
+        f"_ig_file bigint) USING iceberg {partitioning}"
+    )
     rows = spark.createDataFrame([(1, "a"), (2, "b")], "event_id bigint, region string")
+    specs = len(catalog.load_table(f"{ns}.sink").specs())
 
     assert ensure_sink(spark, name, f"{ns}.sink", with_lineage(rows, "00000000000000ab", DAY)) is None
 
     table = catalog.load_table(f"{ns}.sink")
-    assert [f.name for f in table.spec().fields] == ["region", COL_WINDOW]
-    assert all(spec.fields for spec in table.specs().values()), "no unpartitioned spec was added"
+    assert [f.name for f in table.spec().fields] == fields
+    assert len(table.specs()) == specs + (fields != [COL_WINDOW]), "no staging spec was added"

@@ -5,6 +5,7 @@ import java.util.List;
 import java.util.Map;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.DataFiles;
+import org.apache.iceberg.HasTableOperations;
 import org.apache.iceberg.Metrics;
 import org.apache.iceberg.PartitionData;
 import org.apache.iceberg.PartitionField;
@@ -37,7 +38,7 @@ public final class StagingSpec {
    * The id of an unpartitioned spec of {@code table} to stage through, added if the table has none;
    * -1 unless the table's current spec is exactly one identity field on {@code column} (a file's
    * bounds can prove one value of that column for every row the caller writes; another field, a
-   * user's own partitioning, could not be proven so).
+   * user's own partitioning, could not be proven so) and the table is of format version 2 or later.
    *
    * <p>The spec is added in one metadata swap that also keeps the current spec the default: removing
    * the field makes the unpartitioned spec, and adding it back finds the current spec again
@@ -46,8 +47,8 @@ public final class StagingSpec {
    */
   public static int ensure(Table table, String column) {
     PartitionSpec current = table.spec();
-    if (!windowOnly(current, column)) {
-      return -1;
+    if (!windowOnly(current, column) || formatVersion(table) < 2) {
+      return -1;  // format v1 keeps a removed field as a void transform: there is no unpartitioned spec to add
     }
     Integer found = unpartitioned(table);
     if (found != null) {
@@ -65,6 +66,9 @@ public final class StagingSpec {
     Transaction transaction = table.newTransaction();
     transaction.updateSpec().removeField(field).commit();
     transaction.updateSpec().addField(field, Expressions.ref(column)).commit();
+    if (transaction.table().spec().specId() != current.specId() || unpartitioned(transaction.table()) == null) {
+      return -1;  // this Iceberg would not keep the window spec the default: the sink is left as it is
+    }
     transaction.commitTransaction();
     table.refresh();
     if (table.spec().specId() != current.specId()) {
@@ -78,6 +82,10 @@ public final class StagingSpec {
     return found;
   }
 
+  private static int formatVersion(Table table) {
+    return table instanceof HasTableOperations ? ((HasTableOperations) table).operations().current().formatVersion() : 1;
+  }
+
   private static boolean windowOnly(PartitionSpec spec, String column) {
     if (spec.fields().size() != 1) {
       return false;
@@ -86,7 +94,7 @@ public final class StagingSpec {
     return field.transform().isIdentity() && column.equals(spec.schema().findColumnName(field.sourceId()));
   }
 
-  private static Integer unpartitioned(Table table) {
+  private static Integer unpartitioned(Table table) {  // a removed field is gone in format v2, not a void transform
     for (PartitionSpec spec : table.specs().values()) {
       if (!spec.isPartitioned()) {
         return spec.specId();
