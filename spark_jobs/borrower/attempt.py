@@ -29,7 +29,7 @@ from icegroup.spark_jobs.borrower.output import shard_output
 from icegroup.spark_jobs.row_files import RowFiles
 from icegroup.spark_jobs.sink.fenced_commit import Published, claim, stage_shard
 from icegroup.spark_jobs.sink.group_commit import SinkCommitter
-from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink
+from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink, staging_spec
 from icegroup.spark_jobs.transforms import Transform
 
 Progress = Callable[[str], None]
@@ -102,7 +102,6 @@ class LeaseRun:
     in_flight: InFlight | None = None
     claimed: bool = False
     sink_ready: bool = False
-    staging_spec: int | None = None
     row_files: RowFiles = field(init=False)
 
     def __post_init__(self) -> None:
@@ -127,12 +126,13 @@ def deliver(run: LeaseRun, out: DataFrame, one_window: bool = True) -> str:
     (``staging_spec``): the fenced commit places its files in the window's partition.
     """
     if not run.sink_ready:
-        run.staging_spec = ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
+        ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
         if not run.claimed:
             run.claimed = claim(run.catalog, run.group, run.lease)
         run.sink_ready = True
     aligned, evolve = align_to_sink(run.spark, run.sink_table, out)
-    return stage_shard(aligned, run.sink_table, evolve=evolve, spec_id=run.staging_spec if one_window else None)
+    spec = staging_spec(run.spark, run.sink_table) if one_window else None
+    return stage_shard(aligned, run.sink_table, evolve=evolve, spec_id=spec)
 
 
 def output(

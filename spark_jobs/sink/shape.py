@@ -87,10 +87,9 @@ def with_lineage(
     )
 
 
-def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> int | None:
+def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
     """Create the sink from the first output's schema if it does not exist yet, with staged writes on.
 
-    Returns the sink's staging spec (``staging_spec``), for output of one window to be staged through.
     An existing sink is checked from one load of its table (its properties and partition spec),
     where ``CREATE NAMESPACE``, ``CREATE TABLE IF NOT EXISTS``, ``SHOW TBLPROPERTIES`` and a load
     of its spec took 0.08 to 0.14 s a lease on a warm JVM (0.01 s now, in scratch runs; a new sink's
@@ -107,10 +106,9 @@ def ensure_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> 
     if ensure_window_partition(spark, table, dict(df.dtypes)[COL_WINDOW], iceberg):
         iceberg = iceberg_table(spark, table)  # with the window column, whose metrics are set next
     ensure_staged_writes(spark, table, iceberg)
-    return staging_spec(spark, table, iceberg)
 
 
-def staging_spec(spark: SparkSession, table: str, iceberg: Any | None = None) -> int | None:
+def staging_spec(spark: SparkSession, table: str) -> int | None:
     """The id of the sink's unpartitioned spec, added if missing; None unless the window alone partitions the sink.
 
     Output whose rows all hold one window is staged through it (``stage_shard``'s ``spec_id``): Spark's
@@ -118,11 +116,11 @@ def staging_spec(spark: SparkSession, table: str, iceberg: Any | None = None) ->
     rows (``docs/concepts/performance.md``), and every row would go to the same one. The fenced
     commit gives each staged file its window partition from the file's exact bounds on the window
     column (``StagingSpec.java`` in ``spark_jobs/sink/jvm``), so main holds what the partitioned writer would have made.
-    ``iceberg`` is the sink's table as just loaded, if the caller has it (``iceberg_table``).
+    Asked before each write, from a fresh load: an expiry that cleans unused metadata (Iceberg's
+    ``clean_expired_metadata``) removes the spec while no staged snapshot uses it, and this adds it again.
     """
     jvm: Any = spark._jvm
-    loaded = iceberg if iceberg is not None else iceberg_table(spark, table)
-    spec_id = int(jvm.icegroup.commit.StagingSpec.ensure(loaded, COL_WINDOW))
+    spec_id = int(jvm.icegroup.commit.StagingSpec.ensure(iceberg_table(spark, table), COL_WINDOW))
     return None if spec_id < 0 else spec_id
 
 

@@ -46,7 +46,7 @@ from icegroup.spark_jobs.row_files import FILE_REF_SQL, by_file
 from icegroup.spark_jobs.session import get_session
 from icegroup.spark_jobs.shards import read_shards
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
-from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
+from icegroup.spark_jobs.sink.shape import ensure_sink, staging_spec, with_lineage
 from icegroup.spark_jobs.transforms import enrich_events
 from tests.benchmarks.baselines import batch
 from tests.benchmarks.bench_lineage_cost import record_costs, time_arms
@@ -83,8 +83,8 @@ def arm_writers(
 
     def staged(table: str, routed: bool = False) -> None:
         rows = lineage(read())
-        spec = ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
-        stage_shard(rows, table, spec_id=None if routed else spec)
+        ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
+        stage_shard(rows, table, spec_id=None if routed else staging_spec(spark, table))
 
     return {
         "plain": lambda table: batch(spark, source, table),

@@ -13,7 +13,8 @@ million rows, the same transform.
 - ``lineage``: that, with the lineage columns (``with_lineage``), to a plain table;
 - ``staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
   (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``),
-  through the sink's unpartitioned staging spec (``staging_spec``);
+  through the sink's unpartitioned staging spec (``staging_spec``; ``results/lineage_cost.json`` was
+  recorded before it, when this arm routed each row to the window partition);
 - ``strings4`` and ``longs4``: ``plain`` with four constant columns added, strings of the lineage
   columns' lengths or ``long`` numbers: what the columns' type costs;
 - ``file_ref``: ``plain`` with each row's source-file reference (``_ig_file``: xxhash64 of
@@ -54,7 +55,7 @@ from icegroup.spark_jobs.row_files import file_ref_column, streams_rows
 from icegroup.spark_jobs.session import get_session
 from icegroup.spark_jobs.shards import read_shard
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
-from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
+from icegroup.spark_jobs.sink.shape import ensure_sink, staging_spec, with_lineage
 from icegroup.spark_jobs.transforms import enrich_events
 from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
@@ -106,7 +107,8 @@ def arm_writers(
 
     def staged(table: str, per_row: bool = False) -> None:
         rows = lineage(read(), per_row)
-        stage_shard(rows, table, spec_id=ensure_sink(spark, catalog, table.split(".", 1)[1], rows))
+        ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
+        stage_shard(rows, table, spec_id=staging_spec(spark, table))
 
     def plain() -> DataFrame:
         return enrich_events(spark.table(source).where("region = 'eu'"))

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import re
+import time
 from datetime import date
+from typing import Any
 
 import pytest
 from pyiceberg.catalog import Catalog
@@ -16,7 +19,7 @@ from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.sink.fenced_commit import Published, PublishRequest, publish_all, stage_shard
 from icegroup.spark_jobs.sink.shape import ensure_sink, staging_spec, with_lineage
 from tests.factories import MakeGroup
-from tests.integration.test_group_commit import group_sink, metadata_versions, staged_leases
+from tests.integration.test_group_commit import carriers, group_sink, metadata_versions, staged_leases
 
 pytestmark = pytest.mark.spark
 
@@ -33,7 +36,7 @@ def test_a_one_window_output_staged_unpartitioned_is_published_in_its_window_par
     spec = staging_spec(spark, group_sink(lakehouse, group))
     assert spec is not None
     assert spec != window_spec
-    assert not sink.specs()[spec].fields, "the staging spec is unpartitioned"
+    assert not catalog.load_table(group.sink).specs()[spec].fields, "the staging spec is unpartitioned"
     before = metadata_versions(catalog, group)
     assert staging_spec(spark, group_sink(lakehouse, group)) == spec
     assert metadata_versions(catalog, group) == before, "a sink that has the spec is left as it is"
@@ -60,23 +63,46 @@ def test_a_one_window_output_staged_unpartitioned_is_published_in_its_window_par
     assert (check.found, check.duplicates, check.unexpected) == (first.rows, 0, 0), check.line()
 
 
-def test_a_file_staged_unpartitioned_with_two_windows_is_not_published(
+def test_a_file_staged_unpartitioned_with_two_windows_is_refused_and_the_other_leases_commit(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=3, leases_per_borrower=1)
-    first = staged_leases(spark, lakehouse, catalog, group)[0]
+    first, second, _ = staged_leases(spark, lakehouse, catalog, group)
     spec = staging_spec(spark, group_sink(lakehouse, group))
     two_days = F.when(F.col("event_id") % 2 == 0, F.lit(DAY)).otherwise(F.lit(date(2026, 1, 2)))
     out = with_lineage(first.output.drop(*[c for c in first.output.columns if c.startswith("_ig_")]),
                        first.request.shard_ids[0], two_days)  # fmt: skip
     token = stage_shard(out.coalesce(1), group_sink(lakehouse, group), spec_id=spec)
-    head = catalog.load_table(group.sink).metadata.current_snapshot_id
     request = PublishRequest(token, first.request.lease, first.request.shard_ids, first.request.properties)
 
-    with pytest.raises(SinkError, match=r"cannot be placed in partition field _ig_window .* 2026-01-01 to 2026-01-02"):
-        publish_all(spark, group_sink(lakehouse, group), group.name, [request])
+    refused, published = publish_all(spark, group_sink(lakehouse, group), group.name, [request, second.request])
 
-    assert catalog.load_table(group.sink).metadata.current_snapshot_id == head, "nothing reached main"
+    assert isinstance(refused, SinkError)
+    assert re.search(r"cannot be placed in partition field _ig_window .* 2026-01-01 to 2026-01-02", str(refused))
+    assert isinstance(published, Published), "one lease's unplaceable file does not fail another's commit"
+    assert carriers(catalog, group) == {second.request.shard_ids[0]: second.request.lease.lease_id}
+
+
+def test_a_staging_spec_an_expiry_removed_is_added_again(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(max_borrowers=3, leases_per_borrower=1)
+    first = staged_leases(spark, lakehouse, catalog, group)[0]
+    spec = staging_spec(spark, group_sink(lakehouse, group))
+    jvm: Any = spark._jvm
+    sink = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, group_sink(lakehouse, group))
+    sink.expireSnapshots().expireOlderThan(int(time.time() * 1000) + 1).cleanExpiredMetadata(True).commit()
+    assert spec not in catalog.load_table(group.sink).specs(), "only the expired staged snapshots used it"
+
+    again = staging_spec(spark, group_sink(lakehouse, group))
+
+    assert again is not None
+    assert not catalog.load_table(group.sink).specs()[again].fields
+    token = stage_shard(first.output, group_sink(lakehouse, group), spec_id=again)
+    request = PublishRequest(token, first.request.lease, first.request.shard_ids, first.request.properties)
+    [outcome] = publish_all(spark, group_sink(lakehouse, group), group.name, [request])
+    assert isinstance(outcome, Published)
+    assert outcome.added_records == first.rows
 
 
 @pytest.mark.parametrize(
@@ -84,13 +110,17 @@ def test_a_file_staged_unpartitioned_with_two_windows_is_not_published(
     [
         ("PARTITIONED BY (region)", ["region", COL_WINDOW]),  # the window is added beside the user's own field
         (f"PARTITIONED BY ({COL_WINDOW}) TBLPROPERTIES ('format-version'='1')", [COL_WINDOW]),
+        (f"PARTITIONED BY ({COL_WINDOW}) TBLPROPERTIES ('write.format.default'='avro')", [COL_WINDOW]),
     ],
-    ids=["partitioned-by-more", "format-v1"],
+    ids=["partitioned-by-more", "format-v1", "avro"],
 )
 def test_a_sink_partitioned_by_more_than_the_window_or_of_format_v1_has_no_staging_spec(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str, partitioning: str, fields: list[str]
 ) -> None:
-    """A region's file could not be placed by its bounds; format v1 keeps a removed field as a void transform."""
+    """None where a file's bounds could not place it: a region's, an Avro file's (it has none), or in format v1.
+
+    Format v1 keeps a removed partition field as a void transform, so there is no spec without fields to add.
+    """
     name = lakehouse.catalog_name
     spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {name}.{ns}")
     spark.sql(
@@ -100,7 +130,9 @@ def test_a_sink_partitioned_by_more_than_the_window_or_of_format_v1_has_no_stagi
     rows = spark.createDataFrame([(1, "a"), (2, "b")], "event_id bigint, region string")
     specs = len(catalog.load_table(f"{ns}.sink").specs())
 
-    assert ensure_sink(spark, name, f"{ns}.sink", with_lineage(rows, "00000000000000ab", DAY)) is None
+    ensure_sink(spark, name, f"{ns}.sink", with_lineage(rows, "00000000000000ab", DAY))
+
+    assert staging_spec(spark, f"{name}.{ns}.sink") is None
 
     table = catalog.load_table(f"{ns}.sink")
     assert [f.name for f in table.spec().fields] == fields

@@ -10,7 +10,6 @@ import java.util.Map;
 import org.apache.iceberg.AppendFiles;
 import org.apache.iceberg.DataFile;
 import org.apache.iceberg.HasTableOperations;
-import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.Snapshot;
 import org.apache.iceberg.Table;
 import org.apache.iceberg.TableMetadata;
@@ -196,17 +195,24 @@ public final class FencedCommit {
     int count = requests.size();
     List<Outcome> outcomes = new ArrayList<>();
     Snapshot[] staged = new Snapshot[count];
+    List<List<DataFile>> files = new ArrayList<>();
     List<Integer> pending = new ArrayList<>();
     for (int i = 0; i < count; i++) {
       outcomes.add(new Outcome());
+      files.add(List.of());
       Request request = requests.get(i);
       staged[i] = findStaged(table, request.stageToken);
       if (staged[i] == null) {
         outcomes.get(i).refused = new StagedGone(
             "staged output %s of shards %s is gone (expired before it was published?); nothing was committed",
             request.stageToken, request.shardIds);
-      } else {
+        continue;
+      }
+      try {
+        files.set(i, onMain(table, staged[i]));
         pending.add(i);
+      } catch (IllegalStateException unplaceable) {  // refused alone: the other requests still commit
+        outcomes.get(i).refused = unplaceable;
       }
     }
     long conflicts = 0;
@@ -214,12 +220,9 @@ public final class FencedCommit {
       Batch guard = new Batch(group, epochKey, requests, pending, staged);
       FencingOperations ops = new FencingOperations(((HasTableOperations) table).operations(), guard);
       Transaction transaction = Transactions.newTransaction(table.name(), ops);
-      PartitionSpec spec = transaction.table().spec();
       for (int i : pending) {
         AppendFiles append = transaction.newAppend();
-        for (DataFile file : staged[i].addedDataFiles(table.io())) {
-          append.appendFile(StagingSpec.onMain(file, spec, table.sortOrders()));
-        }
+        files.get(i).forEach(append::appendFile);
         requests.get(i).properties.forEach(append::set);
         append.set(TOKEN_KEY, requests.get(i).stageToken);
         append.commit();
@@ -243,6 +246,15 @@ public final class FencedCommit {
       outcomes.get(0).conflicts = conflicts;
     }
     return outcomes;
+  }
+
+  /** The staged snapshot's files as main's append takes them: placed in the current spec where staged without one. */
+  private static List<DataFile> onMain(Table table, Snapshot staged) {
+    List<DataFile> files = new ArrayList<>();
+    for (DataFile file : staged.addedDataFiles(table.io())) {
+      files.add(StagingSpec.onMain(file, table.spec(), table.specs(), table.sortOrders()));
+    }
+    return files;
   }
 
   /** Fill in the snapshot each pending request made, found on main by its token. */

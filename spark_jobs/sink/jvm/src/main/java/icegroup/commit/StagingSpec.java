@@ -12,7 +12,10 @@ import org.apache.iceberg.PartitionField;
 import org.apache.iceberg.PartitionSpec;
 import org.apache.iceberg.SortOrder;
 import org.apache.iceberg.Table;
+import org.apache.iceberg.TableProperties;
 import org.apache.iceberg.Transaction;
+import org.apache.iceberg.exceptions.CommitFailedException;
+import org.apache.iceberg.exceptions.ValidationException;
 import org.apache.iceberg.expressions.Expressions;
 import org.apache.iceberg.transforms.Transforms;
 import org.apache.iceberg.types.Conversions;
@@ -38,30 +41,24 @@ public final class StagingSpec {
    * The id of an unpartitioned spec of {@code table} to stage through, added if the table has none;
    * -1 unless the table's current spec is exactly one identity field on {@code column} (a file's
    * bounds can prove one value of that column for every row the caller writes; another field, a
-   * user's own partitioning, could not be proven so) and the table is of format version 2 or later.
+   * user's own partitioning, could not be proven so), the table is of format version 2 or later,
+   * and it writes Parquet or ORC (Avro files carry no column bounds).
    *
    * <p>The spec is added in one metadata swap that also keeps the current spec the default: removing
    * the field makes the unpartitioned spec, and adding it back finds the current spec again
-   * (Iceberg reuses a spec that is compatible with an existing one). Writers that race to add it
-   * both succeed, and the table keeps one such spec.
+   * (Iceberg reuses a spec that is compatible with an existing one). Of writers that race to add it,
+   * the loser's swap fails; it then finds the winner's spec. An expiry that cleans unused metadata
+   * may remove the spec again (only staged snapshots use it): callers ask before each write.
    */
   public static int ensure(Table table, String column) {
-    PartitionSpec current = table.spec();
-    if (!windowOnly(current, column) || formatVersion(table) < 2) {
-      return -1;  // format v1 keeps a removed field as a void transform: there is no unpartitioned spec to add
+    if (!stageable(table, column)) {
+      return -1;
     }
     Integer found = unpartitioned(table);
     if (found != null) {
       return found;
     }
-    table.refresh();
-    if (table.spec().specId() != current.specId()) {
-      return ensure(table, column);
-    }
-    found = unpartitioned(table);
-    if (found != null) {
-      return found;
-    }
+    PartitionSpec current = table.spec();
     String field = current.fields().get(0).name();
     Transaction transaction = table.newTransaction();
     transaction.updateSpec().removeField(field).commit();
@@ -69,34 +66,36 @@ public final class StagingSpec {
     if (transaction.table().spec().specId() != current.specId() || unpartitioned(transaction.table()) == null) {
       return -1;  // this Iceberg would not keep the window spec the default: the sink is left as it is
     }
-    transaction.commitTransaction();
+    try {
+      transaction.commitTransaction();
+    } catch (CommitFailedException | ValidationException lost) {  // another writer changed the specs first
+      table.refresh();
+    }
     table.refresh();
-    if (table.spec().specId() != current.specId()) {
-      throw new IllegalStateException("adding a staging spec to " + table.name() + " changed its current spec from "
-          + current + " to " + table.spec());
+    if (!stageable(table, column)) {
+      return -1;
     }
     found = unpartitioned(table);
-    if (found == null) {
-      throw new IllegalStateException("no unpartitioned spec in " + table.name() + " after adding one");
-    }
-    return found;
+    return found == null ? -1 : found;
   }
 
-  private static int formatVersion(Table table) {
-    return table instanceof HasTableOperations ? ((HasTableOperations) table).operations().current().formatVersion() : 1;
-  }
-
-  private static boolean windowOnly(PartitionSpec spec, String column) {
-    if (spec.fields().size() != 1) {
+  private static boolean stageable(Table table, String column) {
+    PartitionSpec spec = table.spec();
+    if (spec.fields().size() != 1 || !(table instanceof HasTableOperations)) {
       return false;
     }
     PartitionField field = spec.fields().get(0);
-    return field.transform().isIdentity() && column.equals(spec.schema().findColumnName(field.sourceId()));
+    String format = table.properties().getOrDefault(TableProperties.DEFAULT_FILE_FORMAT, "parquet");
+    return field.transform().isIdentity()
+        && column.equals(spec.schema().findColumnName(field.sourceId()))
+        && ((HasTableOperations) table).operations().current().formatVersion() >= 2  // v1 keeps removed fields as void
+        && ("parquet".equalsIgnoreCase(format) || "orc".equalsIgnoreCase(format));
   }
 
-  private static Integer unpartitioned(Table table) {  // a removed field is gone in format v2, not a void transform
+  /** A spec with no field at all: a void field (a removed one, in format v1) is a field, and its files have a tuple. */
+  private static Integer unpartitioned(Table table) {
     for (PartitionSpec spec : table.specs().values()) {
-      if (!spec.isPartitioned()) {
+      if (spec.fields().isEmpty()) {
         return spec.specId();
       }
     }
@@ -105,13 +104,16 @@ public final class StagingSpec {
 
   /**
    * {@code staged} as main's append takes it: as it is if written with {@code target}'s spec (or
-   * another partitioned one, as before), else placed in {@code target} by its bounds.
+   * another one with fields, as before), else, written with a spec of no fields, placed in {@code
+   * target} by its bounds.
    *
    * @throws IllegalStateException if a file of an unpartitioned spec does not prove one value of
    *     every field of {@code target}: such a file must not reach main
    */
-  static DataFile onMain(DataFile staged, PartitionSpec target, Map<Integer, SortOrder> sortOrders) {
-    if (staged.specId() == target.specId() || !target.isPartitioned() || staged.partition().size() > 0) {
+  static DataFile onMain(
+      DataFile staged, PartitionSpec target, Map<Integer, PartitionSpec> specs, Map<Integer, SortOrder> sortOrders) {
+    PartitionSpec own = specs.get(staged.specId());
+    if (staged.specId() == target.specId() || own == null || !own.fields().isEmpty()) {
       return staged.copy();
     }
     PartitionData partition = new PartitionData(target.partitionType());
