@@ -97,7 +97,10 @@ def shard_output(
     def one(shard: Shard) -> DataFrame:
         out = read(shard)
         ref = row_files.ref(out, shard.schema_id)
-        return with_lineage(out, shard.shard_id, window(shard), ref, row_files.row_ref(shard.schema_id))
+        # Where each row's file is known, its shard is chosen by it (``by_file``): a literal shard number
+        # would make each lease's job a class of its own for the JVM to compile.
+        number = shard.shard_id if ref is None else by_file({p: shard_number(shard.shard_id) for p in shard.files})
+        return with_lineage(out, number, window(shard), ref, row_files.row_ref(shard.schema_id))
 
     def each() -> DataFrame:
         return reduce(DataFrame.unionByName, [one(shard) for shard in shards])

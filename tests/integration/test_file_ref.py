@@ -11,7 +11,7 @@ from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.protocol.file_ref import file_ref
-from icegroup.spark_jobs.row_files import FILE_REF_SQL, file_ref_column, sql_string, streams_rows
+from icegroup.spark_jobs.row_files import FILE_REF_SQL, by_file, file_ref_column, sql_string, streams_rows
 from icegroup.spark_jobs.transforms import enrich_events, load_transform
 from tests.factories import MakeGroup, append_batches, create_source
 
@@ -167,3 +167,17 @@ def test_a_sorted_outputs_rows_carry_no_reference_rather_than_a_wrong_one(source
 @pytest.mark.parametrize("value", ["s3://b/it's.parquet", r"C:\\data\\x", "${env:HOME}/p", "é"])
 def test_a_location_as_a_sql_literal_reads_back_as_itself_in_spark(spark: SparkSession, value: str) -> None:
     assert spark.range(1).select(F.expr(sql_string(value)).alias("v")).first()["v"] == value  # type: ignore[index]
+
+
+def test_by_file_gives_each_row_its_files_value_and_fails_a_row_of_another_file(
+    spark: SparkSession, source: Source
+) -> None:
+    files = [row["file"] for row in source.rows.select(F.input_file_name().alias("file")).distinct().collect()]
+    values = {path: index for index, path in enumerate(sorted(files))}
+
+    chosen = source.rows.select(F.input_file_name().alias("file"), by_file(values).alias("value")).collect()
+
+    assert {(row["file"], row["value"]) for row in chosen} == set(values.items())
+    missing = {path: index for path, index in values.items() if path != sorted(files)[0]}
+    with pytest.raises(Exception, match="a row of a source file the batch does not hold"):
+        source.rows.select(by_file(missing)).collect()
