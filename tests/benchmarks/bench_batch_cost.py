@@ -14,7 +14,12 @@ a real Leader tick cut:
   (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``),
   through the sink's unpartitioned staging spec (``staging_spec``: the batch has one window);
 - ``batch_staged_routed``: the same, staged through the sink's window spec, each row routed to its
-  partition by Spark's writer, as a Borrower staged before the staging spec.
+  partition by Spark's writer, as a Borrower staged before the staging spec;
+- ``batch_staged_new_shards``: ``batch_staged`` with other shard numbers each round, as each lease
+  has its own: the job's generated code must stay the same class (``by_file``'s buckets);
+- ``batch_staged_case``: that, with each row's shard chosen by a ``CASE`` of the files, as a Borrower
+  did before f1d81a7, which wrote the shard numbers into the job's generated code: a new class per
+  lease, compiled while the job runs.
 
 Each arm writes a fresh table, in a rotating order, ``--rounds`` rounds after one warm-up round.
 The figures are medians, and each arm's cost as a multiple of ``plain``; the publish (a catalog
@@ -25,18 +30,21 @@ tests/benchmarks/results/batch_cost.json).
 from __future__ import annotations
 
 import argparse
+import itertools
 import tempfile
 from collections.abc import Callable
 from datetime import UTC, date, datetime
 from pathlib import Path
 
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.leader import tick
+from icegroup.iceberg.protocol.file_ref import file_ref
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.locations import file_forms
 from icegroup.iceberg.protocol.shard_reads import Span, batch_span
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.sink_commit import shard_number
@@ -54,7 +62,15 @@ from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 
 ROUNDS = 5
-ARMS = ("plain", "batch_read", "batch_lineage", "batch_staged", "batch_staged_routed")
+ARMS = (
+    "plain",
+    "batch_read",
+    "batch_lineage",
+    "batch_staged",
+    "batch_staged_routed",
+    "batch_staged_new_shards",
+    "batch_staged_case",
+)
 WINDOW = date(2026, 11, 25)
 RESULTS = Path(__file__).parent / "results" / "batch_cost.json"
 
@@ -77,12 +93,16 @@ def arm_writers(
     def read() -> DataFrame:
         return enrich_events(read_shards(spark, source, shards, span, root, None, columns))
 
-    def lineage(rows: DataFrame) -> DataFrame:
-        by_shard = by_file({path: shard_number(shard.shard_id) for shard in shards for path in shard.files})
-        return with_lineage(rows, by_shard, WINDOW, F.expr(FILE_REF_SQL))
+    rounds = itertools.count(1)
 
-    def staged(table: str, routed: bool = False) -> None:
-        rows = lineage(read())
+    def numbers(offset: int) -> dict[str, int]:
+        return {path: shard_number(shard.shard_id) + offset for shard in shards for path in shard.files}
+
+    def lineage(rows: DataFrame, shard: Column | None = None) -> DataFrame:
+        return with_lineage(rows, by_file(numbers(0)) if shard is None else shard, WINDOW, F.expr(FILE_REF_SQL))
+
+    def staged(table: str, routed: bool = False, shard: Column | None = None) -> None:
+        rows = lineage(read(), shard)
         ensure_sink(spark, catalog, table.split(".", 1)[1], rows)
         stage_shard(rows, table, spec_id=None if routed else staging_spec(spark, table))
 
@@ -92,7 +112,18 @@ def arm_writers(
         "batch_lineage": lambda table: plain_table(table, lineage(read())),
         "batch_staged": staged,
         "batch_staged_routed": lambda table: staged(table, routed=True),
+        "batch_staged_new_shards": lambda table: staged(table, shard=by_file(numbers(next(rounds)))),
+        "batch_staged_case": lambda table: staged(table, shard=case_of_files(numbers(next(rounds)))),
     }
+
+
+def case_of_files(values: dict[str, int]) -> Column:
+    """Each row's shard number by a ``CASE`` of its file's reference, as ``by_file`` chose it before f1d81a7."""
+    branches = []
+    for value in sorted(set(values.values())):
+        refs = sorted({file_ref(form) for path, v in values.items() if v == value for form in file_forms(path)})
+        branches.append(f"WHEN {FILE_REF_SQL} IN ({', '.join(map(str, refs))}) THEN CAST({value} AS BIGINT)")
+    return F.expr(f"CASE {' '.join(branches)} ELSE raise_error('a row of another file') END")
 
 
 def main() -> None:
