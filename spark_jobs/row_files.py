@@ -225,8 +225,9 @@ def by_file(values: Mapping[str, str | int | date]) -> Column:
     not in a ``CASE`` of the files: Spark writes a primitive literal into the code it generates for a
     job, so each lease's shard numbers made a class of its own, which the JVM then compiled while the
     job ran (1.37x a plain job against 1.12x for the same job run again, in a warm session). An
-    array of maps is handed to the code as one object, so leases with as many buckets run one class;
-    and a row looks through about ``BUCKET_KEYS`` references, not every file's.
+    array of maps is handed to the code as one object, so leases with as many buckets (``MIN_BUCKETS``
+    but for the largest) run one class; and a row looks through ``BUCKET_KEYS`` references at most on
+    average, not every file's.
     """
     refs: dict[int, str | int | date] = {}
     for path, value in values.items():
@@ -249,14 +250,14 @@ def by_file(values: Mapping[str, str | int | date]) -> Column:
 
 # References a row's lookup goes through at most on average (``file_buckets``).
 BUCKET_KEYS = 4
+# Buckets at least: the count is written into the job's code, so every lease of up to 85 files (3 spellings
+# each) runs one class, whatever its files, and a lease of more gets a power of two of them.
+MIN_BUCKETS = 64
 
 
 def file_buckets(refs: Mapping[int, str | int | date]) -> list[list[tuple[int, str | int | date]]]:
-    """``refs`` by their remainder (Spark's ``pmod``) in a power of two of buckets, about ``BUCKET_KEYS`` in each.
-
-    A power of two: leases with about as many files get the same number, so the same generated class.
-    """
-    count = 1
+    """``refs`` by their remainder (Spark's ``pmod``) in ``MIN_BUCKETS`` buckets, or a power of two more for many."""
+    count = MIN_BUCKETS
     while count * BUCKET_KEYS < len(refs):
         count *= 2
     buckets: list[list[tuple[int, str | int | date]]] = [[] for _ in range(count)]

@@ -6,7 +6,7 @@ from datetime import date
 
 import pytest
 
-from icegroup.spark_jobs.row_files import BUCKET_KEYS, file_buckets, sql_type
+from icegroup.spark_jobs.row_files import BUCKET_KEYS, MIN_BUCKETS, file_buckets, sql_type
 
 
 def spark_pmod(value: int, modulus: int) -> int:
@@ -15,14 +15,15 @@ def spark_pmod(value: int, modulus: int) -> int:
     return remainder + modulus if remainder < 0 else remainder
 
 
-@pytest.mark.parametrize("count", [0, 1, 4, 5, 9, 100, 1000])
+@pytest.mark.parametrize("count", [0, 1, 4, 5, 9, 100, 256, 257, 1000])
 def test_each_reference_is_in_the_bucket_pmod_picks_and_buckets_hold_a_few(count: int) -> None:
     refs = {(-1) ** n * (n * 2_654_435_761 + 7) << 20: n for n in range(count)}
 
     buckets = file_buckets(refs)
 
     assert len(buckets) & (len(buckets) - 1) == 0, "a power of two"
-    assert len(buckets) == 1 or len(refs) > BUCKET_KEYS * len(buckets) // 2
+    assert len(buckets) == MIN_BUCKETS or len(refs) > BUCKET_KEYS * len(buckets) // 2
+    assert len(buckets) == MIN_BUCKETS or count > BUCKET_KEYS * MIN_BUCKETS, "most leases run one class"
     assert len(refs) <= BUCKET_KEYS * len(buckets)
     placed = {ref: (index, value) for index, bucket in enumerate(buckets) for ref, value in bucket}
     assert placed == {ref: (spark_pmod(ref, len(buckets)), value) for ref, value in refs.items()}
