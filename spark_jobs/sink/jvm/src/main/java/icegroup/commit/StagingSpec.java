@@ -31,8 +31,9 @@ import org.apache.iceberg.types.Type;
  * window. So such a batch is written through an unpartitioned spec of the sink (Spark's {@code
  * output-spec-id}), and the fenced commit gives each file its partition: the value of each identity
  * field of the sink's spec, taken from the file's own column bounds, which must prove one non-null
- * value. A staged file that does not (its rows span two windows) is never appended; the commit
- * fails instead. What main holds is then exactly what the partitioned writer would have made.
+ * value. A staged file that does not (its rows span two windows) is never appended: its lease's
+ * request is refused, and the other requests of the swap commit. What main holds is then exactly
+ * what the partitioned writer would have made.
  */
 public final class StagingSpec {
   private StagingSpec() {}
