@@ -173,7 +173,12 @@ class Workers:
 
         ``mode`` is the worker mode of every worker but the one named ``leader``, which runs the Leader alone.
         """
-        self.env = {**os.environ, **home_env(home), "ICEGROUP_FAILPOINTS": str(folder / "points")}
+        # A killed driver leaves its Spark scratch behind (60 MB of jars copied for its tasks): in the run's
+        # folder, not in /tmp for good.
+        self.env = {
+            **os.environ, **home_env(home), "ICEGROUP_FAILPOINTS": str(folder / "points"),
+            "SPARK_LOCAL_DIRS": str(folder / "spark-scratch"),
+        }  # fmt: skip
         self.groups, self.group, self.folder, self.logs, self.mode = groups, group, folder, logs, mode
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.killed: set[int] = set()

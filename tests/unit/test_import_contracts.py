@@ -13,6 +13,8 @@ import pytest
 from tests.conftest import repo_root
 
 PACKAGES = ("iceberg", "spark_jobs", "dagster_project", "infra")
+# Not sources: bytecode, and what `make jvm` builds and fetches (none of it is tracked: .gitignore).
+BUILT = shutil.ignore_patterns("__pycache__", "target", "lib", "*.jar")
 
 
 def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
@@ -24,10 +26,14 @@ def lint_imports(tree: Path) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A copy of the ``icegroup`` package (its four folders) and the contracts."""
+    """A copy of the ``icegroup`` package (its four folders' sources) and the contracts.
+
+    What ``make jvm`` builds and fetches there (Maven's ``target``, the REST servers' ``lib`` of jars,
+    175 MB in all) is left out: a copy per test filled gigabytes of a CI machine's disk.
+    """
     package_root = tmp_path / "icegroup"
     for package in PACKAGES:
-        shutil.copytree(repo_root() / package, package_root / package, ignore=shutil.ignore_patterns("__pycache__"))
+        shutil.copytree(repo_root() / package, package_root / package, ignore=BUILT)
     (package_root / "__init__.py").write_text('"""A copy of icegroup."""\n')
     shutil.copy(repo_root() / "pyproject.toml", package_root / "pyproject.toml")
     return package_root
