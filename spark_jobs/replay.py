@@ -38,7 +38,7 @@ from icegroup.spark_jobs.row_files import (
     FILE_REF_SQL,
     ROW_ID_COLUMN,
     ROW_REF_SQL,
-    by_file,
+    by_file_number,
     mark_rows,
     streams_rows,
 )
@@ -256,7 +256,7 @@ def streamed(
     frames: list[DataFrame] = []
     for at in sorted({item.read_snapshot for item in plan.shards if item.files}):
         items = [item for item in plan.shards if item.read_snapshot == at and item.files]
-        shards = by_file({path: shard_number(item.shard.shard_id) for item in items for path in item.files})
+        shards = by_file_number(spark, {p: shard_number(item.shard.shard_id) for item in items for p in item.files})
         out = output(at, {path for item in items for path in item.files})
         frames.append(with_lineage(out, shards, window, F.expr(FILE_REF_SQL), F.expr(ROW_REF_SQL) if row_ids else None))
     return reduce(lambda a, b: a.unionByName(b, allowMissingColumns=True), frames)

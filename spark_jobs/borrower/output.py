@@ -24,7 +24,7 @@ from icegroup.iceberg.protocol.shards import Shard, sink_window
 from icegroup.iceberg.protocol.sink_commit import shard_number
 from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.store.tables import shard_columns
-from icegroup.spark_jobs.row_files import FILE_REF_SQL, RowFiles, by_file
+from icegroup.spark_jobs.row_files import FILE_REF_SQL, RowFiles, by_file, by_file_number
 from icegroup.spark_jobs.shards import read_shard, read_shards
 from icegroup.spark_jobs.sink.shape import with_lineage
 from icegroup.spark_jobs.transforms import Transform
@@ -87,7 +87,7 @@ def shard_output(
         if row_files.ref(out, schema) is None:
             return None
         ref = F.expr(FILE_REF_SQL)
-        by_shard = by_file({path: shard_number(shard.shard_id) for shard in shards for path in shard.files})
+        by_shard = by_file_number(spark, {p: shard_number(shard.shard_id) for shard in shards for p in shard.files})
         windows = {window(shard) for shard in shards}
         by_window: date | str | Column = (
             windows.pop() if len(windows) == 1 else by_file({path: window(s) for s in shards for path in s.files})
@@ -97,9 +97,10 @@ def shard_output(
     def one(shard: Shard) -> DataFrame:
         out = read(shard)
         ref = row_files.ref(out, shard.schema_id)
-        # Where each row's file is known, its shard is chosen by it (``by_file``): a literal shard number
-        # would make each lease's job a class of its own for the JVM to compile.
-        number = shard.shard_id if ref is None else by_file({p: shard_number(shard.shard_id) for p in shard.files})
+        # Where each row's file is known, its shard is chosen by it (``by_file_number``): a literal shard
+        # number would make each lease's job a class of its own for the JVM to compile.
+        numbers = {path: shard_number(shard.shard_id) for path in shard.files}
+        number = shard.shard_id if ref is None else by_file_number(spark, numbers)
         return with_lineage(out, number, window(shard), ref, row_files.row_ref(shard.schema_id))
 
     def each() -> DataFrame:

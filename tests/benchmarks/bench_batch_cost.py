@@ -9,14 +9,16 @@ a real Leader tick cut:
 - ``plain``: the plain job (``baselines.py batch``): the whole source read, transformed, appended;
 - ``batch_read``: the three shards read in one scan (``read_shards``), transformed, to a plain table;
 - ``batch_lineage``: that, with the lineage columns as a batch gets them (the shard chosen by each
-  row's file, ``by_file``; the window; the file reference), to a plain table;
+  row's file, ``by_file_number``; the window; the file reference), to a plain table;
 - ``batch_staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
   (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``),
   through the sink's unpartitioned staging spec (``staging_spec``: the batch has one window);
 - ``batch_staged_routed``: the same, staged through the sink's window spec, each row routed to its
   partition by Spark's writer, as a Borrower staged before the staging spec;
 - ``batch_staged_new_shards``: ``batch_staged`` with other shard numbers each round, as each lease
-  has its own: the job's generated code must stay the same class (``by_file``'s buckets);
+  has its own: the job's generated code must stay the same class (``by_file_number``'s map is data);
+- ``batch_staged_buckets``: that, with each row's shard chosen in SQL by ``by_file``'s array of maps,
+  as a Borrower did from f1d81a7 until ``FileValues.java``;
 - ``batch_staged_case``: that, with each row's shard chosen by a ``CASE`` of the files, as a Borrower
   did before f1d81a7, which wrote the shard numbers into the job's generated code: a new class per
   lease, compiled while the job runs.
@@ -50,7 +52,7 @@ from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.sink_commit import shard_number
 from icegroup.iceberg.store.tables import oldest_snapshot_id, shard_columns
 from icegroup.spark_jobs.borrower.output import sequence_number
-from icegroup.spark_jobs.row_files import FILE_REF_SQL, by_file
+from icegroup.spark_jobs.row_files import FILE_REF_SQL, by_file, by_file_number
 from icegroup.spark_jobs.session import get_session
 from icegroup.spark_jobs.shards import read_shards
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
@@ -69,6 +71,7 @@ ARMS = (
     "batch_staged",
     "batch_staged_routed",
     "batch_staged_new_shards",
+    "batch_staged_buckets",
     "batch_staged_case",
 )
 WINDOW = date(2026, 11, 25)
@@ -99,7 +102,8 @@ def arm_writers(
         return {path: shard_number(shard.shard_id) + offset for shard in shards for path in shard.files}
 
     def lineage(rows: DataFrame, shard: Column | None = None) -> DataFrame:
-        return with_lineage(rows, by_file(numbers(0)) if shard is None else shard, WINDOW, F.expr(FILE_REF_SQL))
+        chosen = by_file_number(spark, numbers(0)) if shard is None else shard
+        return with_lineage(rows, chosen, WINDOW, F.expr(FILE_REF_SQL))
 
     def staged(table: str, routed: bool = False, shard: Column | None = None) -> None:
         rows = lineage(read(), shard)
@@ -112,7 +116,8 @@ def arm_writers(
         "batch_lineage": lambda table: plain_table(table, lineage(read())),
         "batch_staged": staged,
         "batch_staged_routed": lambda table: staged(table, routed=True),
-        "batch_staged_new_shards": lambda table: staged(table, shard=by_file(numbers(next(rounds)))),
+        "batch_staged_new_shards": lambda table: staged(table, shard=by_file_number(spark, numbers(next(rounds)))),
+        "batch_staged_buckets": lambda table: staged(table, shard=by_file(numbers(next(rounds)))),
         "batch_staged_case": lambda table: staged(table, shard=case_of_files(numbers(next(rounds)))),
     }
 

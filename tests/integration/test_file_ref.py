@@ -6,12 +6,19 @@ from dataclasses import dataclass
 
 import pytest
 from pyiceberg.catalog import Catalog
-from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.protocol.file_ref import file_ref
-from icegroup.spark_jobs.row_files import FILE_REF_SQL, by_file, file_ref_column, sql_string, streams_rows
+from icegroup.spark_jobs.row_files import (
+    FILE_REF_SQL,
+    by_file,
+    by_file_number,
+    file_ref_column,
+    sql_string,
+    streams_rows,
+)
 from icegroup.spark_jobs.transforms import enrich_events, load_transform
 from tests.factories import MakeGroup, append_batches, create_source
 
@@ -169,15 +176,31 @@ def test_a_location_as_a_sql_literal_reads_back_as_itself_in_spark(spark: SparkS
     assert spark.range(1).select(F.expr(sql_string(value)).alias("v")).first()["v"] == value  # type: ignore[index]
 
 
+@pytest.mark.parametrize("in_java", [False, True], ids=["by_file", "by_file_number"])
 def test_by_file_gives_each_row_its_files_value_and_fails_a_row_of_another_file(
-    spark: SparkSession, source: Source
+    spark: SparkSession, source: Source, in_java: bool
 ) -> None:
     files = [row["file"] for row in source.rows.select(F.input_file_name().alias("file")).distinct().collect()]
-    values = {path: index for index, path in enumerate(sorted(files))}
+    values = {path: 7 * index - 3 for index, path in enumerate(sorted(files))}
 
-    chosen = source.rows.select(F.input_file_name().alias("file"), by_file(values).alias("value")).collect()
+    def chosen(values: dict[str, int]) -> Column:
+        return by_file_number(spark, values) if in_java else by_file(values)
 
-    assert {(row["file"], row["value"]) for row in chosen} == set(values.items())
+    rows = source.rows.select(F.input_file_name().alias("file"), chosen(values).alias("value")).collect()
+
+    assert len(files) > 1
+    assert {(row["file"], row["value"]) for row in rows} == set(values.items())
     missing = {path: index for path, index in values.items() if path != sorted(files)[0]}
     with pytest.raises(Exception, match="a row of a source file the batch does not hold"):
-        source.rows.select(by_file(missing)).collect()
+        source.rows.select(chosen(missing)).collect()
+
+
+def test_by_file_number_names_each_row_of_a_union_by_its_own_files(spark: SparkSession, source: Source) -> None:
+    files = sorted(row["file"] for row in source.rows.select(F.input_file_name().alias("file")).distinct().collect())
+    first, rest = {files[0]: -1}, {path: 10**15 + index for index, path in enumerate(files[1:])}
+    ours = source.rows.where(F.input_file_name() == files[0]).select(by_file_number(spark, first).alias("value"))
+    theirs = source.rows.where(F.input_file_name() != files[0]).select(by_file_number(spark, rest).alias("value"))
+
+    values = {row["value"] for row in ours.unionByName(theirs).collect()}
+
+    assert values == {-1, *rest.values()}
