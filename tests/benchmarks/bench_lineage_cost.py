@@ -10,7 +10,8 @@ million rows, the same transform.
 
 - ``plain``: the stream's rows at the head snapshot, transformed, appended to a plain table;
 - ``shard_read``: the shard as the Borrower reads it (``read_shard``), transformed, to a plain table;
-- ``lineage``: that, with the lineage columns (``with_lineage``), to a plain table;
+- ``lineage``: that, with the lineage columns (``with_lineage``; the shard's number chosen by each
+  row's file, ``by_file_number``, as ``spark_jobs/borrower/output.py`` does), to a plain table;
 - ``staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
   (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``),
   through the sink's unpartitioned staging spec (``staging_spec``; ``results/lineage_cost.json`` was
@@ -51,7 +52,8 @@ from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.shards import Shard
-from icegroup.spark_jobs.row_files import file_ref_column, streams_rows
+from icegroup.iceberg.protocol.sink_commit import shard_number
+from icegroup.spark_jobs.row_files import by_file_number, file_ref_column, streams_rows
 from icegroup.spark_jobs.session import get_session
 from icegroup.spark_jobs.shards import read_shard
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
@@ -100,7 +102,10 @@ def arm_writers(
         return F.expr(PER_ROW_REF_SQL) if per_row and streams_rows(rows, source) else ref
 
     def lineage(rows: DataFrame, per_row: bool = False) -> DataFrame:
-        return with_lineage(rows, shard.shard_id, date(2026, 11, 25), reference(rows, per_row))
+        """The lineage columns as a lone shard gets them: its number chosen by each row's file where that is known."""
+        numbers = {path: shard_number(shard.shard_id) for path in shard.files}
+        number = by_file_number(spark, numbers) if streams_rows(rows, source) else shard.shard_id
+        return with_lineage(rows, number, date(2026, 11, 25), reference(rows, per_row))
 
     def read() -> DataFrame:
         return enrich_events(read_shard(spark, source, shard, root, None))
