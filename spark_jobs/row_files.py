@@ -153,7 +153,8 @@ def register_lineage_functions(spark: SparkSession) -> None:
 
     Non-deterministic, like ``input_file_name()`` itself: the optimizer then neither moves a call
     away from the scan nor merges it, so it is evaluated on each row, in the task that read it. A
-    ``ConfigError`` names the fix when the session's jar predates the functions.
+    ``ConfigError`` names the fix when the session's jar predates the functions, ``by_file_number``'s
+    too: found only at a lease's delivery, a missing class would count against the shard as poison.
     """
     try:
         lineage = spark._jvm.icegroup.lineage  # type: ignore[union-attr]
@@ -162,6 +163,7 @@ def register_lineage_functions(spark: SparkSession) -> None:
             MARK_ROW_FUNCTION: lineage.RowRef.mark(),
             ROW_REF_FUNCTION: lineage.RowRef.current(),
         }
+        lineage.FileValues.function("")
     except (Py4JError, TypeError) as exc:
         raise ConfigError(
             f"icegroup-spark.jar on Spark's classpath lacks icegroup.lineage's functions ({exc}): it is older than "
@@ -277,7 +279,7 @@ def file_refs(values: Mapping[str, V]) -> dict[int, V]:
         for form in file_forms(path):
             ref = file_ref(form)
             if refs.setdefault(ref, value) != value:
-                raise ValueError(f"by_file: {form!r} and another file share the reference {ref}, with other values")
+                raise ValueError(f"file_refs: {form!r} and another file share the reference {ref}, with other values")
     return refs
 
 

@@ -68,11 +68,12 @@ def with_lineage(
     The group, lease and epoch of a commit are in its summary, not in its rows: three string columns
     that hold one value per commit cost each row their encoding. ``file_ref`` is each row's
     source-file reference (``icegroup.spark_jobs.row_files.RowFiles``); without it, rows carry null there
-    and lineage names their whole shard. Rows of several shards read in one scan name their shard
-    and window by their file (``icegroup.spark_jobs.row_files.by_file``). ``row_ref`` is each row's
-    source ``_row_id`` (a format-v3 source's, ``RowFiles.row_ref``): only output that has it gets the
-    column, so a sink of any other source stays one column narrower. A transform must not produce
-    columns with the reserved names (``LINEAGE_COLUMNS``).
+    and lineage names their whole shard. Rows of several shards read in one scan name their shard by
+    their file (``row_files.by_file_number``), and their window too where the shards' differ
+    (``row_files.by_file``). ``row_ref`` is each row's source ``_row_id`` (a format-v3 source's,
+    ``RowFiles.row_ref``): only output that has it gets the column, so a sink of any other source
+    stays one column narrower. A transform must not produce columns with the reserved names
+    (``LINEAGE_COLUMNS``).
     """
     clash = [c for c in df.columns if c in LINEAGE_COLUMNS]
     if clash:

@@ -53,7 +53,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.sink_commit import shard_number
-from icegroup.spark_jobs.row_files import by_file_number, file_ref_column, streams_rows
+from icegroup.spark_jobs.row_files import FILE_REF_SQL, by_file_number, file_ref_column, streams_rows
 from icegroup.spark_jobs.session import get_session
 from icegroup.spark_jobs.shards import read_shard
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
@@ -83,6 +83,8 @@ RESULTS = Path(__file__).parent / "results" / "lineage_cost.json"
 # Four constants as the lineage columns have them (group, lease, shard, window), and four numbers.
 STRINGS = ("bench", "0123456789abcdef", "fedcba9876543210", "2026-11-25")
 LONGS = (1, 0x0123456789ABCDEF, 0x7EDCBA9876543210, 20261125)
+# The window every arm's rows carry.
+WINDOW = date(2026, 11, 25)
 # The reference as rows carried it before it was hashed once per file: Spark hashing each row's location.
 PER_ROW_REF_SQL = "CASE WHEN input_file_name() <> '' THEN xxhash64(input_file_name()) END"
 
@@ -102,10 +104,15 @@ def arm_writers(
         return F.expr(PER_ROW_REF_SQL) if per_row and streams_rows(rows, source) else ref
 
     def lineage(rows: DataFrame, per_row: bool = False) -> DataFrame:
-        """The lineage columns as a lone shard gets them: its number chosen by each row's file where that is known."""
+        """The lineage columns as a lone shard gets them: its number chosen by each row's file where that is known.
+
+        The plan is walked once (``streams_rows``), as a Borrower walks it once per lease.
+        """
+        if not streams_rows(rows, source):
+            return with_lineage(rows, shard.shard_id, WINDOW)
         numbers = {path: shard_number(shard.shard_id) for path in shard.files}
-        number = by_file_number(spark, numbers) if streams_rows(rows, source) else shard.shard_id
-        return with_lineage(rows, number, date(2026, 11, 25), reference(rows, per_row))
+        ref = F.expr(PER_ROW_REF_SQL if per_row else FILE_REF_SQL)
+        return with_lineage(rows, by_file_number(spark, numbers), WINDOW, ref)
 
     def read() -> DataFrame:
         return enrich_events(read_shard(spark, source, shard, root, None))

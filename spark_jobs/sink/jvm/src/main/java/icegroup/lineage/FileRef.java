@@ -28,13 +28,14 @@ public final class FileRef implements UDF0<Long> {
 
   private transient Seen seen;
 
-  private static final class Seen {
-    private final UTF8String path;
-    private final Long ref;
+  /** The last location a function saw (the holder's very string object) and what it gave for it. */
+  static final class Seen {
+    final UTF8String path;
+    final Long value;
 
-    private Seen(UTF8String path, Long ref) {
+    Seen(UTF8String path, Long value) {
       this.path = path;
-      this.ref = ref;
+      this.value = value;
     }
   }
 
@@ -51,7 +52,7 @@ public final class FileRef implements UDF0<Long> {
     UTF8String path = InputFileBlockHolder.getInputFilePath();
     Seen last = seen;
     if (last != null && last.path == path) {
-      return last.ref;
+      return last.value;
     }
     Long ref = path.numBytes() == 0 ? null : hash(path);
     seen = new Seen(path, ref);

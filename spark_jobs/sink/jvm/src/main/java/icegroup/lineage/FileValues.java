@@ -27,17 +27,7 @@ public final class FileValues implements UDF0<Long> {
   private static final long serialVersionUID = 1L;
 
   private final HashMap<Long, Long> values;
-  private transient Seen seen;
-
-  private static final class Seen {
-    private final UTF8String path;
-    private final Long value;
-
-    private Seen(UTF8String path, Long value) {
-      this.path = path;
-      this.value = value;
-    }
-  }
+  private transient FileRef.Seen seen;
 
   FileValues(Map<Long, Long> values) {
     this.values = new HashMap<>(values);
@@ -62,7 +52,7 @@ public final class FileValues implements UDF0<Long> {
   @Override
   public Long call() {
     UTF8String path = InputFileBlockHolder.getInputFilePath();
-    Seen last = seen;
+    FileRef.Seen last = seen;
     if (last != null && last.path == path) {
       return last.value;
     }
@@ -70,7 +60,7 @@ public final class FileValues implements UDF0<Long> {
     if (value == null) {
       throw new IllegalStateException("a row of a source file the batch does not hold: " + path);
     }
-    seen = new Seen(path, value);
+    seen = new FileRef.Seen(path, value);
     return value;
   }
 }
