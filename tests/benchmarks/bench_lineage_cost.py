@@ -14,8 +14,8 @@ million rows, the same transform.
   row's file, ``by_file_number``, as ``spark_jobs/borrower/output.py`` does), to a plain table;
 - ``staged``: what the Borrower writes: that, staged in a sink made by ``ensure_sink``
   (window-partitioned, write-audit-publish) with the Borrower's write options (``stage_shard``),
-  through the sink's unpartitioned staging spec (``staging_spec``; ``results/lineage_cost.json`` was
-  recorded before it, when this arm routed each row to the window partition);
+  through the sink's unpartitioned staging spec (``staging_spec``; runs recorded before 5c5ccd2
+  routed each row to the window partition);
 - ``strings4`` and ``longs4``: ``plain`` with four constant columns added, strings of the lineage
   columns' lengths or ``long`` numbers: what the columns' type costs;
 - ``file_ref``: ``plain`` with each row's source-file reference (``_ig_file``: xxhash64 of
