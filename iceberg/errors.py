@@ -144,3 +144,7 @@ class RunFailed(IcegroupError):
 
 class BorrowerOutdated(IcegroupError):
     """The registry is pinned to another filter or transform than this Borrower runs: it takes no lease and exits."""
+
+
+class RehearsalCut(IcegroupError):
+    """A warm Borrower took a lease while it rehearsed its lease path; the lease goes first."""

@@ -47,8 +47,8 @@ from icegroup.spark_jobs.borrower.isolation import except_rows
 from icegroup.spark_jobs.borrower.user_errors import describe_error, is_platform_failure
 from icegroup.spark_jobs.code_shipping import ship_transform
 from icegroup.spark_jobs.row_files import FILE_COLUMN, POS_COLUMN
-from icegroup.spark_jobs.sink.fenced_commit import Published, publish_shard, stage_shard
-from icegroup.spark_jobs.sink.shape import align_to_sink, with_lineage
+from icegroup.spark_jobs.sink.fenced_commit import Published, publish_shard, stage_aligned
+from icegroup.spark_jobs.sink.shape import with_lineage
 from icegroup.spark_jobs.transforms import load_transform
 
 
@@ -163,8 +163,7 @@ def commit_rows(
             )
         out = load_transform(group.transform)(rows)
         window = sink_window(shard.window_start_ms or 0, group.replay_window)
-        aligned, evolve = align_to_sink(spark, sink_table, with_lineage(out, shard.shard_id, window))
-        token = stage_shard(aligned, sink_table, evolve=evolve)
+        token = stage_aligned(spark, sink_table, with_lineage(out, shard.shard_id, window), one_window=False)
     finally:
         rows.unpersist()
     rid = redrive_id(shard.shard_id)

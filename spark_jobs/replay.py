@@ -44,9 +44,8 @@ from icegroup.spark_jobs.row_files import (
 )
 from icegroup.spark_jobs.session import activate, reads_row_ids
 from icegroup.spark_jobs.shards import UPSTREAM_SHARD_COLUMN, read_files
-from icegroup.spark_jobs.sink.fenced_commit import publish_replay, stage_shard
+from icegroup.spark_jobs.sink.fenced_commit import publish_replay, stage_aligned
 from icegroup.spark_jobs.sink.shape import (
-    align_to_sink,
     ensure_staged_writes,
     ensure_window_partition,
     window_type,
@@ -214,8 +213,7 @@ def stage_window(
             output, cached = by_shard(spark, source, group, plan, transform, window)
         ensure_staged_writes(spark, sink)
         ensure_window_partition(spark, sink, window_type(group.replay_window))
-        aligned, evolve = align_to_sink(spark, sink, output)
-        return stage_shard(aligned, sink, evolve=evolve)
+        return stage_aligned(spark, sink, output, one_window=False)
     finally:
         for base in cached:
             base.unpersist()

@@ -176,3 +176,13 @@ def outdated(state: GroupState, config_hash: str) -> bool:
     if state.config_hash is None or state.config_hash == config_hash:
         return False
     return any(change.old_hash == config_hash for change in state.config_changes)
+
+
+def rehearses(stays_warm: bool, rehearsed: bool, largest_lease_rows: int, rehearsal_rows: int) -> bool:
+    """Whether an idle Borrower rehearses its lease path now (``spark_jobs/borrower/rehearsal.py``).
+
+    Only one that stays up when idle does: one started for work exits soon after. It rehearses once,
+    and not at all once a lease of its own has read ``rehearsal_rows`` source rows, which compiled
+    the same code as well as a rehearsal would.
+    """
+    return stays_warm and not rehearsed and rehearsal_rows > 0 and largest_lease_rows < rehearsal_rows

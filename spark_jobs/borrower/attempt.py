@@ -27,9 +27,9 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.retry import again_after
 from icegroup.spark_jobs.borrower.output import shard_output
 from icegroup.spark_jobs.row_files import RowFiles
-from icegroup.spark_jobs.sink.fenced_commit import Published, claim, stage_shard
+from icegroup.spark_jobs.sink.fenced_commit import Published, claim, stage_aligned
 from icegroup.spark_jobs.sink.group_commit import SinkCommitter
-from icegroup.spark_jobs.sink.shape import align_to_sink, ensure_sink, staging_spec
+from icegroup.spark_jobs.sink.shape import ensure_sink
 from icegroup.spark_jobs.transforms import Transform
 
 Progress = Callable[[str], None]
@@ -120,19 +120,13 @@ class LeaseRun:
 
 
 def deliver(run: LeaseRun, out: DataFrame, one_window: bool = True) -> str:
-    """Stage one shard's output on the sink; the first delivery creates the sink and claims the lease.
-
-    Output of ``one_window`` is staged through the sink's unpartitioned spec where it has one
-    (``staging_spec``): the fenced commit places its files in the window's partition.
-    """
+    """Stage one shard's output on the sink (``stage_aligned``); the first one creates the sink and claims the lease."""
     if not run.sink_ready:
         ensure_sink(run.spark, run.lakehouse.catalog_name, run.group.sink, out)
         if not run.claimed:
             run.claimed = claim(run.catalog, run.group, run.lease)
         run.sink_ready = True
-    aligned, evolve = align_to_sink(run.spark, run.sink_table, out)
-    spec = staging_spec(run.spark, run.sink_table) if one_window else None
-    return stage_shard(aligned, run.sink_table, evolve=evolve, spec_id=spec)
+    return stage_aligned(run.spark, run.sink_table, out, one_window)
 
 
 def output(

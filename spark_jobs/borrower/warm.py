@@ -21,8 +21,10 @@ from pyspark.sql import SparkSession
 from icegroup.iceberg.borrower import SourceWatch, take_leases
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import BorrowerOutdated
+from icegroup.iceberg.protocol.borrower import rehearses
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.store.heartbeats import heartbeat
+from icegroup.spark_jobs.borrower.rehearsal import Rehearsal
 from icegroup.spark_jobs.borrower.runner import LeaseCallback, LeaseRunner, LeaseTotals
 from icegroup.spark_jobs.borrower.user_errors import describe_error
 from icegroup.spark_jobs.transforms import load_transform
@@ -52,6 +54,10 @@ def borrow(
     that tick granted at once: new snapshots become its leases within ``poll_s``, not at the Leader
     sensor's next evaluation. Ticks race safely by the registry's compare-and-swap; one that loses
     or fails leaves the work to the sensor.
+
+    One that never exits when idle rehearses its lease path once it first has nothing to do, until a
+    lease of its own has read ``borrower_rehearsal_rows`` rows (``rehearsal.py``); a lease it takes cuts
+    the rehearsal short.
     """
     load_transform(group.transform)  # a transform that does not import fails before any lease is taken
     catalog = lakehouse.catalog()
@@ -61,7 +67,8 @@ def borrow(
     if watch is not None:
         watched(watch, progress)  # the head as the run starts: a move from here on, busy or not, is seen
     beating = heartbeat(catalog, group.name, run_id, interval_s=group.session_timeout_s / 3, forget_at_end=False)
-    with beating, runner:
+    rehearsal = Rehearsal(spark, group, f"{lakehouse.catalog_name}.{group.source}", progress)
+    with beating, runner, rehearsal:
         idle_since = time.monotonic()
         left, owed = False, False  # the last own tick left shards ungranted; a lease has ended since
         while True:
@@ -82,6 +89,8 @@ def borrow(
                     progress(f"{group.name}: Borrower {run_id} exits: {exc}")
                     return summary
                 taken = []
+            if taken:
+                rehearsal.cancel()
             for lease, shards in taken:
                 progress(
                     f"{group.name} lease {lease.lease_id}#{lease.attempt}: taken by {run_id}, {len(shards)} shards"
@@ -96,6 +105,9 @@ def borrow(
                 progress(f"{group.name}: Borrower {run_id} took no lease for {idle_timeout_s:.0f}s; exiting")
                 return summary
             else:
+                largest = max((report.rows_in for report in summary.reports), default=0)
+                if rehearses(idle_timeout_s is None, rehearsal.started, largest, group.borrower_rehearsal_rows):
+                    rehearsal.start()
                 time.sleep(poll_s)
 
 

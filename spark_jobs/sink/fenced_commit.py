@@ -51,6 +51,7 @@ from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.sink_history import SinkHistory, read_sink_history
 from icegroup.iceberg.store.tables import load_optional
 from icegroup.spark_jobs.sink.refusals import refusal
+from icegroup.spark_jobs.sink.shape import align_to_sink, staging_spec
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +105,17 @@ def stage_shard(df: DataFrame, table: str, evolve: bool = False, spec_id: int | 
         writer = writer.option("output-spec-id", str(spec_id))
     writer.append()
     return token
+
+
+def stage_aligned(spark: SparkSession, table: str, out: DataFrame, one_window: bool) -> str:
+    """Stage ``out`` on the sink ``table`` as it stands now: aligned to its columns, through its staging spec.
+
+    Output of ``one_window`` is staged through the sink's unpartitioned spec where it has one
+    (``shape.staging_spec``): the fenced commit places its files in the window's partition.
+    """
+    aligned, evolve = align_to_sink(spark, table, out)
+    spec = staging_spec(spark, table) if one_window else None
+    return stage_shard(aligned, table, evolve=evolve, spec_id=spec)
 
 
 @dataclass(frozen=True)

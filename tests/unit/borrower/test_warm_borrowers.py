@@ -15,6 +15,7 @@ from icegroup.iceberg.protocol.borrower import (
     borrowers_to_start,
     census,
     outdated,
+    rehearses,
     stale,
     starts,
     take,
@@ -222,3 +223,20 @@ def test_warm_borrowers_fit_within_max_borrowers(warm: int, maximum: int, ok: bo
     else:
         with pytest.raises(ValidationError, match="warm_borrowers: 3 is more than max_borrowers 2"):
             GroupConfig.model_validate(fields)
+
+
+@pytest.mark.parametrize(
+    ("stays_warm", "rehearsed", "largest_lease_rows", "rehearsal_rows", "expected"),
+    [
+        (True, False, 0, 1_000_000, True),
+        (True, False, 300, 1_000_000, True),  # a small first lease compiled little
+        (True, False, 1_000_000, 1_000_000, False),  # a lease that large compiled the path already
+        (True, True, 0, 1_000_000, False),  # once per run
+        (True, False, 0, 0, False),  # turned off
+        (False, False, 0, 1_000_000, False),  # a Borrower started for work exits when idle
+    ],
+)
+def test_only_an_idle_borrower_that_stays_warm_rehearses_once_until_a_lease_as_large_ran(
+    stays_warm: bool, rehearsed: bool, largest_lease_rows: int, rehearsal_rows: int, expected: bool
+) -> None:
+    assert rehearses(stays_warm, rehearsed, largest_lease_rows, rehearsal_rows) is expected
