@@ -13,8 +13,10 @@ rows) one source table is filled, and every arm moves all of it, with the same t
 - ``dagster``: what a deployment gets by default, a running ``dagster dev`` (daemon and webserver)
   over a group with the default ``warm_borrowers: 1``: its Leader keeps a Borrower run up, Spark
   started, before any work. Each round's group reads a source of its own: one small commit
-  (``WARM_UP_ROWS``) is consumed first, as a deployed group has consumed before; then the
-  workload's backlog (the same data as the others') is written to a branch of that source and
+  (``WARM_UP_ROWS``) is consumed first, as a deployed group has consumed before, and the Borrower,
+  idle then, rehearses its lease path (``borrower_rehearsal_rows``), as a deployed one has done by
+  the time a backlog comes: the round waits for the run to say it did; then the workload's backlog
+  (the same data as the others') is written to a branch of that source and
   ``main`` moves to it in one commit (``fill_at_once``), and the arm is timed from that commit, the
   append, to the sink commit that catches the group up. The Leader sensor runs all along; the warm
   Borrower's look at the source (it ticks itself when the source moved) or the sensor's tick,
@@ -46,6 +48,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from dagster import DagsterInstance
+from dagster._core.instance.ref import InstanceRef
 from dagster_graphql import DagsterGraphQLClient
 from pyiceberg.catalog import Catalog
 
@@ -188,6 +192,9 @@ def warm_round(
     borrowers = list(read_beats(catalog, warm.name))
     if len(borrowers) != 1:
         raise RuntimeError(f"{warm.name}: expected one warm Borrower run beating, found {borrowers}; see {log}")
+    if warm.borrower_rehearsal_rows:
+        instance = DagsterInstance.from_ref(InstanceRef.from_dir(env["DAGSTER_HOME"]))
+        wait_for(lambda: rehearsal_over(instance, borrowers[0]), 300, f"{warm.name}'s rehearsal", log)
     started_ms = fill_at_once(source, workload)
     wait_for(lambda: caught_up(catalog, warm.name), 900, f"{warm.name} caught up", log)
     elapsed = (visible_ms(catalog.load_table(warm.sink))[-1][0] - started_ms) / 1000
@@ -197,6 +204,11 @@ def warm_round(
     set_sensor(sensor, running=False, env=env)
     client.terminate_run(borrowers[0])
     return elapsed
+
+
+def rehearsal_over(instance: DagsterInstance, run_id: str) -> bool:
+    """Whether the warm Borrower run has said how its rehearsal went (``spark_jobs/borrower/rehearsal.py``)."""
+    return any("rehears" in event.user_message for event in instance.all_logs(run_id))
 
 
 def summary(workload: Workload, seconds: dict[str, list[float]], source_bytes: int) -> dict[str, object]:
