@@ -154,7 +154,7 @@ def rehearse(spark: SparkSession, group: GroupConfig, source_table: str, rows: i
             out = build()
             ensure_sink(spark, catalog, f"{NAMESPACE}.sink", out)
             stage_aligned(spark, sink, out, one_window(batch, group.replay_window))
-        staged = staged_rows(spark, sink)
+        staged = staged_rows(spark, sink) if shards else 0
     finally:
         for key in keys:
             spark.conf.unset(f"spark.sql.catalog.{catalog}{key}")
@@ -229,9 +229,16 @@ class Rehearsal:
             else:
                 self.progress(f"{name}: rehearsal skipped ({describe_error(exc)}); leases run as before")
             return
+        if not done.shards:
+            self.progress(
+                f"{name}: rehearsal ran no lease: the group's filter matches none of its {done.rows:,} synthetic rows' "
+                "partitions; leases run as before"
+            )
+            return
         self.progress(
-            f"{name}: rehearsed the lease path on {done.rows:,} synthetic rows in {done.seconds:.1f}s (nothing of the "
-            "lake written): the JVM has compiled it before a backlog comes"
+            f"{name}: rehearsed the lease path on {done.rows:,} synthetic rows ({done.shards} shards, "
+            f"{done.staged_rows:,} rows staged) in {done.seconds:.1f}s, nothing of the lake written: the JVM has "
+            "compiled it before a backlog comes"
         )
 
     def cancel(self) -> None:

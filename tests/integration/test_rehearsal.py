@@ -198,9 +198,27 @@ def test_a_warm_borrower_rehearses_once_idle_after_a_small_lease_then_takes_the_
 
     assert not borrower.is_alive()
     assert leases == [30, 30]
-    rehearsed = [i for i, line in enumerate(lines) if "rehearsed the lease path on 2,000 synthetic rows" in line]
+    said = "rehearsed the lease path on 2,000 synthetic rows (4 shards, 2,000 rows staged)"
+    rehearsed = [i for i, line in enumerate(lines) if said in line]
     taken = [i for i, line in enumerate(lines) if "taken by warm-1" in line]
     assert len(rehearsed) == 1, lines
     assert len(taken) == 2
     assert taken[0] < rehearsed[0] < taken[1], "after the small first lease, before the next: once"
     assert verify_group(catalog, group, key="event_id").ok
+
+
+def test_a_rehearsal_whose_filter_prunes_every_synthetic_partition_says_it_ran_no_lease(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(transform=ENRICH, filter="region = 'eu'", borrower_rehearsal_rows=1_000)
+    append_batches(create_source(catalog, group.source), 1, 10)
+    lines: list[str] = []
+
+    with Rehearsal(lambda: spark, group, f"{lakehouse.catalog_name}.{group.source}", lines.append) as rehearsal:
+        rehearsal.start()
+        wait_for(lambda: lines, 120, "the rehearsal's line")
+
+    assert lines == [
+        f"{group.name}: rehearsal ran no lease: the group's filter matches none of its 1,000 synthetic rows' "
+        "partitions; leases run as before"
+    ]
