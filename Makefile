@@ -23,7 +23,7 @@ MATRIX ?= :1.9.2 4.0.5:1.10.1
 MATRIX_TESTS ?= tests/integration/test_exactly_once.py tests/integration/test_zombie.py \
 	tests/integration/test_replay.py tests/integration/test_reset.py tests/integration/test_lineage_exact.py \
 	tests/integration/test_isolation.py tests/integration/test_expired_history.py tests/integration/test_row_lineage.py \
-	tests/integration/test_appended_files.py
+	tests/integration/test_appended_files.py tests/integration/test_rehearsal.py
 MATRIX_CHAOS ?= tests/chaos/test_chaos.py::test_kill_9_chaos_keeps_exactly_once[consume-workers]
 # `.ci/run` sets CI_SPLIT=1, so that CI runs once what these targets would each run. The chaos run with consume
 # workers runs in `make test` only (not on Spark 4.0, nor on the fixture stack, where it takes 8 minutes); the daemon
