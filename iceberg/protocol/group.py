@@ -108,8 +108,8 @@ class GroupConfig(BaseModel):
         le=100_000_000,
         description="Synthetic rows a warm Borrower, once idle, runs through its lease path (read, transform, lineage "
         "columns, staged write) in a scratch table on a temporary folder, so that its JVM has compiled that path "
-        "before a backlog comes; it does so until one of its leases has read this many source rows. Nothing of the "
-        "lake is written, and a lease cuts it short. 0: never.",
+        "before a backlog comes: once per Borrower run, and not if a lease of its own has read this many source rows "
+        "first. Nothing of the lake is written, and a lease cuts it short. 0: never.",
     )
     shard_caps: ShardCaps = Field(default_factory=ShardCaps, description="Size caps of one shard.")
     lease_max_shards: int = Field(default=16, ge=1, description="Shards granted in one lease at most.")

@@ -10,11 +10,13 @@ until its first large one, which is when a backlog arrives.
 So once a warm Borrower is idle, before any lease of it has read ``borrower_rehearsal_rows`` source
 rows, it rehearses: in a scratch Iceberg catalog on a temporary local folder it makes a table with
 the source's schema and partition spec, appends that many synthetic rows, and runs the lease path on
-it, the same functions a lease runs: shards cut by the Leader's planning, read as a lease reads them,
-the group's transform, the lineage columns, the sink's shape and its staged write. Nothing of the
-lake is written; the folder is deleted after. A lease taken meanwhile cuts it short
-(``Rehearsal.cancel`` cancels its Spark jobs). The rehearsal is an optimization only: one that
-fails (a transform that rejects synthetic values, say) says why and changes nothing else.
+it, through the functions a lease runs: shards cut by the Leader's planning, read as a lease reads
+them, the group's transform, the lineage columns, a sink of the same shape (a new one, in the
+scratch catalog) and its staged write. A format-v3 source's ``_row_id`` path is not rehearsed.
+Nothing of the lake is written; the folder is deleted after, and folders a killed Borrower left
+are swept by a later rehearsal. A lease taken meanwhile cuts it short (``Rehearsal.cancel`` cancels
+its Spark jobs until it ends). The rehearsal is an optimization only: one that fails (a transform
+that rejects synthetic values, say) says why and changes nothing else.
 
 It runs only on a ``local`` master, where every task runs in the driver's JVM and the folder is on
 its disk; a cluster's executors would write to their own hosts' folders, which nothing cleans.
@@ -61,6 +63,11 @@ IDENTITY_VALUES = 4
 VALUES = 100_003
 # Seconds a Borrower that ends waits for its rehearsal's thread to end (and delete its folder).
 JOIN_S = 30.0
+# Seconds between cancellations of the rehearsal's Spark jobs once a lease was taken, until it ends.
+CANCEL_EVERY_S = 0.2
+# A rehearsal's folder older than this was left by a Borrower that was killed: a later rehearsal deletes it.
+SWEEP_AFTER_S = 3600.0
+FOLDER_PREFIX = "icegroup-rehearsal-"
 
 
 @dataclass(frozen=True)
@@ -86,9 +93,13 @@ def synthetic_column(name: str, data_type: T.DataType, identity: bool) -> Column
         value = F.concat(F.lit("r"), n.cast("string"))
     elif isinstance(data_type, T.BooleanType):
         value = n % 2 == 0
-    elif isinstance(data_type, T.ByteType | T.ShortType | T.IntegerType | T.LongType):
-        value = (n % 100 if isinstance(data_type, T.ByteType) else n).cast(data_type)
-    elif isinstance(data_type, T.FloatType | T.DoubleType | T.DecimalType):
+    elif isinstance(data_type, T.ByteType | T.ShortType):
+        value = (n % (100 if isinstance(data_type, T.ByteType) else 30_000)).cast(data_type)
+    elif isinstance(data_type, T.IntegerType | T.LongType):
+        value = n.cast(data_type)
+    elif isinstance(data_type, T.DecimalType):  # within its precision: ANSI mode (Spark 4's default) refuses overflow
+        value = ((n % 10 ** min(data_type.precision - data_type.scale + 2, 6)) / 100).cast(data_type)
+    elif isinstance(data_type, T.FloatType | T.DoubleType):
         value = (n / 100).cast(data_type)
     elif isinstance(data_type, T.DateType):
         value = F.date_sub(F.current_date(), n.cast("int") % 365)
@@ -114,17 +125,18 @@ def rehearse(spark: SparkSession, group: GroupConfig, source_table: str, rows: i
     """
     started = time.perf_counter()
     catalog = f"icegroup_rehearsal_{uuid.uuid4().hex[:12]}"
-    folder = Path(tempfile.mkdtemp(prefix="icegroup-rehearsal-"))
-    keys = {"": "org.apache.iceberg.spark.SparkCatalog", ".type": "hadoop", ".warehouse": folder.as_uri()}
 
     def step() -> None:
         if cut.is_set():
             raise RehearsalCut("a lease was taken")
 
     activate(spark)
-    use_pool(spark, JOB_GROUP, JOB_GROUP)
     ship_transform(spark, group.transform)
     transform = load_transform(group.transform)
+    sweep(Path(tempfile.gettempdir()), time.time() - SWEEP_AFTER_S)
+    folder = Path(tempfile.mkdtemp(prefix=FOLDER_PREFIX))
+    keys = {"": "org.apache.iceberg.spark.SparkCatalog", ".type": "hadoop", ".warehouse": folder.as_uri()}
+    use_pool(spark, JOB_GROUP, JOB_GROUP)
     try:
         for key, value in keys.items():
             spark.conf.set(f"spark.sql.catalog.{catalog}{key}", value)
@@ -154,12 +166,26 @@ def rehearse(spark: SparkSession, group: GroupConfig, source_table: str, rows: i
             out = build()
             ensure_sink(spark, catalog, f"{NAMESPACE}.sink", out)
             stage_aligned(spark, sink, out, one_window(batch, group.replay_window))
+        step()
         staged = staged_rows(spark, sink) if shards else 0
     finally:
         for key in keys:
             spark.conf.unset(f"spark.sql.catalog.{catalog}{key}")
+        for key in ("spark.scheduler.pool", "spark.jobGroup.id", "spark.job.description"):
+            spark.sparkContext.setLocalProperty(key, None)  # type: ignore[arg-type]
         shutil.rmtree(folder, ignore_errors=True)
     return Rehearsed(rows, len(shards), staged, time.perf_counter() - started)
+
+
+def sweep(folder: Path, before: float) -> None:
+    """Delete the rehearsal folders in ``folder`` last changed before ``before``: a killed Borrower's, long unused."""
+    for path in folder.glob(f"{FOLDER_PREFIX}*"):
+        try:
+            stale = path.stat().st_mtime < before
+        except FileNotFoundError:
+            continue
+        if stale:
+            shutil.rmtree(path, ignore_errors=True)
 
 
 def scratch_source(spark: SparkSession, source_table: str, catalog: str) -> frozenset[str]:
@@ -242,12 +268,23 @@ class Rehearsal:
         )
 
     def cancel(self) -> None:
-        """Cut the rehearsal short, if it runs: its Spark jobs are cancelled, and it stops before its next step."""
-        if self.thread is None or not self.thread.is_alive():
+        """Cut the rehearsal short, if it runs: it stops before its next step, and its Spark jobs are cancelled.
+
+        Spark cancels only the jobs of a group that run at that moment; one the rehearsal started just
+        after would run whole, beside the lease. So a thread cancels them again until the rehearsal ends.
+        """
+        if self.thread is None or not self.thread.is_alive() or self.cut.is_set():
             return
         self.cut.set()
-        if self.session is not None:
-            self.session.sparkContext.cancelJobGroup(JOB_GROUP)
+        threading.Thread(target=self.keep_cancelling, name="icegroup-rehearsal-cancel", daemon=True).start()
+
+    def keep_cancelling(self) -> None:
+        """Cancel the rehearsal's Spark jobs every ``CANCEL_EVERY_S`` until its thread ends."""
+        thread = self.thread
+        while thread is not None and thread.is_alive():
+            if self.session is not None:
+                self.session.sparkContext.cancelJobGroup(JOB_GROUP)
+            thread.join(CANCEL_EVERY_S)
 
     def __enter__(self) -> Rehearsal:
         """The rehearsal itself; leaving the block cuts it short and waits for its thread."""

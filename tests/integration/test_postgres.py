@@ -22,11 +22,11 @@ from icegroup.iceberg.store.dead_letters import open_letters
 from icegroup.iceberg.store.registry import commit_state, load_state
 from icegroup.iceberg.verify import verify_group
 from icegroup.infra.postgres import LocalPostgres, server_bin_dir, start_local_postgres
-from icegroup.spark_jobs.borrower import attempt as borrower
 from icegroup.spark_jobs.borrower.lease import run_lease
 from icegroup.spark_jobs.consume import WAITS
 from icegroup.spark_jobs.engines import DRIVERS
 from icegroup.spark_jobs.session import activate, spark_conf
+from icegroup.spark_jobs.sink import fenced_commit
 from icegroup.spark_jobs.sink.shape import ensure_sink, with_lineage
 from tests.consuming import consume
 from tests.factories import MakeGroup, append_batches, create_source, no_spark
@@ -145,7 +145,7 @@ def test_a_catalog_outage_longer_than_the_redelivery_backoff_poisons_nothing(
     if when == "before the lease":
         outage()
     else:
-        real = borrower.stage_shard
+        real = fenced_commit.stage_shard
         calls: list[int] = []
 
         def stage_in_outage(*args: Any, **kwargs: Any) -> str:
@@ -154,7 +154,7 @@ def test_a_catalog_outage_longer_than_the_redelivery_backoff_poisons_nothing(
             calls.append(1)
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(borrower, "stage_shard", stage_in_outage)
+        monkeypatch.setattr(fenced_commit, "stage_shard", stage_in_outage)
     try:
         report = run_lease(pg_spark, pg_lakehouse, group, lease, shards, progress=lines.append)
     finally:

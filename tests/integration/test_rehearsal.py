@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import tempfile
 import threading
 import time
@@ -11,6 +12,7 @@ from pathlib import Path
 import pytest
 from pyiceberg.catalog import Catalog
 from pyspark.sql import SparkSession
+from pyspark.sql import functions as F
 from pyspark.sql import types as T
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
@@ -21,10 +23,13 @@ from icegroup.iceberg.protocol.state import Lease
 from icegroup.iceberg.verify import verify_group
 from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.rehearsal import (
+    FOLDER_PREFIX,
     IDENTITY_VALUES,
     JOB_GROUP,
+    VALUES,
     Rehearsal,
     rehearse,
+    sweep,
     synthetic_rows,
 )
 from icegroup.spark_jobs.borrower.warm import borrow
@@ -97,10 +102,16 @@ def test_a_lease_cuts_a_rehearsal_short_and_its_jobs_are_cancelled(
     folders, lines = scratch_folders(), []
     tracker = spark.sparkContext.statusTracker()
 
+    before = set(tracker.getJobIdsForGroup(JOB_GROUP))  # jobs of rehearsals that ran before this test
+
+    def jobs() -> set[int]:
+        return set(tracker.getJobIdsForGroup(JOB_GROUP)) - before
+
     with Rehearsal(lambda: spark, group, f"{lakehouse.catalog_name}.{group.source}", lines.append) as rehearsal:
         rehearsal.start()
-        wait_for(lambda: tracker.getJobIdsForGroup(JOB_GROUP), 120, "the rehearsal's first Spark job")
-        wait_for(lambda: len(tracker.getJobIdsForGroup(JOB_GROUP)) > 1, 120, "the rehearsal's slow job")
+        wait_for(lambda: len(jobs()) > 1, 120, "the rehearsal's synthetic write, then its slow job")
+        running = [job for job in jobs() if tracker.getJobInfo(job).status == "RUNNING"]
+        assert running, "a job of the rehearsal runs as the lease comes"
         cut_at = time.monotonic()
         rehearsal.cancel()
         assert rehearsal.thread is not None
@@ -111,6 +122,7 @@ def test_a_lease_cuts_a_rehearsal_short_and_its_jobs_are_cancelled(
     assert took < 30, f"the rehearsal took {took:.0f}s to stop; its 1,000 one-second rows would take minutes"
     assert lines == [f"{group.name}: rehearsal cut short: a lease was taken"]
     assert scratch_folders() == folders
+    assert {tracker.getJobInfo(job).status for job in running} == {"FAILED"}, "its running job was cancelled"
     assert not tracker.getActiveJobsIds()
 
 
@@ -153,16 +165,39 @@ def test_synthetic_rows_fill_every_flat_type_and_keep_identity_columns_to_a_few_
         ]
     )
 
-    rows = synthetic_rows(spark, schema, 1_000, frozenset({"region"}))
+    ansi = spark.conf.get("spark.sql.ansi.enabled")
+    spark.conf.set("spark.sql.ansi.enabled", "true")  # Spark 4's default: a value that overflows its type fails
+    try:
+        rows = synthetic_rows(spark, schema, 2 * VALUES, frozenset({"region"}))
+        flat = [f.name for f in schema if f.name != "tags"]
+        [found] = rows.select(
+            F.count("*").alias("rows"),
+            *[F.count(name).alias(name) for name in [*flat, "tags"]],
+            F.count_distinct("region").alias("regions"),
+            F.count_distinct("s").alias("strings"),
+        ).collect()
+    finally:
+        spark.conf.set("spark.sql.ansi.enabled", ansi)
 
     assert rows.schema == T.StructType([T.StructField(f.name, f.dataType, nullable=True) for f in schema])
-    collected = rows.collect()
-    assert len(collected) == 1_000
-    flat = [f.name for f in schema if f.name != "tags"]
-    assert all(row[name] is not None for row in collected for name in flat)
-    assert all(row["tags"] is None for row in collected), "a type without a synthetic value is null"
-    assert len({row["region"] for row in collected}) == IDENTITY_VALUES
-    assert len({row["s"] for row in collected}) == 1_000
+    assert found["rows"] == 2 * VALUES
+    assert {name: found[name] for name in flat} == dict.fromkeys(flat, 2 * VALUES), "no value is null or overflows"
+    assert found["tags"] == 0, "a type without a synthetic value is null"
+    assert found["regions"] == IDENTITY_VALUES
+    assert found["strings"] == VALUES
+
+
+def test_a_sweep_deletes_only_rehearsal_folders_older_than_its_bound(tmp_path: Path) -> None:
+    old, new, other = tmp_path / f"{FOLDER_PREFIX}old", tmp_path / f"{FOLDER_PREFIX}new", tmp_path / "other-old"
+    for folder in (old, new, other):
+        (folder / "rehearsal" / "source").mkdir(parents=True)
+    hour_ago = time.time() - 3600
+    for folder in (old, other):
+        os.utime(folder, (hour_ago, hour_ago))
+
+    sweep(tmp_path, time.time() - 60)
+
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([new.name, other.name])
 
 
 class Stop(Exception):
