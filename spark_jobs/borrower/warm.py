@@ -55,9 +55,9 @@ def borrow(
     sensor's next evaluation. Ticks race safely by the registry's compare-and-swap; one that loses
     or fails leaves the work to the sensor.
 
-    One that never exits when idle rehearses its lease path once it first has nothing to do, until a
-    lease of its own has read ``borrower_rehearsal_rows`` rows (``rehearsal.py``); a lease it takes cuts
-    the rehearsal short.
+    One that never exits when idle rehearses its lease path once, when it first has nothing to do,
+    unless a lease of its own has read ``borrower_rehearsal_rows`` rows before (``rehearsal.py``); a
+    lease it takes cuts the rehearsal short.
     """
     load_transform(group.transform)  # a transform that does not import fails before any lease is taken
     catalog = lakehouse.catalog()
