@@ -68,6 +68,8 @@ CANCEL_EVERY_S = 0.2
 # A rehearsal's folder older than this was left by a Borrower that was killed: a later rehearsal deletes it.
 SWEEP_AFTER_S = 3600.0
 FOLDER_PREFIX = "icegroup-rehearsal-"
+# Seconds a rehearsal waits, before it deletes its folder, for the tasks of a job that failed or was cancelled.
+SETTLE_S = 30.0
 
 
 @dataclass(frozen=True)
@@ -173,8 +175,25 @@ def rehearse(spark: SparkSession, group: GroupConfig, source_table: str, rows: i
             spark.conf.unset(f"spark.sql.catalog.{catalog}{key}")
         for key in ("spark.scheduler.pool", "spark.jobGroup.id", "spark.job.description"):
             spark.sparkContext.setLocalProperty(key, None)  # type: ignore[arg-type]
+        settle(spark, SETTLE_S)
         shutil.rmtree(folder, ignore_errors=True)
     return Rehearsed(rows, len(shards), staged, time.perf_counter() - started)
+
+
+def settle(spark: SparkSession, timeout_s: float) -> None:
+    """Wait up to ``timeout_s`` until no task of a rehearsal's job runs.
+
+    A job that failed (a transform that rejects a row) or was cancelled ends before its other tasks
+    do: one still writing would make the folder again after it was deleted.
+    """
+    tracker = spark.sparkContext.statusTracker()
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        jobs = [tracker.getJobInfo(job) for job in tracker.getJobIdsForGroup(JOB_GROUP)]
+        stages = [tracker.getStageInfo(stage) for job in jobs if job is not None for stage in job.stageIds]
+        if not any(stage is not None and stage.numActiveTasks for stage in stages):
+            return
+        time.sleep(0.1)
 
 
 def sweep(folder: Path, before: float) -> None:
