@@ -42,6 +42,16 @@ pytestmark = pytest.mark.spark
 ENRICH = "icegroup.spark_jobs.transforms:enrich_events"
 
 
+@pytest.fixture(autouse=True)
+def own_tempdir(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Give each test a temporary folder of its own, where no other process's rehearsal makes a folder.
+
+    The e2e and Dagster tiers deploy warm Borrowers, which rehearse in the shared temporary folder while this file
+    runs on another xdist worker, so a count of that folder's rehearsal folders is not this test's alone.
+    """
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tempdir")))
+
+
 def scratch_folders() -> set[Path]:
     """The rehearsals' temporary folders now on this machine."""
     return set(Path(tempfile.gettempdir()).glob("icegroup-rehearsal-*"))
