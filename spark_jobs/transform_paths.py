@@ -22,10 +22,12 @@ import importlib
 import importlib.util
 from collections.abc import Callable, Iterable
 from pathlib import Path
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 from icegroup.iceberg.errors import ConfigError
-from icegroup.iceberg.protocol.group import GroupConfig
+
+if TYPE_CHECKING:
+    from icegroup.iceberg.protocol.group import GroupConfig
 
 
 def import_transform(path: str) -> Callable[[Any], Any]:

@@ -14,24 +14,20 @@ import sqlite3
 import threading
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
-from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.sql import SqlCatalog
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, SQLAlchemyError
 
 from icegroup.iceberg.config.files import format_validation_error, read_yaml_mapping
 from icegroup.iceberg.config.nearby import nearby_lakes
-from icegroup.iceberg.config.rest import (
-    RestCatalogSettings,
-    first_line,
-    open_rest_catalog,
-)
+from icegroup.iceberg.config.rest import RestCatalogSettings, first_line
 from icegroup.iceberg.config.sections import OpenLineageSettings, S3Settings, SparkSettings
 from icegroup.iceberg.errors import CatalogUnavailable, ConfigError
-from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
+
+if TYPE_CHECKING:
+    from pyiceberg.catalog import Catalog
 
 _CATALOGS: dict[str, Catalog] = {}
 _CATALOGS_LOCK = threading.Lock()
@@ -275,6 +271,11 @@ class LakehouseConfig(BaseModel):
         )
 
     def _open_catalog(self) -> Catalog:
+        """Open the catalog: pyiceberg is imported here, so that building Spark's settings alone never loads it."""
+        from pyiceberg.catalog.sql import SqlCatalog
+
+        from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
+
         if self.rest is not None:
             return self._open_rest_catalog()
         assert self.catalog_uri is not None  # one catalog: checked by _one_catalog
@@ -298,6 +299,9 @@ class LakehouseConfig(BaseModel):
 
     def _open_rest_catalog(self) -> Catalog:
         """Sign in to the REST server and read its ``/v1/config``; a refused credential is a ``ConfigError``."""
+        from icegroup.iceberg.config.rest_catalog import open_rest_catalog
+        from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
+
         assert self.rest is not None  # checked by _one_catalog
         assert self.heartbeats_uri is not None
         properties = self.rest_properties()

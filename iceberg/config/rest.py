@@ -10,24 +10,16 @@ Secrets (the OAuth2 client credential, a bearer token) are read when a catalog i
 the environment (``ICEGROUP_REST_CREDENTIAL``, ``ICEGROUP_REST_TOKEN``) or from pyiceberg's own
 configuration (``.pyiceberg.yaml``, ``PYICEBERG_CATALOG__<NAME>__*``) when ``pyiceberg_catalog``
 names a catalog there. The settings model itself holds none, so dumping it (``describe``, run
-configs, logs) can never show one.
+configs, logs) can never show one. The client that opens the catalog is ``rest_catalog.py``'s: a
+process that only builds Spark's settings from this (a plain Spark job beside icegroup) does not
+import pyiceberg or requests.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
-import requests
 from pydantic import BaseModel, ConfigDict, Field, field_validator
-from pyiceberg.catalog import Catalog
-from pyiceberg.catalog.rest import RestCatalog
-from pyiceberg.exceptions import BadRequestError, ForbiddenError, OAuthError, RESTError, UnauthorizedError
-from pyiceberg.utils.config import Config
-from requests import Session
-from requests.adapters import HTTPAdapter
-from urllib3.util.retry import Retry
-
-from icegroup.iceberg.errors import CatalogUnavailable, ConfigError
 
 ENV_CREDENTIAL = "ICEGROUP_REST_CREDENTIAL"
 ENV_TOKEN = "ICEGROUP_REST_TOKEN"
@@ -35,20 +27,6 @@ SECRET_KEYS = frozenset({"credential", "token"})
 # What Java's REST client takes besides the secrets; pyiceberg-only keys (its FileIO, SSL files) stay out of Spark.
 SHARED_KEYS = frozenset({"uri", "warehouse", "prefix", "oauth2-server-uri", "scope", "audience", "resource"})
 SHARED_PREFIXES = ("header.", "rest.")
-# A read answered by a server error or a dropped connection is asked again: reads change nothing, so a
-# second try is always safe. Commits (POST) are never retried here: whether a lost one landed is decided
-# by icegroup from the table itself (its fence and summaries), not by sending it twice.
-READ_RETRY = Retry(
-    total=4,
-    connect=4,
-    read=4,
-    status=4,
-    backoff_factor=0.25,
-    status_forcelist=(500, 502, 503, 504),
-    allowed_methods=frozenset({"GET", "HEAD"}),
-    raise_on_status=False,
-    respect_retry_after_header=True,
-)
 
 
 class RestCatalogSettings(BaseModel):
@@ -124,6 +102,8 @@ class RestCatalogSettings(BaseModel):
         """Every property of the catalog, secrets included: pyiceberg's configuration, these settings, then ``env``."""
         properties: dict[str, str] = {}
         if self.pyiceberg_catalog:
+            from pyiceberg.utils.config import Config  # pyiceberg loads only when a catalog is opened
+
             found = Config().get_catalog_config(self.pyiceberg_catalog)
             if found is None:
                 raise ValueError(
@@ -167,54 +147,6 @@ def spark_catalog_properties(properties: Mapping[str, str]) -> dict[str, str]:
         # Java 1.9 infers OAuth2 from a credential or token with a warning; say it, as pyiceberg does.
         shared.setdefault("rest.auth.type", "oauth2")
     return shared
-
-
-class RetryingRestCatalog(RestCatalog):
-    """pyiceberg's ``RestCatalog`` whose reads outlast a server's brief failures (``READ_RETRY``).
-
-    Iceberg's REST test fixture, for one, answers 500 once per pooled connection after its catalog
-    database restarts (PostgreSQL's admin-shutdown state is not one Iceberg's JDBC pool reconnects
-    on); a proxy or load balancer answers 502-504 while a server restarts. Java's REST client
-    retries such reads itself; pyiceberg's does not.
-    """
-
-    def _create_session(self) -> Session:
-        session = super()._create_session()
-        adapter = HTTPAdapter(max_retries=READ_RETRY)
-        session.mount("http://", adapter)
-        session.mount("https://", adapter)
-        return session
-
-
-def open_rest_catalog(name: str, properties: dict[str, str]) -> Catalog:
-    """Sign in to the REST server and read its ``/v1/config``: a refused credential or request is a ``ConfigError``.
-
-    A server that cannot be reached is ``CatalogUnavailable``. Each error names the setting to check.
-    """
-    where = f"catalog {name!r} at {properties['uri']}"
-    try:
-        return RetryingRestCatalog(name, **properties)
-    except (OAuthError, UnauthorizedError, ForbiddenError) as exc:
-        if not SECRET_KEYS & set(properties):
-            raise ConfigError(
-                f"rest: {where} wants a credential, and none was given ({first_line(exc)}). Set "
-                f"{ENV_CREDENTIAL} (client_id:client_secret) or {ENV_TOKEN} (a bearer token), or name a "
-                "pyiceberg_catalog that has one"
-            ) from exc
-        raise ConfigError(
-            f"rest: {where} refused the credential ({first_line(exc)}). Check {ENV_CREDENTIAL} "
-            f"(client_id:client_secret) or {ENV_TOKEN} (a token that has not expired), or the pyiceberg_catalog "
-            "it comes from, and rest.oauth2_server_uri and rest.scope"
-        ) from exc
-    except BadRequestError as exc:
-        raise ConfigError(
-            f"rest: {where} refused the request ({first_line(exc)}); check rest.warehouse and rest.prefix"
-        ) from exc
-    except (requests.RequestException, RESTError) as exc:
-        raise CatalogUnavailable(
-            f"rest: {where} cannot be reached: {first_line(exc)}. Check that the server is up and that "
-            "rest.uri is right"
-        ) from exc
 
 
 def first_line(exc: object) -> str:

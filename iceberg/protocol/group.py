@@ -10,13 +10,14 @@ import hashlib
 import json
 import re
 from datetime import UTC, date, datetime, timedelta
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-from pyiceberg.expressions import BooleanExpression
-from pyiceberg.expressions.parser import parse as parse_filter
 
 from icegroup.iceberg.protocol.durations import format_duration, parse_duration
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]{0,62}$")
 TABLE_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)+$")
@@ -344,7 +345,13 @@ class GroupConfig(BaseModel):
 
 
 def parse_row_filter(text: str) -> BooleanExpression:
-    """Parse a row filter, turning the parser's error into one that says what syntax is expected."""
+    """Parse a row filter, turning the parser's error into one that says what syntax is expected.
+
+    pyiceberg's parser is imported here, not with the module: a plain Spark job beside icegroup
+    builds its session from icegroup's settings, and those never parse a filter.
+    """
+    from pyiceberg.expressions.parser import parse as parse_filter
+
     try:
         return parse_filter(text)
     except Exception as exc:
