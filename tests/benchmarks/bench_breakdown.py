@@ -35,6 +35,7 @@ from matplotlib.figure import Figure
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from tests.benchmarks.measure import check_same_rows, consume_command
+from tests.benchmarks.plot import stacked_bars
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.dagster_dev import dagster_env
 from tests.factories import create_source, write_groups
@@ -131,18 +132,13 @@ def summary(runs: dict[str, list[dict[str, float]]]) -> dict[str, dict[str, floa
     return medians
 
 
-def plot(result: dict[str, dict[str, dict[str, float]]], png: Path) -> None:
+def plot(result: dict[str, dict[str, dict[str, dict[str, float]]]], png: Path) -> None:
     """A stacked bar per arm and workload: its median seconds in each phase."""
     figure = Figure(figsize=(10, 3.6))
     axes = figure.subplots()
     labels = [f"{workload} {arm}" for workload in result for arm in ARMS]
-    left = [0.0] * len(labels)
-    for phase in PHASES:
-        widths = [result[workload]["median"][arm][phase] for workload in result for arm in ARMS]
-        bars = axes.barh(labels, widths, left=left, label=phase)
-        axes.bar_label(bars, labels=[f"{w:.1f}" if w >= 1.5 else "" for w in widths], label_type="center", fontsize=8)
-        left = [a + b for a, b in zip(left, widths, strict=True)]
-    axes.invert_yaxis()
+    parts = {phase: [result[workload]["median"][arm][phase] for workload in result for arm in ARMS] for phase in PHASES}
+    stacked_bars(axes, labels, parts, label_from=1.5)
     axes.set_xlabel("seconds, median of the rounds; each arm a process of its own (JVM start included)")
     axes.set_title("Where the time goes: icegroup consume against a plain Spark job (A2) on the same rows")
     axes.legend(fontsize=8, ncols=4, loc="upper right")

@@ -41,6 +41,7 @@ from matplotlib.figure import Figure
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from tests.benchmarks.measure import REPO, check_same_rows, consume_command
+from tests.benchmarks.plot import stacked_bars
 from tests.benchmarks.spark_fill import fill_with_spark
 from tests.benchmarks.workloads import W1
 from tests.dagster_dev import dagster_env
@@ -221,16 +222,11 @@ def plot(medians: dict[str, dict[str, float]], png: Path) -> None:
     """A stacked bar of each arm's median CPU seconds by kind, with its median wall time beside it."""
     figure = Figure(figsize=(10, 3.2))
     axes = figure.subplots()
-    left = [0.0] * len(ARMS)
-    for kind in KINDS:
-        widths = [medians[arm][kind] for arm in ARMS]
-        bars = axes.barh(list(ARMS), widths, left=left, label=kind)
-        axes.bar_label(bars, labels=[f"{w:.1f}" if w >= 1.2 else "" for w in widths], label_type="center", fontsize=8)
-        left = [a + b for a, b in zip(left, widths, strict=True)]
+    parts = {kind: [medians[arm][kind] for arm in ARMS] for kind in KINDS}
+    left = stacked_bars(axes, list(ARMS), parts, label_from=1.2)
     for row, arm in enumerate(ARMS):
         axes.annotate(f"wall {medians[arm]['wall_s']:.1f} s", (left[row], row), xytext=(6, 0),
                       textcoords="offset points", va="center", fontsize=8)  # fmt: skip
-    axes.invert_yaxis()
     axes.set_xlim(0, max(left) * 1.3)
     axes.set_xlabel("CPU seconds, median of the rounds (2 cores: a run's wall time is about half its CPU)")
     axes.set_title("Who spends the CPU: icegroup consume against a plain Spark job (A2) on W1")

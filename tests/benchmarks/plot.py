@@ -7,8 +7,10 @@ after a run; a part whose JSON is missing is left out. Writes tests/benchmarks/r
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping
 from pathlib import Path
 
+from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
 RESULTS = Path(__file__).parent / "results"
@@ -64,3 +66,19 @@ def _label(result: dict) -> str:  # type: ignore[type-arg]
 
 if __name__ == "__main__":
     print(plot())
+
+
+def stacked_bars(axes: Axes, labels: list[str], parts: Mapping[str, list[float]], label_from: float) -> list[float]:
+    """One horizontal bar per label, of ``parts`` stacked in their order, the first label on top.
+
+    Each part's value is written inside it when it is at least ``label_from``, so that a thin part
+    stays legible. Returns where each bar ends, for a note beside it.
+    """
+    left = [0.0] * len(labels)
+    for name, widths in parts.items():
+        bars = axes.barh(labels, widths, left=left, label=name)
+        written = [f"{w:.1f}" if w >= label_from else "" for w in widths]
+        axes.bar_label(bars, labels=written, label_type="center", fontsize=8)
+        left = [a + b for a, b in zip(left, widths, strict=True)]
+    axes.invert_yaxis()
+    return left
