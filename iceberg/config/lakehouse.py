@@ -271,13 +271,17 @@ class LakehouseConfig(BaseModel):
         )
 
     def _open_catalog(self) -> Catalog:
-        """Open the catalog: pyiceberg is imported here, so that building Spark's settings alone never loads it."""
+        """Open the catalog; pyiceberg's catalogs are imported here, so building Spark's settings does not load them.
+
+        (A REST catalog named by ``rest.pyiceberg_catalog`` reads pyiceberg's configuration for Spark's
+        settings too: ``RestCatalogSettings.catalog_properties``.)
+        """
+        if self.rest is not None:
+            return self._open_rest_catalog()
         from pyiceberg.catalog.sql import SqlCatalog
 
         from icegroup.iceberg.protocol.liveness import HEARTBEATS_URI
 
-        if self.rest is not None:
-            return self._open_rest_catalog()
         assert self.catalog_uri is not None  # one catalog: checked by _one_catalog
         assert self.warehouse is not None
         url = make_url(self.catalog_uri)

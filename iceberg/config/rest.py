@@ -11,8 +11,9 @@ the environment (``ICEGROUP_REST_CREDENTIAL``, ``ICEGROUP_REST_TOKEN``) or from 
 configuration (``.pyiceberg.yaml``, ``PYICEBERG_CATALOG__<NAME>__*``) when ``pyiceberg_catalog``
 names a catalog there. The settings model itself holds none, so dumping it (``describe``, run
 configs, logs) can never show one. The client that opens the catalog is ``rest_catalog.py``'s: a
-process that only builds Spark's settings from this (a plain Spark job beside icegroup) does not
-import pyiceberg or requests.
+process that only builds Spark's settings from this (a plain Spark job beside icegroup) imports
+neither pyiceberg's catalogs nor requests (pyiceberg's configuration reader only for a catalog
+named in it, ``pyiceberg_catalog``).
 """
 
 from __future__ import annotations
@@ -102,7 +103,7 @@ class RestCatalogSettings(BaseModel):
         """Every property of the catalog, secrets included: pyiceberg's configuration, these settings, then ``env``."""
         properties: dict[str, str] = {}
         if self.pyiceberg_catalog:
-            from pyiceberg.utils.config import Config  # pyiceberg loads only when a catalog is opened
+            from pyiceberg.utils.config import Config  # only a catalog named in pyiceberg's configuration loads it
 
             found = Config().get_catalog_config(self.pyiceberg_catalog)
             if found is None:

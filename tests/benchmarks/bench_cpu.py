@@ -10,14 +10,12 @@ spent it:
 - ``tasks``: Spark's task threads, which read, transform and write the rows;
 - ``gc``: the JVM's garbage collector threads;
 - ``jvm rest``: every other JVM thread (the driver's planning, the catalog, py4j, Spark's services),
-  and the launcher JVM that ``spark-submit`` starts first.
+  threads that ended between two reads, and the shell scripts of ``spark-submit``.
 
 Each arm is a process of its own, ``A2`` (``baselines.py batch``) and ``consume`` (``icegroup consume
-GROUP --until-caught-up``) in turn for ROUNDS rounds. A process's threads are read from ``/proc``
-every POLL_S while it runs, and the JVMs it started until they have exited too: a driver JVM stops
-on its own once its Python process has gone, and what it spends then is its arm's. That also keeps
-each arm from starting beside the last one's JVM. A thread that ends is counted as last read, so each
-figure may miss up to POLL_S of CPU per short-lived thread. Every sink is checked equal to its source.
+GROUP --until-caught-up``) in turn for ROUNDS rounds. ``proc_cpu.py`` reads the arm's CPU from
+``/proc``, its JVMs' until they have exited too (what it misses is said there); that also keeps each
+arm from starting beside the last one's JVM. Every sink is checked equal to its source.
 Run: ``python -m tests.benchmarks.bench_cpu`` (writes tests/benchmarks/results/cpu.json and cpu.png).
 """
 
@@ -30,9 +28,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
-from collections import Counter
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -42,6 +37,7 @@ from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from tests.benchmarks.measure import REPO, check_same_rows, consume_command
 from tests.benchmarks.plot import stacked_bars
+from tests.benchmarks.proc_cpu import KINDS, ArmRun, run_arm
 from tests.benchmarks.spark_fill import fill_with_spark
 from tests.benchmarks.workloads import W1
 from tests.dagster_dev import dagster_env
@@ -50,136 +46,9 @@ from tests.stack_env import home_env
 
 ROUNDS = 3
 ARMS = ("A2", "consume")
-KINDS = ("python", "jit", "tasks", "gc", "jvm rest")
-POLL_S = 0.2
 SOURCE = "bench.events"
 TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
 RESULTS = Path(__file__).parent / "results"
-GC_THREADS = ("GC Thread", "G1 ")
-
-
-def thread_kind(name: str) -> str:
-    """The kind of a JVM thread, from the name the JVM gives it (``/proc/<pid>/task/<tid>/comm``, 15 characters)."""
-    if name.startswith(("C1 CompilerThre", "C2 CompilerThre")):
-        return "jit"
-    if name.startswith("Executor task"):
-        return "tasks"
-    if name.startswith(GC_THREADS):
-        return "gc"
-    return "jvm rest"
-
-
-@dataclass
-class Tree:
-    """The CPU seconds of one arm's processes, by thread, as last read."""
-
-    root: int
-    ticks: dict[tuple[int, int], tuple[str, int]] = field(default_factory=dict)
-    members: set[int] = field(default_factory=set)
-
-    def read(self) -> bool:
-        """Read every thread of the root and its descendants; whether any of them is still there."""
-        alive = False
-        children = _children()
-        pending = [self.root]
-        while pending:
-            pid = pending.pop()
-            self.members.add(pid)
-            pending.extend(children.get(pid, ()))
-        for pid in list(self.members):
-            try:
-                threads = os.listdir(f"/proc/{pid}/task")
-            except FileNotFoundError:
-                continue
-            alive = alive or _running(pid)
-            for tid in threads:
-                stat = _stat(f"/proc/{pid}/task/{tid}/stat")
-                if stat is not None:
-                    self.ticks[(pid, int(tid))] = stat
-        return alive
-
-    def seconds(self) -> dict[str, float]:
-        """CPU seconds by kind: the root's threads are ``python``, every other process's are the JVM's."""
-        spent: Counter[str] = Counter()
-        for (pid, _tid), (name, ticks) in self.ticks.items():
-            spent["python" if pid == self.root else thread_kind(name)] += ticks
-        per_second = os.sysconf("SC_CLK_TCK")
-        return {kind: round(spent[kind] / per_second, 2) for kind in KINDS}
-
-
-def _children() -> dict[int, list[int]]:
-    """Every process's children, from ``/proc``."""
-    found: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            stat = _fields(f"/proc/{entry}/stat")
-            if stat is not None:
-                found.setdefault(int(stat[1][1]), []).append(int(entry))
-    return found
-
-
-def _fields(path: str) -> tuple[str, list[str]] | None:
-    """A ``stat`` file's name and the fields after it, or None once the process or thread is gone."""
-    try:
-        text = Path(path).read_text()
-    except (FileNotFoundError, ProcessLookupError):
-        return None
-    return text[text.index("(") + 1 : text.rindex(")")], text[text.rindex(")") + 2 :].split()
-
-
-def _stat(path: str) -> tuple[str, int] | None:
-    """A thread's name and its CPU ticks (user and system)."""
-    found = _fields(path)
-    if found is None:
-        return None
-    name, rest = found
-    return name, int(rest[11]) + int(rest[12])
-
-
-def _running(pid: int) -> bool:
-    """Whether the process is there and not a zombie."""
-    found = _fields(f"/proc/{pid}/stat")
-    return found is not None and found[1][0] != "Z"
-
-
-@dataclass
-class ArmRun:
-    """One arm's process: its wall seconds to its exit, how long its JVMs outlived it, its CPU seconds by kind."""
-
-    wall_s: float
-    jvm_outlived_s: float
-    cpu_s: dict[str, float]
-
-    @property
-    def cpu_total_s(self) -> float:
-        """Its CPU seconds in all."""
-        return round(sum(self.cpu_s.values()), 2)
-
-    def figures(self) -> dict[str, float]:
-        """Its figures by name, as recorded and summed up."""
-        return {
-            "wall_s": self.wall_s,
-            "jvm_outlived_s": self.jvm_outlived_s,
-            "cpu_total_s": self.cpu_total_s,
-            **self.cpu_s,
-        }
-
-
-def run_arm(command: list[str], env: dict[str, str], log: Path) -> ArmRun:
-    """Run one arm with its output in ``log``, reading its threads' CPU until its JVMs are gone too."""
-    started = time.perf_counter()
-    with log.open("w") as out:
-        process = subprocess.Popen(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
-        tree = Tree(process.pid)
-        while process.poll() is None:
-            tree.read()
-            time.sleep(POLL_S)
-    wall = time.perf_counter() - started
-    if process.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {process.returncode}; see {log}")
-    while tree.read():  # the JVMs the arm started, until they are gone
-        time.sleep(POLL_S)
-    return ArmRun(round(wall, 2), round(time.perf_counter() - started - wall, 2), tree.seconds())
 
 
 def run_rounds(rounds: int, folder: Path) -> dict[str, list[ArmRun]]:
@@ -202,7 +71,7 @@ def run_rounds(rounds: int, folder: Path) -> dict[str, list[ArmRun]]:
                 if arm == "A2"
                 else consume_command(env["ICEGROUP_GROUPS"], sink.split(".")[1])
             )
-            runs[arm].append(run_arm(command, env, folder / f"{arm}_{index}.log"))
+            runs[arm].append(run_arm(command, env, folder / f"{arm}_{index}.log", cwd=REPO))
             check_same_rows(catalog, SOURCE, sink)
             print(f"round {index}: {arm} {json.dumps(runs[arm][-1].figures())}", flush=True)
     return runs

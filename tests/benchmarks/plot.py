@@ -64,10 +64,6 @@ def _label(result: dict) -> str:  # type: ignore[type-arg]
     return f"{work['snapshots']} snapshots x {work['rows_per_snapshot']:,} rows"
 
 
-if __name__ == "__main__":
-    print(plot())
-
-
 def stacked_bars(axes: Axes, labels: list[str], parts: Mapping[str, list[float]], label_from: float) -> list[float]:
     """One horizontal bar per label, of ``parts`` stacked in their order, the first label on top.
 
@@ -82,3 +78,7 @@ def stacked_bars(axes: Axes, labels: list[str], parts: Mapping[str, list[float]]
         left = [a + b for a, b in zip(left, widths, strict=True)]
     axes.invert_yaxis()
     return left
+
+
+if __name__ == "__main__":
+    print(plot())
