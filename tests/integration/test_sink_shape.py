@@ -10,6 +10,7 @@ import pytest
 from py4j.protocol import Py4JJavaError
 from pyiceberg.catalog import Catalog
 from pyspark.errors import ParseException
+from pyspark.errors.exceptions.captured import CapturedException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -105,3 +106,40 @@ def test_an_existing_sink_without_staged_writes_or_the_window_partition_gains_bo
     assert table.properties.get("write.spark.accept-any-schema") == "true"
     assert [f.name for f in table.spec().fields] == ["region", COL_WINDOW]
     assert dict((f.name, str(f.field_type)) for f in table.schema().fields)[COL_WINDOW] == "date"
+
+
+def test_a_new_sink_takes_every_column_nullable_whatever_the_first_output_held(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+) -> None:
+    """A later output may hold nulls where the first had none, so the sink's columns are all optional."""
+    first = spark.range(2).select(
+        F.col("id").alias("event_id"),
+        F.struct(F.lit("x").alias("code")).alias("detail"),
+        F.array(F.lit(1)).alias("tags"),
+        F.create_map(F.lit("k"), F.lit(1.0)).alias("scores"),
+    )
+    assert not first.schema["event_id"].nullable
+    ensure_sink(spark, lakehouse.catalog_name, f"{ns}_nested.sink", with_lineage(first, "00000000000000ab", date(2026, 1, 1)))
+
+    schema = catalog.load_table(f"{ns}_nested.sink").schema()
+    assert [f.name for f in schema.fields if f.required] == []
+    detail, tags, scores = (schema.find_field(name).field_type for name in ("detail", "tags", "scores"))
+    assert not detail.fields[0].required  # type: ignore[attr-defined]
+    assert not tags.element_required  # type: ignore[attr-defined]
+    assert not scores.value_required  # type: ignore[attr-defined]
+
+
+def test_a_sink_another_borrower_created_first_is_taken_as_it_is(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+) -> None:
+    """Two Borrowers racing to create a group's sink both see none; the loser's create is no error."""
+    out = output(spark)
+    shape.create_sink(spark, lakehouse.catalog_name, f"{ns}.sink", out)
+    before = catalog.load_table(f"{ns}.sink").metadata_location
+
+    shape.create_sink(spark, lakehouse.catalog_name, f"{ns}.sink", out)
+
+    assert catalog.load_table(f"{ns}.sink").metadata_location == before
+    with pytest.raises((Py4JJavaError, CapturedException), match="_ig_window"):  # any other failure is raised: here, no window column
+        shape.create_sink(spark, lakehouse.catalog_name, f"{ns}.other", out.drop(COL_WINDOW))
+    assert not catalog.table_exists(f"{ns}.other")
