@@ -119,7 +119,8 @@ def test_a_new_sink_takes_every_column_nullable_whatever_the_first_output_held(
         F.create_map(F.lit("k"), F.lit(1.0)).alias("scores"),
     )
     assert not first.schema["event_id"].nullable
-    ensure_sink(spark, lakehouse.catalog_name, f"{ns}_nested.sink", with_lineage(first, "00000000000000ab", date(2026, 1, 1)))
+    out = with_lineage(first, "00000000000000ab", date(2026, 1, 1))
+    ensure_sink(spark, lakehouse.catalog_name, f"{ns}_nested.sink", out)
 
     schema = catalog.load_table(f"{ns}_nested.sink").schema()
     assert [f.name for f in schema.fields if f.required] == []
@@ -129,17 +130,24 @@ def test_a_new_sink_takes_every_column_nullable_whatever_the_first_output_held(
     assert not scores.value_required  # type: ignore[attr-defined]
 
 
-def test_a_sink_another_borrower_created_first_is_taken_as_it_is(
-    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+def test_a_sink_another_borrower_created_first_is_no_error_and_any_other_failure_is_raised(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Two Borrowers racing to create a group's sink both see none; the loser's create is no error."""
-    out = output(spark)
-    shape.create_sink(spark, lakehouse.catalog_name, f"{ns}.sink", out)
-    before = catalog.load_table(f"{ns}.sink").metadata_location
+    """Two Borrowers racing to create a group's sink both see none, and the loser's insert fails: the sink is there."""
+    name = lakehouse.catalog_name
+    run = spark.sql
 
-    shape.create_sink(spark, lakehouse.catalog_name, f"{ns}.sink", out)
+    def losing(query: str, *args: Any, **kwargs: Any) -> DataFrame:
+        result = run(query, *args, **kwargs)
+        if query.startswith("CREATE TABLE"):  # the other Borrower's insert landed first
+            raise RuntimeError("Unknown failure: duplicate key")
+        return result
 
-    assert catalog.load_table(f"{ns}.sink").metadata_location == before
-    with pytest.raises((Py4JJavaError, CapturedException), match="_ig_window"):  # any other failure is raised: here, no window column
-        shape.create_sink(spark, lakehouse.catalog_name, f"{ns}.other", out.drop(COL_WINDOW))
+    monkeypatch.setattr(spark, "sql", losing)
+    shape.create_sink(spark, name, f"{ns}.sink", output(spark))
+    assert catalog.table_exists(f"{ns}.sink")
+
+    monkeypatch.setattr(spark, "sql", run)
+    with pytest.raises(CapturedException, match="_ig_window"):  # no window column to partition by, and no sink
+        shape.create_sink(spark, name, f"{ns}.other", output(spark).drop(COL_WINDOW))
     assert not catalog.table_exists(f"{ns}.other")
