@@ -16,7 +16,7 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import SinkError
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_STAGE
 from icegroup.iceberg.verify import verify_group
-from icegroup.spark_jobs.sink.fenced_commit import Published, PublishRequest, publish_all, stage_shard
+from icegroup.spark_jobs.sink.fenced_commit import Published, PublishRequest, publish_all, stage_aligned, stage_shard
 from icegroup.spark_jobs.sink.shape import ensure_sink, staging_spec, with_lineage
 from tests.factories import MakeGroup
 from tests.integration.test_group_commit import carriers, group_sink, metadata_versions, staged_leases
@@ -83,26 +83,30 @@ def test_a_file_staged_unpartitioned_with_two_windows_is_refused_and_the_other_l
     assert carriers(catalog, group) == {second.request.shard_ids[0]: second.request.lease.lease_id}
 
 
-def test_a_staging_spec_an_expiry_removed_is_added_again(
+def test_a_staging_spec_an_expiry_removed_is_added_again_when_a_borrower_next_stages(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:
     group = make_group(max_borrowers=3, leases_per_borrower=1)
     first = staged_leases(spark, lakehouse, catalog, group)[0]
     spec = staging_spec(spark, group_sink(lakehouse, group))
     jvm: Any = spark._jvm
-    sink = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, group_sink(lakehouse, group))
-    sink.expireSnapshots().expireOlderThan(int(time.time() * 1000) + 1).cleanExpiredMetadata(True).commit()
+    java = jvm.org.apache.iceberg.spark.Spark3Util.loadIcebergTable(spark._jsparkSession, group_sink(lakehouse, group))
+    java.expireSnapshots().expireOlderThan(int(time.time() * 1000) + 1).cleanExpiredMetadata(True).commit()
     assert spec not in catalog.load_table(group.sink).specs(), "only the expired staged snapshots used it"
 
-    again = staging_spec(spark, group_sink(lakehouse, group))
+    token = stage_aligned(spark, group_sink(lakehouse, group), first.output, one_window=True)  # as ``deliver`` stages
 
-    assert again is not None
-    assert not catalog.load_table(group.sink).specs()[again].fields
-    token = stage_shard(first.output, group_sink(lakehouse, group), spec_id=again)
+    sink = catalog.load_table(group.sink)
+    staged = next(s for s in sink.snapshots() if (s.summary or {}).get(KEY_STAGE) == token)
+    [again] = {m.partition_spec_id for m in staged.manifests(sink.io) if m.added_files_count}
+    assert not sink.specs()[again].fields, "staged through an unpartitioned spec, added again"
+    assert again != sink.spec().spec_id
     request = PublishRequest(token, first.request.lease, first.request.shard_ids, first.request.properties)
     [outcome] = publish_all(spark, group_sink(lakehouse, group), group.name, [request])
     assert isinstance(outcome, Published)
     assert outcome.added_records == first.rows
+    files = catalog.load_table(group.sink).inspect.files().to_pylist()
+    assert {(f["spec_id"], f["partition"][COL_WINDOW]) for f in files} == {(sink.spec().spec_id, DAY)}
 
 
 @pytest.mark.parametrize(
