@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
+import requests
+from pyiceberg.exceptions import CommitStateUnknownException
 
 from icegroup.dagster_project import jobs
 from icegroup.dagster_project.cli import commands as cli
-from icegroup.dagster_project.cli.exits import MEANING
+from icegroup.dagster_project.cli.exits import MEANING, lost_answer
 from icegroup.dagster_project.resources import IcegroupResource
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.errors import NotCaughtUp
@@ -86,3 +90,30 @@ def test_help_shows_the_one_exit_code_table() -> None:
 
     for code, text in MEANING.items():
         assert f"{code.value} {' '.join(text.split())}" in shown
+
+
+@pytest.mark.parametrize(
+    ("error", "lost"),
+    [
+        (requests.ConnectionError("reset by peer"), True),
+        (requests.Timeout("read timed out"), True),
+        (requests.exceptions.ChunkedEncodingError("cut short"), True),
+        (CommitStateUnknownException("502 from the gateway"), True),
+        (requests.exceptions.SSLError("certificate verify failed"), False),
+        (requests.exceptions.ProxyError("proxy refused"), False),
+        (ValueError("a bug"), False),
+    ],
+)
+def test_a_lost_answer_is_a_dropped_or_timed_out_reply_not_a_refused_one(error: Exception, lost: bool) -> None:
+    assert lost_answer(error) is lost
+
+
+def test_the_command_loads_no_http_client_until_an_error_needs_it() -> None:
+    """A command on a SQL catalog (an idle ``consume`` above all) pays no import of ``requests``."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, icegroup.dagster_project.cli.entry; print('requests' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout.strip() == "False"
