@@ -65,6 +65,23 @@ def dagster_dev(env: dict[str, str], log: Path, port: int | None = None) -> Iter
     """``dagster dev`` over workspace.yaml until the block ends; yields the webserver's port."""
     port = free_port() if port is None else port
     command = [sys.executable, "-m", "dagster", "dev", "-w", "workspace.yaml", "-h", "127.0.0.1", "-p", str(port)]
+    with serving(command, env, log):
+        yield port
+
+
+@contextmanager
+def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[None]:
+    """``dagster-daemon run`` over workspace.yaml alone (no webserver) until the block ends."""
+    with serving([str(Path(sys.executable).with_name("dagster-daemon")), "run", "-w", "workspace.yaml"], env, log):
+        yield
+
+
+@contextmanager
+def serving(command: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
+    """Run ``command`` in a session of its own; at the end, stop it and every process it started.
+
+    The runs the daemon launched are its children, in its session: they end with it, Spark's JVM too.
+    """
     server = subprocess.Popen(
         command,
         cwd=REPO,
@@ -75,7 +92,7 @@ def dagster_dev(env: dict[str, str], log: Path, port: int | None = None) -> Iter
         preexec_fn=reset_signals,
     )
     try:
-        yield port
+        yield
     finally:
         os.killpg(server.pid, signal.SIGTERM)
         try:

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 
 import numpy as np
@@ -84,3 +85,16 @@ def wait_for(predicate: Callable[[], bool], timeout_s: float, what: str, log: Pa
             return
         time.sleep(poll_s)
     raise TimeoutError(f"no {what} after {timeout_s:.0f}s; see {log}")
+
+
+def provenance() -> dict[str, str]:
+    """The checkout's commit and the time, for a result to say what it measured and when."""
+    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    dirty = subprocess.run(
+        ["git", "status", "--porcelain", "--untracked-files=no"], cwd=REPO, capture_output=True, text=True
+    )
+    commit = head.stdout.strip() or "unknown"
+    return {
+        "commit": f"{commit} with uncommitted changes" if dirty.stdout.strip() else commit,
+        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+    }

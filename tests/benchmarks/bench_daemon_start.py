@@ -1,0 +1,113 @@
+"""The default Dagster path with its cold start, timed from the daemon's start, beside a plain Spark job.
+
+``bench_throughput``'s Dagster arms run on a ``dagster dev`` that is already up: its warm arm is
+timed from the append, its fallback from turning the sensor on. This one times what a deployment
+pays from nothing: a W1 backlog is committed, and then ``dagster-daemon run`` starts over a groups
+file that holds one group with the defaults (``warm_borrowers: 1``). The arm is timed from the
+daemon's start to the sink commit that catches the group up: the daemon's and the code location's
+start, the Leader sensor's first tick, the launch of the Borrower run, its cold JVM and the work.
+No webserver runs. The plain job (A2, ``baselines.py batch``, a process with its own JVM start)
+alternates with it, so each round's ratio sets the two side by side; every sink is checked equal
+to its source, key by key. When the round ends the daemon is stopped with every process it
+started, the Borrower run and its JVM among them.
+
+Run: ``python -m tests.benchmarks.bench_daemon_start`` (writes tests/benchmarks/results/daemon_start.json).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from icegroup.iceberg.config.lakehouse import load_lakehouse
+from icegroup.iceberg.protocol.group import GroupConfig
+from tests.benchmarks.measure import caught_up, check_same_rows, provenance, run_timed, visible_ms, wait_for
+from tests.benchmarks.workloads import W1, fill
+from tests.dagster_dev import dagster_daemon, dagster_env, new_instance
+from tests.factories import create_source, write_groups
+from tests.stack_env import home_env
+
+ROUNDS = 2
+SOURCE = "bench.events"
+TRANSFORM = "icegroup.spark_jobs.transforms:enrich_events"
+RESULTS = Path(__file__).parent / "results" / "daemon_start.json"
+
+
+def daemon_round(index: int, folder: Path, home: Path) -> float:
+    """Seconds from ``dagster-daemon run``'s start to the sink commit that catches a new default group up."""
+    name = f"daemon_{index}"
+    groups = write_groups(
+        folder / f"groups_{index}.yaml",
+        GroupConfig(name=name, source=SOURCE, sink=f"bench.{name}", transform=TRANSFORM),
+    )
+    env = dagster_env(home, groups, folder / f"dagster_{index}")
+    new_instance(folder / f"dagster_{index}")
+    catalog = load_lakehouse(env=home_env(home)).catalog()
+    log = folder / f"{name}.log"
+    started_ms = time.time() * 1000
+    with dagster_daemon(env, log):
+        wait_for(lambda: caught_up(catalog, name), 900, f"{name} caught up", log)
+    elapsed = (visible_ms(catalog.load_table(f"bench.{name}"))[-1][0] - started_ms) / 1000
+    check_same_rows(catalog, SOURCE, f"bench.{name}")
+    wait_for(lambda: not still_running(), 60, f"{name}'s Borrower run and its JVM gone with the daemon", log)
+    return elapsed
+
+
+def still_running() -> list[str]:
+    """Pids of Dagster run workers and Spark drivers on this machine (none runs beside a benchmark)."""
+    found = []
+    for pattern in ("dagster api execute_run", "org.apache.spark.deploy.SparkSubmit"):
+        found += subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
+    return found
+
+
+def plain_round(index: int, folder: Path, home: Path) -> float:
+    """Seconds of one plain Spark batch job (A2) over the same source, a process from start to exit."""
+    sink = f"bench.a2_{index}"
+    env = {**os.environ, **home_env(home)}
+    command = [sys.executable, "-m", "tests.benchmarks.baselines", "batch", SOURCE, sink]
+    elapsed = run_timed(command, env, folder / f"a2_{index}.log")
+    check_same_rows(load_lakehouse(env=home_env(home)).catalog(), SOURCE, sink)
+    return elapsed
+
+
+def main() -> None:
+    """Fill W1 once, alternate the two arms for ``--rounds`` rounds, and record medians and ratios."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per arm (default %(default)s)")
+    args = parser.parse_args()
+    seconds: dict[str, list[float]] = {"A2": [], "dagster_from_daemon": []}
+    with tempfile.TemporaryDirectory(prefix="icegroup-bench-daemon-", ignore_cleanup_errors=True) as name:
+        folder = Path(name)
+        home = folder / "lake"
+        fill(create_source(load_lakehouse(env=home_env(home)).catalog(), SOURCE), W1)
+        for index in range(args.rounds):
+            arms = [("A2", plain_round), ("dagster_from_daemon", daemon_round)]
+            for arm, run in arms if index % 2 == 0 else arms[::-1]:
+                elapsed = run(index, folder, home)
+                seconds[arm].append(round(elapsed, 2))
+                print(f"W1 round {index + 1}/{args.rounds}: {arm} {elapsed:.1f}s, sink verified", flush=True)
+    medians = {arm: round(statistics.median(values), 2) for arm, values in seconds.items()}
+    result = {
+        **provenance(),
+        "workload": f"W1: {W1.snapshots} snapshots of {W1.rows_per_snapshot} rows, committed before either arm starts",
+        "cores": os.cpu_count(),
+        "seconds": seconds,
+        "median_s": medians,
+        "throughput_over_A2": {arm: round(medians["A2"] / median, 2) for arm, median in medians.items()},
+        "round_ratios": [round(a / d, 2) for a, d in zip(seconds["A2"], seconds["dagster_from_daemon"], strict=True)],
+        "includes_jvm_start": {"A2": True, "dagster_from_daemon": True},
+    }
+    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    print(f"the default Dagster path from the daemon's start: {result['throughput_over_A2']}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
