@@ -108,8 +108,9 @@ chaos: jvm ## kill -9 fault injection, full size: consume workers, then a Leader
 	$(PY) -m tests.chaos.run --full
 	$(PY) -m tests.chaos.run --full --borrowers
 
-bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard and a backlog's one job cost beyond a plain write and which code spends it, one lease against a lease per slot, leases publishing at once, where a consume's time goes and who spends its CPU, forward lineage precision and recall, what a source row id costs, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog, sources of other shapes; records tests/benchmarks/results/
+bench: jvm ## side by side against plain Spark and Structured Streaming (throughput W1/W2, latency L), the default Dagster path from the daemon's start, Leader planning, heartbeats, what a source branch costs the producer, processes, replay, poison-row isolation, idle consume, what a shard and a backlog's one job cost beyond a plain write and which code spends it, one lease against a lease per slot, leases publishing at once, where a consume's time goes and who spends its CPU, forward lineage precision and recall, what a source row id costs, a tick after 10,000 ticks and commits, a consume on the REST catalog beside the SQL catalog, sources of other shapes; records tests/benchmarks/results/
 	$(PY) -m tests.benchmarks.bench_throughput
+	$(PY) -m tests.benchmarks.bench_daemon_start
 	$(PY) -m tests.benchmarks.bench_latency
 	$(PY) -m tests.benchmarks.bench_leader
 	$(PY) -m tests.benchmarks.bench_heartbeat
