@@ -80,7 +80,9 @@ def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[None]:
 def serving(command: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
     """Run ``command`` in a session of its own; at the end, stop it and every process it started.
 
-    The runs the daemon launched are its children, in its session: they end with it, Spark's JVM too.
+    The runs the daemon launched are in its session and end with it, Spark's JVM too. The code
+    server it starts is not (one outlived its ``dagster dev`` by 24 minutes), so every process
+    whose command line names the instance's home (the code server's does) is stopped as well.
     """
     server = subprocess.Popen(
         command,
@@ -100,3 +102,4 @@ def serving(command: list[str], env: dict[str, str], log: Path) -> Iterator[None
         except subprocess.TimeoutExpired:
             os.killpg(server.pid, signal.SIGKILL)
             server.wait()
+        subprocess.run(["pkill", "-f", env["DAGSTER_HOME"]], check=False)

@@ -58,23 +58,18 @@ def daemon_round(index: int, folder: Path, home: Path) -> float:
         wait_for(lambda: caught_up(catalog, name), 900, f"{name} caught up", log)
     elapsed = (visible_ms(catalog.load_table(f"bench.{name}"))[-1][0] - started_ms) / 1000
     check_same_rows(catalog, SOURCE, f"bench.{name}")
-    wait_for(lambda: not still_running(), 60, f"{name}'s Borrower run and its JVM gone with the daemon", log)
+    wait_for(lambda: not still_running(env["DAGSTER_HOME"]), 60, f"{name}'s processes gone with the daemon", log)
     return elapsed
 
 
-def still_running() -> list[str]:
-    """Pids of Dagster processes and Spark drivers on this machine (none runs beside a benchmark).
+def still_running(dagster_home: str) -> list[str]:
+    """Pids of the round's Dagster processes and of Spark drivers on this machine (none runs beside a benchmark).
 
     A run of the default launcher is a process the code server spawns (``multiprocessing.spawn``),
-    not a ``dagster api execute_run`` command line; the daemon and the code server are ``dagster``'s own.
+    not a ``dagster api execute_run`` command line; the code server names the instance's home.
     """
     found = []
-    for pattern in (
-        "multiprocessing.spawn",
-        "dagster-daemon",
-        "dagster api grpc",
-        "org.apache.spark.deploy.SparkSubmit",
-    ):
+    for pattern in ("multiprocessing.spawn", "dagster-daemon", dagster_home, "org.apache.spark.deploy.SparkSubmit"):
         found += subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout.split()
     return found
 
