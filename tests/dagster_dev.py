@@ -78,11 +78,12 @@ def dagster_daemon(env: dict[str, str], log: Path) -> Iterator[None]:
 
 @contextmanager
 def serving(command: list[str], env: dict[str, str], log: Path) -> Iterator[None]:
-    """Run ``command`` in a session of its own; at the end, stop it and every process it started.
+    """Run ``command`` in a session of its own; at the end, stop it and the code server it started.
 
-    The runs the daemon launched are in its session and end with it, Spark's JVM too. The code
-    server it starts is not (one outlived its ``dagster dev`` by 24 minutes), so every process
-    whose command line names the instance's home (the code server's does) is stopped as well.
+    The code server runs in a session of its own and can outlive the command (one outlived its
+    ``dagster dev`` by 24 minutes), so every process whose command line names the instance's home,
+    as the code server's does, is stopped too. ``bench_daemon_start`` checks that no run, code
+    server or Spark driver is left once this returns.
     """
     server = subprocess.Popen(
         command,
