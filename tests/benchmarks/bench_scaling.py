@@ -25,21 +25,18 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-from datetime import UTC, datetime
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import check_same_rows, consume_command, run_timed
+from tests.benchmarks.measure import check_same_rows, consume_command, provenance, run_timed
 from tests.benchmarks.spark_fill import fill_with_spark
 from tests.benchmarks.workloads import W1, W2, Workload, fill
-from tests.conftest import repo_root
 from tests.dagster_dev import dagster_env
 from tests.factories import create_source, write_groups
 from tests.stack_env import home_env
@@ -134,10 +131,7 @@ def summary(
         "rows": workload.rows,
         "rounds": len(seconds["A2"]),
         "driver_memory": driver_memory or "1g (Spark's default)",
-        "commit": subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(), capture_output=True, text=True, check=False
-        ).stdout.strip(),
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        **provenance(),
         "seconds": seconds,
         "median_s": medians,
         **{
