@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import itertools
 import os
+import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +58,32 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     """Under ``make test-stack``, drop the run's scratch databases (heartbeats and the Dagster instances)."""
     if on_stack():
         drop_scratch_databases()
+
+
+@pytest.fixture(autouse=True)
+def _no_jvm_outside_the_spark_tier(request: pytest.FixtureRequest) -> Iterator[None]:
+    """A test not marked ``spark`` that found no JVM in its process leaves none: else it fails, naming itself.
+
+    The first JVM of a process keeps the packages it started with (``_spark_starts_through_its_fixture``
+    in tests/integration). A test that starts one through the product (a Borrower op, an in-process
+    ``consume`` with work) without the marker would leave a later Spark test on its worker without the
+    jars its fixture adds: a failure elsewhere, in some runs only. Failing here points at the cause.
+    """
+    before = jvm_running()
+    yield
+    if before or request.node.get_closest_marker("spark"):
+        return
+    for thread in threading.enumerate():
+        if thread.name == "spark-start":  # spark_jobs.session.start_in_background's thread
+            thread.join(timeout=300)
+    if jvm_running():
+        pytest.fail(f"{request.node.nodeid} started Spark in the test process: mark it spark (pytest.mark.spark)")
+
+
+def jvm_running() -> bool:
+    """Whether this process has started pyspark's JVM (pyspark keeps it for the process's life)."""
+    context = sys.modules.get("pyspark.context")
+    return context is not None and context.SparkContext._gateway is not None
 
 
 @pytest.fixture(scope="session")

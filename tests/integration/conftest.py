@@ -40,6 +40,19 @@ def spark(spark_lakehouse: LakehouseConfig) -> Iterator[SparkSession]:
     session.stop()
 
 
+@pytest.fixture(autouse=True)
+def _spark_starts_through_its_fixture(request: pytest.FixtureRequest) -> None:
+    """A test marked ``spark`` gets the session's JVM from ``spark``, also when it reaches Spark through the product.
+
+    pyspark resolves packages once per process, when the JVM starts. A Borrower op or an in-process
+    command that started it first would start it with the plain lakehouse's jars, and the PostgreSQL
+    tier, later on the same worker, would find no driver; which test runs first on a worker changes
+    from run to run.
+    """
+    if request.node.get_closest_marker("spark"):
+        request.getfixturevalue("spark")
+
+
 @pytest.fixture
 def env(lake_home: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """ICEGROUP_HOME at the test lakehouse and a fresh DAGSTER_HOME, for the icegroup command; returns the latter."""

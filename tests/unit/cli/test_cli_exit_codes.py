@@ -32,6 +32,7 @@ def consume_fails_with(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> type[
     monkeypatch.setenv("ICEGROUP_HOME", str(tmp_path))
     append_batches(create_source(load_lakehouse(env={"ICEGROUP_HOME": str(tmp_path)}).catalog(), "demo.events"), 1, 3)
     monkeypatch.setattr(session, "start_in_background", lambda lakehouse: None)
+    monkeypatch.setattr(jobs, "start_in_background", lambda lakehouse: None)  # the consume op's own early boot
     dagster_home = tmp_path / "dagster"
     dagster_home.mkdir()
     shutil.copy(repo_root() / "infra" / "dagster.yaml", dagster_home / "dagster.yaml")
