@@ -25,17 +25,15 @@ import argparse
 import json
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
-from datetime import UTC, datetime
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import REPO, check_same_rows, consume_command
+from tests.benchmarks.measure import REPO, check_same_rows, consume_command, provenance
 from tests.benchmarks.plot import stacked_bars
 from tests.benchmarks.proc_cpu import KINDS, ArmRun, run_arm
 from tests.benchmarks.spark_fill import fill_with_spark
@@ -109,7 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per arm (default %(default)s)")
     args = parser.parse_args()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    measured = provenance()  # before the rounds: the commit whose code they run
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-cpu-") as tmp:
         runs = run_rounds(args.rounds, Path(tmp))
     medians = summary(runs)
@@ -117,8 +115,7 @@ def main() -> None:
         "workload": {"snapshots": W1.snapshots, "rows_per_snapshot": W1.rows_per_snapshot, "filled_by": "spark_fill"},
         "rounds": args.rounds,
         "cores": os.cpu_count(),
-        "commit": commit.stdout.strip(),
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        **measured,
         "median": medians,
         "runs": {arm: [run.figures() for run in found] for arm, found in runs.items()},
     }

@@ -24,6 +24,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from tests.benchmarks.measure import provenance
 from tests.conftest import repo_root
 
 ROUNDS = 10
@@ -161,14 +162,13 @@ def report_of(against: str, samples: dict[str, list[dict[str, float]]]) -> dict[
             statistics.median(t[key] / a[key] for t, a in zip(samples["this"], samples["against"], strict=True)), 2
         )
 
-    head = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=repo_root(), capture_output=True, text=True)
     return {
         "what": (
             "Leader tick of one group over 3 streams after warm-up; busy: one new source snapshot, the last "
             "lease's commit to reconcile and record, one grant; idle: nothing new. Each arm a process of its own, "
             f"alternating over {len(samples['this'])} rounds; ratio = this tree / the other, median of the rounds"
         ),
-        "this": head.stdout.strip(),
+        "this": provenance()["commit"],
         "against": against,
         "machine": {"cpus": os.cpu_count(), "load_avg": os.getloadavg()},
         "median_ms": {arm: {key: median(arm, key) for key in ("busy_ms", "idle_ms")} for arm in samples},
