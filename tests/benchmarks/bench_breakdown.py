@@ -34,7 +34,7 @@ from matplotlib.figure import Figure
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import check_same_rows, consume_command
+from tests.benchmarks.measure import check_same_rows, consume_command, provenance, record_beside_the_run_before
 from tests.benchmarks.plot import stacked_bars
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.dagster_dev import dagster_env
@@ -148,6 +148,7 @@ def plot(result: dict[str, dict[str, dict[str, dict[str, float]]]], png: Path) -
 
 def main() -> None:
     """Run both workloads, record the medians and draw them."""
+    measured_code = provenance()  # before the rounds: the commit whose code they run
     result: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
     runs: dict[str, object] = {}
     for workload in (W1, W2):
@@ -155,8 +156,9 @@ def main() -> None:
             measured = run_workload(workload, Path(tmp))
         runs[workload.name] = measured
         result[workload.name] = {"median": summary(measured)}
-    (RESULTS / "breakdown.json").write_text(
-        json.dumps({"rounds": ROUNDS, "cores": os.cpu_count(), "result": result, "runs": runs}, indent=2) + "\n"
+    record_beside_the_run_before(
+        RESULTS / "breakdown.json",
+        {**measured_code, "rounds": ROUNDS, "cores": os.cpu_count(), "result": result, "runs": runs},
     )
     plot(result, RESULTS / "breakdown.png")
     for name, part in result.items():

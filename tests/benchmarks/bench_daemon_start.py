@@ -19,7 +19,6 @@ Run: ``python -m tests.benchmarks.bench_daemon_start`` (writes tests/benchmarks/
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import subprocess
@@ -30,7 +29,15 @@ from pathlib import Path
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import caught_up, check_same_rows, provenance, run_timed, visible_ms, wait_for
+from tests.benchmarks.measure import (
+    caught_up,
+    check_same_rows,
+    provenance,
+    record_beside_the_run_before,
+    run_timed,
+    visible_ms,
+    wait_for,
+)
 from tests.benchmarks.workloads import W1, fill
 from tests.dagster_dev import dagster_daemon, dagster_env, new_instance
 from tests.factories import create_source, write_groups
@@ -113,9 +120,7 @@ def main() -> None:
         "round_ratios": [round(a / d, 2) for a, d in zip(seconds["A2"], seconds["dagster_from_daemon"], strict=True)],
         "includes_jvm_start": {"A2": True, "dagster_from_daemon": True},
     }
-    if RESULTS.exists():
-        result["run_before"] = {k: v for k, v in json.loads(RESULTS.read_text()).items() if k != "run_before"}
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    record_beside_the_run_before(RESULTS, result)
     print(f"the default Dagster path from the daemon's start: {result['throughput_over_A2']}", flush=True)
 
 

@@ -8,6 +8,7 @@ arm is timed by the same clock.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 import time
@@ -98,3 +99,15 @@ def provenance() -> dict[str, str]:
         "commit": f"{commit} with uncommitted changes" if dirty.stdout.strip() else commit,
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
     }
+
+
+def record_beside_the_run_before(path: Path, result: dict[str, object]) -> None:
+    """Write ``result`` to ``path`` with the run recorded there before it under ``run_before`` (one run back).
+
+    This machine's speed moves from day to day by more than most gaps measured, so a reader needs the
+    run before beside the latest to tell a change of the code from a change of the day.
+    """
+    if path.exists():
+        before = json.loads(path.read_text())
+        result = {**result, "run_before": {k: v for k, v in before.items() if k != "run_before"}}
+    path.write_text(json.dumps(result, indent=2) + "\n")
