@@ -35,7 +35,7 @@ import argparse
 import itertools
 import tempfile
 from collections.abc import Callable
-from datetime import UTC, date, datetime
+from datetime import date
 from pathlib import Path
 
 from pyspark.sql import Column, DataFrame, SparkSession
@@ -60,6 +60,7 @@ from icegroup.spark_jobs.sink.shape import ensure_sink, staging_spec, with_linea
 from icegroup.spark_jobs.transforms import enrich_events
 from tests.benchmarks.baselines import batch
 from tests.benchmarks.bench_lineage_cost import record_costs, time_arms
+from tests.benchmarks.measure import provenance
 from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 
@@ -154,7 +155,7 @@ def main() -> None:
         seconds = time_arms(writers, ARMS, args.rounds, f"{name}.bench")
         spark.stop()
     about = {
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        **provenance(),
         "rounds": args.rounds,
         "shards": [{"stream": s.stream, "rows": s.rows, "files": len(s.files)} for s in shards],
     }

@@ -35,7 +35,6 @@ about 0.1 s) is not included. Run: ``make bench`` (writes tests/benchmarks/resul
 
 from __future__ import annotations
 
-import json
 import statistics
 import tempfile
 import time
@@ -59,6 +58,7 @@ from icegroup.spark_jobs.shards import read_shard
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
 from icegroup.spark_jobs.sink.shape import ensure_sink, staging_spec, with_lineage
 from icegroup.spark_jobs.transforms import enrich_events
+from tests.benchmarks.measure import provenance, record_beside_the_run_before
 from tests.benchmarks.workloads import W1, fill
 from tests.factories import create_source
 
@@ -194,6 +194,7 @@ def time_arms(
 
 def main() -> None:
     """Fill W1's source, cut its shards with a real Leader tick, then time the arms and record them."""
+    measured = provenance()  # before the rounds: the commit whose code they run
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-lineage-") as tmp:
         bench = w1_shard(Path(tmp) / "lake")
         shard, spark = bench.shard, get_session(bench.lakehouse)
@@ -201,7 +202,7 @@ def main() -> None:
         print(f"shard {shard.shard_id}: {shard.rows} rows, {len(shard.files)} files", flush=True)
         seconds = time_arms(writers, ARMS, ROUNDS, f"{name}.bench")
         spark.stop()
-    about = {"rounds": ROUNDS, "shard": {"rows": shard.rows, "files": len(shard.files), "stream": STREAM}}
+    about = {**measured, "rounds": ROUNDS, "shard": {"rows": shard.rows, "files": len(shard.files), "stream": STREAM}}
     record_costs(seconds, about, RESULTS)
 
 
@@ -210,7 +211,7 @@ def record_costs(seconds: dict[str, list[float]], about: dict[str, object], path
     medians = {arm: statistics.median(values) for arm, values in seconds.items()}
     ratios = {arm: round(median / medians["plain"], 2) for arm, median in medians.items()}
     result = {**about, "seconds": seconds, "median_s": medians, "cost_over_plain": ratios}
-    path.write_text(json.dumps(result, indent=2) + "\n")
+    record_beside_the_run_before(path, result)
     print("cost / plain: " + "  ".join(f"{arm} {ratio}x" for arm, ratio in ratios.items()))
 
 
