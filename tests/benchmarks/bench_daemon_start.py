@@ -6,9 +6,11 @@ pays from nothing: a W1 backlog is committed, and then ``dagster-daemon run`` st
 file that holds one group with the defaults (``warm_borrowers: 1``). The arm is timed from the
 daemon's start to the sink commit that catches the group up: the daemon's and the code location's
 start, the Leader sensor's first tick, the launch of the Borrower run, its cold JVM and the work.
-No webserver runs. The plain job (A2, ``baselines.py batch``, a process with its own JVM start)
-alternates with it, timed the same way, from its process's start to its sink's commit (its exit
-after that is left out, as the Borrower's is), so each round's ratio sets the two side by side;
+No webserver runs. The plain job (A2, ``baselines.py batch``) and Structured Streaming's
+``AvailableNow`` (B1, ``baselines.py stream``), each a process with its own JVM start, take turns
+with it in a rotating order, timed the same way, from the process's start to its sink's last
+commit (the exit after that is left out, as the Borrower's is), so each round's ratios set the arms
+side by side;
 every sink is checked equal to its source, key by key. When the round ends the daemon is stopped
 with every process it started, the Borrower run (a process the code server spawns) and its JVM
 among them, and the round checks that none is left. The run before is kept under ``run_before``.
@@ -81,32 +83,35 @@ def still_running(dagster_home: str) -> list[str]:
     return found
 
 
-def plain_round(index: int, folder: Path, home: Path) -> float:
-    """Seconds from the start of one plain Spark batch job (A2) over the same source to its sink's commit."""
-    sink = f"bench.a2_{index}"
+def baseline_round(arm: str, index: int, folder: Path, home: Path) -> float:
+    """Seconds from the start of one baseline process (A2 or B1) over the same source to its sink's last commit."""
+    sink = f"bench.{arm.lower()}_{index}"
     env = {**os.environ, **home_env(home)}
-    command = [sys.executable, "-m", "tests.benchmarks.baselines", "batch", SOURCE, sink]
+    mode = ["batch"] if arm == "A2" else ["stream", "--checkpoint", str(folder / f"checkpoint_{index}")]
+    command = [sys.executable, "-m", "tests.benchmarks.baselines", mode[0], SOURCE, sink, *mode[1:]]
     started_ms = time.time() * 1000
-    run_timed(command, env, folder / f"a2_{index}.log")
+    run_timed(command, env, folder / f"{arm.lower()}_{index}.log")
     catalog = load_lakehouse(env=home_env(home)).catalog()
     check_same_rows(catalog, SOURCE, sink)
     return (visible_ms(catalog.load_table(sink))[-1][0] - started_ms) / 1000
 
 
 def main() -> None:
-    """Fill W1 once, alternate the two arms for ``--rounds`` rounds, and record medians and ratios."""
+    """Fill W1 once, take the three arms in turn for ``--rounds`` rounds, and record medians and ratios."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per arm (default %(default)s)")
     args = parser.parse_args()
-    seconds: dict[str, list[float]] = {"A2": [], "dagster_from_daemon": []}
+    seconds: dict[str, list[float]] = {"A2": [], "B1": [], "dagster_from_daemon": []}
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-daemon-", ignore_cleanup_errors=True) as name:
         folder = Path(name)
         home = folder / "lake"
         fill(create_source(load_lakehouse(env=home_env(home)).catalog(), SOURCE), W1)
         for index in range(args.rounds):
-            arms = [("A2", plain_round), ("dagster_from_daemon", daemon_round)]
-            for arm, run in arms if index % 2 == 0 else arms[::-1]:
-                elapsed = run(index, folder, home)
+            for arm in [*seconds][index % 3 :] + [*seconds][: index % 3]:
+                if arm == "dagster_from_daemon":
+                    elapsed = daemon_round(index, folder, home)
+                else:
+                    elapsed = baseline_round(arm, index, folder, home)
                 seconds[arm].append(round(elapsed, 2))
                 print(f"W1 round {index + 1}/{args.rounds}: {arm} {elapsed:.1f}s, sink verified", flush=True)
     medians = {arm: round(statistics.median(values), 2) for arm, values in seconds.items()}
@@ -117,11 +122,15 @@ def main() -> None:
         "seconds": seconds,
         "median_s": medians,
         "throughput_over_A2": {arm: round(medians["A2"] / median, 2) for arm, median in medians.items()},
-        "round_ratios": [round(a / d, 2) for a, d in zip(seconds["A2"], seconds["dagster_from_daemon"], strict=True)],
-        "includes_jvm_start": {"A2": True, "dagster_from_daemon": True},
+        "throughput_over_B1": {arm: round(medians["B1"] / median, 2) for arm, median in medians.items()},
+        "round_ratios": {
+            baseline: [round(b / d, 2) for b, d in zip(seconds[baseline], seconds["dagster_from_daemon"], strict=True)]
+            for baseline in ("A2", "B1")
+        },
+        "includes_jvm_start": {arm: True for arm in seconds},
     }
     record_beside_the_run_before(RESULTS, result)
-    print(f"the default Dagster path from the daemon's start: {result['throughput_over_A2']}", flush=True)
+    print(f"against A2: {result['throughput_over_A2']}; against B1: {result['throughput_over_B1']}", flush=True)
 
 
 if __name__ == "__main__":
