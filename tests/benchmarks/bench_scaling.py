@@ -190,8 +190,8 @@ def main() -> None:
             seconds, failed = run_size(workload, args.rounds, Path(folder), args.driver_memory)
         measured = summary(workload, seconds, failed, args.driver_memory)
         before = sizes.get(workload.name)
-        if before is not None:  # one run back, as every benchmark keeps it: this machine's speed moves by the day
-            measured["run_before"] = {key: value for key, value in before.items() if key != "run_before"}
+        if before is not None:  # the runs before, each nested under the next: this machine's speed moves by the day
+            measured["run_before"] = before
         sizes[workload.name] = measured
         print(f"{workload.name}: {json.dumps(sizes[workload.name]['throughput_over_A2'])}", flush=True)
         record(sizes, path)  # after each size: the largest take many minutes, and a stopped run keeps the others

@@ -77,7 +77,7 @@ def test_consume_of_an_empty_source_returns_without_starting_spark(
     assert consume(no_spark, lakehouse, group, "run-1", lambda _: RunState.MISSING, progress=lambda _: None).caught_up
 
 
-def test_icegroup_consume_with_nothing_to_do_starts_no_spark(
+def test_icegroup_consume_with_only_a_committed_lease_to_reconcile_asks_for_no_spark_session(
     catalog: Catalog, make_group: MakeGroup, cli_home: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     group = make_group()
@@ -164,7 +164,8 @@ def test_icegroup_consume_with_only_windows_to_report_makes_a_run_without_a_jvm(
     assert tick(catalog, group, lambda _: RunState.SUCCEEDED).more_windows_due
     assert pending_work(catalog, group) is Work.WINDOWS
     started: list[LakehouseConfig] = []
-    monkeypatch.setattr(session, "start_in_background", started.append)
+    monkeypatch.setattr(session, "start_in_background", started.append)  # the command's early boot
+    monkeypatch.setattr(jobs, "start_in_background", started.append)  # the consume op's
     groups = write_groups(cli_home / "groups.yaml", group)
 
     assert main(["--groups", str(groups), "consume", group.name, "--json"]) == 0
