@@ -10,8 +10,7 @@ No webserver runs. The plain job (A2, ``baselines.py batch``) and Structured Str
 ``AvailableNow`` (B1, ``baselines.py stream``), each a process with its own JVM start, take turns
 with it in a rotating order, timed the same way, from the process's start to its sink's last
 commit (the exit after that is left out, as the Borrower's is), so each round's ratios set the arms
-side by side;
-every sink is checked equal to its source, key by key. When the round ends the daemon is stopped
+side by side; every sink is checked equal to its source, key by key. When the round ends the daemon is stopped
 with every process it started, the Borrower run (a process the code server spawns) and its JVM
 among them, and the round checks that none is left. The run before is kept under ``run_before``.
 
@@ -24,7 +23,6 @@ import argparse
 import os
 import statistics
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -32,6 +30,7 @@ from pathlib import Path
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from tests.benchmarks.measure import (
+    baseline_command,
     caught_up,
     check_same_rows,
     provenance,
@@ -87,8 +86,10 @@ def baseline_round(arm: str, index: int, folder: Path, home: Path) -> float:
     """Seconds from the start of one baseline process (A2 or B1) over the same source to its sink's last commit."""
     sink = f"bench.{arm.lower()}_{index}"
     env = {**os.environ, **home_env(home)}
-    mode = ["batch"] if arm == "A2" else ["stream", "--checkpoint", str(folder / f"checkpoint_{index}")]
-    command = [sys.executable, "-m", "tests.benchmarks.baselines", mode[0], SOURCE, sink, *mode[1:]]
+    if arm == "A2":
+        command = baseline_command("batch", SOURCE, sink)
+    else:
+        command = baseline_command("stream", SOURCE, sink, "--checkpoint", str(folder / f"checkpoint_{index}"))
     started_ms = time.time() * 1000
     run_timed(command, env, folder / f"{arm.lower()}_{index}.log")
     catalog = load_lakehouse(env=home_env(home)).catalog()

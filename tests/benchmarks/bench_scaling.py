@@ -25,7 +25,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,7 +33,7 @@ from matplotlib.figure import Figure
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import check_same_rows, consume_command, provenance, run_timed
+from tests.benchmarks.measure import baseline_command, check_same_rows, consume_command, provenance, run_timed
 from tests.benchmarks.spark_fill import fill_with_spark
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.dagster_dev import dagster_env
@@ -60,11 +59,10 @@ SIZES = (
 def arm_command(arm: str, index: int, folder: Path, groups: str) -> tuple[str, list[str]]:
     """The sink and the command line of one round of an arm."""
     sink = f"bench.{arm.lower()}_{index}"
-    baseline = [sys.executable, "-m", "tests.benchmarks.baselines"]
     if arm == "A2":
-        return sink, [*baseline, "batch", SOURCE, sink]
+        return sink, baseline_command("batch", SOURCE, sink)
     if arm == "B1":
-        return sink, [*baseline, "stream", SOURCE, sink, "--checkpoint", str(folder / f"checkpoint_{index}")]
+        return sink, baseline_command("stream", SOURCE, sink, "--checkpoint", str(folder / f"checkpoint_{index}"))
     return sink, consume_command(groups, sink.split(".")[1])
 
 

@@ -43,7 +43,6 @@ import argparse
 import json
 import os
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -57,6 +56,7 @@ from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.store.heartbeats import read_beats
 from tests.benchmarks.measure import (
+    baseline_command,
     caught_up,
     check_same_rows,
     consume_command,
@@ -98,13 +98,12 @@ def warm_group(index: int) -> GroupConfig:
 def process_arm(arm: str, index: int, folder: Path, env: dict[str, str]) -> tuple[str, list[str]]:
     """The sink and the command line of one round of a process arm."""
     sink = f"bench.{arm.lower()}_{index}"
-    baseline = [sys.executable, "-m", "tests.benchmarks.baselines"]
     if arm == "A2":
-        return sink, [*baseline, "batch", SOURCE, sink]
+        return sink, baseline_command("batch", SOURCE, sink)
     if arm == "A2_warm":
-        return sink, [*baseline, "batch", SOURCE, sink, "--warm-up", WARM_UP_TABLE]
+        return sink, baseline_command("batch", SOURCE, sink, "--warm-up", WARM_UP_TABLE)
     if arm == "B1":
-        return sink, [*baseline, "stream", SOURCE, sink, "--checkpoint", str(folder / f"checkpoint_{index}")]
+        return sink, baseline_command("stream", SOURCE, sink, "--checkpoint", str(folder / f"checkpoint_{index}"))
     return sink, consume_command(env["ICEGROUP_GROUPS"], sink.split(".")[1])
 
 

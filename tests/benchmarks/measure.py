@@ -31,6 +31,11 @@ def consume_command(groups: str, group: str) -> list[str]:
     return [ICEGROUP, "--groups", groups, "consume", group, "--until-caught-up"]
 
 
+def baseline_command(mode: str, source: str, sink: str, *options: str) -> list[str]:
+    """A baseline's command line (``baselines.py``): ``batch`` is the plain job (A2), ``stream`` is B1."""
+    return [sys.executable, "-m", "tests.benchmarks.baselines", mode, source, sink, *options]
+
+
 KEY = "event_id"
 
 
