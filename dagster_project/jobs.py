@@ -28,9 +28,9 @@ from icegroup.iceberg.protocol.borrower import ungranted, waiting
 from icegroup.iceberg.protocol.consume import DEFAULTS, RunOptions
 from icegroup.iceberg.protocol.durations import parse_duration
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.retention import StateRetention
 from icegroup.iceberg.protocol.shards import window_label
 from icegroup.iceberg.protocol.state import Lease
-from icegroup.iceberg.retention import StateRetention
 from icegroup.iceberg.store.tables import load_optional
 from icegroup.spark_jobs.borrower.attempt import LeaseReport
 from icegroup.spark_jobs.borrower.user_errors import describe_error

@@ -14,8 +14,9 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.openlineage import output_dataset, run_events
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.protocol.retention import StateRetention
 from icegroup.iceberg.reset import ResetPlan, execute_reset
-from icegroup.iceberg.retention import StateRetention, TableExpiry, expire
+from icegroup.iceberg.retention import TableExpiry, expire
 from icegroup.iceberg.store.tables import load_optional
 
 EXPIRE_JOB = "expire"

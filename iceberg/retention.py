@@ -23,7 +23,6 @@ import logging
 import time
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from datetime import timedelta
 
 from pyiceberg.catalog import Catalog
 from pyiceberg.exceptions import CommitFailedException
@@ -31,7 +30,7 @@ from pyiceberg.table import Table
 
 from icegroup.iceberg.protocol.durations import format_duration
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.retention import Judged, Pin, judge, reset_reach
+from icegroup.iceberg.protocol.retention import Judged, Pin, StateRetention, judge, reset_reach
 from icegroup.iceberg.protocol.sink_commit import KEY_STAGE
 from icegroup.iceberg.shards import snapshot_info
 from icegroup.iceberg.store.dead_letters import dead_letter_identifier
@@ -46,14 +45,6 @@ from icegroup.iceberg.store.tables import expire_snapshots, load_optional, walk_
 log = logging.getLogger(__name__)
 
 STAGED_AFTER_MS = 6 * 3_600_000
-
-
-@dataclass(frozen=True)
-class StateRetention:
-    """How much history the group's own tables keep."""
-
-    keep_last: int = 100
-    keep_for: timedelta = timedelta(days=7)
 
 
 @dataclass

@@ -2,6 +2,10 @@
 
 Every command shares one error handler: any ``IcegroupError`` is printed as
 ``icegroup: error: <message and remedy>`` and the command exits 2.
+
+A command imports the modules that only it uses when it runs, not here: every command's start pays
+for what this module imports, and ``consume`` starts its JVM only after its first look at the group,
+so anything imported before that look delays its Spark session.
 """
 
 from __future__ import annotations
@@ -35,18 +39,12 @@ from icegroup.dagster_project.cli.output import dumps, stdout_closed
 from icegroup.dagster_project.cli.plots import plot_lines
 from icegroup.dagster_project.cli.support import dagster_home, pick, render, table, view_json
 from icegroup.dagster_project.cli.verbs import add_verbs
-from icegroup.iceberg.checkpoints import list_checkpoints
 from icegroup.iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
 from icegroup.iceberg.config.search import ENV_GROUPS
-from icegroup.iceberg.describe import describe_as_of, describe_group
 from icegroup.iceberg.errors import IcegroupError, UsageError
-from icegroup.iceberg.pause import set_paused
 from icegroup.iceberg.protocol.durations import option_value, parse_time
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.shards import snapshot_range
-from icegroup.iceberg.rebuild import rebuild_registry
-from icegroup.iceberg.store.dead_letters import latest
-from icegroup.iceberg.store.dead_rows import ISOLATED, committed_whole, latest_rows
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -227,6 +225,8 @@ def cmd_reset(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
 
 def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup list``."""
+    from icegroup.iceberg.describe import describe_group
+
     catalog = lakehouse.catalog()
     rows = []
     for group in groups.values():
@@ -254,6 +254,8 @@ def cmd_list(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[
 
 def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup describe GROUP [--as-of T] [--plot]``."""
+    from icegroup.iceberg.describe import describe_as_of, describe_group
+
     group = pick(groups, args.group, args.groups)
     if args.plot and (args.json or args.as_of is not None):
         raise UsageError("--plot: draws the group's history as it is now, for a person; leave out --json and --as-of")
@@ -272,6 +274,9 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
 
 def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup dead-letters GROUP``: each poison shard's latest state."""
+    from icegroup.iceberg.store.dead_letters import latest
+    from icegroup.iceberg.store.dead_rows import ISOLATED, committed_whole, latest_rows
+
     group = pick(groups, args.group, args.groups)
     if args.rows:
         return print_dead_rows(lakehouse, group, args.json)
@@ -310,6 +315,8 @@ def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, group
 
 def print_dead_rows(lakehouse: LakehouseConfig, group: GroupConfig, as_json: bool) -> int:
     """``icegroup dead-letters GROUP --rows``: each isolated row's latest state, its error and the row itself."""
+    from icegroup.iceberg.store.dead_rows import latest_rows
+
     rows = sorted(latest_rows(lakehouse.catalog(), group.name).values(), key=lambda r: (r.at_ms, r.file, r.pos))
     if as_json:
         print(dumps([{**row.__dict__, "row": json.loads(row.row)} for row in rows]))
@@ -324,6 +331,8 @@ def print_dead_rows(lakehouse: LakehouseConfig, group: GroupConfig, as_json: boo
 
 def cmd_checkpoints(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup checkpoints GROUP [--window W]``: one line per sink commit of the group, oldest first."""
+    from icegroup.iceberg.checkpoints import list_checkpoints
+
     group = pick(groups, args.group, args.groups)
     rows = [asdict(point) for point in list_checkpoints(lakehouse.catalog(), group, args.window)]
     if args.json:
@@ -339,6 +348,8 @@ def cmd_checkpoints(args: argparse.Namespace, lakehouse: LakehouseConfig, groups
 
 def cmd_pause(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup pause GROUP``: the Leader grants nothing new until ``resume``."""
+    from icegroup.iceberg.pause import set_paused
+
     group = pick(groups, args.group, args.groups)
     state, changed = set_paused(lakehouse.catalog(), group, paused=True)
     flight = f"{len(state.leases)} leases in flight finish" if state.leases else "no leases in flight"
@@ -348,6 +359,8 @@ def cmd_pause(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict
 
 def cmd_resume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup resume GROUP``: the Leader grants again, from the same positions."""
+    from icegroup.iceberg.pause import set_paused
+
     group = pick(groups, args.group, args.groups)
     _, changed = set_paused(lakehouse.catalog(), group, paused=False)
     print(f"group {group.name}: {'resumed' if changed else 'not paused'}; the next Leader tick grants again")
@@ -356,6 +369,8 @@ def cmd_resume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dic
 
 def cmd_rebuild(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup rebuild GROUP [--execute]``: per stream, the registry's position and the sink's."""
+    from icegroup.iceberg.rebuild import rebuild_registry
+
     group = pick(groups, args.group, args.groups)
     found = rebuild_registry(lakehouse.catalog(), group, execute=args.execute)
     stored = found.stored.streams if found.stored else {}

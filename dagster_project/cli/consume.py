@@ -16,7 +16,6 @@ from icegroup.dagster_project.cli.exits import Exit
 from icegroup.dagster_project.cli.output import JSON_HELP, dumps
 from icegroup.dagster_project.cli.support import dagster_home, pick, render, view_json
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
-from icegroup.iceberg.describe import describe_group
 from icegroup.iceberg.errors import Interrupted
 from icegroup.iceberg.lag import Work, pending_work
 from icegroup.iceberg.protocol.consume import DEFAULTS
@@ -73,6 +72,8 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
                 run_id, success = run_consume(args, lakehouse, groups, group, output.terminal)
             except Interrupted as exc:
                 stopped = stopped_caught_up(catalog, group, exc)
+    from icegroup.iceberg.describe import describe_group  # after the JVM's launch: it is not needed before
+
     view = describe_group(catalog, group)
     if args.json:
         found = {"run_id": run_id, "success": success, "stopped_by_signal": stopped is not None}
@@ -91,6 +92,8 @@ def stopped_caught_up(catalog: Catalog, group: GroupConfig, exc: Interrupted) ->
     left depends on when it came. Caught up, nothing was handed back and there is nothing to run
     again: the consume did its work, and this says so. Otherwise the error says what is left.
     """
+    from icegroup.iceberg.describe import describe_group
+
     view = describe_group(catalog, group)
     if view.status == "caught up" and not view.leases_in_flight:
         return f"group {group.name}: stopped by a signal once caught up; nothing was handed back"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from icegroup.dagster_project.cli.arguments import PREVIEW_RULE, Commands, command, execute_option, json_option
 from icegroup.dagster_project.cli.exits import Exit
@@ -12,8 +13,11 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.durations import option_value, parse_duration
 from icegroup.iceberg.protocol.group import GroupConfig
+from icegroup.iceberg.protocol.retention import StateRetention
 from icegroup.iceberg.protocol.source_branch import ref_name
-from icegroup.iceberg.retention import StateRetention, TableExpiry
+
+if TYPE_CHECKING:
+    from icegroup.iceberg.retention import TableExpiry
 
 
 def add_expire(sub: Commands) -> None:

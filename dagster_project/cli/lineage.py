@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from icegroup.dagster_project.cli.arguments import Commands, command, group_argument, json_option
 from icegroup.dagster_project.cli.exits import Exit
@@ -18,19 +18,12 @@ from icegroup.dagster_project.cli.output import dumps, text
 from icegroup.dagster_project.cli.support import pick, table
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
-from icegroup.iceberg.lineage import (
-    Answer,
-    by_sink_snapshot,
-    by_source_file,
-    by_source_snapshot,
-    by_window,
-    name_sink_rows,
-)
-from icegroup.iceberg.lineage_chain import trace_back, trace_forward
-from icegroup.iceberg.lineage_rows import by_rows, by_source_rows
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import LineageEntry
 from icegroup.iceberg.protocol.shards import parse_window_label, snapshot_range
+
+if TYPE_CHECKING:
+    from icegroup.iceberg.lineage import Answer
 
 QUESTIONS = ("sink_snapshot", "window", "row", "source_file", "source_snapshot", "source_row_id")
 
@@ -66,6 +59,10 @@ def add_lineage(sub: Commands) -> None:
 
 def cmd_lineage(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup lineage GROUP --<question> VALUE [--through] [--json]``."""
+    from icegroup.iceberg.lineage import by_sink_snapshot, by_source_file, by_source_snapshot, by_window, name_sink_rows
+    from icegroup.iceberg.lineage_chain import trace_back, trace_forward
+    from icegroup.iceberg.lineage_rows import by_rows, by_source_rows
+
     group = pick(groups, args.group, args.groups)
     asked = [q for q in QUESTIONS if getattr(args, q) is not None]
     if len(asked) != 1:

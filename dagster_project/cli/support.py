@@ -9,19 +9,20 @@ import io
 import os
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pyiceberg.catalog import Catalog
-from rich.console import Console
-from rich.table import Table
 
 from icegroup.dagster_project.cli.output import text
 from icegroup.iceberg.config.lakehouse import ENV_HOME
-from icegroup.iceberg.describe import GroupView
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.store.registrations import read_registrations
 from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.tables import load_optional
+
+if TYPE_CHECKING:
+    from icegroup.iceberg.describe import GroupView
 
 GROUP_HELP = "the group's name, as its groups file defines it (`icegroup list` shows them)"
 
@@ -41,6 +42,9 @@ def table(rows: list[dict[str, object]], columns: list[str]) -> str:
     or emoji codes are read in them, and a long cell is never folded, so the output greps and pipes
     like any Unix tool's.
     """
+    from rich.console import Console  # rich loads only for a table: not before a consume's JVM starts
+    from rich.table import Table
+
     grid = Table(box=None, pad_edge=False, show_edge=False, header_style="", padding=(0, 1))
     for column in columns:
         grid.add_column(column.upper(), no_wrap=True, overflow="ignore")

@@ -11,10 +11,18 @@ from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 from icegroup.iceberg.protocol.shards import SnapshotInfo
 from icegroup.iceberg.protocol.sink_commit import ShardRange
+
+
+@dataclass(frozen=True)
+class StateRetention:
+    """How much history the group's own tables keep."""
+
+    keep_last: int = 100
+    keep_for: timedelta = timedelta(days=7)
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,8 @@ from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.liveness import RunState
-from icegroup.iceberg.retention import StateRetention, expire
+from icegroup.iceberg.protocol.retention import StateRetention
+from icegroup.iceberg.retention import expire
 from icegroup.iceberg.store.lineage import lineage_identifier
 from icegroup.iceberg.store.registry import registry_identifier
 from tests.factories import create_source, events

@@ -27,8 +27,8 @@ from icegroup.iceberg.openlineage import run_events
 from icegroup.iceberg.protocol.fences import fence_key
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.protocol.retention import StateRetention
 from icegroup.iceberg.protocol.shards import window_label
-from icegroup.iceberg.retention import StateRetention
 from icegroup.iceberg.store.fences import raise_fences
 from icegroup.iceberg.store.registry import load_state
 from icegroup.spark_jobs.borrower.lease import run_lease

@@ -19,9 +19,10 @@ from icegroup.dagster_project.definitions import build_definitions
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.reset import ResetTarget
+from icegroup.iceberg.protocol.retention import StateRetention
 from icegroup.iceberg.protocol.sink_commit import KEY_STAGE
 from icegroup.iceberg.reset import execute_reset
-from icegroup.iceberg.retention import STAGED_AFTER_MS, StateRetention, expire
+from icegroup.iceberg.retention import STAGED_AFTER_MS, expire
 from icegroup.iceberg.store.registrations import REFRESH_MS, read_registrations, register
 from icegroup.iceberg.store.registry import load_state, registry_identifier
 from icegroup.iceberg.store.tables import walk_back

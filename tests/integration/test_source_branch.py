@@ -19,8 +19,9 @@ from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.describe import describe_group
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.retention import StateRetention
 from icegroup.iceberg.protocol.source_branch import ref_name
-from icegroup.iceberg.retention import StateRetention, expire
+from icegroup.iceberg.retention import expire
 from icegroup.iceberg.store.source_branch import read_ref
 from icegroup.iceberg.verify import verify_group
 from tests.consuming import consume

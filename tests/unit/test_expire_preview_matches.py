@@ -16,7 +16,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from pyiceberg.catalog import Catalog
 
-from icegroup.iceberg.retention import StateRetention, expire
+from icegroup.iceberg.protocol.retention import StateRetention
+from icegroup.iceberg.retention import expire
 from tests.factories import MakeGroup, append_batches, create_source
 from tests.sink_commits import consume_all
 
