@@ -77,7 +77,11 @@ def _no_jvm_outside_the_spark_tier(request: pytest.FixtureRequest) -> Iterator[N
         if thread.name == "spark-start":  # spark_jobs.session.start_in_background's thread
             thread.join(timeout=300)
     if jvm_running():
-        pytest.fail(f"{request.node.nodeid} started Spark in the test process: mark it spark (pytest.mark.spark)")
+        pytest.fail(
+            f"{request.node.nodeid} started Spark in the test process: in tests/integration mark it spark "
+            "(pytest.mark.spark), so that it gets the session's fixture first; elsewhere keep Spark out of the "
+            "process (stub the consume's early boots, as tests/unit/cli/test_cli_exit_codes.py does)"
+        )
 
 
 def jvm_running() -> bool:
