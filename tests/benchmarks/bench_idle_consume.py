@@ -18,7 +18,6 @@ The arms alternate for ROUNDS rounds; the figures are medians, and ratios to ``i
 
 from __future__ import annotations
 
-import json
 import os
 import statistics
 import subprocess
@@ -31,6 +30,7 @@ from pathlib import Path
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.lag import Work, pending_work
 from icegroup.iceberg.protocol.group import GroupConfig
+from tests.benchmarks.measure import provenance, record_beside_the_run_before
 from tests.factories import append_batches, create_source, write_groups
 from tests.stack_env import home_env
 
@@ -59,6 +59,7 @@ def timed(command: list[str], env: dict[str, str]) -> float:
 
 def main() -> None:
     """Make a caught-up group, then time the arms interleaved and record medians and ratios."""
+    measured = provenance()
     with tempfile.TemporaryDirectory(prefix="icegroup-bench-idle-") as tmp:
         folder = Path(tmp)
         home = folder / "lake"
@@ -87,6 +88,7 @@ def main() -> None:
             print(f"round {index + 1}/{ROUNDS}: " + "  ".join(f"{a} {t[-1]:.2f}s" for a, t in times.items()))
     medians = {arm: statistics.median(values) for arm, values in times.items()}
     result = {
+        **measured,
         "workload": "a caught-up group (3 snapshots of 300 rows consumed, windows reported); each arm a new process",
         "cores": os.cpu_count(),
         "seconds": times,
@@ -94,7 +96,7 @@ def main() -> None:
         "over_imports": {arm: round(m / medians["imports"], 2) for arm, m in medians.items()},
     }
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    record_beside_the_run_before(RESULTS, result)
     print(
         f"idle consume {medians['consume']:.2f}s; imports alone {medians['imports']:.2f}s; "
         f"with Dagster's {medians['with_dagster']:.2f}s; with a SparkSession {medians['spark_start']:.2f}s"

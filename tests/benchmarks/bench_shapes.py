@@ -17,22 +17,24 @@ tests.benchmarks.bench_shapes`` (writes tests/benchmarks/results/shapes.json).
 from __future__ import annotations
 
 import argparse
-import json
 import statistics
-import subprocess
 import sys
 import tempfile
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 
 from pyiceberg.partitioning import UNPARTITIONED_PARTITION_SPEC
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import check_same_rows, consume_command, run_timed
+from tests.benchmarks.measure import (
+    check_same_rows,
+    consume_command,
+    provenance,
+    record_beside_the_run_before,
+    run_timed,
+)
 from tests.benchmarks.workloads import events
-from tests.conftest import repo_root
 from tests.dagster_dev import dagster_env
 from tests.factories import SCHEMA, SPEC, write_groups
 from tests.stack_env import home_env
@@ -103,9 +105,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--rounds", type=int, default=ROUNDS, help="rounds per arm (default %(default)s)")
     args = parser.parse_args()
-    commit = subprocess.run(  # "-dirty" when the run's code is not all committed
-        ["git", "describe", "--always", "--dirty"], cwd=repo_root(), capture_output=True, text=True, check=False
-    ).stdout.strip()
+    measured = provenance()
     shapes: dict[str, object] = {}
     for shape in SHAPES:
         with tempfile.TemporaryDirectory(prefix="icegroup-bench-shapes-", ignore_cleanup_errors=True) as folder:
@@ -123,13 +123,12 @@ def main() -> None:
         }
         print(f"{shape.name}: consume {ratio}x A2", flush=True)
     result = {
-        "commit": commit,
-        "measured_at": datetime.now(UTC).isoformat(timespec="seconds"),
+        **measured,
         "rounds": args.rounds,
         "transform": TRANSFORM,
         "shapes": shapes,
     }
-    RESULTS.write_text(json.dumps(result, indent=2) + "\n")
+    record_beside_the_run_before(RESULTS, result)
 
 
 if __name__ == "__main__":
