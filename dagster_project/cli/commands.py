@@ -36,7 +36,6 @@ from icegroup.dagster_project.cli.lineage import add_lineage
 from icegroup.dagster_project.cli.logfile import log_traceback, pointer
 from icegroup.dagster_project.cli.metrics import add_metrics
 from icegroup.dagster_project.cli.output import dumps, stdout_closed
-from icegroup.dagster_project.cli.plots import plot_lines
 from icegroup.dagster_project.cli.support import dagster_home, pick, render, table, view_json
 from icegroup.dagster_project.cli.verbs import add_verbs
 from icegroup.iceberg.config.lakehouse import ENV_CONFIG, ENV_HOME, LakehouseConfig
@@ -268,6 +267,8 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
     else:
         print(render(view))
     if args.plot:
+        from icegroup.dagster_project.cli.plots import plot_lines
+
         print("\n".join(plot_lines(lakehouse.catalog(), group, dagster_home(create=False), lakehouse.catalog_name)))
     return Exit.OK
 

@@ -25,16 +25,6 @@ from icegroup.dagster_project.cli.support import dagster_home, pick, table
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
 from icegroup.iceberg.errors import UsageError
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.store.dead_letters import latest, open_letters, redrive
-from icegroup.iceberg.store.dead_rows import (
-    committed_whole,
-    mark_redriven,
-    mark_taken_in,
-    pending_redrives,
-    taken_in_unmarked,
-)
-from icegroup.iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
-from icegroup.iceberg.store.sink_windows import lost_windows, shard_windows, windowless, windowless_shards
 from icegroup.iceberg.store.tables import load_optional
 
 if TYPE_CHECKING:
@@ -71,6 +61,15 @@ def cmd_redrive(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
     Parked or stopped shards are released for the next Leader tick. Rows isolated from their shard
     (``on_poison: isolate``) are read again, transformed and committed here, with Spark, exactly once.
     """
+    from icegroup.iceberg.store.dead_letters import latest, open_letters, redrive
+    from icegroup.iceberg.store.dead_rows import (
+        committed_whole,
+        mark_redriven,
+        mark_taken_in,
+        pending_redrives,
+        taken_in_unmarked,
+    )
+
     group = pick(groups, args.group, args.groups)
     catalog = lakehouse.catalog()
     open_now = open_letters(catalog, group.name)
@@ -160,6 +159,8 @@ def cmd_migrate(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
 
 def migrate_preview(lakehouse: LakehouseConfig, group: GroupConfig) -> str:
     """What ``migrate --execute`` would rewrite, or the refusal it would make: the same history is asked."""
+    from icegroup.iceberg.store.sink_windows import lost_windows, shard_windows, windowless, windowless_shards
+
     sink = load_optional(lakehouse.catalog(), group.sink)
     if sink is None or sink.current_snapshot() is None:
         return f"the sink {group.sink} holds no rows; nothing to migrate"
@@ -184,6 +185,8 @@ def migrate_preview(lakehouse: LakehouseConfig, group: GroupConfig) -> str:
 
 def cmd_delete(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
     """``icegroup delete GROUP [--execute]``: what the group keeps, then, with ``--execute``, all of it removed."""
+    from icegroup.iceberg.store.group_delete import check_deletable, delete_group, footprint, leases_in_flight
+
     group = pick(groups, args.group, args.groups)
     catalog = lakehouse.catalog()
     found = footprint(catalog, group.name, group.source, group.sink)
