@@ -72,7 +72,7 @@ def cmd_consume(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: di
                 run_id, success = run_consume(args, lakehouse, groups, group, output.terminal)
             except Interrupted as exc:
                 stopped = stopped_caught_up(catalog, group, exc)
-    from icegroup.iceberg.describe import describe_group  # after the JVM's launch: it is not needed before
+    from icegroup.iceberg.describe import describe_group  # not at the top: a consume with work starts its JVM first
 
     view = describe_group(catalog, group)
     if args.json:

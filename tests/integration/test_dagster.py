@@ -199,14 +199,17 @@ def test_a_borrower_ticks_itself_when_the_source_moves_and_again_when_its_lease_
         return 0 if sink is None or sink.current_snapshot() is None else len(sink.scan().to_arrow())
 
     def cut_and_ungranted() -> bool:
-        # Through the source head: the appends are two commits, and a tick between them cut only the first.
+        # Through the source head: the Borrower's tick may load the source a moment after the append.
         state = load_state(catalog, group.name).state
         head = catalog.load_table(group.source).current_snapshot()
         return state is not None and ungranted(state) and head is not None and state.planned_through == head.snapshot_id
 
     try:
         wait_for(lambda: any(tmp_path.glob("hit.*")), 120, "the sensor's lease staged")
-        append_batches(catalog.load_table(group.source), 2, 30)  # no sensor evaluates from here on
+        # One commit, and no sensor evaluates from here on. With two, the Borrower's watch could look
+        # between them while its tick planned both: the watch then saw the second as a move later,
+        # and that tick, after the lease ended, granted what the lease's end is to tick for.
+        append_batches(catalog.load_table(group.source), 1, 60)
         wait_for(cut_and_ungranted, 60, "the Borrower's own tick to cut the appends for its busy streams")
     finally:
         (tmp_path / "borrower.after_stage").unlink(missing_ok=True)
