@@ -11,7 +11,6 @@ so anything imported before that look delays its Spark session.
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import asdict
@@ -29,6 +28,7 @@ from icegroup.dagster_project.cli.arguments import (
 from icegroup.dagster_project.cli.canary import add_canary
 from icegroup.dagster_project.cli.configs import load_configs, package_version
 from icegroup.dagster_project.cli.consume import add_consume
+from icegroup.dagster_project.cli.dead_letters import add_dead_letters
 from icegroup.dagster_project.cli.exits import Exit, epilog, exit_for, lost_answer
 from icegroup.dagster_project.cli.expire import add_expire
 from icegroup.dagster_project.cli.init import add_init, cmd_init
@@ -43,7 +43,6 @@ from icegroup.iceberg.config.search import ENV_GROUPS
 from icegroup.iceberg.errors import IcegroupError, UsageError
 from icegroup.iceberg.protocol.durations import option_value, parse_time
 from icegroup.iceberg.protocol.group import GroupConfig
-from icegroup.iceberg.protocol.shards import snapshot_range
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -113,14 +112,7 @@ def parser() -> argparse.ArgumentParser:
     describe.set_defaults(run=cmd_describe)
     add_consume(sub)
 
-    letters = command(
-        sub, "dead-letters", "poison shards (parked, stopped, re-driven), or with --rows the rows isolated from them",
-        group, as_json,
-    )  # fmt: skip
-    letters.add_argument(
-        "--rows", action="store_true", help="the rows isolated from their shards (on_poison: isolate), with errors"
-    )
-    letters.set_defaults(run=cmd_dead_letters)
+    add_dead_letters(sub)
     pause = command(sub, "pause", f"grant nothing new; leases in flight finish; {ACTS_AT_ONCE}", group)
     pause.set_defaults(run=cmd_pause)
     resume = command(sub, "resume", f"continue a paused group from the same positions; {ACTS_AT_ONCE}", group)
@@ -270,63 +262,6 @@ def cmd_describe(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: d
         from icegroup.dagster_project.cli.plots import plot_lines
 
         print("\n".join(plot_lines(lakehouse.catalog(), group, dagster_home(create=False), lakehouse.catalog_name)))
-    return Exit.OK
-
-
-def cmd_dead_letters(args: argparse.Namespace, lakehouse: LakehouseConfig, groups: dict[str, GroupConfig]) -> int:
-    """``icegroup dead-letters GROUP``: each poison shard's latest state."""
-    from icegroup.iceberg.store.dead_letters import latest
-    from icegroup.iceberg.store.dead_rows import ISOLATED, committed_whole, latest_rows
-
-    group = pick(groups, args.group, args.groups)
-    if args.rows:
-        return print_dead_rows(lakehouse, group, args.json)
-    letters = list(latest(lakehouse.catalog(), group.name).values())
-    if args.json:
-        print(dumps([
-            {"shard": d.shard_id, "stream": d.stream, "state": d.action, "from_snapshot": d.from_snapshot,
-             "to_snapshot": d.to_snapshot, "lease_id": d.lease_id, "attempt": d.attempt, "error": d.error}
-            for d in letters
-        ]))  # fmt: skip
-        return Exit.OK
-    rows: list[dict[str, object]] = [
-        {
-            "shard": d.shard_id,
-            "stream": d.stream,
-            "state": d.action,
-            "source_snapshots": snapshot_range(d.from_snapshot, d.to_snapshot),
-            "lease": f"{d.lease_id}#{d.attempt}",
-            "error": d.error,
-        }
-        for d in letters
-    ]
-    isolated = list(latest_rows(lakehouse.catalog(), group.name).values())
-    if rows or not isolated:
-        print(table(rows, ["shard", "stream", "state", "source_snapshots", "lease", "error"]))
-    if isolated:
-        behind = committed_whole(lakehouse.catalog(), group)
-        still = sum(1 for row in isolated if row.action == ISOLATED) - len(behind)
-        print(f"{len(isolated)} rows isolated from their shards, {still} not re-driven: `icegroup dead-letters "
-              f"{group.name} --rows`")  # fmt: skip
-        if behind:
-            print(f"{len(behind)} more were committed with their shard whole after a crash: `icegroup redrive "
-                  f"{group.name} --execute` marks them")  # fmt: skip
-    return Exit.OK
-
-
-def print_dead_rows(lakehouse: LakehouseConfig, group: GroupConfig, as_json: bool) -> int:
-    """``icegroup dead-letters GROUP --rows``: each isolated row's latest state, its error and the row itself."""
-    from icegroup.iceberg.store.dead_rows import latest_rows
-
-    rows = sorted(latest_rows(lakehouse.catalog(), group.name).values(), key=lambda r: (r.at_ms, r.file, r.pos))
-    if as_json:
-        print(dumps([{**row.__dict__, "row": json.loads(row.row)} for row in rows]))
-        return Exit.OK
-    print(table([
-        {"shard": r.shard_id, "stream": r.stream, "state": r.action, "file": r.file.rsplit("/", 1)[-1], "pos": r.pos,
-         "sink_snapshot": r.sink_snapshot, "error": r.error, "row": r.row}
-        for r in rows
-    ], ["shard", "stream", "state", "file", "pos", "sink_snapshot", "error", "row"]))  # fmt: skip
     return Exit.OK
 
 
