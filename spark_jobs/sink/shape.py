@@ -17,6 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.errors import SinkError
+from icegroup.iceberg.protocol.promotion import widens_to
 from icegroup.iceberg.protocol.shards import Window
 from icegroup.iceberg.protocol.sink_commit import (
     COL_FILE,
@@ -220,7 +221,11 @@ def ensure_window_partition(spark: SparkSession, table: str, column_type: str, i
 
 
 def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataFrame, bool]:
-    """Order the output's columns as the sink has them; fail if a column has another type than the sink's.
+    """Order the output's columns as the sink has them; widen the sink's where the source widened its own.
+
+    A column of another type than the sink's fails, unless one is Iceberg's promotion of the other
+    (``widens_to``): a wider output widens the sink's column (``widen_columns``), a narrower one (a
+    sink made wider than its source) is cast to the sink's type.
 
     Returns the aligned output and whether it has columns the sink lacks: the write then adds them
     (the source gained a column, say). Columns the output lacks are written as null: an older sink's
@@ -238,18 +243,41 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
             f"replay_window: {table} holds day windows ({COL_WINDOW} is a date), so it cannot take hour windows; "
             "restore replay_window: day, or consume into a new sink under a new group name"
         )
-    problems = [
-        f"{f.name} ({f.dataType.simpleString()}): sink has {sink_fields[f.name]}"
-        for f in df.schema.fields
-        if f.name in sink_fields and sink_fields[f.name] != f.dataType.simpleString()
-    ]
+    widen: dict[str, str] = {}
+    problems: list[str] = []
+    for field in df.schema.fields:
+        sink_type, out_type = sink_fields.get(field.name), field.dataType.simpleString()
+        if sink_type is None or sink_type == out_type:
+            continue
+        if widens_to(out_type, sink_type):  # a sink made wider than its source: written as the sink has it
+            df = df.withColumn(field.name, F.col(f"`{field.name}`").cast(sink_type))
+        elif widens_to(sink_type, out_type):
+            widen[field.name] = out_type
+        else:
+            problems.append(f"{field.name} ({out_type}): sink has {sink_type}")
     if problems:
         raise SinkError(
             f"sink: {table} cannot take the transform's output: {'; '.join(problems)}. "
             "Change the transform, or evolve the sink's column types to match"
         )
+    widen_columns(spark, table, widen)
     ordered = [c for c in sink_fields if c in df.columns] + [c for c in df.columns if c not in sink_fields]
     return df.select(*[F.col(f"`{c}`") for c in ordered]), any(c not in sink_fields for c in df.columns)
+
+
+def widen_columns(spark: SparkSession, table: str, types: dict[str, str]) -> None:
+    """Promote the sink's columns to ``types``, as the source widened them (``iceberg/protocol/promotion.py``).
+
+    A schema change of its own, before the output is staged, so the staged files have the sink's
+    types. Borrowers may do this at once: whoever loses the race finds the column widened.
+    """
+    for column, wide in types.items():
+        try:
+            spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column}` TYPE {wide}")
+        except Exception:
+            if dict((f.name, f.dataType.simpleString()) for f in spark.table(table).schema.fields)[column] != wide:
+                raise
+        log.info("sink %s: column %s widened to %s, as its source's was", table, column, wide)
 
 
 def shard_ids(df: DataFrame) -> Column:

@@ -15,6 +15,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.config.lakehouse import LakehouseConfig
+from icegroup.iceberg.errors import SinkError
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW
 from icegroup.spark_jobs.sink import shape
 from icegroup.spark_jobs.sink.shape import SINK_PROPERTIES, ensure_sink, load_sink, with_lineage
@@ -151,3 +152,39 @@ def test_a_sink_another_borrower_created_first_is_no_error_and_any_other_failure
     with pytest.raises(CapturedException, match="_ig_window"):  # no window column to partition by, and no sink
         shape.create_sink(spark, name, f"{ns}.other", output(spark).drop(COL_WINDOW))
     assert not catalog.table_exists(f"{ns}.other")
+
+
+def test_a_sink_widens_a_column_its_source_widened_casts_narrower_output_up_and_refuses_any_other_change(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+) -> None:
+    """Iceberg's promotions (int to long, float to double, a decimal's digits) widen the sink; nothing else does."""
+    sink = f"{lakehouse.catalog_name}.{ns}.sink"
+
+    def typed(n: str, score: str, price: str) -> DataFrame:
+        rows = spark.range(1, 3).selectExpr(
+            "id AS event_id", f"CAST(id AS {n}) AS n", f"CAST(id AS {score}) AS score", f"CAST(id AS {price}) AS price"
+        )
+        return with_lineage(rows, "00000000000000ab", date(2026, 1, 1), F.lit(7).cast("long"))
+
+    ensure_sink(spark, lakehouse.catalog_name, f"{ns}.sink", typed("int", "float", "decimal(9,2)"))
+
+    wider, _ = shape.align_to_sink(spark, sink, typed("bigint", "double", "decimal(12,2)"))
+    widened = {f.name: str(f.field_type) for f in catalog.load_table(f"{ns}.sink").schema().fields}
+    assert (widened["n"], widened["score"], widened["price"]) == ("long", "double", "decimal(12, 2)")
+    assert dict(wider.dtypes)["n"] == "bigint"
+
+    narrower, evolve = shape.align_to_sink(spark, sink, typed("int", "float", "decimal(9,2)"))
+    assert (dict(narrower.dtypes)["n"], dict(narrower.dtypes)["score"], dict(narrower.dtypes)["price"]) == (
+        "bigint",
+        "double",
+        "decimal(12,2)",
+    ), "a narrower output is cast to the sink's types"
+    assert not evolve
+    assert [r.n for r in narrower.orderBy("event_id").collect()] == [1, 2]
+
+    schema_id = catalog.load_table(f"{ns}.sink").schema().schema_id
+    with pytest.raises(SinkError, match=r"n \(string\): sink has bigint.*Change the transform"):
+        shape.align_to_sink(spark, sink, typed("string", "double", "decimal(12,2)"))
+    with pytest.raises(SinkError, match=r"price \(decimal\(12,3\)\): sink has decimal\(12,2\)"):
+        shape.align_to_sink(spark, sink, typed("bigint", "double", "decimal(12,3)"))
+    assert catalog.load_table(f"{ns}.sink").schema().schema_id == schema_id, "a refused output changes nothing"

@@ -125,6 +125,44 @@ def test_schema_evolution_cuts_shards_and_each_transform_sees_its_shards_schema(
     assert all("channel" in r["seen"].split(",") and r["channel"] == "web" for r in after)
 
 
+def test_columns_the_source_widens_widen_in_the_sink_and_a_replay_across_the_change_still_fits(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup, ns: str
+) -> None:
+    """A source's int, float and decimal widened mid-backlog (as Iceberg allows): the group goes on, every row exact."""
+    group = make_group(max_borrowers=1)
+    source = f"{lakehouse.catalog_name}.{group.source}"
+    spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {lakehouse.catalog_name}.{ns}")
+    spark.sql(
+        f"CREATE TABLE {source} (event_id bigint, region string, n int, score float, price decimal(9,2)) "
+        "USING iceberg PARTITIONED BY (region)"
+    )
+
+    def insert(first: int) -> None:
+        spark.sql(
+            f"INSERT INTO {source} SELECT id, concat('r', id % 2), CAST(id AS int), CAST(id AS float) / 4, "
+            f"CAST(id AS decimal(9,2)) FROM range({first}, {first + 6})"
+        )
+
+    insert(1)
+    drive(spark, lakehouse, group)
+    insert(7)  # a backlog from before the change, read after it
+    for column, wide in (("n", "bigint"), ("score", "double"), ("price", "decimal(12,2)")):
+        spark.sql(f"ALTER TABLE {source} ALTER COLUMN {column} TYPE {wide}")
+    spark.sql(f"INSERT INTO {source} SELECT id, 'r0', id * 3000000000, id / 3, id * 1000000.25 FROM range(13, 19)")
+    drive(spark, lakehouse, group)
+    window = window_label(int(time.time() * 1000), group.replay_window)
+    replay_window(spark, lakehouse, group, window, progress=lambda _: None)  # windows written before the change, again
+
+    sink = {f.name: str(f.field_type) for f in catalog.load_table(group.sink).schema().fields}
+    assert (sink["n"], sink["score"], sink["price"]) == ("long", "double", "decimal(12, 2)")
+    check = verify_group(catalog, group, key="event_id")
+    assert check.ok
+    assert check.found == 18
+    columns = ("event_id", "n", "score", "price")
+    expected = catalog.load_table(group.source).scan(selected_fields=columns).to_arrow().sort_by("event_id")
+    assert catalog.load_table(group.sink).scan(selected_fields=columns).to_arrow().sort_by("event_id") == expected
+
+
 def test_empty_snapshots_are_consumed_as_nothing(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
 ) -> None:

@@ -1,0 +1,33 @@
+"""Which column types a sink widens to take a source's widened column, and which stay an error."""
+
+from __future__ import annotations
+
+import pytest
+
+from icegroup.iceberg.protocol.promotion import widens_to
+
+
+@pytest.mark.parametrize(
+    ("narrow", "wide"), [("int", "bigint"), ("float", "double"), ("decimal(9,2)", "decimal(12,2)")]
+)
+def test_iceberg_s_promotions_widen(narrow: str, wide: str) -> None:
+    assert widens_to(narrow, wide)
+    assert not widens_to(wide, narrow)
+
+
+@pytest.mark.parametrize(
+    ("narrow", "wide"),
+    [
+        ("int", "int"),
+        ("smallint", "int"),  # Iceberg has no short: Spark writes it as an int, which it already is
+        ("int", "double"),
+        ("bigint", "double"),
+        ("int", "string"),
+        ("decimal(9,2)", "decimal(12,3)"),
+        ("decimal(9,2)", "decimal(9,2)"),
+        ("date", "timestamp"),  # v3's promotion only: sinks are v2
+        ("struct<a:int>", "struct<a:bigint>"),
+    ],
+)
+def test_other_changes_of_type_do_not(narrow: str, wide: str) -> None:
+    assert not widens_to(narrow, wide)
