@@ -17,7 +17,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from icegroup.iceberg.errors import SinkError
-from icegroup.iceberg.protocol.promotion import widens_to
+from icegroup.iceberg.protocol.promotion import fits_in, widens_to
 from icegroup.iceberg.protocol.shards import Window
 from icegroup.iceberg.protocol.sink_commit import (
     COL_FILE,
@@ -129,7 +129,7 @@ def staging_spec(spark: SparkSession, table: str) -> int | None:
 def create_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
     """Create the sink (and its namespace) with ``df``'s columns, partitioned by the window, staged writes on."""
     namespace = sink.rsplit(".", 1)[0]
-    columns = ", ".join(f"`{f.name}` {f.dataType.simpleString()}" for f in df.schema.fields)
+    columns = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in df.schema.fields)
     properties = ", ".join(f"'{k}'='{v}'" for k, v in SINK_PROPERTIES.items())
     try:
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{namespace}")
@@ -225,7 +225,8 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
 
     A column of another type than the sink's fails, unless one is Iceberg's promotion of the other
     (``widens_to``): a wider output widens the sink's column (``widen_columns``), a narrower one (a
-    sink made wider than its source) is cast to the sink's type.
+    sink made wider than its source, or a byte or short column that Iceberg keeps as an int:
+    ``fits_in``) is cast to the sink's type.
 
     Returns the aligned output and whether it has columns the sink lacks: the write then adds them
     (the source gained a column, say). Columns the output lacks are written as null: an older sink's
@@ -249,8 +250,8 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
         sink_type, out_type = sink_fields.get(field.name), field.dataType.simpleString()
         if sink_type is None or sink_type == out_type:
             continue
-        if widens_to(out_type, sink_type):  # a sink made wider than its source: written as the sink has it
-            df = df.withColumn(field.name, F.col(f"`{field.name}`").cast(sink_type))
+        if fits_in(out_type, sink_type):  # a sink wider than the output: written as the sink has it
+            df = df.withColumn(field.name, F.col(quoted(field.name)).cast(sink_type))
         elif widens_to(sink_type, out_type):
             widen[field.name] = out_type
         else:
@@ -262,22 +263,30 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
         )
     widen_columns(spark, table, widen)
     ordered = [c for c in sink_fields if c in df.columns] + [c for c in df.columns if c not in sink_fields]
-    return df.select(*[F.col(f"`{c}`") for c in ordered]), any(c not in sink_fields for c in df.columns)
+    return df.select(*[F.col(quoted(c)) for c in ordered]), any(c not in sink_fields for c in df.columns)
 
 
 def widen_columns(spark: SparkSession, table: str, types: dict[str, str]) -> None:
     """Promote the sink's columns to ``types``, as the source widened them (``iceberg/protocol/promotion.py``).
 
     A schema change of its own, before the output is staged, so the staged files have the sink's
-    types. Borrowers may do this at once: whoever loses the race finds the column widened.
+    types. Borrowers may do this at once: whoever loses the race finds the column widened (as far,
+    or further: the output is then cast up to it at the next alignment, a delivery's retry).
     """
     for column, wide in types.items():
         try:
-            spark.sql(f"ALTER TABLE {table} ALTER COLUMN `{column}` TYPE {wide}")
+            spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quoted(column)} TYPE {wide}")
         except Exception:
-            if dict((f.name, f.dataType.simpleString()) for f in spark.table(table).schema.fields)[column] != wide:
+            now = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}.get(column)
+            if now != wide and (now is None or not fits_in(wide, now)):
                 raise
+            continue
         log.info("sink %s: column %s widened to %s, as its source's was", table, column, wide)
+
+
+def quoted(name: str) -> str:
+    """A column name as one Spark SQL identifier, whatever it holds (dots, spaces, backticks)."""
+    return "`" + name.replace("`", "``") + "`"
 
 
 def shard_ids(df: DataFrame) -> Column:

@@ -162,16 +162,28 @@ def test_a_sink_widens_a_column_its_source_widened_casts_narrower_output_up_and_
 
     def typed(n: str, score: str, price: str) -> DataFrame:
         rows = spark.range(1, 3).selectExpr(
-            "id AS event_id", f"CAST(id AS {n}) AS n", f"CAST(id AS {score}) AS score", f"CAST(id AS {price}) AS price"
+            "id AS event_id",
+            f"CAST(id AS {n}) AS n",
+            f"CAST(id AS {score}) AS score",
+            f"CAST(id AS {price}) AS price",
+            "CAST(id AS smallint) AS `odd name.with ``tick```",  # Iceberg keeps a short as an int
         )
         return with_lineage(rows, "00000000000000ab", date(2026, 1, 1), F.lit(7).cast("long"))
 
-    ensure_sink(spark, lakehouse.catalog_name, f"{ns}.sink", typed("int", "float", "decimal(9,2)"))
+    def types() -> dict[str, str]:
+        return {f.name: str(f.field_type) for f in catalog.load_table(f"{ns}.sink").schema().fields}
 
-    wider, _ = shape.align_to_sink(spark, sink, typed("bigint", "double", "decimal(12,2)"))
-    widened = {f.name: str(f.field_type) for f in catalog.load_table(f"{ns}.sink").schema().fields}
+    ensure_sink(spark, lakehouse.catalog_name, f"{ns}.sink", typed("int", "float", "decimal(9,2)"))
+    first = catalog.load_table(f"{ns}.sink").schema().schema_id
+    with pytest.raises(SinkError, match=r"price \(decimal\(12,3\)\): sink has decimal\(9,2\)"):
+        shape.align_to_sink(spark, sink, typed("bigint", "double", "decimal(12,3)"))
+    assert catalog.load_table(f"{ns}.sink").schema().schema_id == first, "a refused output widens nothing"
+    assert types()["n"] == "int"
+
+    shape.align_to_sink(spark, sink, typed("bigint", "double", "decimal(12,2)"))
+    widened = types()
     assert (widened["n"], widened["score"], widened["price"]) == ("long", "double", "decimal(12, 2)")
-    assert dict(wider.dtypes)["n"] == "bigint"
+    assert widened["odd name.with `tick`"] == "int"
 
     narrower, evolve = shape.align_to_sink(spark, sink, typed("int", "float", "decimal(9,2)"))
     assert (dict(narrower.dtypes)["n"], dict(narrower.dtypes)["score"], dict(narrower.dtypes)["price"]) == (
@@ -179,12 +191,7 @@ def test_a_sink_widens_a_column_its_source_widened_casts_narrower_output_up_and_
         "double",
         "decimal(12,2)",
     ), "a narrower output is cast to the sink's types"
+    assert dict(narrower.dtypes)["odd name.with `tick`"] == "int"
     assert not evolve
-    assert [r.n for r in narrower.orderBy("event_id").collect()] == [1, 2]
-
-    schema_id = catalog.load_table(f"{ns}.sink").schema().schema_id
     with pytest.raises(SinkError, match=r"n \(string\): sink has bigint.*Change the transform"):
         shape.align_to_sink(spark, sink, typed("string", "double", "decimal(12,2)"))
-    with pytest.raises(SinkError, match=r"price \(decimal\(12,3\)\): sink has decimal\(12,2\)"):
-        shape.align_to_sink(spark, sink, typed("bigint", "double", "decimal(12,3)"))
-    assert catalog.load_table(f"{ns}.sink").schema().schema_id == schema_id, "a refused output changes nothing"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from icegroup.iceberg.protocol.promotion import widens_to
+from icegroup.iceberg.protocol.promotion import fits_in, widens_to
 
 
 @pytest.mark.parametrize(
@@ -19,7 +19,7 @@ def test_iceberg_s_promotions_widen(narrow: str, wide: str) -> None:
     ("narrow", "wide"),
     [
         ("int", "int"),
-        ("smallint", "int"),  # Iceberg has no short: Spark writes it as an int, which it already is
+        ("smallint", "int"),  # not a promotion: Iceberg has no short (but it fits, below)
         ("int", "double"),
         ("bigint", "double"),
         ("int", "string"),
@@ -31,3 +31,27 @@ def test_iceberg_s_promotions_widen(narrow: str, wide: str) -> None:
 )
 def test_other_changes_of_type_do_not(narrow: str, wide: str) -> None:
     assert not widens_to(narrow, wide)
+
+
+@pytest.mark.parametrize(
+    ("narrow", "wide"),
+    [
+        ("int", "bigint"),
+        ("decimal(9,2)", "decimal(12,2)"),
+        ("tinyint", "int"),
+        ("smallint", "int"),
+        ("smallint", "bigint"),
+    ],
+)
+def test_output_fits_in_a_wider_sink_column_as_iceberg_s_promotions_and_its_int_for_bytes_and_shorts(
+    narrow: str, wide: str
+) -> None:
+    assert fits_in(narrow, wide)
+    assert not fits_in(wide, narrow)
+
+
+@pytest.mark.parametrize(
+    ("narrow", "wide"), [("int", "int"), ("smallint", "double"), ("int", "string"), ("bigint", "int")]
+)
+def test_nothing_else_fits(narrow: str, wide: str) -> None:
+    assert not fits_in(narrow, wide)
