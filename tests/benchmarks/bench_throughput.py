@@ -60,6 +60,7 @@ from tests.benchmarks.measure import (
     caught_up,
     check_same_rows,
     consume_command,
+    provenance,
     run_timed,
     visible_ms,
     wait_for,
@@ -241,12 +242,16 @@ def main() -> None:
     result: dict[str, object] = json.loads(RESULTS.read_text()) if RESULTS.exists() else {}
     result.update({"cores": os.cpu_count(), "rounds": args.rounds, "transform": TRANSFORM})
     for workload in chosen:
-        result.pop(workload.name, None)
+        before = result.pop(workload.name, None)
+        measured = provenance()  # before the rounds: the commit whose code they run
         with tempfile.TemporaryDirectory(
             prefix=f"icegroup-bench-{workload.name}-", ignore_cleanup_errors=True
         ) as folder:
             seconds, source_bytes = run_workload(workload, args.rounds, Path(folder))
-        result[workload.name] = summary(workload, seconds, source_bytes)
+        entry: dict[str, object] = {**measured, **summary(workload, seconds, source_bytes)}
+        if isinstance(before, dict):  # one run back, as record_beside_the_run_before keeps it
+            entry["run_before"] = {k: v for k, v in before.items() if k != "run_before"}
+        result[workload.name] = entry
         ratios = result[workload.name]["throughput_over_A2"]  # type: ignore[index]
         print(f"{workload.name} throughput / A2: " + "  ".join(f"{a} {r}x" for a, r in ratios.items()), flush=True)
     RESULTS.parent.mkdir(parents=True, exist_ok=True)
