@@ -125,15 +125,19 @@ def position_snapshot(table: Table, position: int | None, group: GroupConfig) ->
     """The snapshot of the group's position (None: the table's start); an error when it is gone.
 
     The group's branch keeps it. Without it, nothing says which of today's files the group has read,
-    and no waiting helps.
+    and no waiting helps. A table dropped and created again under the source's name has none of the
+    group's snapshots either: a reset cannot reach back past the new table's start, so the remedy
+    for it is a new start of the group's state, which keeps the sink.
     """
     at = table.snapshot_by_id(position) if position is not None else None
     if position is not None and at is None:
         raise SourceError(
             f"group {group.name!r}: position {position} of source {group.source!r} is no longer in its metadata "
-            f"(expired, or its branch {ref_name(group.name)} was removed), and the snapshots after it have expired "
-            "too, so nothing says which of the files live now the group has read. Restore the source's history, "
-            f"or `icegroup reset {group.name} --to-latest --execute` and accept the gap"
+            f"(expired, or its branch {ref_name(group.name)} was removed, or the table was dropped and created "
+            "again), and the snapshots after it are gone too, so nothing says which of the files live now the "
+            f"group has read. Restore the source's history, or `icegroup reset {group.name} --to-latest "
+            f"--execute` and accept the gap; for a table created again, `icegroup delete {group.name} --execute` "
+            "and consume again: the group reads the new table from its start, and the sink keeps its rows"
         )
     return at
 

@@ -12,6 +12,7 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.shards import plan_increment
 from icegroup.iceberg.start import initial_state
+from icegroup.iceberg.store.group_delete import delete_group, footprint
 from icegroup.iceberg.store.registry import commit_state, load_state
 from tests.factories import SCHEMA, MakeGroup, append_batches, create_source
 
@@ -128,6 +129,22 @@ def test_an_expired_position_with_expired_history_after_it_stops_the_group_with_
 
     with pytest.raises(SourceError, match=f"position {position} .* no longer in its metadata.*--to-latest"):
         tick(catalog, group, missing)
+
+
+def test_a_source_dropped_and_created_again_stops_the_group_naming_a_new_start_which_reads_the_new_table(
+    catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group()
+    append_batches(create_source(catalog, group.source), 2, 6)
+    tick(catalog, group, missing)
+    catalog.drop_table(group.source)
+    append_batches(create_source(catalog, group.source), 1, 6)
+
+    with pytest.raises(SourceError, match=rf"dropped and created again.*icegroup delete {group.name} --execute"):
+        tick(catalog, group, missing)
+    delete_group(catalog, footprint(catalog, group.name, group.source, group.sink))
+    fresh = tick(catalog, group, missing)
+    assert sum(s.rows for s in fresh.state.shards.values()) == 6, "the new table's rows, from its start"
 
 
 def test_an_unknown_source_table_names_the_field(catalog: Catalog, make_group: MakeGroup) -> None:
