@@ -137,7 +137,8 @@ def position_snapshot(table: Table, position: int | None, group: GroupConfig) ->
             "again), and the snapshots after it are gone too, so nothing says which of the files live now the "
             f"group has read. Restore the source's history, or `icegroup reset {group.name} --to-latest "
             f"--execute` and accept the gap; for a table created again, `icegroup delete {group.name} --execute` "
-            "and consume again: the group reads the new table from its start, and the sink keeps its rows"
+            "(once no lease is in flight) and consume again: the group starts on the new table from its start "
+            "config (the table's first snapshot by default), and the sink keeps its rows"
         )
     return at
 

@@ -13,6 +13,7 @@ from icegroup.iceberg.errors import SourceError
 from icegroup.iceberg.protocol.shard_reads import OPEN_COST_BYTES, AsOf, Span, file_sizes, shard_span, split_bytes
 from icegroup.iceberg.protocol.shards import PartitionValue, Shard
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, LINEAGE_COLUMNS
+from icegroup.spark_jobs.identifiers import quoted
 from icegroup.spark_jobs.row_files import FILE_COLUMN, POS_COLUMN, ROW_ID_COLUMN, mark_rows, sql_string
 from icegroup.spark_jobs.sink.shape import shard_ids
 
@@ -99,7 +100,7 @@ def read_shards(
         df = mark_rows(df)
     df = df.drop(*metadata)
     if columns is not None:
-        df = df.select(*[F.col(f"`{now}`").alias(then) for now, then in columns])
+        df = df.select(*[F.col(quoted(now)).alias(then) for now, then in columns])
     return df.drop(*[c for c in df.columns if c in LINEAGE_COLUMNS])
 
 

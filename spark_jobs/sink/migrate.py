@@ -24,6 +24,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.sink_commit import COL_WINDOW, KEY_GROUP, KEY_MIGRATE
 from icegroup.iceberg.store.sink_windows import lost_windows, shard_windows
 from icegroup.iceberg.store.tables import load_optional
+from icegroup.spark_jobs.identifiers import quoted
 from icegroup.spark_jobs.row_files import FILE_COLUMN
 from icegroup.spark_jobs.session import activate
 from icegroup.spark_jobs.sink.fenced_commit import stage_shard
@@ -74,7 +75,7 @@ def migrate_sink(
     filled = (
         old.join(F.broadcast(mapping), shard == mapping["_ig_shard_of"], "left")
         .withColumn(COL_WINDOW, F.col("_ig_window_of").cast(dict(rows.dtypes)[COL_WINDOW]))
-        .select(*[F.col(f"`{c}`") for c in spark.table(table).columns])
+        .select(*[F.col(quoted(c)) for c in spark.table(table).columns])
     )
     count = old.count()
     token = stage_shard(filled, table)

@@ -28,6 +28,7 @@ from icegroup.iceberg.protocol.sink_commit import (
     SHARD_ID_DIGITS,
     shard_number,
 )
+from icegroup.spark_jobs.identifiers import quoted
 
 log = logging.getLogger(__name__)
 
@@ -261,32 +262,33 @@ def align_to_sink(spark: SparkSession, table: str, df: DataFrame) -> tuple[DataF
             f"sink: {table} cannot take the transform's output: {'; '.join(problems)}. "
             "Change the transform, or evolve the sink's column types to match"
         )
-    widen_columns(spark, table, widen)
+    for column, now in widen_columns(spark, table, widen).items():
+        if now != widen[column]:  # another Borrower widened it further: written as the sink has it
+            df = df.withColumn(column, F.col(quoted(column)).cast(now))
     ordered = [c for c in sink_fields if c in df.columns] + [c for c in df.columns if c not in sink_fields]
     return df.select(*[F.col(quoted(c)) for c in ordered]), any(c not in sink_fields for c in df.columns)
 
 
-def widen_columns(spark: SparkSession, table: str, types: dict[str, str]) -> None:
+def widen_columns(spark: SparkSession, table: str, types: dict[str, str]) -> dict[str, str]:
     """Promote the sink's columns to ``types``, as the source widened them (``iceberg/protocol/promotion.py``).
 
     A schema change of its own, before the output is staged, so the staged files have the sink's
-    types. Borrowers may do this at once: whoever loses the race finds the column widened (as far,
-    or further: the output is then cast up to it at the next alignment, a delivery's retry).
+    types. Borrowers may do this at once: whoever loses the race finds the column widened as far,
+    or further. Returns each column's type on the sink now, for the output to be cast to.
     """
+    now: dict[str, str] = {}
     for column, wide in types.items():
         try:
             spark.sql(f"ALTER TABLE {table} ALTER COLUMN {quoted(column)} TYPE {wide}")
         except Exception:
-            now = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}.get(column)
-            if now != wide and (now is None or not fits_in(wide, now)):
+            found = {f.name: f.dataType.simpleString() for f in spark.table(table).schema.fields}.get(column)
+            if found != wide and (found is None or not fits_in(wide, found)):
                 raise
+            now[column] = found
             continue
-        log.info("sink %s: column %s widened to %s, as its source's was", table, column, wide)
-
-
-def quoted(name: str) -> str:
-    """A column name as one Spark SQL identifier, whatever it holds (dots, spaces, backticks)."""
-    return "`" + name.replace("`", "``") + "`"
+        now[column] = wide
+        log.info("sink %s: column %s is %s now, as its source's is", table, column, wide)
+    return now
 
 
 def shard_ids(df: DataFrame) -> Column:

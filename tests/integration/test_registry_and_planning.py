@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from pyiceberg.catalog import Catalog
 from pyiceberg.table.snapshots import Snapshot
 
-from icegroup.iceberg.errors import RegistryConflict, SourceError
+from icegroup.iceberg.errors import RegistryConflict, SourceError, UsageError
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.source_branch import ref_name
 from icegroup.iceberg.shards import plan_increment
 from icegroup.iceberg.start import initial_state
-from icegroup.iceberg.store.group_delete import delete_group, footprint
+from icegroup.iceberg.store.group_delete import check_deletable, delete_group, footprint
 from icegroup.iceberg.store.registry import commit_state, load_state
 from tests.factories import SCHEMA, MakeGroup, append_batches, create_source
 
@@ -136,13 +138,19 @@ def test_a_source_dropped_and_created_again_stops_the_group_naming_a_new_start_w
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 6)
-    tick(catalog, group, missing)
+    granted = tick(catalog, group, missing).state
     catalog.drop_table(group.source)
     append_batches(create_source(catalog, group.source), 1, 6)
 
     with pytest.raises(SourceError, match=rf"dropped and created again.*icegroup delete {group.name} --execute"):
         tick(catalog, group, missing)
-    delete_group(catalog, footprint(catalog, group.name, group.source, group.sink))
+    found = footprint(catalog, group.name, group.source, group.sink)
+    # As `icegroup delete --execute` does: the leases the first tick granted (never run here) must have
+    # passed their deadline, or the delete is refused.
+    with pytest.raises(UsageError, match="lease\\(s\\) in flight"):
+        check_deletable(found, int(time.time() * 1000))
+    check_deletable(found, max(lease.deadline_ms for lease in granted.leases.values()) + 1)
+    delete_group(catalog, found)
     fresh = tick(catalog, group, missing)
     assert sum(s.rows for s in fresh.state.shards.values()) == 6, "the new table's rows, from its start"
 

@@ -159,11 +159,12 @@ def test_a_sink_widens_a_column_its_source_widened_casts_narrower_output_up_and_
 ) -> None:
     """Iceberg's promotions (int to long, float to double, a decimal's digits) widen the sink; nothing else does."""
     sink = f"{lakehouse.catalog_name}.{ns}.sink"
+    n, short = "n`1 x.y", "odd name.with `tick`"  # names a bare backtick or a dot would break
 
-    def typed(n: str, score: str, price: str) -> DataFrame:
+    def typed(n_type: str, score: str, price: str) -> DataFrame:
         rows = spark.range(1, 3).selectExpr(
             "id AS event_id",
-            f"CAST(id AS {n}) AS n",
+            f"CAST(id AS {n_type}) AS `n``1 x.y`",
             f"CAST(id AS {score}) AS score",
             f"CAST(id AS {price}) AS price",
             "CAST(id AS smallint) AS `odd name.with ``tick```",  # Iceberg keeps a short as an int
@@ -178,20 +179,21 @@ def test_a_sink_widens_a_column_its_source_widened_casts_narrower_output_up_and_
     with pytest.raises(SinkError, match=r"price \(decimal\(12,3\)\): sink has decimal\(9,2\)"):
         shape.align_to_sink(spark, sink, typed("bigint", "double", "decimal(12,3)"))
     assert catalog.load_table(f"{ns}.sink").schema().schema_id == first, "a refused output widens nothing"
-    assert types()["n"] == "int"
+    assert types()[n] == "int"
 
     shape.align_to_sink(spark, sink, typed("bigint", "double", "decimal(12,2)"))
     widened = types()
-    assert (widened["n"], widened["score"], widened["price"]) == ("long", "double", "decimal(12, 2)")
-    assert widened["odd name.with `tick`"] == "int"
+    assert (widened[n], widened["score"], widened["price"]) == ("long", "double", "decimal(12, 2)")
+    assert widened[short] == "int"
 
     narrower, evolve = shape.align_to_sink(spark, sink, typed("int", "float", "decimal(9,2)"))
-    assert (dict(narrower.dtypes)["n"], dict(narrower.dtypes)["score"], dict(narrower.dtypes)["price"]) == (
+    assert (dict(narrower.dtypes)[n], dict(narrower.dtypes)["score"], dict(narrower.dtypes)["price"]) == (
         "bigint",
         "double",
         "decimal(12,2)",
     ), "a narrower output is cast to the sink's types"
-    assert dict(narrower.dtypes)["odd name.with `tick`"] == "int"
+    assert dict(narrower.dtypes)[short] == "int"
+    assert [(r[n], r[short]) for r in narrower.orderBy("event_id").collect()] == [(1, 1), (2, 2)]
     assert not evolve
-    with pytest.raises(SinkError, match=r"n \(string\): sink has bigint.*Change the transform"):
+    with pytest.raises(SinkError, match=r"n`1 x\.y \(string\): sink has bigint.*Change the transform"):
         shape.align_to_sink(spark, sink, typed("string", "double", "decimal(12,2)"))
