@@ -215,6 +215,7 @@ def summary(workload: Workload, seconds: dict[str, list[float]], source_bytes: i
     """Medians, rows per second and ratios to A2 and to B1, for the arms that ran."""
     medians = {arm: round(statistics.median(values), 2) for arm, values in seconds.items()}
     return {
+        "rounds": len(seconds["A2"]),  # per workload: a later run of one workload may use another count
         "workload": {
             "snapshots": workload.snapshots,
             "rows_per_snapshot": workload.rows_per_snapshot,
