@@ -28,7 +28,7 @@ from icegroup.iceberg.protocol.sink_commit import (
     SHARD_ID_DIGITS,
     shard_number,
 )
-from icegroup.spark_jobs.identifiers import quoted
+from icegroup.spark_jobs.identifiers import ddl_type, quoted
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +130,7 @@ def staging_spec(spark: SparkSession, table: str) -> int | None:
 def create_sink(spark: SparkSession, catalog: str, sink: str, df: DataFrame) -> None:
     """Create the sink (and its namespace) with ``df``'s columns, partitioned by the window, staged writes on."""
     namespace = sink.rsplit(".", 1)[0]
-    columns = ", ".join(f"{quoted(f.name)} {f.dataType.simpleString()}" for f in df.schema.fields)
+    columns = ", ".join(f"{quoted(f.name)} {ddl_type(f.dataType)}" for f in df.schema.fields)
     properties = ", ".join(f"'{k}'='{v}'" for k, v in SINK_PROPERTIES.items())
     try:
         spark.sql(f"CREATE NAMESPACE IF NOT EXISTS {catalog}.{namespace}")

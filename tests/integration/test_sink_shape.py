@@ -131,6 +131,23 @@ def test_a_new_sink_takes_every_column_nullable_whatever_the_first_output_held(
     assert not scores.value_required  # type: ignore[attr-defined]
 
 
+def test_a_new_sink_takes_struct_fields_whose_names_hold_hyphens_dots_spaces_and_backticks(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str
+) -> None:
+    """JSON keys such as ``user-agent`` become struct field names; the sink's creation quotes them (it failed)."""
+    first = spark.range(2).selectExpr(
+        "id AS event_id",
+        "named_struct('user-agent', 'ua', 'x.y', 1, 'a b', array(named_struct('k`1', 'v'))) AS headers",
+    )
+    out = with_lineage(first, "00000000000000ab", date(2026, 1, 1))
+    ensure_sink(spark, lakehouse.catalog_name, f"{ns}_json.sink", out)
+
+    headers = catalog.load_table(f"{ns}_json.sink").schema().find_field("headers").field_type
+    assert [f.name for f in headers.fields] == ["user-agent", "x.y", "a b"]  # type: ignore[attr-defined]
+    element = headers.fields[2].field_type.element_type  # type: ignore[attr-defined]
+    assert [f.name for f in element.fields] == ["k`1"]
+
+
 def test_a_sink_another_borrower_created_first_is_no_error_and_any_other_failure_is_raised(
     spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, ns: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
