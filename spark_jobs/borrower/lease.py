@@ -12,8 +12,8 @@
   poison and goes to the dead-letter table (``on_poison``), or its failing rows are isolated and the
   rest is committed (``on_poison: isolate``, ``isolation.py``);
 - **publish**: the fenced commit appends the staged output and the shard's progress to main.
-  Consecutive small shards (``commit_batch_rows``) are staged in one Spark job and published in one
-  commit, which lists every shard's id and source range;
+  Consecutive shards, up to ``commit_batch_rows`` rows (a whole lease by default), are staged in one Spark
+  job and published in one commit, which lists every shard's id and source range;
 - **report**: what this attempt committed, for the run's metadata.
 
 A Borrower asked to stop (``stop``: its process got SIGTERM, its Dagster run was terminated)

@@ -1,6 +1,6 @@
 """The Borrower's deliver and publish phases: stage a lease's shards, and publish them one commit at a time.
 
-Consecutive small shards are staged in one Spark job and published in one commit
+Consecutive shards, up to ``commit_batch_rows``, are staged in one Spark job and published in one commit
 (``commit_batch``); a batch that fails is delivered shard by shard, so that redelivery and the
 poison verdict stay per shard. A publish is left in flight on the lease's publisher thread while
 the lease reads and stages its next shard, and is settled (counted, or its refusal sorted out)
