@@ -33,7 +33,7 @@ from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from icegroup.iceberg.protocol.dead_letters import STOPPED, DeadLetter
-from icegroup.iceberg.protocol.drift import check_config, check_drift, check_filter
+from icegroup.iceberg.protocol.drift import check_config, check_drift, check_filter, check_same_table
 from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.freshness import oldest_unconsumed_ms
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -165,7 +165,8 @@ def tick(
     if not pin_config:
         refuse_other_config(group, synced.state)
     history = synced.history
-    before = check_config(synced.state, group, now_ms, history.head)
+    pinned = check_config(synced.state, group, now_ms, history.head)
+    before = check_same_table(pinned, str(source.metadata.table_uuid), group)
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
 
     reconciled = reconcile(before, history.commits, history.head, now_ms, group.lease_timeout_s)

@@ -79,4 +79,5 @@ def initial_state(table: Table, group: GroupConfig, epoch: int = 0) -> GroupStat
         planned_through=position,
         planned_through_sequence=start.sequence_number or 0 if start is not None else 0,
         epoch=epoch,
+        source_uuid=str(table.metadata.table_uuid),
     )

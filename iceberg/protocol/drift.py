@@ -10,7 +10,7 @@ from __future__ import annotations
 from pyiceberg.expressions.visitors import bind
 from pyiceberg.schema import Schema
 
-from icegroup.iceberg.errors import ConfigError
+from icegroup.iceberg.errors import ConfigError, SourceError
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.state import ConfigChange, GroupState
 
@@ -23,6 +23,28 @@ def check_drift(state: GroupState, group: GroupConfig) -> None:
                 f"group {group.name!r}: {name}: the config says {now!r} but the group's registry was built for "
                 f"{kept!r}. Give the changed group a new name, or restore {name}: {kept}"
             )
+
+
+def check_same_table(state: GroupState, table_uuid: str, group: GroupConfig) -> GroupState:
+    """The state with the source table's UUID recorded; a table other than the one the group planned is refused.
+
+    A table dropped and created again under the source's name has none of the snapshots the group's
+    positions name. Without the UUID the tick finds that out only when a position is missing, and
+    cannot tell it from an expiry; with it, the error names the one cause and its remedy. A state
+    without one (written before UUIDs were kept, or just reset) adopts the table's.
+    """
+    if state.source_uuid is None:
+        return state.model_copy(update={"source_uuid": table_uuid})
+    if state.source_uuid != table_uuid:
+        raise SourceError(
+            f"group {group.name!r}: source {group.source!r} was dropped and created again: the table under that "
+            f"name is {table_uuid}, and the group consumed table {state.source_uuid}, whose snapshots the group's "
+            f"positions name. Run `icegroup delete {group.name} --execute` (once no lease is in flight) and "
+            "consume again: the group starts on the new table from its start config (the table's first snapshot "
+            f"by default), and the sink keeps its rows. `icegroup reset {group.name} --to-latest --execute` goes on "
+            "from the new table's head instead, skipping its rows so far"
+        )
+    return state
 
 
 def check_config(state: GroupState, group: GroupConfig, now_ms: int, sink_head: int | None) -> GroupState:

@@ -154,6 +154,11 @@ class GroupState(BaseModel):
     retired: RetiredStreams = Field(
         default_factory=RetiredStreams, description="Totals of the streams folded out of ``streams``."
     )
+    source_uuid: str | None = Field(
+        default=None,
+        description="The source table's UUID, recorded by the first tick that planned it: another table under the "
+        "source's name (dropped and created again) holds none of the snapshots the positions name.",
+    )
 
     @property
     def origin(self) -> Origin:

@@ -139,10 +139,12 @@ def test_a_source_dropped_and_created_again_stops_the_group_naming_a_new_start_w
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 6)
     granted = tick(catalog, group, missing).state
+    assert granted.source_uuid == str(catalog.load_table(group.source).metadata.table_uuid)
     catalog.drop_table(group.source)
     append_batches(create_source(catalog, group.source), 1, 6)
 
-    with pytest.raises(SourceError, match=rf"dropped and created again.*icegroup delete {group.name} --execute"):
+    consumed = rf"dropped and created again: .* group consumed table {granted.source_uuid}"
+    with pytest.raises(SourceError, match=rf"{consumed}.*icegroup delete {group.name} --execute"):
         tick(catalog, group, missing)
     found = footprint(catalog, group.name, group.source, group.sink)
     # As `icegroup delete --execute` does: the leases the first tick granted (never run here) must have
