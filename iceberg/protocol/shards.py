@@ -242,8 +242,8 @@ def cut_shards(
 def commit_batches(shards: Sequence[Shard], max_rows: int) -> list[list[Shard]]:
     """Split a lease's shards, in order, into the groups that are published in one sink commit each.
 
-    Each shard costs a fixed overhead to stage and publish, so small ones go together: consecutive
-    shards of one source schema join a batch while its rows stay within ``max_rows``. A shard at or
+    Each Spark job and commit costs a fixed overhead, so shards go together: consecutive shards of
+    one source schema join a batch while its rows stay within ``max_rows``. A shard at or
     above the bound commits on its own, and ``max_rows=0`` commits every shard on its own.
     """
     batches: list[list[Shard]] = []

@@ -301,7 +301,7 @@ def commit_properties(
     origin: Origin | None = None,
     run_id: str | None = None,
 ) -> dict[str, str]:
-    """Summary properties for the commit of one or more shards of a lease (small ones commit together).
+    """Summary properties for the commit of one or more shards of a lease (consecutive ones commit together).
 
     Besides each shard's range they carry its end's sequence number, its source rows and its replay
     window, the group's start and config hash (everything a lost registry is rebuilt from, see

@@ -1,4 +1,4 @@
-"""The Borrower: execute one lease, shard by shard; small shards share one fenced sink commit.
+"""The Borrower: execute one lease, shard by shard; consecutive shards share one fenced sink commit.
 
 ``run_lease`` is five phases, after EMQX's connecting -> connected -> unsubscribing:
 

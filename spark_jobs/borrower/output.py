@@ -1,6 +1,6 @@
 """A lease's output for one sink commit: its shards read, transformed and given their lineage columns.
 
-A lone shard is read, transformed and labelled with its shard id and window. Several small shards
+A lone shard is read, transformed and labelled with its shard id and window. Several shards
 that commit together are read in one scan and transformed once, when the transform hands rows on
 one by one (``icegroup.spark_jobs.row_files.streams_rows``): each row then names its shard and window by its
 source file, and the batch costs one scan planning and a few tasks instead of one per shard. A

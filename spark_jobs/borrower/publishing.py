@@ -101,7 +101,7 @@ def commit_alone(run: LeaseRun, shard: Shard, root: int | None, source: Table, w
 def commit_together(
     run: LeaseRun, batch: list[Shard], root: int | None, source: Table, wait: bool = True
 ) -> list[Shard]:
-    """Stage small shards in one Spark job and publish them in one commit; returns those left to commit alone.
+    """Stage a batch of shards in one Spark job and publish them in one commit; returns those left to commit alone.
 
     A batch is delivered once. If that fails, each of its shards is delivered on its own, so that
     redelivery and the poison verdict stay per shard.
