@@ -10,7 +10,6 @@ from pyiceberg.table.snapshots import Snapshot
 
 from icegroup.iceberg.errors import RegistryConflict, SourceError, UsageError
 from icegroup.iceberg.leader import tick
-from icegroup.iceberg.pause import set_paused
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.reset import ResetTarget
 from icegroup.iceberg.protocol.source_branch import ref_name
@@ -165,8 +164,8 @@ def test_a_reset_to_latest_on_a_source_created_again_goes_on_from_the_new_tables
 ) -> None:
     group = make_group()
     append_batches(create_source(catalog, group.source), 2, 6)
-    set_paused(catalog, group, True)  # the first tick plans and grants nothing: no lease in flight to fence
     tick(catalog, group, missing)
+    catalog.create_table(group.sink, schema=SCHEMA)  # the reset fences the leases granted there
     catalog.drop_table(group.source)
     append_batches(create_source(catalog, group.source), 1, 6)
     new = catalog.load_table(group.source)
@@ -174,7 +173,6 @@ def test_a_reset_to_latest_on_a_source_created_again_goes_on_from_the_new_tables
         tick(catalog, group, missing)
 
     execute_reset(catalog, group, ResetTarget("latest"))
-    set_paused(catalog, group, False)
     after = tick(catalog, group, missing).state
 
     assert after.source_uuid == str(new.metadata.table_uuid)
