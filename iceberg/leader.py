@@ -33,7 +33,7 @@ from icegroup.iceberg.failpoints import failpoint
 from icegroup.iceberg.history_gap import plan_source
 from icegroup.iceberg.protocol.completion import MAX_PER_TICK, complete_windows, window_width_ms
 from icegroup.iceberg.protocol.dead_letters import STOPPED, DeadLetter
-from icegroup.iceberg.protocol.drift import check_config, check_drift, check_filter, check_same_table
+from icegroup.iceberg.protocol.drift import check_config, check_drift, check_filter, recorded_table, refuse_other_table
 from icegroup.iceberg.protocol.fences import replay_fence_key
 from icegroup.iceberg.protocol.freshness import oldest_unconsumed_ms
 from icegroup.iceberg.protocol.group import GroupConfig
@@ -60,7 +60,7 @@ from icegroup.iceberg.store.registrations import register
 from icegroup.iceberg.store.registry import commit_state, load_state
 from icegroup.iceberg.store.renewals import renewals_applied
 from icegroup.iceberg.store.source_branch import keep_ref
-from icegroup.iceberg.store.tables import load_optional
+from icegroup.iceberg.store.tables import load_optional, table_uuid
 
 log = logging.getLogger(__name__)
 
@@ -160,13 +160,13 @@ def tick(
         check_drift(loaded.state, group)
     tables = load_group_tables(catalog, group, loaded)
     source = tables.source
+    refuse_other_table(loaded.state, table_uuid(source), group)  # before anything reads the table or the sink
     check_filter(group, source.schema())
     synced = level_with_sink(tables, now_ms)
     if not pin_config:
         refuse_other_config(group, synced.state)
     history = synced.history
-    pinned = check_config(synced.state, group, now_ms, history.head)
-    before = check_same_table(pinned, str(source.metadata.table_uuid), group)
+    before = recorded_table(check_config(synced.state, group, now_ms, history.head), table_uuid(source))
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
 
     reconciled = reconcile(before, history.commits, history.head, now_ms, group.lease_timeout_s)

@@ -96,7 +96,8 @@ def rebuild(
     With ``fence``, the sink's epoch fence is raised to ``epoch`` *before* the history is read. A
     lease of an older epoch can then no longer commit, so no commit lands that the rebuild did not
     see, and none of the ranges it re-cuts can be committed twice. If another Leader raised the
-    fence that far already, it is rebuilding too, and this one backs off. A pause carries over.
+    fence that far already, it is rebuilding too, and this one backs off. A pause carries over, and so
+    does the source table's UUID: the commits name that table's snapshots.
     """
     sink = load_optional(catalog, group.sink)
     if sink is None:
@@ -123,6 +124,7 @@ def rebuild(
     sequences = {s.snapshot_id: s.sequence_number or 0 for s in source.snapshots()}
     state = rebuild_state(group, history.commits, sequences, history.head, epoch, parse_resets(history.resets))
     state.paused_at_ms = stored.paused_at_ms if stored is not None else None
+    state.source_uuid = stored.source_uuid if stored is not None else None  # the table its positions are in
     log.info(
         "group %s: registry rebuilt from %d sink commits (%s); epoch %d, streams at %s",
         group.name, len(history.commits), reason, state.epoch,

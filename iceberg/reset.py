@@ -36,7 +36,7 @@ from pyiceberg.table import Table
 from icegroup.iceberg.cascade import follows_after_reset
 from icegroup.iceberg.errors import RegistryConflict, UsageError
 from icegroup.iceberg.failpoints import failpoint
-from icegroup.iceberg.protocol.drift import check_drift
+from icegroup.iceberg.protocol.drift import check_drift, refuse_other_table
 from icegroup.iceberg.protocol.fences import epoch_key
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.replay import holder_alive
@@ -69,7 +69,7 @@ from icegroup.iceberg.store.registry import Loaded, commit_or_lose, kept_moving,
 from icegroup.iceberg.store.reset_marker import judge_reset, marker_of
 from icegroup.iceberg.store.sink import delete_shards, remove_property
 from icegroup.iceberg.store.sink_history import sink_history
-from icegroup.iceberg.store.tables import load_optional, load_source
+from icegroup.iceberg.store.tables import load_optional, load_source, table_uuid
 
 
 @dataclass
@@ -137,6 +137,7 @@ def plan_reset(
     state = loaded.state
     check_drift(state, group)
     source = load_source(catalog, group.source)
+    refuse_other_table(state, table_uuid(source), group)  # its positions are not the new table's to move
     sink = load_optional(catalog, group.sink)
     history = chain(source)
     marker = marker_of(sink, group)

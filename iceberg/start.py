@@ -9,7 +9,7 @@ from icegroup.iceberg.errors import SourceError
 from icegroup.iceberg.protocol.durations import format_time
 from icegroup.iceberg.protocol.group import GroupConfig, StartAtSnapshot, StartAtTimestamp
 from icegroup.iceberg.protocol.state import GroupState
-from icegroup.iceberg.store.tables import history_cut_before, parent_of, walk_back
+from icegroup.iceberg.store.tables import history_cut_before, parent_of, table_uuid, walk_back
 
 
 def resolve_start(table: Table, group: GroupConfig) -> int | None:
@@ -79,5 +79,5 @@ def initial_state(table: Table, group: GroupConfig, epoch: int = 0) -> GroupStat
         planned_through=position,
         planned_through_sequence=start.sequence_number or 0 if start is not None else 0,
         epoch=epoch,
-        source_uuid=str(table.metadata.table_uuid),
+        source_uuid=table_uuid(table),
     )

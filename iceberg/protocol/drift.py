@@ -25,26 +25,32 @@ def check_drift(state: GroupState, group: GroupConfig) -> None:
             )
 
 
-def check_same_table(state: GroupState, table_uuid: str, group: GroupConfig) -> GroupState:
-    """The state with the source table's UUID recorded; a table other than the one the group planned is refused.
+def refuse_other_table(state: GroupState | None, table_uuid: str | None, group: GroupConfig) -> None:
+    """Refuse a source table other than the one the group consumed: its positions name none of its snapshots.
 
-    A table dropped and created again under the source's name has none of the snapshots the group's
-    positions name. Without the UUID the tick finds that out only when a position is missing, and
-    cannot tell it from an expiry; with it, the error names the one cause and its remedy. A state
-    without one (written before UUIDs were kept, or just reset) adopts the table's.
+    A table dropped and created again under the source's name has a new UUID. Without the UUID the
+    tick would find that out only when a position is missing, and could not tell it from an expiry;
+    a reset would measure the old table's positions against the new table's sequence numbers. So
+    the tick refuses it before anything else reads the new table, and so does a reset, naming the
+    one remedy: a new start of the group's state, which keeps the sink.
     """
-    if state.source_uuid is None:
-        return state.model_copy(update={"source_uuid": table_uuid})
-    if state.source_uuid != table_uuid:
-        raise SourceError(
-            f"group {group.name!r}: source {group.source!r} was dropped and created again: the table under that "
-            f"name is {table_uuid}, and the group consumed table {state.source_uuid}, whose snapshots the group's "
-            f"positions name. Run `icegroup delete {group.name} --execute` (once no lease is in flight) and "
-            "consume again: the group starts on the new table from its start config (the table's first snapshot "
-            f"by default), and the sink keeps its rows. `icegroup reset {group.name} --to-latest --execute` goes on "
-            "from the new table's head instead, skipping its rows so far"
-        )
-    return state
+    recorded = state.source_uuid if state is not None else None
+    if recorded is None or table_uuid is None or recorded == table_uuid:
+        return
+    raise SourceError(
+        f"group {group.name!r}: source {group.source!r} was dropped and created again: the table under that name "
+        f"is {table_uuid}, and the group consumed table {recorded}, whose snapshots its positions name. Run "
+        f"`icegroup delete {group.name} --execute` (once no lease is in flight; the sink keeps its rows) and consume "
+        "again: the group then starts on the new table from its `start` (`earliest` by default, the new table's "
+        "first snapshot; a `start` naming a snapshot of the old table must be changed first)"
+    )
+
+
+def recorded_table(state: GroupState, table_uuid: str | None) -> GroupState:
+    """The state with the source table's UUID, which a state without one (new, from before UUIDs, rebuilt) adopts."""
+    if state.source_uuid is not None or table_uuid is None:
+        return state
+    return state.model_copy(update={"source_uuid": table_uuid})
 
 
 def check_config(state: GroupState, group: GroupConfig, now_ms: int, sink_head: int | None) -> GroupState:

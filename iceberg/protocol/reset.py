@@ -123,7 +123,6 @@ def reset_state(
         stream = new.streams.setdefault(move.stream, StreamState(position=None))
         stream.position, stream.position_sequence = move.new
     new.planned_through, new.planned_through_sequence = planned_through
-    new.source_uuid = None  # the positions are the table's found now: the next tick records its UUID
     reopened = list(windows)
     if reopened and new.windows_complete_through_ms is not None:
         new.windows_complete_through_ms = min(new.windows_complete_through_ms, min(reopened))

@@ -11,9 +11,7 @@ from pyiceberg.table.snapshots import Snapshot
 from icegroup.iceberg.errors import RegistryConflict, SourceError, UsageError
 from icegroup.iceberg.leader import tick
 from icegroup.iceberg.protocol.liveness import RunState
-from icegroup.iceberg.protocol.reset import ResetTarget
 from icegroup.iceberg.protocol.source_branch import ref_name
-from icegroup.iceberg.reset import execute_reset
 from icegroup.iceberg.shards import plan_increment
 from icegroup.iceberg.start import initial_state
 from icegroup.iceberg.store.group_delete import check_deletable, delete_group, footprint
@@ -157,27 +155,6 @@ def test_a_source_dropped_and_created_again_stops_the_group_naming_a_new_start_w
     delete_group(catalog, found)
     fresh = tick(catalog, group, missing)
     assert sum(s.rows for s in fresh.state.shards.values()) == 6, "the new table's rows, from its start"
-
-
-def test_a_reset_to_latest_on_a_source_created_again_goes_on_from_the_new_tables_head(
-    catalog: Catalog, make_group: MakeGroup
-) -> None:
-    group = make_group()
-    append_batches(create_source(catalog, group.source), 2, 6)
-    tick(catalog, group, missing)
-    catalog.create_table(group.sink, schema=SCHEMA)  # the reset fences the leases granted there
-    catalog.drop_table(group.source)
-    append_batches(create_source(catalog, group.source), 1, 6)
-    new = catalog.load_table(group.source)
-    with pytest.raises(SourceError, match="dropped and created again"):
-        tick(catalog, group, missing)
-
-    execute_reset(catalog, group, ResetTarget("latest"))
-    after = tick(catalog, group, missing).state
-
-    assert after.source_uuid == str(new.metadata.table_uuid)
-    assert after.planned_through == new.current_snapshot().snapshot_id  # type: ignore[union-attr]
-    assert not after.shards, "the new table's rows before the reset are skipped, as the error says"
 
 
 def test_an_unknown_source_table_names_the_field(catalog: Catalog, make_group: MakeGroup) -> None:

@@ -17,13 +17,15 @@ from pyiceberg.catalog import Catalog
 from icegroup.dagster_project.cli import Exit, main
 from icegroup.iceberg import rebuild
 from icegroup.iceberg.describe import describe_group
-from icegroup.iceberg.errors import ConfigError, RegistryConflict, SinkError
+from icegroup.iceberg.errors import ConfigError, RegistryConflict, SinkError, SourceError
 from icegroup.iceberg.leader import TickResult, tick
 from icegroup.iceberg.protocol.fences import epoch_key
 from icegroup.iceberg.protocol.group import GroupConfig, StartAtSnapshot
 from icegroup.iceberg.protocol.liveness import RunState
+from icegroup.iceberg.protocol.reset import ResetTarget
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, shard_number
 from icegroup.iceberg.rebuild import sync_tables
+from icegroup.iceberg.reset import execute_reset
 from icegroup.iceberg.store.registry import commit_state, load_state, registry_identifier
 from icegroup.iceberg.store.sink_history import SinkHistory
 from tests.factories import MakeGroup, append_batches, create_source, tables_of, write_groups
@@ -103,6 +105,30 @@ def test_a_registry_restored_from_an_older_backup_is_rebuilt(catalog: Catalog, g
     ranges = committed_ranges(catalog, group)
     assert len(ranges) == len(set(ranges)), "no source snapshot of a stream was committed twice"
     assert len(ranges) == 6 * 3
+
+
+def test_a_source_created_again_is_refused_by_a_reset_and_a_rebuild_keeps_the_table_its_positions_are_in(
+    catalog: Catalog, group: GroupConfig
+) -> None:
+    consume_all(catalog, group)
+    stored = load_state(catalog, group.name).state
+    assert stored is not None
+    assert stored.source_uuid == str(catalog.load_table(group.source).metadata.table_uuid)
+    catalog.drop_table(group.source)
+    append_batches(create_source(catalog, group.source), 1, 30)
+    new = str(catalog.load_table(group.source).metadata.table_uuid)
+    sink_before = catalog.load_table(group.sink).properties
+
+    with pytest.raises(SourceError, match=rf"dropped and created again: .* is {new}.*icegroup delete {group.name}"):
+        execute_reset(catalog, group, ResetTarget("latest"))
+    assert load_state(catalog, group.name).state == stored, "the reset changed nothing"
+    assert catalog.load_table(group.sink).properties == sink_before, "no fence raised, no marker set"
+    with pytest.raises(SourceError, match="dropped and created again"):
+        run(catalog, group)
+
+    source = catalog.load_table(group.source)
+    rebuilt = rebuild.rebuild(catalog, group, source, stored, stored.epoch + 1, "a test", fence=False)
+    assert rebuilt.source_uuid == stored.source_uuid, "its positions are in the old table still"
 
 
 def test_a_sink_whose_history_lost_commits_is_not_rebuilt_from_what_is_left(

@@ -7,13 +7,12 @@ from typing import Any
 import pytest
 
 from icegroup.iceberg.errors import ConfigError, SourceError
-from icegroup.iceberg.protocol.drift import check_config, check_drift, check_same_table
+from icegroup.iceberg.protocol.drift import check_config, check_drift, recorded_table, refuse_other_table
 from icegroup.iceberg.protocol.fences import fence_key
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.leader import check_liveness, cut, grant, reconcile
 from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.renewal import renewed
-from icegroup.iceberg.protocol.reset import reset_state
 from icegroup.iceberg.protocol.shards import FileEntry, Shard, SnapshotInfo
 from icegroup.iceberg.protocol.sink_commit import ShardRange, SinkCommit
 from icegroup.iceberg.protocol.state import Lease, LeasePhase
@@ -272,17 +271,17 @@ def test_the_source_tables_uuid_is_recorded_once_and_another_table_under_the_nam
     group = group_of()
     before = group_state([shard(1)])
 
-    recorded = check_same_table(before, "uuid-1", group)
+    recorded = recorded_table(before, "uuid-1")
 
     assert (before.source_uuid, recorded.source_uuid) == (None, "uuid-1"), "adopted, the state given is not changed"
-    assert check_same_table(recorded, "uuid-1", group) is recorded
+    assert recorded_table(recorded, "uuid-2") is recorded, "adopted once: a later table does not replace it"
+    assert recorded_table(before, None) is before, "a table that records no UUID (format v1) leaves none"
+    refuse_other_table(recorded, "uuid-1", group)
+    refuse_other_table(before, "uuid-2", group)  # a state from before UUIDs were kept: nothing to compare
+    refuse_other_table(recorded, None, group)
     with pytest.raises(SourceError, match=r"dropped and created again: .* is uuid-2.* consumed table uuid-1") as err:
-        check_same_table(recorded, "uuid-2", group)
+        refuse_other_table(recorded, "uuid-2", group)
     assert "icegroup delete orders --execute" in str(err.value)
-    assert "reset orders --to-latest" in str(err.value)
-    reset = reset_state(recorded, [], (None, 0), epoch=1, windows=[])
-    assert reset.source_uuid is None, "a reset's positions are the table found now, whose UUID the next tick records"
-    assert check_same_table(reset, "uuid-2", group).source_uuid == "uuid-2"
 
 
 def test_a_renewal_moves_its_attempts_deadline_to_the_renewal_plus_the_timeout() -> None:
