@@ -18,6 +18,7 @@ from pyiceberg.table import Table
 
 from icegroup.iceberg.errors import ReplayIncomplete
 from icegroup.iceberg.protocol.cascade import superseding
+from icegroup.iceberg.protocol.drift import refuse_other_table
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.replay import check_window, window_coverage
 from icegroup.iceberg.protocol.shards import snapshot_range
@@ -30,8 +31,9 @@ from icegroup.iceberg.protocol.sink_commit import (
     shard_texts,
 )
 from icegroup.iceberg.shards import stream_key
+from icegroup.iceberg.store.registry import load_state
 from icegroup.iceberg.store.sink_history import sink_history
-from icegroup.iceberg.store.tables import load_optional, load_source
+from icegroup.iceberg.store.tables import load_optional, load_source, table_uuid
 
 # The data files live in a snapshot, keyed by (the snapshot that added them, stream): path and rows.
 LiveFiles = dict[tuple[int, str], list[tuple[str, int]]]
@@ -124,7 +126,8 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     would be deleted and not replayed, so it makes the plan incomplete. Each shard's files are read
     at its last source snapshot while that exists, else from the source's current files; a shard
     whose files hold fewer rows than it committed (expired and deleted, or compacted into files of
-    other snapshots) is missing.
+    other snapshots) is missing. A source table dropped and created again is refused, naming the
+    cause (``refuse_other_table``), rather than planned as missing files.
     """
     start = check_window(group, window, now_ms)
     sink = load_optional(catalog, group.sink)
@@ -137,6 +140,7 @@ def plan_replay(catalog: Catalog, group: GroupConfig, window: str, now_ms: int |
     covered = window_coverage(start, window, commits, replays, resets)
     check_sink_rows(sink, plan, covered)
     source = load_source(catalog, group.source)
+    refuse_other_table(load_state(catalog, group.name).state, table_uuid(source), group)  # its files: the old table's
     current = source.current_snapshot()
     live: dict[int, LiveFiles] = {}
     deletes = current is not None and any(m.content != ManifestContent.DATA for m in current.manifests(source.io))

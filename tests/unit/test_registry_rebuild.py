@@ -25,10 +25,11 @@ from icegroup.iceberg.protocol.liveness import RunState
 from icegroup.iceberg.protocol.reset import ResetTarget
 from icegroup.iceberg.protocol.sink_commit import COL_SHARD, shard_number
 from icegroup.iceberg.rebuild import sync_tables
+from icegroup.iceberg.replay import plan_replay
 from icegroup.iceberg.reset import execute_reset
 from icegroup.iceberg.store.registry import commit_state, load_state, registry_identifier
 from icegroup.iceberg.store.sink_history import SinkHistory
-from tests.factories import MakeGroup, append_batches, create_source, tables_of, write_groups
+from tests.factories import MakeGroup, append_batches, create_source, tables_of, today, write_groups
 from tests.sink_commits import SINK_SCHEMA, commit_lease, consume_all, sink_of
 
 
@@ -125,6 +126,8 @@ def test_a_source_created_again_is_refused_by_a_reset_and_a_rebuild_keeps_the_ta
     assert catalog.load_table(group.sink).properties == sink_before, "no fence raised, no marker set"
     with pytest.raises(SourceError, match="dropped and created again"):
         run(catalog, group)
+    with pytest.raises(SourceError, match="dropped and created again"):
+        plan_replay(catalog, group, today(group))
 
     source = catalog.load_table(group.source)
     rebuilt = rebuild.rebuild(catalog, group, source, stored, stored.epoch + 1, "a test", fence=False)
