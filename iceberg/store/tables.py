@@ -86,8 +86,8 @@ def ensure_namespace(catalog: Catalog, namespace: str) -> None:
 def table_uuid(table: Table) -> str | None:
     """The table's UUID as its metadata records it; None if it records none.
 
-    Format v2 requires one, and Iceberg keeps it through a rename, a REPLACE TABLE and a
-    registration: a new UUID under the same name is a table dropped and created again. Format v1
+    Format v2 requires one, and Iceberg keeps it through a REPLACE TABLE and a registration of the
+    table's own metadata: a new UUID under the same name is a table dropped and created again. Format v1
     may leave it out, and pyiceberg then makes up a new one at every load.
     """
     return str(table.metadata.table_uuid) if "table_uuid" in table.metadata.model_fields_set else None
