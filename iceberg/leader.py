@@ -160,13 +160,14 @@ def tick(
         check_drift(loaded.state, group)
     tables = load_group_tables(catalog, group, loaded)
     source = tables.source
-    refuse_other_table(loaded.state, table_uuid(source), group)  # before anything reads the table or the sink
+    source_uuid = table_uuid(source)
+    refuse_other_table(loaded.state, source_uuid, group)  # before anything reads the table or the sink
     check_filter(group, source.schema())
     synced = level_with_sink(tables, now_ms)
     if not pin_config:
         refuse_other_config(group, synced.state)
     history = synced.history
-    before = recorded_table(check_config(synced.state, group, now_ms, history.head), table_uuid(source))
+    before = recorded_table(check_config(synced.state, group, now_ms, history.head), source_uuid)
     observed = {lease_id: observe(lease) for lease_id, lease in before.leases.items()}
 
     reconciled = reconcile(before, history.commits, history.head, now_ms, group.lease_timeout_s)
