@@ -13,7 +13,7 @@ was read at. Every writer that checks a fence requires main where it read it, so
 metadata from before the fence is refused by the catalog itself, REST or SQL, and its retry sees
 the fence. Two fence commits that read the same main cannot both land, so a fence never goes down.
 
-The fence commit is sent with its requirements as they are (``Catalog.commit_table``): pyiceberg's
+The fence commit is sent with its requirements as they are (``commit_updates``): pyiceberg's
 own retry re-bases a snapshot onto the new head, which would drop the requirement.
 """
 
@@ -24,12 +24,12 @@ from collections.abc import Collection, Mapping
 
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
-from pyiceberg.table.update import AssertTableUUID
 
 from icegroup.iceberg.errors import LostRace, SinkError
 from icegroup.iceberg.protocol.fences import fence_key
 from icegroup.iceberg.protocol.sink_commit import KEY_FENCE
 from icegroup.iceberg.retry import again_while_losing
+from icegroup.iceberg.store.metadata_commit import commit_updates
 from icegroup.iceberg.store.sink import lost_race
 
 log = logging.getLogger(__name__)
@@ -45,16 +45,13 @@ def commit_fence(table: Table, properties: Mapping[str, str]) -> None:
     tx.set_properties(dict(properties))
     # No files: the snapshot only moves main, which is what carries the standard requirement.
     tx.update_snapshot(snapshot_properties={KEY_FENCE: ",".join(sorted(properties))}).fast_append().commit()
-    requirements = (*tx._requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
     try:
-        response = table.catalog.commit_table(table, requirements, tx._updates)
+        commit_updates(table, tx._updates, tx._requirements)
     except (CommitFailedException, ValueError) as exc:
         if not lost_race(exc):
             raise
         table.refresh()
         raise LostRace(str(exc)) from exc
-    table.metadata = response.metadata
-    table.metadata_location = response.metadata_location
 
 
 def raise_fences(

@@ -42,6 +42,7 @@ from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.lineage import LineageEntry, consumed, replayed, voided
 from icegroup.iceberg.protocol.shards import Shard
 from icegroup.iceberg.protocol.sink_commit import KEY_GROUP, KEY_RESET, parse_resets, resets_key
+from icegroup.iceberg.store.metadata_commit import on_head
 from icegroup.iceberg.store.registry import NAMESPACE, load_state
 from icegroup.iceberg.store.sink_history import deleted_through, walk_commits
 from icegroup.iceberg.store.tables import ensure_namespace, follows, load_optional
@@ -262,7 +263,7 @@ def commit_entries(
     if drop_shards:
         drops.append(is_in("shard_id", drop_shards))
     try:
-        with table.transaction() as tx:
+        with on_head(table) as head, head.transaction() as tx:  # one CAS on main's head (``metadata_commit``)
             if drops:
                 tx.delete(" OR ".join(drops), snapshot_properties={} if pending else marker)
             if pending:

@@ -19,9 +19,11 @@ import logging
 from pydantic import BaseModel, Field, ValidationError
 from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
+from pyiceberg.table.update import SetPropertiesUpdate
 
 from icegroup.iceberg.protocol.group import GroupConfig
 from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.store.metadata_commit import commit_updates
 
 log = logging.getLogger(__name__)
 
@@ -86,8 +88,7 @@ def register(source: Table, group: GroupConfig, state: GroupState, now_ms: int) 
     if current is not None and not due(current, fresh):
         return False
     try:
-        with source.transaction() as tx:
-            tx.set_properties({registration_key(group.name): fresh.model_dump_json()})
+        commit_updates(source, (SetPropertiesUpdate(updates={registration_key(group.name): fresh.model_dump_json()}),))
     except CommitFailedException as exc:
         log.info("group %s: registration on %s not refreshed this tick: %s", group.name, group.source, exc)
         return False

@@ -22,6 +22,7 @@ from pyiceberg.types import IntegerType, LongType, NestedField, StringType
 
 from icegroup.iceberg.errors import LostRace, RegistryConflict
 from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.store.metadata_commit import on_head
 from icegroup.iceberg.store.tables import ensure_namespace, load_optional
 
 NAMESPACE = "icegroup"
@@ -122,7 +123,8 @@ def commit_state(loaded: Loaded, state: GroupState) -> None:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-            table.overwrite(row)
+            with on_head(table) as head:  # the registry's history costs its commits nothing (``metadata_commit``)
+                head.overwrite(row)
     except CommitFailedException as exc:
         raise RegistryConflict(
             f"registry of group {state.group!r} moved past snapshot {loaded.token} while this Leader "

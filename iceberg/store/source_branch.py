@@ -8,9 +8,11 @@ from pyiceberg.exceptions import CommitFailedException
 from pyiceberg.table import Table
 from pyiceberg.table.refs import SnapshotRefType
 from pyiceberg.table.snapshots import ancestors_of
+from pyiceberg.table.update import AssertRefSnapshotId, SetSnapshotRefUpdate
 
 from icegroup.iceberg.protocol.source_branch import REF_PREFIX, RefPosition, ref_move, ref_name, snapshots_to_keep
 from icegroup.iceberg.protocol.state import GroupState
+from icegroup.iceberg.store.metadata_commit import commit_updates
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +43,23 @@ def keep_ref(source: Table, group: str, state: GroupState) -> RefPosition | None
     """Move the group's branch where ``ref_move`` says it must; returns what it wrote, if anything.
 
     A write that loses to another commit on the source is left for the next tick, as a
-    registration is: the branch then keeps what it kept, a little less up to date.
+    registration is: the branch then keeps what it kept, a little less up to date. The write is
+    the one ``create_branch`` makes, sent in one catalog call (``commit_updates``): it requires the
+    branch where this tick read it.
     """
     wanted = wanted_ref(source, state)
     move = ref_move(read_ref(source, group), wanted) if wanted is not None else None
     if move is None:
         return None
+    name = ref_name(group)
+    held = source.metadata.refs.get(name)
+    # By the spec's names (pyiceberg's aliases), as a REST catalog receives them.
+    branch = SetSnapshotRefUpdate.model_validate(
+        {"ref-name": name, "type": "branch", "snapshot-id": move.snapshot_id, "min-snapshots-to-keep": move.keep}
+    )
+    where = AssertRefSnapshotId.model_validate({"ref": name, "snapshot-id": held.snapshot_id if held else None})
     try:
-        branch = source.manage_snapshots().create_branch(
-            move.snapshot_id, ref_name(group), min_snapshots_to_keep=move.keep
-        )
-        branch.commit()
+        commit_updates(source, (branch,), (where,))
     except CommitFailedException as exc:
         log.info("group %s: source branch %s not moved this tick: %s", group, ref_name(group), exc)
         return None
