@@ -31,10 +31,9 @@ def commit_updates(
     The requirements are sent as they are: pyiceberg's own retry would re-base the updates onto a
     newer head. A commit whose requirements fail raises the catalog's ``CommitFailedException``.
     """
-    required = (*requirements, AssertTableUUID(uuid=table.metadata.table_uuid))
-    response = table.catalog.commit_table(table, required, updates)
-    table.metadata = response.metadata
-    table.metadata_location = response.metadata_location
+    # ``_do_commit`` is the catalog call a Transaction ends with: it also checks the UUID that came back, deletes
+    # the metadata files that fell off the log (``write.metadata.delete-after-commit.enabled``) and updates ``table``.
+    table._do_commit(updates, (*requirements, AssertTableUUID(uuid=table.metadata.table_uuid)))
 
 
 @contextmanager
@@ -42,7 +41,9 @@ def on_head(table: Table) -> Iterator[Table]:
     """A handle on ``table`` knowing main's head as its only snapshot; once its write commits, ``table`` has it too.
 
     Only for a write that reads nothing but main's head: the handle knows no older snapshot, no
-    other branch or tag, and no metadata log. A write that raises leaves ``table`` as it was.
+    other branch or tag, and no snapshot log. It keeps the metadata log (``previous-versions-max``
+    long), so the files that fall off it are deleted after the commit, as pyiceberg deletes them.
+    A write that raises leaves ``table`` as it was.
     """
     metadata = table.metadata
     head = metadata.current_snapshot()
@@ -51,7 +52,6 @@ def on_head(table: Table) -> Iterator[Table]:
             "snapshots": [head] if head is not None else [],
             "refs": {MAIN_BRANCH: metadata.refs[MAIN_BRANCH]} if head is not None else {},
             "snapshot_log": [],
-            "metadata_log": [],
         }
     )
     handle = Table(table.name(), lean, table.metadata_location, table.io, table.catalog, table.config)

@@ -1,4 +1,4 @@
-"""Commits that skip pyiceberg's copies of the whole metadata, on a real SQLite catalog: they commit what pyiceberg would.
+"""Commits that skip pyiceberg's copies of the whole metadata, on a real SQLite catalog: what pyiceberg would commit.
 
 A Leader's writes to its source (a branch move, a registration) are one catalog call each; the
 registry's and the lineage table's writes are made on main's head alone (``on_head``), and the
@@ -23,7 +23,6 @@ from icegroup.iceberg.store.metadata_commit import on_head
 from icegroup.iceberg.store.registrations import read_registrations, register
 from icegroup.iceberg.store.registry import commit_state, load_state
 from icegroup.iceberg.store.source_branch import keep_ref, read_ref
-
 
 SCHEMA = Schema(NestedField(1, "id", LongType(), required=True))
 
@@ -143,6 +142,25 @@ def test_the_registry_commits_on_its_head_and_a_stale_state_loses(catalog: Catal
         commit_state(stale, state.model_copy(update={"epoch": 8}))
 
     now = load_state(catalog, state.group)
-    assert now.state is not None and now.state.epoch == 7
-    assert now.table is not None and len(now.table.scan().to_arrow()) == 1
+    assert now.state is not None
+    assert now.state.epoch == 7
+    assert now.table is not None
+    assert len(now.table.scan().to_arrow()) == 1
     assert len(now.table.snapshots()) == 7  # the first commit's append, then a delete and an append each
+
+
+def test_metadata_files_that_fall_off_the_log_are_deleted_as_pyiceberg_deletes_them(catalog: Catalog, ns: str) -> None:
+    table = make_source(catalog, ns, 1)
+    written = [table.metadata_location]
+    settings = {"write.metadata.delete-after-commit.enabled": "true", "write.metadata.previous-versions-max": "1"}
+    table.transaction().set_properties(settings).commit_transaction()
+    written.append(table.metadata_location)
+
+    keep_ref(table, "g", planned_through(table, 0))
+    written.append(table.metadata_location)
+    with on_head(table) as head:
+        head.append(rows(7))
+    written.append(table.metadata_location)
+
+    # Each commit drops the file before the one it follows: the branch move the first, the write on the head the second.
+    assert [table.io.new_input(location).exists() for location in written] == [False, False, True, True]
