@@ -122,6 +122,11 @@ class TickResult:
         """Everything in the source up to its head is committed to the sink (windows may still be due)."""
         return self.state.is_idle() and self.state.planned_through == self.source_head
 
+    @property
+    def planning_behind(self) -> bool:
+        """The tick cut new shards and stopped short of the source's head (``max_snapshots_per_tick``): more to plan."""
+        return self.new_shards > 0 and self.blocked is None and self.state.planned_through != self.source_head
+
     def stop_message(self) -> str:
         """Why the group is stopped, naming each poison shard and the remedy."""
         shards = "; ".join(

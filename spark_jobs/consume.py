@@ -186,6 +186,7 @@ class ConsumeLoop:
             stopped=bool(result.stopped), caught_up=result.caught_up, paused=result.paused,
             more_windows_due=result.more_windows_due, progressed=bool(result.new_shards or result.committed),
             mine=len(mine), busy=self.runner.busy, idle_s=time.monotonic() - self.idle_since,
+            planning_behind=result.planning_behind,
         )  # fmt: skip
         step = after_tick(facts, self.options, until_caught_up)
         if step is Step.STOP:
@@ -205,11 +206,13 @@ class ConsumeLoop:
             return True
         if step is Step.WAIT_FOR_A_LEASE:
             self.account(self.runner.finished(None if self.runner.free == 0 else self.options.poll_s))
+        elif step is Step.PLAN_AHEAD:
+            self.account(self.runner.finished(0))  # whatever ended meanwhile, without waiting
         elif step is Step.GIVE_UP:
             raise not_caught_up(self.catalog, self.group, self.summary, self.owner_run_id, self.options.max_wait_s)
         elif step is Step.SLEEP:
             time.sleep(self.options.poll_s)
-        if step in (Step.WAIT_FOR_A_LEASE, Step.TICK):
+        if step in (Step.WAIT_FOR_A_LEASE, Step.PLAN_AHEAD, Step.TICK):
             self.idle_since = time.monotonic()
         return False
 

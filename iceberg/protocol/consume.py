@@ -38,6 +38,7 @@ class Step(Enum):
     PAUSED = "paused with nothing left to run here: raise, naming the pause"
     ONE_ROUND = "run the leases granted, wait for them, then return"
     WAIT_FOR_A_LEASE = "run the leases granted, then wait until one ends (or a slot is free at the next poll)"
+    PLAN_AHEAD = "run the leases granted, then tick again at once while they run: the source has more to plan"
     TICK = "run the leases granted, then tick again at once: the last tick made progress"
     GIVE_UP = "no progress for the patience: raise, naming the leases held elsewhere"
     SLEEP = "nothing to run here yet: look again after a poll"
@@ -55,6 +56,7 @@ class TickFacts:
     mine: int
     busy: int
     idle_s: float
+    planning_behind: bool = False
 
 
 def after_tick(facts: TickFacts, options: RunOptions, until_caught_up: bool) -> Step:
@@ -63,7 +65,9 @@ def after_tick(facts: TickFacts, options: RunOptions, until_caught_up: bool) -> 
     Caught up means every window due has been reported complete too (a tick reports a bounded
     number), so a run with windows due ticks on. A paused group raises only once nothing is left to
     run here. The patience (``max_wait_s``) counts time without progress, and a following run never
-    runs out of it.
+    runs out of it. While leases run and the source has more to plan than one tick plans
+    (``planning_behind``), the next tick plans while they run, not after one ends: a backlog of
+    many small snapshots otherwise planned 500 of them per lease that ended, its slot idle.
     """
     if facts.stopped:
         return Step.STOP
@@ -74,7 +78,7 @@ def after_tick(facts: TickFacts, options: RunOptions, until_caught_up: bool) -> 
     if not until_caught_up:
         return Step.ONE_ROUND
     if facts.busy or facts.mine:
-        return Step.WAIT_FOR_A_LEASE
+        return Step.PLAN_AHEAD if facts.planning_behind else Step.WAIT_FOR_A_LEASE
     if facts.progressed or facts.more_windows_due:
         return Step.TICK
     if facts.idle_s > options.max_wait_s and not options.follow:

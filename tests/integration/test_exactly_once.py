@@ -141,3 +141,21 @@ def test_a_group_renamed_onto_its_sink_is_verified_by_its_own_rows(
         check = verify_group(catalog, each, key="event_id")
         assert check.ok, check.line()
         assert check.found == 24
+
+
+def test_a_consume_plans_ahead_while_its_leases_run_and_stays_exactly_once(
+    spark: SparkSession, lakehouse: LakehouseConfig, catalog: Catalog, make_group: MakeGroup
+) -> None:
+    group = make_group(max_borrowers=1, max_snapshots_per_tick=2, shard_caps={"max_files": 3}, lease_max_shards=1)
+    append_batches(create_source(catalog, group.source), 8, 12)
+    lines: list[str] = []
+
+    consume(lambda: spark, lakehouse, group, "run-ahead", lambda _: RunState.MISSING, progress=lines.append)
+
+    ids = sink_ids(catalog, group)
+    assert sorted(ids) == list(range(1, 8 * 12 + 1))
+    assert set(ids.values()) == {1}
+    planned = [int(m.group(1)) for line in lines if (m := re.search(r": tick \d+ in \d+ ms: (\d+) new shards", line))]
+    ahead = [line for line in lines if re.search(r"new shards, 0 committed, \d+ pending, 1 leases in flight", line)]
+    assert sum(1 for n in planned if n) == 4, lines  # 8 snapshots, 2 a tick
+    assert len(ahead) >= 2, f"ticks that planned while the one lease ran: {lines}"

@@ -380,3 +380,16 @@ def test_a_retired_leases_fence_is_pruned_and_a_lease_in_flight_keeps_its_own(
     assert legacy not in fences, "fences left by earlier versions go at the next retirement"
     assert all(fences.get(keys[lease.lease_id]) == "1" for lease in flying), "leases in flight keep theirs"
     assert set(first.state.leases) == set(keys)
+
+
+def test_a_tick_that_stops_short_of_the_head_says_planning_is_behind(catalog: Catalog, make_group: MakeGroup) -> None:
+    group = make_group(max_snapshots_per_tick=2)
+    append_batches(create_source(catalog, group.source), 3, 3)
+
+    first = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0)
+    second = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 1)
+    third = tick(catalog, group, running, owner_run_id=BORROWER_RUN, now_ms=T0 + 2)
+
+    assert (first.new_shards > 0, first.planning_behind) == (True, True)
+    assert (second.new_shards > 0, second.planning_behind) == (True, False)  # planned through the head
+    assert (third.new_shards, third.planning_behind) == (0, False)

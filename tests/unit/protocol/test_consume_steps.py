@@ -29,6 +29,10 @@ PATIENT = RunOptions(max_wait_s=60.0, poll_s=1.0)
         (replace(QUIET, idle_s=61.0), Step.GIVE_UP),
         (replace(QUIET, idle_s=59.0), Step.SLEEP),
         (replace(QUIET, busy=1, idle_s=600.0), Step.WAIT_FOR_A_LEASE),
+        (replace(QUIET, busy=2, progressed=True, planning_behind=True), Step.PLAN_AHEAD),
+        (replace(QUIET, mine=1, progressed=True, planning_behind=True), Step.PLAN_AHEAD),
+        (replace(QUIET, progressed=True, planning_behind=True), Step.TICK),
+        (replace(QUIET, busy=2, caught_up=True, planning_behind=True, stopped=True), Step.STOP),
     ],
     ids=[
         "a stop wins over everything",
@@ -43,6 +47,10 @@ PATIENT = RunOptions(max_wait_s=60.0, poll_s=1.0)
         "no progress past the patience: give up",
         "no progress within the patience: sleep",
         "a lease running here is progress enough",
+        "busy with more to plan: plan while the leases run",
+        "granted here with more to plan: run them and plan at once",
+        "more to plan and nothing here: tick again at once",
+        "a stop wins over planning ahead",
     ],
 )
 def test_the_step_after_a_tick(facts: TickFacts, step: Step) -> None:
