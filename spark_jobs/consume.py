@@ -98,8 +98,8 @@ def consume(
     Up to ``max_borrowers`` leases run at once, on threads of one SparkSession (``LeaseRunner``);
     the loop ticks again as soon as one ends, or every ``poll_s`` while a slot is free, so new
     source snapshots are granted to a free slot within about ``poll_s``; while the source has more
-    to plan than a tick plans, it ticks again at once, planning while the leases run. What follows each tick is
-    decided by ``after_tick`` (``iceberg/protocol/consume.py``). With ``follow`` it goes on after
+    to plan than a tick plans, it ticks again at once, planning while the leases run. What follows
+    each tick is decided by ``after_tick`` (``iceberg/protocol/consume.py``). With ``follow`` it goes on after
     catching up, looking at the source at every multiple of ``poll_s`` (``next_poll_s``: the rhythm
     of Structured Streaming's ``processingTime`` trigger), until it is interrupted.
     The process beats for its leases while it runs (``iceberg/store/heartbeats.py``), so if it dies its leases

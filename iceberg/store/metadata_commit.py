@@ -2,11 +2,12 @@
 
 A ``Transaction`` builds its staged metadata again, as a deep copy of the whole table metadata,
 each time it is read: three or four times to move a branch, more for an overwrite. So a commit
-costs in proportion to the snapshots the table keeps. On a source of 3,000 snapshots a branch move took
-1.3 s of a 2.5 s tick; a registry commit took 1.8 s at 1,209 registry snapshots, which a group
-ticking busily every 5 s makes within an hour (two a tick; ``docs/concepts/performance.md``, a
-commit's cost and the table's history). Two ways around the copies, each committing exactly what
-pyiceberg would:
+costs in proportion to the snapshots the table keeps. On a source of 3,000 snapshots a branch
+move took 1.3 s of a 2.5 s tick; a registry commit took 1.8 s at 1,209 registry snapshots, which
+a group ticking busily every 5 s makes within an hour (two a tick; ``docs/concepts/performance.md``,
+a commit's cost and the table's history). Two ways around the copies, each committing what
+pyiceberg would, with a smaller cost that still grows with the history (the catalog loads,
+copies and writes the whole metadata once):
 
 - ``commit_updates``: metadata updates (a branch, a property), sent in one catalog call;
 - ``on_head``: a write that builds on main's head alone (an append, an overwrite, a delete), made on

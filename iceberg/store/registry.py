@@ -123,7 +123,7 @@ def commit_state(loaded: Loaded, state: GroupState) -> None:
     try:
         with warnings.catch_warnings():
             warnings.filterwarnings("ignore", message="Delete operation did not match any records")
-            with on_head(table) as head:  # the registry's history costs its commits nothing (``metadata_commit``)
+            with on_head(table) as head:  # no copies of the registry's history per commit (``metadata_commit``)
                 head.overwrite(row)
     except CommitFailedException as exc:
         raise RegistryConflict(
