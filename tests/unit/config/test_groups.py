@@ -89,7 +89,7 @@ def test_minimal_group_gets_defaults() -> None:
     assert group.row_filter is None
     assert group.max_borrowers == 2
     assert group.shard_caps == ShardCaps(max_files=64, max_bytes=256 * 1024 * 1024, max_rows=5_000_000)
-    assert group.lease_max_shards == 16
+    assert group.lease_max_shards == 64
     assert group.lease_timeout_s == 1800
     assert group.start == "earliest"
     assert group.non_append == "fail"

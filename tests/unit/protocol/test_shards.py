@@ -306,11 +306,20 @@ def test_a_shard_at_the_bound_commits_alone_and_zero_turns_batching_off() -> Non
     assert [len(b) for b in commit_batches([batch_shard(n, 1) for n in range(3)], max_rows=0)] == [1, 1, 1]
 
 
-def test_by_default_a_full_lease_of_full_shards_is_one_batch() -> None:
+def test_by_default_a_full_lease_of_small_shards_is_one_batch() -> None:
+    group = GroupConfig(name="g", source="ns.src", sink="ns.sink")
+    shards = [batch_shard(n, 1_500_000) for n in range(group.lease_max_shards)]
+
+    assert commit_batches(shards, group.commit_batch_rows) == [shards], "one Spark job and one commit per lease"
+
+
+def test_by_default_a_full_lease_of_full_shards_is_cut_at_the_row_bound() -> None:
     group = GroupConfig(name="g", source="ns.src", sink="ns.sink")
     shards = [batch_shard(n, group.shard_caps.max_rows) for n in range(group.lease_max_shards)]
 
-    assert commit_batches(shards, group.commit_batch_rows) == [shards], "one Spark job and one commit per lease"
+    batches = commit_batches(shards, group.commit_batch_rows)
+
+    assert [len(b) for b in batches] == [20, 20, 20, 4], "a killed Borrower redoes 100M rows at most"
 
 
 def test_a_schema_change_starts_a_new_batch() -> None:
