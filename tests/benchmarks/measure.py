@@ -9,6 +9,8 @@ arm is timed by the same clock.
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -39,15 +41,54 @@ def baseline_command(mode: str, source: str, sink: str, *options: str) -> list[s
 KEY = "event_id"
 
 
+# How long what an arm leaves running (its JVM stopping Spark) may take to exit before it is killed.
+LEFTOVER_GRACE_S = 10.0
+
+
 def run_timed(command: list[str], env: dict[str, str], log: Path) -> float:
-    """Wall seconds of one arm's process, from its start to its exit; a failure names its log."""
+    """Wall seconds of one arm's process, from its start to its exit; a failure names its log.
+
+    The arm runs in a process group of its own, and returns only once nothing of that group is
+    left, so the next arm starts on a quiet machine: a Spark driver that ran out of memory outlived
+    its Python process by a minute or more, using both cores, and slowed the arm after it.
+    """
     started = time.perf_counter()
     with log.open("w") as out:
-        done = subprocess.run(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, check=False)
-    elapsed = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {done.returncode}; see {log}")
+        process = subprocess.Popen(
+            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+        )
+        try:
+            returncode = process.wait()
+        finally:
+            elapsed = time.perf_counter() - started
+            end_group(process.pid, LEFTOVER_GRACE_S)
+    if returncode != 0:
+        raise RuntimeError(f"{' '.join(command)} exited {returncode}; see {log}")
     return elapsed
+
+
+def end_group(group: int, grace_s: float) -> None:
+    """Wait until no process of the process group ``group`` runs, killing what remains after ``grace_s``."""
+    deadline = time.monotonic() + grace_s
+    while running_in_group(group):
+        if time.monotonic() > deadline:
+            os.killpg(group, signal.SIGKILL)
+        time.sleep(0.1)
+
+
+def running_in_group(group: int) -> list[int]:
+    """The processes of the process group ``group`` that still run (a zombie, dead but not yet reaped, does not)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:  # it exited while we looked
+            continue
+        if fields[0] != "Z" and int(fields[2]) == group:
+            found.append(int(entry.name))
+    return found
 
 
 def keys(table: Table, snapshot_id: int | None = None) -> np.ndarray:
