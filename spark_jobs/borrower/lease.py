@@ -12,7 +12,7 @@
   poison and goes to the dead-letter table (``on_poison``), or its failing rows are isolated and the
   rest is committed (``on_poison: isolate``, ``isolation.py``);
 - **publish**: the fenced commit appends the staged output and the shard's progress to main.
-  Consecutive shards, up to ``commit_batch_rows`` rows (a whole lease by default), are staged in one Spark
+  Consecutive shards, up to ``commit_batch_rows`` rows (100M by default: W1's whole lease), are staged in one Spark
   job and published in one commit, which lists every shard's id and source range;
 - **report**: what this attempt committed, for the run's metadata.
 

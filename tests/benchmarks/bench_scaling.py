@@ -26,14 +26,20 @@ import json
 import os
 import statistics
 import tempfile
-import time
 from pathlib import Path
 
 from matplotlib.figure import Figure
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.iceberg.protocol.group import GroupConfig
-from tests.benchmarks.measure import baseline_command, check_same_rows, consume_command, provenance, run_timed
+from tests.benchmarks.measure import (
+    ArmFailed,
+    baseline_command,
+    check_same_rows,
+    consume_command,
+    provenance,
+    run_timed,
+)
 from tests.benchmarks.spark_fill import fill_with_spark
 from tests.benchmarks.workloads import W1, W2, Workload, fill
 from tests.dagster_dev import dagster_env
@@ -104,11 +110,10 @@ def run_size(
         for arm in [arm for arm in ARMS[turn:] + ARMS[:turn] if arm not in failed]:
             sink, command = arm_command(arm, index, folder, env["ICEGROUP_GROUPS"])
             log = folder / f"{arm}_{index}.log"
-            started = time.perf_counter()
             try:
                 elapsed = run_timed(command, env, log)
-            except RuntimeError:
-                failed[arm] = failure(log, time.perf_counter() - started)
+            except ArmFailed as exc:
+                failed[arm] = failure(log, exc.elapsed_s)
                 print(f"{workload.name} round {index + 1}/{rounds}: {arm} {failed[arm]}", flush=True)
                 continue
             check_same_rows(catalog, SOURCE, sink)

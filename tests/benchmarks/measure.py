@@ -8,6 +8,7 @@ arm is timed by the same clock.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -41,16 +42,29 @@ def baseline_command(mode: str, source: str, sink: str, *options: str) -> list[s
 KEY = "event_id"
 
 
-# How long what an arm leaves running (its JVM stopping Spark) may take to exit before it is killed.
+# How long what an arm leaves running (its JVM stopping Spark) may take to exit before it is stopped:
+# SIGTERM then, SIGKILL after STOP_GRACE_S more, and after as long again it is reported and left.
 LEFTOVER_GRACE_S = 10.0
+STOP_GRACE_S = 5.0
+
+
+class ArmFailed(RuntimeError):
+    """An arm that exited with an error; ``elapsed_s`` is its time to that exit, without the cleanup after it."""
+
+    def __init__(self, message: str, elapsed_s: float) -> None:
+        """The error's message, and the arm's seconds to its exit."""
+        super().__init__(message)
+        self.elapsed_s = elapsed_s
 
 
 def run_timed(command: list[str], env: dict[str, str], log: Path) -> float:
     """Wall seconds of one arm's process, from its start to its exit; a failure names its log.
 
-    The arm runs in a process group of its own, and returns only once nothing of that group is
-    left, so the next arm starts on a quiet machine: a Spark driver that ran out of memory outlived
-    its Python process by a minute or more, using both cores, and slowed the arm after it.
+    The arm runs in a session of its own, and the call returns only once no process of that session
+    runs, so the next arm starts on a quiet machine: a Spark driver that ran out of memory outlived
+    its Python process, using both cores (35 s and more in a probe, until it was killed), and slowed
+    the arm after it. An arm interrupted here (Ctrl-C, which no longer reaches its session) is
+    stopped at once.
     """
     started = time.perf_counter()
     with log.open("w") as out:
@@ -59,25 +73,43 @@ def run_timed(command: list[str], env: dict[str, str], log: Path) -> float:
         )
         try:
             returncode = process.wait()
-        finally:
-            elapsed = time.perf_counter() - started
-            end_group(process.pid, LEFTOVER_GRACE_S)
+        except BaseException:
+            end_session(process.pid, grace_s=0.0)
+            raise
+        elapsed = time.perf_counter() - started
+        end_session(process.pid, LEFTOVER_GRACE_S)
     if returncode != 0:
-        raise RuntimeError(f"{' '.join(command)} exited {returncode}; see {log}")
+        raise ArmFailed(f"{' '.join(command)} exited {returncode}; see {log}", elapsed)
     return elapsed
 
 
-def end_group(group: int, grace_s: float) -> None:
-    """Wait until no process of the process group ``group`` runs, killing what remains after ``grace_s``."""
-    deadline = time.monotonic() + grace_s
-    while running_in_group(group):
-        if time.monotonic() > deadline:
-            os.killpg(group, signal.SIGKILL)
+def end_session(session: int, grace_s: float) -> None:
+    """Wait until no process of ``session`` runs: after ``grace_s``, SIGTERM what is left, then SIGKILL.
+
+    A process that outlives even SIGKILL (stuck in the kernel) is reported on stderr and left, so a
+    benchmark never waits for ever.
+    """
+    signals = iter(((grace_s, signal.SIGTERM), (grace_s + STOP_GRACE_S, signal.SIGKILL)))
+    due = next(signals, None)
+    started = time.monotonic()
+    while left := running_in_session(session):
+        waited = time.monotonic() - started
+        if waited > grace_s + 2 * STOP_GRACE_S:
+            print(f"processes {left} of an arm outlived SIGKILL; going on beside them", file=sys.stderr)
+            return
+        if due is not None and waited >= due[0]:
+            for pid in left:
+                with contextlib.suppress(ProcessLookupError):  # it exited since the look
+                    os.kill(pid, due[1])
+            due = next(signals, None)
         time.sleep(0.1)
 
 
-def running_in_group(group: int) -> list[int]:
-    """The processes of the process group ``group`` that still run (a zombie, dead but not yet reaped, does not)."""
+def running_in_session(session: int) -> list[int]:
+    """The processes of ``session`` that still run (a zombie, dead but not yet reaped, does not).
+
+    A session, not a process group: PySpark's Python workers move to process groups of their own.
+    """
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -86,7 +118,7 @@ def running_in_group(group: int) -> list[int]:
             fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
         except OSError:  # it exited while we looked
             continue
-        if fields[0] != "Z" and int(fields[2]) == group:
+        if fields[0] != "Z" and int(fields[3]) == session:
             found.append(int(entry.name))
     return found
 

@@ -1,8 +1,9 @@
-"""``run_timed`` times an arm to its own exit, but returns only once nothing it started still runs."""
+"""``run_timed`` times an arm to its own exit, but returns only once no process of its session still runs."""
 
 from __future__ import annotations
 
 import os
+import sys
 import time
 from pathlib import Path
 
@@ -50,7 +51,19 @@ def test_a_failed_arm_names_its_log_after_its_children_are_gone(
     monkeypatch.setattr(measure, "LEFTOVER_GRACE_S", 1.0)
     pid = tmp_path / "child.pid"
 
-    with pytest.raises(RuntimeError, match=r"exited 3; see .*arm\.log"):
+    with pytest.raises(measure.ArmFailed, match=r"exited 3; see .*arm\.log") as failed:
         measure.run_timed(["bash", "-c", f"sleep 60 & echo $! > {pid}; exit 3"], ENV, tmp_path / "arm.log")
 
     assert not running(pid)
+    assert failed.value.elapsed_s < 1.0, "its time is to its exit, not to the end of the cleanup"
+
+
+def test_a_child_in_a_process_group_of_its_own_is_stopped_too(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(measure, "LEFTOVER_GRACE_S", 0.5)
+    pid = tmp_path / "child.pid"
+    moves_away = f"import os, time; os.setpgid(0, 0); open({str(pid)!r}, 'w').write(str(os.getpid())); time.sleep(60)"
+
+    measure.run_timed(["bash", "-c", f"{sys.executable} -c {moves_away!r} & sleep 0.5"], ENV, tmp_path / "arm.log")
+
+    assert pid.exists(), "the child started"
+    assert not running(pid), "PySpark's workers leave the arm's process group, not its session"
