@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from pyiceberg.catalog import Catalog
@@ -68,19 +69,27 @@ def run_timed(command: list[str], env: dict[str, str], log: Path) -> float:
     """
     started = time.perf_counter()
     with log.open("w") as out:
-        process = subprocess.Popen(
-            command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
-        )
-        try:
-            returncode = process.wait()
-        except BaseException:
-            end_session(process.pid, grace_s=0.0)
-            raise
-        elapsed = time.perf_counter() - started
-        end_session(process.pid, LEFTOVER_GRACE_S)
+        returncode, exited = run_in_session(command, cwd=REPO, env=env, stdout=out, stderr=subprocess.STDOUT)
+    elapsed = exited - started
     if returncode != 0:
         raise ArmFailed(f"{' '.join(command)} exited {returncode}; see {log}", elapsed)
     return elapsed
+
+
+def run_in_session(command: list[str], **popen: Any) -> tuple[int, float]:
+    """Run ``command`` in a session of its own: its exit code and ``time.perf_counter()`` at its exit.
+
+    Returns once no process of the session runs (``end_session``); interrupted, it stops them at once.
+    """
+    process = subprocess.Popen(command, start_new_session=True, **popen)
+    try:
+        returncode = process.wait()
+    except BaseException:
+        end_session(process.pid, grace_s=0.0)
+        raise
+    exited = time.perf_counter()
+    end_session(process.pid, LEFTOVER_GRACE_S)
+    return returncode, exited
 
 
 def end_session(session: int, grace_s: float) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from icegroup.iceberg.config.lakehouse import load_lakehouse
 from icegroup.spark_jobs.session import get_session
-from tests.benchmarks.measure import LEFTOVER_GRACE_S, end_session
+from tests.benchmarks.measure import run_in_session
 from tests.benchmarks.workloads import Workload
 from tests.factories import EVENTS_START, REGIONS
 from tests.stack_env import home_env
@@ -36,11 +36,7 @@ def fill_with_spark(home: Path, table: str, workload: Workload) -> None:
         str(workload.snapshots),
         str(workload.rows_per_snapshot),
     ]
-    process = subprocess.Popen(command, start_new_session=True)
-    try:
-        returncode = process.wait()
-    finally:
-        end_session(process.pid, LEFTOVER_GRACE_S)  # its JVM stops before the first arm starts
+    returncode, _ = run_in_session(command)  # its JVM has stopped before the first arm starts
     if returncode != 0:
         raise subprocess.CalledProcessError(returncode, command)
 
